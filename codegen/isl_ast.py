@@ -1,0 +1,131 @@
+"""Walking an isl AST into C statements.
+
+The walker owns loops, conditions and isl's integer expressions; what a
+statement instance does, and what to put around a loop (pragmas, per-step
+pointer set-up), is asked of the backend through `AstHooks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import islpy as isl
+
+_BINARY_OPS = {
+    isl.ast_expr_op_type.add: "+",
+    isl.ast_expr_op_type.sub: "-",
+    isl.ast_expr_op_type.mul: "*",
+    isl.ast_expr_op_type.div: "/",
+    isl.ast_expr_op_type.pdiv_q: "/",
+    isl.ast_expr_op_type.pdiv_r: "%",
+    isl.ast_expr_op_type.zdiv_r: "%",
+    isl.ast_expr_op_type.and_: "&&",
+    isl.ast_expr_op_type.and_then: "&&",
+    isl.ast_expr_op_type.or_: "||",
+    isl.ast_expr_op_type.or_else: "||",
+    isl.ast_expr_op_type.eq: "==",
+    isl.ast_expr_op_type.le: "<=",
+    isl.ast_expr_op_type.lt: "<",
+    isl.ast_expr_op_type.ge: ">=",
+    isl.ast_expr_op_type.gt: ">",
+}
+
+# helpers the printed expressions rely on; every generated file includes them
+C_HELPERS = """\
+static inline long msc_imin(long a, long b) { return a < b ? a : b; }
+static inline long msc_imax(long a, long b) { return a > b ? a : b; }
+static inline long msc_floord(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+"""
+
+
+def c_of(e: isl.AstExpr, top: bool = False) -> str:
+    """C source of an isl AST expression (`top`: no parentheses around it,
+    as OpenMP wants for a loop's controlling predicate)."""
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.id:
+        return e.id_get_id().get_name()
+    if kind == isl.ast_expr_type.int:
+        return str(e.int_get_val().to_python())
+    op = e.op_get_type()
+    args = [c_of(e.op_get_arg(i)) for i in range(e.op_get_n_arg())]
+    if op in _BINARY_OPS:
+        text = f"{args[0]} {_BINARY_OPS[op]} {args[1]}"
+        return text if top else f"({text})"
+    if op == isl.ast_expr_op_type.minus:
+        return f"(-{args[0]})"
+    if op in (isl.ast_expr_op_type.min, isl.ast_expr_op_type.max):
+        fn = "msc_imin" if op == isl.ast_expr_op_type.min else "msc_imax"
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out
+    if op == isl.ast_expr_op_type.fdiv_q:
+        return f"msc_floord({args[0]}, {args[1]})"
+    if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    raise NotImplementedError(f"isl AST operation {op} is not supported")
+
+
+class AstHooks(Protocol):
+    def statement(self, name: str, args: list[str]) -> list[str]:
+        """C lines for one statement instance, given its instance coordinates."""
+
+    def before_loop(self, dim: int, enclosing: list[int]) -> list[str]:
+        """Lines (pragmas) before the loop over schedule dimension `dim`,
+        inside loops over the schedule dimensions `enclosing` (outermost first)."""
+
+    def loop_prologue(self, dim: int, iterator: str) -> list[str]:
+        """Lines at the top of the body of the loop over schedule dimension `dim`."""
+
+
+@dataclass
+class AstPrinter:
+    hooks: AstHooks
+    indent: str = "    "
+    _loops: list[int] = field(default_factory=list)
+
+    def print(self, node: isl.AstNode, depth: int = 0) -> list[str]:
+        pad = self.indent * depth
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            lines: list[str] = []
+            children = node.block_get_children()
+            for k in range(children.n_ast_node()):
+                lines += self.print(children.get_at(k), depth)
+            return lines
+        if kind == isl.ast_node_type.for_:
+            return self._for(node, depth)
+        if kind == isl.ast_node_type.if_:
+            lines = [f"{pad}if ({c_of(node.if_get_cond())}) {{"]
+            lines += self.print(node.if_get_then_node(), depth + 1)
+            if node.if_has_else_node():
+                lines.append(f"{pad}}} else {{")
+                lines += self.print(node.if_get_else_node(), depth + 1)
+            return lines + [f"{pad}}}"]
+        if kind == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            name = call.op_get_arg(0).id_get_id().get_name()
+            args = [c_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
+            return [pad + line for line in self.hooks.statement(name, args)]
+        if kind == isl.ast_node_type.mark:
+            return self.print(node.mark_get_node(), depth)
+        raise NotImplementedError(f"isl AST node {kind} is not supported")
+
+    def _for(self, node: isl.AstNode, depth: int) -> list[str]:
+        pad = self.indent * depth
+        it = node.for_get_iterator().id_get_id().get_name()
+        dim = int(it.lstrip("c"))
+        init = c_of(node.for_get_init())
+        body_pad = self.indent * (depth + 1)
+        prologue = [body_pad + ln for ln in self.hooks.loop_prologue(dim, it)]
+        head = [pad + ln for ln in self.hooks.before_loop(dim, list(self._loops))]
+        self._loops.append(dim)
+        body = self.print(node.for_get_body(), depth + 1)
+        self._loops.pop()
+        if node.for_is_degenerate():
+            return [f"{pad}{{", f"{body_pad}const long {it} = {init};", *prologue, *body, f"{pad}}}"]
+        cond = c_of(node.for_get_cond(), top=True)
+        inc = c_of(node.for_get_inc())
+        step = f"{it}++" if inc == "1" else f"{it} += {inc}"
+        return [*head, f"{pad}for (long {it} = {init}; {cond}; {step}) {{", *prologue, *body, f"{pad}}}"]

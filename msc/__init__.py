@@ -1,0 +1,28 @@
+"""msc: write a stencil once as a decorated Python function; run it in numpy,
+compile it to OpenMP C, or emit standalone sources.
+
+    from msc import t, x, y
+    @msc.stencil
+    def heat(u, alpha):
+        u[t+1, x, y] = u[t, x, y] + alpha * (u[t, x-1, y] + u[t, x+1, y]
+                                             + u[t, x, y-1] + u[t, x, y+1] - 4 * u[t, x, y])
+"""
+
+__version__ = "0.1.0"
+
+from msc.errors import (
+    CompileError,
+    MscError,
+    ScheduleError,
+    StencilArgumentError,
+    StencilDefinitionError,
+    TargetError,
+)
+from msc.frontend.symbols import abs, cos, exp, log, maximum, minimum, sin, sqrt, t, where, x, y, z
+from msc.stencil import Stencil, stencil
+
+__all__ = [
+    "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
+    "TargetError", "Stencil", "stencil", "t", "x", "y", "z",
+    "sqrt", "exp", "log", "sin", "cos", "abs", "minimum", "maximum", "where", "__version__",
+]

@@ -1,0 +1,119 @@
+"""Checking and normalising the arguments of `reference` and `run`.
+
+Every backend and the reference interpreter take their inputs through
+`bind_arguments`, so wrong shapes, levels, names and dtypes are reported the
+same way everywhere, and the caller's arrays are never modified (they are
+copied into the state each runner owns).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from msc import ir
+from msc.errors import StencilArgumentError
+
+
+@dataclass(frozen=True)
+class BoundArguments:
+    """Validated inputs: `levels[f]` oldest first (one per window level), scalars as floats."""
+
+    shape: tuple[int, ...]
+    levels: dict[str, list[np.ndarray]]
+    scalars: dict[str, float]
+
+
+def bind_arguments(stencil: ir.StencilIR, steps: Any, inputs: Mapping[str, Any]) -> BoundArguments:
+    where = f"stencil '{stencil.name}'"
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
+        raise StencilArgumentError(f"{where}: steps must be a non-negative integer, got {steps!r}")
+    expected = [f.name for f in stencil.fields] + list(stencil.params)
+    unknown = sorted(set(inputs) - set(expected))
+    if unknown:
+        raise StencilArgumentError(
+            f"{where}: unknown argument(s) {', '.join(unknown)}; it takes {', '.join(expected)}"
+        )
+    missing = [n for n in expected if n not in inputs]
+    if missing:
+        raise StencilArgumentError(f"{where}: missing argument(s) {', '.join(missing)}")
+
+    scalars: dict[str, float] = {}
+    for p in stencil.params:
+        v = inputs[p]
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            v = v.item()
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            raise StencilArgumentError(
+                f"{where}: scalar parameter '{p}' must be a number, got {type(v).__name__}"
+            )
+        scalars[p] = float(v)
+
+    levels: dict[str, list[np.ndarray]] = {}
+    shape: tuple[int, ...] | None = None
+    first = ""
+    for f in stencil.fields:
+        arrays = _levels_of(stencil, f, inputs[f.name])
+        for a in arrays:
+            if a.ndim != stencil.ndim:
+                raise StencilArgumentError(
+                    f"{where}: '{f.name}' must be a {stencil.ndim}D array, got shape {a.shape}"
+                )
+            if a.dtype != np.dtype(stencil.dtype):
+                raise StencilArgumentError(
+                    f"{where}: '{f.name}' has dtype {a.dtype} but the stencil runs in {stencil.dtype}; "
+                    f"convert it (np.asarray(a, np.{stencil.dtype})) or pass dtype='{a.dtype}'"
+                )
+            if shape is None:
+                shape, first = a.shape, f.name
+            elif a.shape != shape:
+                raise StencilArgumentError(
+                    f"{where}: '{f.name}' has shape {a.shape} but '{first}' has {shape}; all fields "
+                    "must have the same shape"
+                )
+        levels[f.name] = arrays
+    assert shape is not None
+    _check_extent(stencil, shape)
+    return BoundArguments(shape, levels, scalars)
+
+
+def _levels_of(stencil: ir.StencilIR, f: ir.FieldDecl, value: Any) -> list[np.ndarray]:
+    where = f"stencil '{stencil.name}'"
+    if isinstance(value, (list, tuple)):
+        if f.time_invariant:
+            raise StencilArgumentError(
+                f"{where}: '{f.name}' is a time-invariant input and takes one array, got a list"
+            )
+        if len(value) != f.window:
+            names = ", ".join(str(_level_name(k - f.window + 1)) for k in range(f.window))
+            raise StencilArgumentError(
+                f"{where}: '{f.name}' takes one array or a list of {f.window} time level(s) "
+                f"({names}, oldest first); got a list of {len(value)}"
+            )
+        arrays = list(value)
+    else:
+        arrays = [value] * max(f.window, 1)
+    for a in arrays:
+        if not isinstance(a, np.ndarray):
+            raise StencilArgumentError(
+                f"{where}: field '{f.name}' must be a numpy array, got {type(a).__name__}"
+            )
+    return arrays
+
+
+def _level_name(dt: int) -> str:
+    return "t" if dt == 0 else f"t{dt:+d}"
+
+
+def _check_extent(stencil: ir.StencilIR, shape: tuple[int, ...]) -> None:
+    for d, (n, r) in enumerate(zip(shape, stencil.radius)):
+        need = max(r, 1) if stencil.boundary == "periodic" else 2 * r + 1
+        if n < need:
+            what = "periodic extent" if stencil.boundary == "periodic" else "extent (ring of width {r} on each side plus one interior point)"
+            raise StencilArgumentError(
+                f"stencil '{stencil.name}': arrays of shape {shape} are too small in dimension "
+                f"{ir.DIM_NAMES[d]}: {what.format(r=r)} needs at least {need}"
+            )

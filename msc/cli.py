@@ -1,0 +1,223 @@
+"""The `msc` command: version, demo, emit, run and bench.
+
+Failures print one line naming the problem and exit non-zero; --debug shows
+the Python traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+import msc
+from msc.errors import MscError, StencilArgumentError
+from msc.stencil import Stencil
+
+
+class UsageError(MscError):
+    """Bad command-line input."""
+
+
+def load_source(source: str) -> Stencil:
+    """A stencil from `path/file.py:function` or `path/file.msc`."""
+    if source.endswith(".msc"):
+        from msc.textual import load_stencil
+
+        if not Path(source).is_file():
+            raise UsageError(f"no such file: {source}")
+        return load_stencil(source)
+    path, sep, func = source.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        raise UsageError(f"SOURCE must be path/file.py:function or path/file.msc, got {source!r}")
+    if not Path(path).is_file():
+        raise UsageError(f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    obj = getattr(module, func, None)
+    if obj is None:
+        raise UsageError(f"{path} has no function {func!r}")
+    if isinstance(obj, Stencil):
+        return obj
+    if callable(obj):
+        return msc.stencil(obj)
+    raise UsageError(f"{path}:{func} is not a stencil function")
+
+
+def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{what} expects NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(v) for v in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        raise UsageError(f"--shape expects sizes like 512x512, got {text!r}") from None
+    if not shape or min(shape) < 1:
+        raise UsageError(f"--shape expects positive sizes, got {text!r}")
+    return shape
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from msc.demo import run_demo
+
+    result = run_demo(size=a.size, steps=a.steps, threads=a.threads, picture=a.picture)
+    return 0 if result.max_error < 1e-12 else 1
+
+
+def cmd_emit(a: argparse.Namespace) -> int:
+    st = load_source(a.source)
+    out = st.emit(a.target, a.output, dtype=a.dtype)
+    print(f"wrote {a.target} sources for '{st.name}' to {out}; build with: make -C {out}")
+    return 0
+
+
+def _inputs(st: Stencil, a: argparse.Namespace) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    for name, value in _pairs(a.param, "--param").items():
+        try:
+            inputs[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--param {name}: {value!r} is not a number") from None
+    for name, files in _pairs(a.input, "--in").items():
+        arrays = [_load_npy(f) for f in files.split(",")]
+        inputs[name] = arrays[0] if len(arrays) == 1 else arrays
+    return inputs
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    st = load_source(a.source)
+    inputs = _inputs(st, a)
+    if a.target == "reference":
+        result = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
+    else:
+        kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads)
+        result = kernel.run(steps=a.steps, **inputs)
+        stats = kernel.last_run
+        print(f"{st.name}: {a.steps} steps in {stats.seconds:.6f} s, {stats.gstencils_per_second:.3f} GStencil/s")
+    if a.check:
+        ref = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
+        for name, arr in result.items():
+            err = float(np.max(np.abs(arr - ref[name]), initial=0.0) / max(np.max(np.abs(ref[name]), initial=0.0), 1e-300))
+            print(f"  {name}: max relative difference to the reference {err:.2e}")
+    outputs = _pairs(a.output, "--out")
+    for name, path in outputs.items():
+        if name not in result:
+            raise StencilArgumentError(f"--out {name}: not a computed field (computed: {', '.join(result)})")
+        tmp = Path(path).with_name(Path(path).name + ".tmp.npy")
+        np.save(tmp, result[name])
+        tmp.replace(path)
+    return 0
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    st = load_source(a.source)
+    shape = _shape(a.shape)
+    rng = np.random.default_rng(0)
+    inputs: dict[str, Any] = {f.name: rng.random(shape).astype(a.dtype) for f in st.ir.fields}
+    params = _pairs(a.param, "--param")
+    for p in st.ir.params:
+        inputs[p] = float(params.get(p, 0.1))
+    kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads)
+    kernel.run(steps=1, **inputs)  # warm-up: page faults, thread start
+    best = None
+    for _ in range(a.repeat):
+        kernel.run(steps=a.steps, **inputs)
+        if best is None or kernel.last_run.seconds < best.seconds:
+            best = kernel.last_run
+    assert best is not None
+    report = {
+        "stencil": st.name, "target": a.target, "shape": list(shape), "steps": a.steps, "dtype": a.dtype,
+        "ms_per_step": best.seconds / a.steps * 1e3, "gstencils_per_s": best.gstencils_per_second,
+    }
+    print(f"{st.name} {'x'.join(map(str, shape))} {a.target}: {report['ms_per_step']:.3f} ms/step, "
+          f"{report['gstencils_per_s']:.3f} GStencil/s (best of {a.repeat})")
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="msc", description="msc: a stencil compiler for PDE solvers")
+    p.add_argument("--version", action="version", version=f"msc {msc.__version__}")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="compile, run, check and picture a 2D heat equation")
+    d.add_argument("--size", type=int, default=1024)
+    d.add_argument("--steps", type=int, default=500)
+    d.add_argument("--threads", type=int, default=None)
+    d.add_argument("--picture", default="msc_demo_heat2d.png", help="PNG file to write")
+    d.set_defaults(func=cmd_demo)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("source", help="path/file.py:function or path/file.msc")
+        sp.add_argument("--target", default="openmp")
+        sp.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+        sp.add_argument("--threads", type=int, default=None)
+        sp.add_argument("--param", action="append", metavar="NAME=VALUE")
+
+    e = sub.add_parser("emit", help="write standalone sources with a Makefile")
+    e.add_argument("source", help="path/file.py:function or path/file.msc")
+    e.add_argument("--target", default="openmp")
+    e.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    e.add_argument("-o", "--output", required=True, help="directory to write")
+    e.set_defaults(func=cmd_emit)
+
+    r = sub.add_parser("run", help="run a stencil on .npy inputs")
+    common(r)
+    r.add_argument("--steps", type=int, required=True)
+    r.add_argument("--in", dest="input", action="append", metavar="NAME=FILE.npy[,FILE.npy]")
+    r.add_argument("--out", dest="output", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--check", action="store_true", help="compare with the reference interpreter")
+    r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("bench", help="time a stencil on random data")
+    common(b)
+    b.add_argument("--shape", default="1024x1024")
+    b.add_argument("--steps", type=int, default=50)
+    b.add_argument("--repeat", type=int, default=3)
+    b.add_argument("--json", help="write the result as JSON to this file")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except Exception as e:  # one line for the user; the traceback with --debug
+        if args.debug:
+            raise
+        kind = "error" if isinstance(e, MscError) else type(e).__name__
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"msc: {kind}: {first}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

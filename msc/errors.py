@@ -1,0 +1,32 @@
+"""The msc error hierarchy: every failure a user can cause is one of these."""
+
+from __future__ import annotations
+
+
+class MscError(Exception):
+    """Base class of every error msc raises on purpose."""
+
+
+class StencilDefinitionError(MscError):
+    """The stencil's definition is invalid (found while tracing it)."""
+
+
+class StencilArgumentError(MscError):
+    """The arguments given to run/reference do not fit the stencil."""
+
+
+class ScheduleError(MscError):
+    """A schedule is malformed or violates a dependence."""
+
+
+class CompileError(MscError):
+    """The C/CUDA compiler failed; carries its output and the source path."""
+
+    def __init__(self, message: str, source_path: str = "", output: str = "") -> None:
+        super().__init__(message)
+        self.source_path = source_path
+        self.output = output
+
+
+class TargetError(MscError):
+    """An unknown or unavailable code-generation target."""

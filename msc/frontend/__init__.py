@@ -1,0 +1,1 @@
+"""Tracing of decorated Python functions into StencilIR."""

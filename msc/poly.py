@@ -1,0 +1,196 @@
+"""PolyIR: the polyhedral form of a stencil, built with islpy.
+
+Statement S<k> (the k-th statement) runs over the parametric domain
+  { S<k>[t, i0, ...] : 0 <= t < T and r_d <= i_d < P_d - r_d }
+where P_d is the padded array extent and r_d the radius. Periodic stencils
+also get a zero-dimensional statement W<k>[t] that refreshes the ghost cells
+of the level S<k> wrote. Reads and writes are access relations on logical
+(unbounded-time) arrays; value-based flow dependences come from isl, and
+memory-based ones from the ring-buffer storage map (level mod slots).
+
+A schedule is an isl map from statement instances to time-stamp vectors;
+legality and loop parallelism are decided from the dependences mapped into
+schedule space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import islpy as isl
+
+from msc import ir
+
+
+def _aff(var: str, offset: int) -> str:
+    return var if offset == 0 else f"{var} {'+' if offset > 0 else '-'} {abs(offset)}"
+
+
+@dataclass(frozen=True)
+class PolyStatement:
+    name: str
+    index: int
+    stmt: ir.Statement | None  # None: the ghost refresh of a periodic stencil
+    target: str
+
+
+class PolyIR:
+    """Domains, accesses, dependences and the default schedule of one stencil."""
+
+    def __init__(self, stencil: ir.StencilIR) -> None:
+        self.ir = stencil
+        self.ctx = isl.Context()
+        self.dims = [f"i{d}" for d in range(stencil.ndim)]
+        self.extent_params = [f"P{d}" for d in range(stencil.ndim)]
+        self.params = ["T", *self.extent_params]
+        self.statements: list[PolyStatement] = []
+        for k, s in enumerate(stencil.statements):
+            self.statements.append(PolyStatement(f"S{k}", k, s, s.target))
+            if stencil.boundary == "periodic" and stencil.reads_spatially(s.target):
+                self.statements.append(PolyStatement(f"W{k}", k, None, s.target))
+
+    # -- sets and maps ------------------------------------------------------
+
+    def _p(self) -> str:
+        return "[" + ", ".join(self.params) + "]"
+
+    def instance(self, st: PolyStatement) -> str:
+        if st.stmt is None:
+            return f"{st.name}[t]"
+        return f"{st.name}[t, {', '.join(self.dims)}]"
+
+    def domain_constraints(self, st: PolyStatement) -> str:
+        cons = ["0 <= t < T"]
+        if st.stmt is not None:
+            for i, p, r in zip(self.dims, self.extent_params, self.ir.radius):
+                cons.append(f"{r} <= {i} < {p} - {r}")
+        return " and ".join(cons)
+
+    @cached_property
+    def context(self) -> isl.Set:
+        """What is assumed of the parameters: arrays wider than twice the radius."""
+        cons = ["T >= 0"] + [f"{p} >= {2 * r + 1}" for p, r in zip(self.extent_params, self.ir.radius)]
+        return isl.Set(f"{self._p()} -> {{ : {' and '.join(cons)} }}", context=self.ctx)
+
+    @cached_property
+    def domain(self) -> isl.UnionSet:
+        parts = [f"{self.instance(st)} : {self.domain_constraints(st)}" for st in self.statements]
+        return isl.UnionSet(f"{self._p()} -> {{ {'; '.join(parts)} }}", context=self.ctx)
+
+    def _access(self, storage: bool, kind: str) -> isl.UnionMap:
+        """Reads or writes of every statement; with storage=True, levels map to ring slots."""
+        parts: list[str] = []
+        for st in self.statements:
+            src = self.instance(st)
+            cons = self.domain_constraints(st)
+            if st.stmt is None:
+                # a ghost refresh reads and writes (conservatively) the whole new level
+                level = self._level(st.target, 1, storage)
+                parts.append(f"{src} -> {st.target}[{level}, {', '.join(self.dims)}] : {cons}")
+                continue
+            accesses = (
+                [(a.name, a.dt, a.offsets) for a in st.stmt.reads]
+                if kind == "read"
+                else [(st.target, 1, (0,) * self.ir.ndim)]
+            )
+            for name, dt, offsets in accesses:
+                space = [_aff(i, o) for i, o in zip(self.dims, offsets)]
+                if dt is not None:
+                    space.insert(0, self._level(name, dt, storage))
+                parts.append(f"{src} -> {name}[{', '.join(space)}] : {cons}")
+        return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}", context=self.ctx)
+
+    def _level(self, name: str, dt: int, storage: bool) -> str:
+        if not storage:
+            return _aff("t", dt)
+        slots = self.ir.field(name).slots
+        return f"({_aff('t', dt)} + {slots}) mod {slots}"
+
+    @cached_property
+    def reads(self) -> isl.UnionMap:
+        return self._access(False, "read")
+
+    @cached_property
+    def writes(self) -> isl.UnionMap:
+        return self._access(False, "write")
+
+    # -- schedules and dependences -----------------------------------------
+
+    @cached_property
+    def default_schedule(self) -> isl.UnionMap:
+        """Time outermost, statements in program order, then the space loops in order."""
+        parts = []
+        pad = ["0"] * self.ir.ndim
+        for pos, st in enumerate(self.statements):
+            inner = pad if st.stmt is None else self.dims
+            parts.append(f"{self.instance(st)} -> [t, {pos}, {', '.join(inner)}]")
+        return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}", context=self.ctx).intersect_domain(
+            self.domain
+        )
+
+    @cached_property
+    def flow_dependences(self) -> isl.UnionMap:
+        """Value-based read-after-write dependences, computed by isl."""
+        info = isl.UnionAccessInfo.from_sink(self.reads).set_must_source(self.writes)
+        flow = info.set_schedule_map(self.default_schedule).compute_flow()
+        return flow.get_must_dependence()
+
+    @cached_property
+    def memory_dependences(self) -> isl.UnionMap:
+        """Anti and output dependences through the ring-buffer slots (storage reuse)."""
+        sched = self.default_schedule
+        reads = self._access(True, "read").intersect_domain(self.domain)
+        writes = self._access(True, "write").intersect_domain(self.domain)
+        before = sched.lex_lt_union_map(sched)
+        anti = reads.apply_range(writes.reverse()).intersect(before)
+        output = writes.apply_range(writes.reverse()).intersect(before)
+        return anti.union(output)
+
+    @cached_property
+    def dependences(self) -> isl.UnionMap:
+        return self.flow_dependences.union(self.memory_dependences).coalesce()
+
+    def violated(self, schedule: isl.UnionMap) -> isl.UnionMap:
+        """The dependences that `schedule` does not keep in order (empty if legal)."""
+        sched = schedule.intersect_domain(self.domain)
+        kept = sched.lex_lt_union_map(sched)
+        return self.dependences.subtract(kept)
+
+    def parallel_dims(self, schedule: isl.UnionMap) -> set[int]:
+        """Schedule dimensions whose loops carry no dependence."""
+        sched = schedule.intersect_domain(self.domain)
+        deltas = self.dependences.apply_domain(sched).apply_range(sched).deltas()
+        n = _out_dims(sched)
+        result = set()
+        for d in range(n):
+            carried = False
+            for s in _sets_of(deltas):
+                zero_prefix = s
+                for e in range(d):
+                    zero_prefix = zero_prefix.fix_val(isl.dim_type.set, e, 0)
+                nonzero = zero_prefix.lower_bound_val(isl.dim_type.set, d, 1).union(
+                    zero_prefix.upper_bound_val(isl.dim_type.set, d, -1)
+                )
+                if not nonzero.is_empty():
+                    carried = True
+                    break
+            if not carried:
+                result.add(d)
+        return result
+
+    def ast(self, schedule: isl.UnionMap) -> isl.AstNode:
+        build = isl.AstBuild.from_context(self.context)
+        return build.node_from_schedule_map(schedule.intersect_domain(self.domain))
+
+
+def _out_dims(schedule: isl.UnionMap) -> int:
+    maps: list[isl.Map] = []
+    schedule.foreach_map(maps.append)
+    return maps[0].dim(isl.dim_type.out)
+
+
+def _sets_of(u: isl.UnionSet) -> list[isl.Set]:
+    sets: list[isl.Set] = []
+    u.foreach_set(sets.append)
+    return sets

@@ -1,0 +1,83 @@
+"""The `@msc.stencil` decorator and the Stencil object users hold."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, overload
+
+import numpy as np
+
+from msc import ir
+from msc.frontend.trace import trace
+from msc.poly import PolyIR
+from msc.reference import run_reference
+
+
+class Stencil:
+    """A traced stencil: run it with `reference`, `compile` it, or `emit` sources."""
+
+    def __init__(self, func: Callable[..., Any] | None, *, boundary: str = "dirichlet",
+                 name: str | None = None, stencil_ir: ir.StencilIR | None = None) -> None:
+        self.func = func
+        if stencil_ir is None:
+            assert func is not None
+            stencil_ir = trace(func, name=name, boundary=boundary)
+        self.ir = stencil_ir
+        self.name = stencil_ir.name
+        self.__doc__ = getattr(func, "__doc__", None)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f.name for f in self.ir.fields)
+        return f"<msc.Stencil {self.name} ({self.ir.ndim}D, fields {fields}, {self.ir.boundary})>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"stencil '{self.name}' is not called directly: use .reference(steps=..., ...), "
+            ".compile(target=...).run(...) or .emit(target, directory)"
+        )
+
+    def typed(self, dtype: str = "float64") -> ir.StencilIR:
+        return self.ir.with_dtype(dtype)
+
+    def poly(self, dtype: str = "float64") -> PolyIR:
+        return _poly(self.typed(dtype))
+
+    def reference(self, steps: int, dtype: str = "float64", **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the numpy reference interpreter (the ground truth)."""
+        return run_reference(self.typed(dtype), steps, inputs)
+
+    def compile(self, target: str = "openmp", dtype: str = "float64", threads: int | None = None,
+                schedule: Any = None) -> Any:
+        """JIT-build the stencil for `target`; returns a kernel with `.run(steps=..., **inputs)`."""
+        from msc.codegen import get_target
+
+        return get_target(target).compile(self.poly(dtype), threads=threads, schedule=schedule)
+
+    def emit(self, target: str, directory: str | Path, dtype: str = "float64", schedule: Any = None) -> Path:
+        """Write a standalone source tree (kernel, driver, Makefile) into `directory`."""
+        from msc.codegen import get_target
+
+        return get_target(target).emit(self.poly(dtype), Path(directory), schedule=schedule)
+
+
+@lru_cache(maxsize=64)
+def _poly(stencil_ir: ir.StencilIR) -> PolyIR:
+    return PolyIR(stencil_ir)
+
+
+@overload
+def stencil(func: Callable[..., Any]) -> Stencil: ...
+@overload
+def stencil(*, boundary: str = "dirichlet", name: str | None = None) -> Callable[[Callable[..., Any]], Stencil]: ...
+
+
+def stencil(func: Callable[..., Any] | None = None, *, boundary: str = "dirichlet",
+            name: str | None = None) -> Any:
+    """Decorate a function whose body assigns `u[t+1, x, ...] = ...` to make a Stencil.
+
+    `@msc.stencil` or `@msc.stencil(boundary="periodic")`.
+    """
+    if func is None:
+        return lambda f: Stencil(f, boundary=boundary, name=name)
+    return Stencil(func, boundary=boundary, name=name)

@@ -1,0 +1,62 @@
+"""Packing user arrays into the kernels' memory layout and back.
+
+Every compiled kernel sees, per written field, a ring buffer of `slots`
+padded levels (level t+dt in slot (t+dt) mod slots) and, per time-invariant
+input, one padded array. Padding is the ghost ring of a periodic stencil
+(dirichlet arrays already carry their ring). The dirichlet ring is fixed in
+time and comes from the newest input level, as in the reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from msc import ir
+from msc.arguments import BoundArguments
+
+
+def ghost_width(stencil: ir.StencilIR) -> tuple[int, ...]:
+    return stencil.radius if stencil.boundary == "periodic" else (0,) * stencil.ndim
+
+
+def padded_shape(stencil: ir.StencilIR, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(n + 2 * g for n, g in zip(shape, ghost_width(stencil)))
+
+
+def _pad(stencil: ir.StencilIR, a: np.ndarray) -> np.ndarray:
+    g = ghost_width(stencil)
+    if not any(g):
+        return a
+    return np.pad(a, [(w, w) for w in g], mode="wrap")
+
+
+def pack(stencil: ir.StencilIR, args: BoundArguments) -> dict[str, np.ndarray]:
+    """Fresh kernel buffers (C-contiguous) holding the bound inputs."""
+    buffers: dict[str, np.ndarray] = {}
+    padded = padded_shape(stencil, args.shape)
+    for f in stencil.fields:
+        levels = args.levels[f.name]
+        if not f.written:
+            buffers[f.name] = np.ascontiguousarray(_pad(stencil, levels[0]))
+            continue
+        buf = np.empty((f.slots, *padded), dtype=stencil.dtype)
+        buf[...] = _pad(stencil, levels[-1])  # every slot starts with the newest level's ring
+        interior = tuple(slice(r, n - r) for r, n in zip(stencil.radius, padded))
+        for k, level in enumerate(levels[:-1]):
+            dt = k - (len(levels) - 1)
+            if stencil.boundary == "periodic":
+                buf[dt % f.slots] = _pad(stencil, level)
+            else:
+                buf[dt % f.slots][interior] = level[interior]
+        buffers[f.name] = buf
+    return buffers
+
+
+def unpack(stencil: ir.StencilIR, buffers: dict[str, np.ndarray], steps: int) -> dict[str, np.ndarray]:
+    """The newest level of each written field after `steps` steps, ghosts stripped."""
+    g = ghost_width(stencil)
+    out = {}
+    for f in stencil.written_fields:
+        level = buffers[f.name][steps % f.slots]
+        out[f.name] = level[tuple(slice(w, level.shape[d] - w) for d, w in enumerate(g))].copy()
+    return out

@@ -1,0 +1,185 @@
+"""Public API of swCholesky: analyze(A) -> Symbolic, Symbolic.factorize(A)
+-> Factor, and cholesky(A) doing both (optionally auto-tuned)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Union
+
+import numpy as np
+import scipy.sparse as sp
+
+from msc.solvers import ordering as orderings
+from msc.solvers import schedule as schedules
+from msc.solvers.errors import InvalidMatrixError, NotPositiveDefiniteError
+from msc.solvers.factor import Factor
+from msc.solvers.matrix import DEFAULT_SYMMETRY_RTOL, Triangle, lower_triangle
+from msc.solvers.numeric import QueueParams, factorize
+from msc.solvers.symbolic import Amalgamation, analyze_structure, permute, predicted_cost, tree_and_counts
+
+Ordering = Union[str, np.ndarray, list[int]]
+
+# CHOLMOD's rule: METIS is tried when AMD's fill is high.
+METIS_FILL_RATIO = 5.0
+METIS_FLOPS_PER_NNZ = 500.0
+
+
+def default_threads() -> int:
+    """OMP_NUM_THREADS if set, else the CPUs this process may use."""
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def choose_ordering(lower: sp.csc_array, ordering: Ordering) -> tuple[np.ndarray, str, dict[str, dict[str, float]]]:
+    """(perm, name, predicted nnz(L) and flops of every candidate tried)."""
+    n = lower.shape[0]
+    if not isinstance(ordering, str):
+        return orderings.user_permutation(ordering, n), "user", {}
+    if ordering != "auto":
+        return orderings.compute(ordering, lower), ordering, {}
+    tried: dict[str, dict[str, float]] = {}
+    perms: dict[str, np.ndarray] = {}
+
+    def consider(method: str) -> None:
+        perm = orderings.compute(method, lower)
+        lnz, flops = predicted_cost(tree_and_counts(n, permute(lower, perm))[2])
+        perms[method] = perm
+        tried[method] = {"nnz_L": lnz, "flops": flops}
+
+    have = orderings.available()
+    first = "amd" if "amd" in have else ("metis" if "metis" in have else "natural")
+    consider(first)
+    stats = tried[first]
+    high_fill = (stats["nnz_L"] >= METIS_FILL_RATIO * max(lower.nnz, 1)
+                 and stats["flops"] >= METIS_FLOPS_PER_NNZ * stats["nnz_L"])
+    if first == "amd" and high_fill and "metis" in have:
+        consider("metis")
+    best = min(tried, key=lambda m: (tried[m]["nnz_L"], tried[m]["flops"]))
+    return perms[best], best, tried
+
+
+class Symbolic:
+    """The symbolic analysis of a sparsity pattern: ordering, elimination tree,
+    supernodes and parallel schedule. factorize(A) reuses it for any matrix
+    with the same pattern (and the same uplo)."""
+
+    def __init__(self, lower: sp.csc_array, ordering: Ordering = "auto", *, uplo: Triangle = "full",
+                 amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
+                 threads: int | None = None, max_factor_bytes: int | None = None,
+                 symmetry_rtol: float = DEFAULT_SYMMETRY_RTOL) -> None:
+        t0 = time.perf_counter()
+        self.uplo: Triangle = uplo
+        self.symmetry_rtol = symmetry_rtol
+        self.amalgamation = amalgamation or Amalgamation()
+        self.queues = queues or QueueParams()
+        self.threads = max(1, threads or default_threads())
+        self._indptr = lower.indptr.copy()
+        self._indices = lower.indices.copy()
+        perm, name, tried = choose_ordering(lower, ordering)
+        t1 = time.perf_counter()
+        self.structure = analyze_structure(lower, perm, self.amalgamation, max_factor_bytes)
+        t2 = time.perf_counter()
+        S = self.structure
+        self.schedule = schedules.build(S.super, S.sparent, S.Sp, self.threads)
+        t3 = time.perf_counter()
+        self.ordering = name
+        self.timings = {"ordering": t1 - t0, "symbolic": t2 - t1, "schedule": t3 - t2}
+        self.stats: dict[str, object] = {
+            "ordering": name, "orderings_tried": tried, "n": S.n, "nnz_A_lower": int(lower.nnz),
+            "nnz_L": S.nnz_L, "nnz_L_stored": S.nnz_L_stored, "flops": S.flops,
+            "supernodes": S.nsuper, "fundamental_supernodes": S.n_fundamental,
+            "factor_bytes": S.factor_bytes, "threads": self.threads,
+            "phase1_subtrees": int(self.schedule.phase1_lo.shape[0]),
+            "top_supernodes": int(self.schedule.top.shape[0]),
+            "top_work_fraction": self.schedule.top_fraction,
+            "thread_balance": self.schedule.balance,
+            "amalgamation": {"nrelax": self.amalgamation.nrelax, "zrelax": self.amalgamation.zrelax},
+            "queues": self.queues.as_dict(),
+        }
+
+    @property
+    def perm(self) -> np.ndarray:
+        return self.structure.perm
+
+    @property
+    def nnz(self) -> int:
+        return self.structure.nnz_L
+
+    @property
+    def flops(self) -> float:
+        return self.structure.flops
+
+    def factorize(self, A: object, queues: QueueParams | None = None) -> Factor:
+        """Numeric factorization of A (same pattern as analyzed)."""
+        lower = lower_triangle(A, self.uplo, self.symmetry_rtol)
+        return self.factorize_lower(lower, queues)
+
+    def factorize_lower(self, lower: sp.csc_array, queues: QueueParams | None = None) -> Factor:
+        """As factorize(), for an already checked lower triangle."""
+        if lower.shape[0] != self.structure.n or not (
+            np.array_equal(lower.indptr, self._indptr) and np.array_equal(lower.indices, self._indices)
+        ):
+            raise InvalidMatrixError(
+                f"matrix pattern differs from the analyzed one (n={lower.shape[0]} vs {self.structure.n},"
+                f" nnz={lower.nnz} vs {self._indices.shape[0]} in the lower triangle); call analyze() again")
+        t0 = time.perf_counter()
+        S = self.structure
+        Ax = np.ascontiguousarray(lower.data[S.pattern.value_map])
+        t1 = time.perf_counter()
+        q = queues or self.queues
+        Lx, fail, qstats = factorize(S, Ax, self.schedule, q)
+        t2 = time.perf_counter()
+        if fail >= 0:
+            col = int(S.perm[fail])
+            raise NotPositiveDefiniteError(
+                f"matrix is not positive definite: pivot {fail} of the permuted matrix (column {col} of A)"
+                " is not positive", column=col)
+        timings = dict(self.timings)
+        timings.update({"permute_values": t1 - t0, "numeric": t2 - t1})
+        stats = dict(self.stats)
+        stats["queues"] = q.as_dict()
+        stats["queue_stats"] = qstats
+        stats["gflops"] = S.flops / max(t2 - t1, 1e-12) / 1e9
+        return Factor(S, Lx, timings, stats)
+
+
+def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
+            amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
+            threads: int | None = None, max_factor_bytes: int | None = None,
+            symmetry_rtol: float = DEFAULT_SYMMETRY_RTOL) -> Symbolic:
+    """Symbolic analysis of A (scipy.sparse CSR/CSC/COO or dense, float64).
+
+    uplo: 'full' (both triangles, checked for symmetry), 'lower' or 'upper'
+    (only that triangle is read). ordering: 'auto' (AMD, or METIS when it
+    predicts less fill, as CHOLMOD does), 'amd', 'metis', 'natural' or a
+    permutation array. Raises FactorTooLargeError when the predicted factor
+    exceeds max_factor_bytes (default: half the physical memory)."""
+    lower = lower_triangle(A, uplo, symmetry_rtol)
+    return Symbolic(lower, ordering, uplo=uplo, amalgamation=amalgamation, queues=queues,
+                    threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
+
+
+def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo: Triangle = "full",
+             amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
+             threads: int | None = None, max_factor_bytes: int | None = None,
+             symmetry_rtol: float = DEFAULT_SYMMETRY_RTOL) -> Factor:
+    """Factor A = P^T L L^T P. tune=True takes amalgamation and queue parameters
+    from the auto-tuner's cache for this machine and matrix class (tuning and
+    storing them on a miss); explicit parameters override the tuned ones."""
+    lower = lower_triangle(A, uplo, symmetry_rtol)
+    tuning = None
+    if tune:
+        from msc.solvers import tune as tuner
+
+        tuning = tuner.tune_lower(lower, ordering, threads=threads)
+        amalgamation = amalgamation or tuning.amalgamation
+        queues = queues or tuning.queues
+    sym = Symbolic(lower, ordering, uplo=uplo, amalgamation=amalgamation, queues=queues,
+                   threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
+    factor = sym.factorize_lower(lower)
+    if tuning is not None:
+        factor.stats["tuning"] = tuning.report()
+    return factor

@@ -1,0 +1,86 @@
+"""Numeric factorization: runs supernodal.c's queued left-looking kernel over
+the schedule (independent subtrees on the threads with single-threaded BLAS,
+then the top of the tree with threaded BLAS) and gathers queue statistics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from msc.solvers import native
+from msc.solvers.schedule import Schedule
+from msc.solvers.symbolic import SupernodalStructure
+
+STAT_NAMES = (
+    "inst_updates", "inst_flops", "inst_seconds",
+    "tpq_updates", "tpq_flops", "tpq_seconds", "tpq_batches",
+    "dpq_updates", "dpq_flops", "dpq_seconds",
+    "diag_c", "diag_lapack", "diag_seconds",
+    "assemble_seconds",
+)
+
+
+@dataclass(frozen=True)
+class QueueParams:
+    """Size classes of descendant updates (see supernodal.c).
+
+    inst_max: InstQ when ndrow1, ndrow3 and ndcol are all <= inst_max.
+    tpq_max: TPQ when (ndrow1 + ndrow3) * (ndcol + 1) <= tpq_max doubles.
+    tpq_batch: TPQ items run together (at most).
+    diag_small: supernodes with at most this many columns are factored in C,
+    the others by dpotrf + dtrsm."""
+
+    inst_max: int = 32
+    tpq_max: int = 7168
+    tpq_batch: int = 64
+    diag_small: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.inst_max <= 64:
+            raise ValueError(f"inst_max must be in [0, 64], got {self.inst_max}")
+        if self.tpq_max < 0 or self.tpq_batch < 1 or self.diag_small < 0:
+            raise ValueError(f"invalid queue parameters {self}")
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.inst_max, self.tpq_max, self.tpq_batch, self.diag_small], dtype=np.int64)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _run(S: SupernodalStructure, Ax: np.ndarray, Lx: np.ndarray, lists: tuple[np.ndarray, ...],
+         lo: np.ndarray, hi: np.ndarray, thread: np.ndarray, nthreads: int,
+         params: QueueParams, stats: np.ndarray) -> int:
+    head, nxt, lpos = lists
+    return int(native.numeric_lib().chol_factor(
+        S.n, S.nsuper, S.super, S.snode_of, S.Sp, S.Si, S.Px, S.pattern.indptr, S.pattern.indices,
+        Ax, Lx, head, nxt, lpos, lo.shape[0], lo, hi, thread, nthreads, params.as_array(),
+        *native.blas_pointers(), stats,
+    ))
+
+
+def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
+              params: QueueParams) -> tuple[np.ndarray, int, dict[str, float]]:
+    """(Lx, failing column in permuted numbering or -1, statistics)."""
+    Lx = np.empty(int(S.Px[-1]), dtype=np.float64)
+    ns = S.nsuper
+    lists = (np.full(max(ns, 1), -1, dtype=np.int32), np.empty(max(ns, 1), dtype=np.int32),
+             np.zeros(max(ns, 1), dtype=np.int64))
+    stats = np.zeros(len(STAT_NAMES))
+    t0 = time.perf_counter()
+    with threadpool_limits(limits=1, user_api="blas"):
+        fail = _run(S, Ax, Lx, lists, schedule.phase1_lo, schedule.phase1_hi,
+                    schedule.phase1_thread, schedule.nthreads, params, stats)
+    t1 = time.perf_counter()
+    if fail < 0 and schedule.top.shape[0]:
+        top = schedule.top
+        with threadpool_limits(limits=schedule.nthreads, user_api="blas"):
+            fail = _run(S, Ax, Lx, lists, top, top, np.zeros_like(top), 1, params, stats)
+    t2 = time.perf_counter()
+    out = dict(zip(STAT_NAMES, (float(v) for v in stats)))
+    out["subtrees_seconds"] = t1 - t0
+    out["top_seconds"] = t2 - t1
+    return Lx, fail, out

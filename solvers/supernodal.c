@@ -1,0 +1,391 @@
+/* Numeric kernels of swCholesky: left-looking supernodal Cholesky with the
+ * three size-classed update queues, plus supernodal triangular solves.
+ *
+ * Supernode s owns columns super[s] .. super[s+1]-1 and the sorted rows
+ * Si[Sp[s] .. Sp[s+1]) (its own columns first); its values are a dense
+ * column-major block of nsrow x nscol doubles at Lx + Px[s].
+ *
+ * Each update of supernode s by a descendant d (a fused SYRK+GEMM of sizes
+ * ndrow1 x ndcol and ndrow3 x ndcol) goes to one queue by size:
+ *   InstQ  ndrow1, ndrow3, ndcol <= inst_max: done at once in plain C;
+ *   TPQ    (ndrow1 + ndrow3) * (ndcol + 1) <= tpq_max doubles: batched (up to
+ *          tpq_batch items) and run by a blocked C kernel;
+ *   DPQ    the rest: one dsyrk + one dgemm from the BLAS.
+ * Then the diagonal block is factored (plain C when small, else dpotrf and
+ * dtrsm). BLAS/LAPACK come in as function pointers (scipy's OpenBLAS).
+ * Independent subtrees (contiguous ranges of postordered supernodes) run on
+ * separate OpenMP threads. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, const int *,
+                        const double *, const double *, const int *, const double *,
+                        const int *, const double *, double *, const int *);
+typedef void (*dsyrk_t)(const char *, const char *, const int *, const int *, const double *,
+                        const double *, const int *, const double *, double *, const int *);
+typedef void (*dtrsm_t)(const char *, const char *, const char *, const char *, const int *,
+                        const int *, const double *, const double *, const int *, double *,
+                        const int *);
+typedef void (*dpotrf_t)(const char *, const int *, double *, const int *, int *);
+
+/* Indices into the statistics array (doubles). */
+enum {
+    ST_INST_N, ST_INST_FLOPS, ST_INST_SEC,
+    ST_TPQ_N, ST_TPQ_FLOPS, ST_TPQ_SEC, ST_TPQ_BATCHES,
+    ST_DPQ_N, ST_DPQ_FLOPS, ST_DPQ_SEC,
+    ST_DIAG_C, ST_DIAG_BLAS, ST_DIAG_SEC,
+    ST_ASSEMBLE_SEC,
+    NSTAT
+};
+
+typedef struct {
+    int32_t n;
+    const int32_t *super, *snode_of;
+    const int64_t *Sp, *Px;
+    const int32_t *Si;
+    const int64_t *Ap;
+    const int32_t *Ai;
+    const double *Ax;
+    double *Lx;
+    int32_t *head, *next; /* descendant lists, by next target supernode */
+    int64_t *lpos;        /* offset in d's rows of its next target's rows */
+    int64_t inst_max, tpq_max, tpq_batch, diag_small;
+    dgemm_t dgemm;
+    dsyrk_t dsyrk;
+    dtrsm_t dtrsm;
+    dpotrf_t dpotrf;
+} ctx_t;
+
+typedef struct { /* one pending TPQ item */
+    int32_t d;
+    int64_t r1, ndrow1, ndrow2;
+} item_t;
+
+typedef struct { /* per-thread workspace */
+    int32_t *map;
+    int32_t *rel;
+    double *cbuf;
+    int64_t ccap;
+    double *bbuf;
+    item_t *items;
+    int64_t nitems;
+    double stats[NSTAT];
+} work_t;
+
+static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* C (ndrow2 x ndrow1, column-major, ldc = ndrow2) = lower part of
+ * Ld[r1:, :] * Ld[r1:r1+ndrow1, :]^T; four columns at a time so the inner
+ * loop streams one column of Ld and vectorizes. */
+static void update_kernel(const double *Ld, int64_t ldd, int64_t ndcol, int64_t ndrow1,
+                          int64_t ndrow2, double *C)
+{
+    int64_t j = 0;
+    for (; j + 4 <= ndrow1; j += 4) {
+        double *c0 = C + j * ndrow2, *c1 = c0 + ndrow2, *c2 = c1 + ndrow2, *c3 = c2 + ndrow2;
+        for (int64_t i = j; i < ndrow2; i++) c0[i] = c1[i] = c2[i] = c3[i] = 0.0;
+        for (int64_t k = 0; k < ndcol; k++) {
+            const double *l = Ld + k * ldd;
+            const double a0 = l[j], a1 = l[j + 1], a2 = l[j + 2], a3 = l[j + 3];
+            for (int64_t i = j; i < ndrow2; i++) {
+                const double v = l[i];
+                c0[i] += v * a0;
+                c1[i] += v * a1;
+                c2[i] += v * a2;
+                c3[i] += v * a3;
+            }
+        }
+    }
+    for (; j < ndrow1; j++) {
+        double *c0 = C + j * ndrow2;
+        for (int64_t i = j; i < ndrow2; i++) c0[i] = 0.0;
+        for (int64_t k = 0; k < ndcol; k++) {
+            const double *l = Ld + k * ldd;
+            const double a0 = l[j];
+            for (int64_t i = j; i < ndrow2; i++) c0[i] += l[i] * a0;
+        }
+    }
+}
+
+/* Subtract C (as above) from supernode s through the relative map. */
+static void scatter(const ctx_t *c, work_t *w, int32_t d, int64_t r1, int64_t ndrow1,
+                    int64_t ndrow2, const double *C, double *Ls, int64_t ld)
+{
+    const int32_t *rows = c->Si + c->Sp[d] + r1;
+    int32_t *rel = w->rel;
+    for (int64_t i = 0; i < ndrow2; i++) rel[i] = w->map[rows[i]];
+    for (int64_t j = 0; j < ndrow1; j++) {
+        double *col = Ls + (int64_t)rel[j] * ld;
+        const double *cj = C + j * ndrow2;
+        for (int64_t i = j; i < ndrow2; i++) col[rel[i]] -= cj[i];
+    }
+}
+
+static double *cbuf_reserve(work_t *w, int64_t size)
+{
+    if (size > w->ccap) {
+        free(w->cbuf);
+        w->ccap = imax64(size, 2 * w->ccap);
+        w->cbuf = malloc((size_t)w->ccap * sizeof(double));
+    }
+    return w->cbuf;
+}
+
+static void run_tpq(const ctx_t *c, work_t *w, double *Ls, int64_t ld)
+{
+    if (w->nitems == 0) return;
+    double t0 = omp_get_wtime();
+    for (int64_t b = 0; b < w->nitems; b++) {
+        const item_t *it = &w->items[b];
+        int32_t d = it->d;
+        int64_t ldd = c->Sp[d + 1] - c->Sp[d];
+        int64_t ndcol = c->super[d + 1] - c->super[d];
+        double *C = w->bbuf + b * c->tpq_max;
+        update_kernel(c->Lx + c->Px[d] + it->r1, ldd, ndcol, it->ndrow1, it->ndrow2, C);
+    }
+    for (int64_t b = 0; b < w->nitems; b++) {
+        const item_t *it = &w->items[b];
+        scatter(c, w, it->d, it->r1, it->ndrow1, it->ndrow2, w->bbuf + b * c->tpq_max, Ls, ld);
+    }
+    w->stats[ST_TPQ_BATCHES] += 1;
+    w->stats[ST_TPQ_SEC] += omp_get_wtime() - t0;
+    w->nitems = 0;
+}
+
+/* Dense Cholesky of the nsrow x nscol panel (diagonal block and the rows
+ * below it) in plain C. Returns -1, or the failing local column. */
+static int64_t panel_c(double *Ls, int64_t ld, int64_t nscol, int64_t nsrow)
+{
+    for (int64_t j = 0; j < nscol; j++) {
+        double *cj = Ls + j * ld;
+        double djj = cj[j];
+        if (!(djj > 0.0) || !isfinite(djj)) return j;
+        djj = sqrt(djj);
+        cj[j] = djj;
+        const double inv = 1.0 / djj;
+        for (int64_t i = j + 1; i < nsrow; i++) cj[i] *= inv;
+        for (int64_t k = j + 1; k < nscol; k++) {
+            double *ck = Ls + k * ld;
+            const double a = cj[k];
+            for (int64_t i = k; i < nsrow; i++) ck[i] -= cj[i] * a;
+        }
+    }
+    return -1;
+}
+
+static void link_snode(ctx_t *c, int32_t d, int64_t off, int32_t lim, int shared)
+{
+    int32_t t = c->snode_of[c->Si[c->Sp[d] + off]];
+    c->lpos[d] = off;
+    if (shared && t > lim) {
+#pragma omp critical(swchol_link)
+        {
+            c->next[d] = c->head[t];
+            c->head[t] = d;
+        }
+    } else {
+        c->next[d] = c->head[t];
+        c->head[t] = d;
+    }
+}
+
+/* Factor supernode s. Returns -1 or the failing column (permuted numbering). */
+static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int shared)
+{
+    const int64_t k1 = c->super[s], k2 = c->super[s + 1], nscol = k2 - k1;
+    const int64_t p0 = c->Sp[s], nsrow = c->Sp[s + 1] - p0, ld = nsrow;
+    double *Ls = c->Lx + c->Px[s];
+    const double one = 1.0, zero = 0.0;
+
+    double t0 = omp_get_wtime();
+    memset(Ls, 0, (size_t)(nsrow * nscol) * sizeof(double));
+    for (int64_t p = 0; p < nsrow; p++) w->map[c->Si[p0 + p]] = (int32_t)p;
+    for (int64_t j = k1; j < k2; j++) {
+        double *col = Ls + (j - k1) * ld;
+        for (int64_t p = c->Ap[j]; p < c->Ap[j + 1]; p++) col[w->map[c->Ai[p]]] += c->Ax[p];
+    }
+    w->stats[ST_ASSEMBLE_SEC] += omp_get_wtime() - t0;
+
+    int32_t d = c->head[s];
+    c->head[s] = -1;
+    while (d != -1) {
+        const int32_t dnext = c->next[d];
+        const int64_t pd = c->Sp[d], pdend = c->Sp[d + 1], ldd = pdend - pd;
+        const int64_t ndcol = c->super[d + 1] - c->super[d];
+        const int64_t r1 = c->lpos[d];
+        int64_t r2 = r1;
+        while (pd + r2 < pdend && c->Si[pd + r2] < k2) r2++;
+        const int64_t ndrow1 = r2 - r1, ndrow2 = ldd - r1, ndrow3 = ndrow2 - ndrow1;
+        const double flops = (double)ndcol * (double)ndrow1 * (double)(ndrow1 + 2 * ndrow3);
+
+        if (ndrow1 <= c->inst_max && ndrow3 <= c->inst_max && ndcol <= c->inst_max) {
+            double ti = omp_get_wtime();
+            double C[c->inst_max * 2 * c->inst_max];
+            update_kernel(c->Lx + c->Px[d] + r1, ldd, ndcol, ndrow1, ndrow2, C);
+            scatter(c, w, d, r1, ndrow1, ndrow2, C, Ls, ld);
+            w->stats[ST_INST_N] += 1;
+            w->stats[ST_INST_FLOPS] += flops;
+            w->stats[ST_INST_SEC] += omp_get_wtime() - ti;
+        } else if ((ndrow1 + ndrow3) * (ndcol + 1) <= c->tpq_max && ndrow2 * ndrow1 <= c->tpq_max) {
+            item_t *it = &w->items[w->nitems++];
+            it->d = d;
+            it->r1 = r1;
+            it->ndrow1 = ndrow1;
+            it->ndrow2 = ndrow2;
+            w->stats[ST_TPQ_N] += 1;
+            w->stats[ST_TPQ_FLOPS] += flops;
+            if (w->nitems == c->tpq_batch) run_tpq(c, w, Ls, ld);
+        } else {
+            double td = omp_get_wtime();
+            double *C = cbuf_reserve(w, ndrow2 * ndrow1);
+            const int m1 = (int)ndrow1, m3 = (int)ndrow3, kk = (int)ndcol, lda = (int)ldd,
+                      ldc = (int)ndrow2;
+            const double *Ld = c->Lx + c->Px[d] + r1;
+            c->dsyrk("L", "N", &m1, &kk, &one, Ld, &lda, &zero, C, &ldc);
+            if (m3 > 0) c->dgemm("N", "T", &m3, &m1, &kk, &one, Ld + ndrow1, &lda, Ld, &lda, &zero,
+                                 C + ndrow1, &ldc);
+            scatter(c, w, d, r1, ndrow1, ndrow2, C, Ls, ld);
+            w->stats[ST_DPQ_N] += 1;
+            w->stats[ST_DPQ_FLOPS] += flops;
+            w->stats[ST_DPQ_SEC] += omp_get_wtime() - td;
+        }
+        if (ndrow3 > 0) link_snode(c, d, r2, lim, shared);
+        d = dnext;
+    }
+    run_tpq(c, w, Ls, ld);
+
+    double tf = omp_get_wtime();
+    int64_t bad = -1;
+    if (nscol <= c->diag_small) {
+        bad = panel_c(Ls, ld, nscol, nsrow);
+        w->stats[ST_DIAG_C] += 1;
+    } else {
+        const int nc = (int)nscol, lda = (int)ld, m = (int)(nsrow - nscol);
+        int info = 0;
+        c->dpotrf("L", &nc, Ls, &lda, &info);
+        if (info > 0) bad = info - 1;
+        else if (m > 0) c->dtrsm("R", "L", "T", "N", &m, &nc, &one, Ls, &lda, Ls + nscol, &lda);
+        w->stats[ST_DIAG_BLAS] += 1;
+    }
+    w->stats[ST_DIAG_SEC] += omp_get_wtime() - tf;
+    if (bad >= 0) return k1 + bad;
+    if (nsrow > nscol) link_snode(c, s, nscol, lim, shared);
+    return -1;
+}
+
+/* Factor the supernode ranges task_lo[t] .. task_hi[t] (inclusive, each a
+ * union of whole subtrees or a single supernode whose descendants are done),
+ * task t on thread task_thread[t] of nthreads. head/next/lpos persist across
+ * calls (head must start as -1). params: inst_max, tpq_max, tpq_batch,
+ * diag_small. stats: NSTAT doubles, accumulated. Returns -1, or the smallest
+ * failing column found (permuted numbering). */
+int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *snode_of,
+                    const int64_t *Sp, const int32_t *Si, const int64_t *Px,
+                    const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
+                    int32_t *head, int32_t *next, int64_t *lpos,
+                    int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
+                    const int32_t *task_thread, int32_t nthreads, const int64_t *params,
+                    void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
+{
+    ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
+               params[0], params[1], params[2], params[3],
+               (dgemm_t)dgemm, (dsyrk_t)dsyrk, (dtrsm_t)dtrsm, (dpotrf_t)dpotrf};
+    int64_t maxrow = 1;
+    for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
+    int64_t fail = -1;
+    const int shared = nthreads > 1;
+
+#pragma omp parallel num_threads(nthreads)
+    {
+        const int tid = omp_get_thread_num();
+        work_t w;
+        memset(&w, 0, sizeof w);
+        w.map = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+        w.rel = malloc((size_t)maxrow * sizeof(int32_t));
+        w.bbuf = malloc((size_t)(c.tpq_batch * c.tpq_max) * sizeof(double));
+        w.items = malloc((size_t)c.tpq_batch * sizeof(item_t));
+        for (int32_t t = 0; t < ntask; t++) {
+            if (task_thread[t] != tid) continue;
+            for (int32_t s = task_lo[t]; s <= task_hi[t]; s++) {
+                int64_t failed_now;
+#pragma omp atomic read
+                failed_now = fail;
+                if (failed_now >= 0) break;
+                int64_t bad = factor_snode(&c, &w, s, task_hi[t], shared);
+                if (bad >= 0) {
+#pragma omp critical(swchol_fail)
+                    if (fail < 0 || bad < fail) fail = bad;
+                }
+            }
+        }
+#pragma omp critical(swchol_stats)
+        for (int k = 0; k < NSTAT; k++) stats[k] += w.stats[k];
+        free(w.map);
+        free(w.rel);
+        free(w.cbuf);
+        free(w.bbuf);
+        free(w.items);
+    }
+    return fail;
+}
+
+/* Solve L Y = B (forward) then L^T X = Y (backward) in place; X is n x nrhs,
+ * row-major. Both sweeps go supernode by supernode. */
+void chol_solve(int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
+                const int64_t *Px, const double *Lx, double *X, int32_t nrhs)
+{
+    for (int32_t s = 0; s < ns; s++) {
+        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
+        const int32_t *rows = Si + Sp[s];
+        const double *Ls = Lx + Px[s];
+        for (int64_t c = 0; c < nscol; c++) {
+            const double *col = Ls + c * nsrow;
+            double *xj = X + (k1 + c) * nrhs;
+            const double inv = 1.0 / col[c];
+            for (int32_t r = 0; r < nrhs; r++) xj[r] *= inv;
+            for (int64_t i = c + 1; i < nsrow; i++) {
+                double *xi = X + (int64_t)rows[i] * nrhs;
+                const double l = col[i];
+                for (int32_t r = 0; r < nrhs; r++) xi[r] -= l * xj[r];
+            }
+        }
+    }
+    for (int32_t s = ns - 1; s >= 0; s--) {
+        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
+        const int32_t *rows = Si + Sp[s];
+        const double *Ls = Lx + Px[s];
+        for (int64_t c = nscol - 1; c >= 0; c--) {
+            const double *col = Ls + c * nsrow;
+            double *xj = X + (k1 + c) * nrhs;
+            for (int64_t i = c + 1; i < nsrow; i++) {
+                const double *xi = X + (int64_t)rows[i] * nrhs;
+                const double l = col[i];
+                for (int32_t r = 0; r < nrhs; r++) xj[r] -= l * xi[r];
+            }
+            const double inv = 1.0 / col[c];
+            for (int32_t r = 0; r < nrhs; r++) xj[r] *= inv;
+        }
+    }
+}
+
+/* Copy the supernodal factor into CSC arrays (lower triangle, sorted rows). */
+void chol_to_csc(int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
+                 const int64_t *Px, const double *Lx, int64_t *Lp, int32_t *Li, double *Lv)
+{
+    int64_t q = 0;
+    Lp[0] = 0;
+    for (int32_t s = 0; s < ns; s++) {
+        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
+        for (int64_t c = 0; c < nscol; c++) {
+            const double *col = Lx + Px[s] + c * nsrow;
+            for (int64_t i = c; i < nsrow; i++) {
+                Li[q] = Si[Sp[s] + i];
+                Lv[q++] = col[i];
+            }
+            Lp[k1 + c + 1] = q;
+        }
+    }
+}

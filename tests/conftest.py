@@ -1,0 +1,33 @@
+"""Shared test set-up: a private kernel cache per test session, and helpers."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+# every test session builds its kernels from scratch, in a private cache
+os.environ.setdefault("MSC_CACHE_DIR", tempfile.mkdtemp(prefix="msc-test-cache-"))
+
+
+def max_rel_error(a: np.ndarray, b: np.ndarray) -> float:
+    scale = max(float(np.max(np.abs(b), initial=0.0)), 1e-300)
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0)) / scale
+
+
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+
+
+@pytest.fixture
+def assert_matches():
+    def check(result: dict, expected: dict, dtype: str = "float64", context: object = "") -> None:
+        assert result.keys() == expected.keys(), context
+        for name in expected:
+            assert result[name].shape == expected[name].shape, (name, context)
+            assert result[name].dtype == expected[name].dtype, (name, context)
+            err = max_rel_error(result[name], expected[name])
+            assert err <= TOLERANCE[dtype], f"{name}: relative error {err:.3e} for {context}"
+
+    return check

@@ -1,0 +1,141 @@
+"""Every definition and argument error: the class, and a message that names
+the stencil, the user's file:line and the offending access."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import msc
+from msc import t, x, y
+from msc.errors import StencilArgumentError, StencilDefinitionError
+
+THIS_FILE = __file__
+
+
+def _definition_error(func, **kw) -> str:
+    with pytest.raises(StencilDefinitionError) as info:
+        msc.stencil(**kw)(func) if kw else msc.stencil(func)
+    return str(info.value)
+
+
+def _line_of(func, marker: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(func)
+    return start + next(i for i, ln in enumerate(lines) if marker in ln)
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (lambda u: u.__setitem__((t + 1, x), u[t, 2 * x]), ["2*x", "not an affine index"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x * x]), ["not an affine index"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x + 0.5]), ["not an affine index"]),
+        (lambda u: u.__setitem__((t + 1, x + 1), u[t, x]), ["writes u[t+1, x+1] at a spatial offset"]),
+        (lambda u: u.__setitem__((t, x), u[t - 1, x]), ["writes u[t, x], a past level"]),
+        (lambda u: u.__setitem__((t + 2, x), u[t, x]), ["writes u[t+2, x]", "one level ahead"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t + 1, x - 1]), ["reads u[t+1, x-1], a level not yet computed"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t + 2, x]), ["reads u[t+2, x], a level not yet computed"]),
+        (lambda u, a: u.__setitem__((t + 1, x), a[t, x] + a), ["'a' is used bare", "index it"]),
+        (lambda u, a: u.__setitem__((t + 1, x), a * u[t, x] + a[x]), ["'a' is indexed as a field here but used bare (as a scalar)"]),
+        (lambda u, c: u.__setitem__((t + 1, x), u[t, x] * c[x, y]), ["is 2D but the stencil is 1D"]),
+        (lambda u: u.__setitem__((t + 1, y), u[t, y]), ["spatial index 1 must use 'x'"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x] + x), ["index symbol 'x' used as a value"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x] if u[t, x] > 0 else 0), ["Python control flow", "msc.where"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x] + "a"), ["cannot use a value of type str"]),
+    ],
+)
+def test_definition_errors(body, words):
+    message = _definition_error(body)
+    for w in words:
+        assert w in message, message
+    assert message.startswith(f"{THIS_FILE}:{body.__code__.co_firstlineno}: in stencil '<lambda>': ")
+
+
+def test_error_names_the_users_line():
+    def bad(u):
+        u[t + 1, x] = u[t, x]
+        u[t + 1, x] = 2 * u[t, x]  # second write
+
+    message = _definition_error(bad)
+    assert f"{THIS_FILE}:{_line_of(bad, 'second write')}:" in message
+    assert "two statements write u[t+1]" in message
+    assert f"first at {THIS_FILE}:{_line_of(bad, 'u[t + 1, x] = u[t, x]')}" in message
+    assert "in stencil 'bad'" in message
+
+
+def test_field_read_in_time_but_never_written():
+    def bad(u, f):
+        u[t + 1, x] = u[t, x] + f[t, x]
+
+    assert "field 'f' is read at time levels but never written" in _definition_error(bad)
+
+
+def test_field_with_and_without_time_index():
+    def bad(u):
+        u[t + 1, x] = u[t, x] + u[x]
+
+    assert "a field is either time-dependent" in _definition_error(bad)
+
+
+def test_nothing_written_and_varargs_and_boundary():
+    assert "writes no field" in _definition_error(lambda u: None)
+    assert "*args and **kwargs" in _definition_error(lambda *u: None)
+    assert "boundary='open'" in _definition_error(lambda u: None, boundary="open")
+
+
+# ---------------------------------------------------------------- run time
+
+
+@msc.stencil
+def wave(u, c, k):
+    u[t + 1, x, y] = 2 * u[t, x, y] - u[t - 1, x, y] + k * c[x, y] * (u[t, x + 1, y] - 2 * u[t, x, y] + u[t, x - 1, y])
+
+
+def _good():
+    return dict(u=np.zeros((8, 9)), c=np.ones((8, 9)), k=0.1)
+
+
+@pytest.mark.parametrize("runner", ["reference", "openmp"])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(c=np.zeros((8, 10))), ["'c' has shape (8, 10) but 'u' has (8, 9)", "same shape"]),
+        (dict(u=np.zeros(8)), ["'u' must be a 2D array, got shape (8,)"]),
+        (dict(u=[np.zeros((8, 9))] * 3), ["'u' takes one array or a list of 2 time level(s) (t-1, t, oldest first); got a list of 3"]),
+        (dict(c=[np.ones((8, 9))]), ["'c' is a time-invariant input and takes one array"]),
+        (dict(u=np.zeros((8, 9), np.float32)), ["'u' has dtype float32 but the stencil runs in float64"]),
+        (dict(u=np.zeros((2, 9)), c=np.ones((2, 9))), ["arrays of shape (2, 9) are too small in dimension x"]),
+        (dict(k="fast"), ["scalar parameter 'k' must be a number"]),
+        (dict(u="u0"), ["field 'u' must be a numpy array"]),
+        (dict(alpha=1.0), ["unknown argument(s) alpha; it takes u, c, k"]),
+    ],
+)
+def test_argument_errors(runner, change, words):
+    args = {**_good(), **change}
+    run = wave.reference if runner == "reference" else wave.compile().run
+    with pytest.raises(StencilArgumentError) as info:
+        run(steps=1, **args)
+    for w in words:
+        assert w in str(info.value)
+    assert "stencil 'wave'" in str(info.value)
+
+
+def test_missing_argument_and_bad_steps():
+    args = _good()
+    del args["c"]
+    with pytest.raises(StencilArgumentError, match="missing argument\\(s\\) c"):
+        wave.reference(steps=1, **args)
+    with pytest.raises(StencilArgumentError, match="steps must be a non-negative integer"):
+        wave.reference(steps=-1, **_good())
+
+
+def test_calling_a_stencil_directly_explains_itself():
+    with pytest.raises(TypeError, match="not called directly"):
+        wave(1, 2, 3)
+
+
+def test_unknown_target():
+    with pytest.raises(msc.TargetError, match="unknown target 'fpga'"):
+        wave.compile(target="fpga")
