@@ -168,8 +168,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="compile, run, check and picture a 2D heat equation")
-    d.add_argument("--size", type=int, default=1024)
-    d.add_argument("--steps", type=int, default=500)
+    d.add_argument("--size", type=int, default=512)
+    d.add_argument("--steps", type=int, default=2000)
     d.add_argument("--threads", type=int, default=None)
     d.add_argument("--picture", default="msc_demo_heat2d.png", help="PNG file to write")
     d.set_defaults(func=cmd_demo)

@@ -43,7 +43,7 @@ class DemoResult:
     picture: Path
 
 
-def run_demo(size: int = 1024, steps: int = 500, alpha: float = 0.2, threads: int | None = None,
+def run_demo(size: int = 512, steps: int = 2000, alpha: float = 0.2, threads: int | None = None,
              picture: str | Path = "msc_demo_heat2d.png", echo: bool = True) -> DemoResult:
     say = print if echo else (lambda *_: None)
     u0 = initial_plate(size)

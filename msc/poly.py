@@ -40,7 +40,6 @@ class PolyIR:
 
     def __init__(self, stencil: ir.StencilIR) -> None:
         self.ir = stencil
-        self.ctx = isl.Context()
         self.dims = [f"i{d}" for d in range(stencil.ndim)]
         self.extent_params = [f"P{d}" for d in range(stencil.ndim)]
         self.params = ["T", *self.extent_params]
@@ -71,12 +70,12 @@ class PolyIR:
     def context(self) -> isl.Set:
         """What is assumed of the parameters: arrays wider than twice the radius."""
         cons = ["T >= 0"] + [f"{p} >= {2 * r + 1}" for p, r in zip(self.extent_params, self.ir.radius)]
-        return isl.Set(f"{self._p()} -> {{ : {' and '.join(cons)} }}", context=self.ctx)
+        return isl.Set(f"{self._p()} -> {{ : {' and '.join(cons)} }}")
 
     @cached_property
     def domain(self) -> isl.UnionSet:
         parts = [f"{self.instance(st)} : {self.domain_constraints(st)}" for st in self.statements]
-        return isl.UnionSet(f"{self._p()} -> {{ {'; '.join(parts)} }}", context=self.ctx)
+        return isl.UnionSet(f"{self._p()} -> {{ {'; '.join(parts)} }}")
 
     def _access(self, storage: bool, kind: str) -> isl.UnionMap:
         """Reads or writes of every statement; with storage=True, levels map to ring slots."""
@@ -99,7 +98,7 @@ class PolyIR:
                 if dt is not None:
                     space.insert(0, self._level(name, dt, storage))
                 parts.append(f"{src} -> {name}[{', '.join(space)}] : {cons}")
-        return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}", context=self.ctx)
+        return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}")
 
     def _level(self, name: str, dt: int, storage: bool) -> str:
         if not storage:
@@ -125,7 +124,7 @@ class PolyIR:
         for pos, st in enumerate(self.statements):
             inner = pad if st.stmt is None else self.dims
             parts.append(f"{self.instance(st)} -> [t, {pos}, {', '.join(inner)}]")
-        return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}", context=self.ctx).intersect_domain(
+        return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}").intersect_domain(
             self.domain
         )
 

@@ -86,7 +86,7 @@ class Factor:
             raise RightHandSideError(f"right-hand side must be real, got dtype {B.dtype}")
         if not np.isfinite(B).all():
             raise RightHandSideError("right-hand side has NaN or Inf entries")
-        X = np.ascontiguousarray(B.reshape(self.n, -1)[self.perm], dtype=np.float64)
+        X = np.ascontiguousarray((B[:, None] if B.ndim == 1 else B)[self.perm], dtype=np.float64)
         S = self._S
         if X.size:
             native.numeric_lib().chol_solve(S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, X, X.shape[1])

@@ -4,11 +4,12 @@ then the top of the tree with threaded BLAS) and gathers queue statistics."""
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from msc.solvers import native
 from msc.solvers.schedule import Schedule
@@ -51,6 +52,12 @@ class QueueParams:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=1)
+def _blas_threads() -> ThreadpoolController:
+    """Controls the BLAS thread count (inspecting the loaded libraries once)."""
+    return ThreadpoolController()
+
+
 def _run(S: SupernodalStructure, Ax: np.ndarray, Lx: np.ndarray, lists: tuple[np.ndarray, ...],
          lo: np.ndarray, hi: np.ndarray, thread: np.ndarray, nthreads: int,
          params: QueueParams, stats: np.ndarray) -> int:
@@ -71,13 +78,13 @@ def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
              np.zeros(max(ns, 1), dtype=np.int64))
     stats = np.zeros(len(STAT_NAMES))
     t0 = time.perf_counter()
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _blas_threads().limit(limits=1, user_api="blas"):
         fail = _run(S, Ax, Lx, lists, schedule.phase1_lo, schedule.phase1_hi,
                     schedule.phase1_thread, schedule.nthreads, params, stats)
     t1 = time.perf_counter()
     if fail < 0 and schedule.top.shape[0]:
         top = schedule.top
-        with threadpool_limits(limits=schedule.nthreads, user_api="blas"):
+        with _blas_threads().limit(limits=schedule.nthreads, user_api="blas"):
             fail = _run(S, Ax, Lx, lists, top, top, np.zeros_like(top), 1, params, stats)
     t2 = time.perf_counter()
     out = dict(zip(STAT_NAMES, (float(v) for v in stats)))

@@ -10,16 +10,13 @@ from conftest import laplacian, random_spd, relative_residual
 
 from msc.solvers import Amalgamation, QueueParams, analyze, cholesky
 
-COND_2D = {m: (m + 1) ** 2 for m in (10, 40, 120)}  # cond of the 2D Laplacian ~ 0.4 (m+1)^2
-
-
 @pytest.mark.parametrize("ordering", ["auto", "amd", "metis", "natural"])
 @pytest.mark.parametrize("m,dim", [(40, 2), (120, 2), (12, 3), (24, 3)])
 def test_laplacian_residual(m: int, dim: int, ordering: str, rng: np.random.Generator) -> None:
     A = laplacian(m, dim)
     b = rng.standard_normal(A.shape[0])
     F = cholesky(A, ordering=ordering)
-    cond = (m + 1) ** 2
+    cond = (m + 1) ** 2  # bounds the condition number of these Laplacians
     assert relative_residual(A, F.solve(b), b) <= 1e-10 * cond
 
 
@@ -85,9 +82,9 @@ def test_user_permutation_is_used(rng: np.random.Generator) -> None:
 
 
 def test_auto_picks_least_predicted_fill() -> None:
-    F = cholesky(laplacian(60, 3 - 1))
+    F = cholesky(laplacian(25, 3))  # AMD's fill is high here, so METIS is tried too
     tried = F.stats["orderings_tried"]
-    assert F.stats["ordering"] in tried
+    assert set(tried) == {"amd", "metis"}
     assert F.stats["nnz_L"] == min(t["nnz_L"] for t in tried.values())
 
 

@@ -1,0 +1,176 @@
+"""Every error case is a clear msc error, never a crash; edge sizes work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import laplacian, relative_residual
+
+from msc.errors import MscError
+from msc.solvers import (
+    FactorTooLargeError, InvalidMatrixError, MatrixReadError, NotPositiveDefiniteError, NotSymmetricError,
+    OrderingError, RightHandSideError, analyze, cholesky,
+)
+from msc.solvers import io as mio
+
+
+def test_not_square() -> None:
+    with pytest.raises(InvalidMatrixError, match=r"not square: shape \(3, 4\)"):
+        cholesky(sp.csr_array(np.ones((3, 4))))
+
+
+def test_not_symmetric_names_the_worst_entry() -> None:
+    A = sp.lil_array(laplacian(6, 2))
+    A[12, 30] = 0.3
+    with pytest.raises(NotSymmetricError, match=r"not symmetric: \|A - A\^T\| max 0.3 at \((12, 30|30, 12)\)"):
+        cholesky(A.tocsr())
+
+
+def test_tiny_asymmetry_within_tolerance_is_accepted() -> None:
+    A = sp.lil_array(laplacian(6, 2))
+    A[12, 13] = A[12, 13] * (1 + 1e-14)
+    F = cholesky(A.tocsc())
+    b = np.ones(36)
+    assert relative_residual(A.tocsc(), F.solve(b), b) < 1e-12
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite(bad: float) -> None:
+    A = sp.lil_array(laplacian(5, 2))
+    A[3, 3] = bad
+    with pytest.raises(InvalidMatrixError, match=r"non-finite entry .* at \(3, 3\)"):
+        cholesky(A.tocsr())
+
+
+@pytest.mark.parametrize("ordering", ["natural", "amd", "metis"])
+def test_not_positive_definite_names_user_column(ordering: str) -> None:
+    n = 50
+    d = np.full(n, 4.0)
+    d[37] = -1.0
+    A = sp.csc_array(sp.diags_array(d) + sp.diags_array([np.full(n - 1, 0.1)] * 2, offsets=[-1, 1]))
+    with pytest.raises(NotPositiveDefiniteError, match="column 37 of A") as info:
+        cholesky(A, ordering=ordering)
+    assert info.value.column == 37
+    assert isinstance(info.value, MscError)
+
+
+def test_indefinite_laplacian_shift() -> None:
+    A = sp.csc_array(laplacian(10, 2) - 1.0 * sp.eye_array(100))
+    with pytest.raises(NotPositiveDefiniteError) as info:
+        cholesky(A)
+    assert 0 <= info.value.column < 100
+
+
+def test_zero_diagonal_is_not_positive_definite() -> None:
+    A = sp.csc_array(np.diag([1.0, 0.0, 2.0]))
+    with pytest.raises(NotPositiveDefiniteError, match="column 1"):
+        cholesky(A)
+
+
+@pytest.mark.parametrize("shape", [(7,), (10, 2, 1), (11, 1), (0,)])
+def test_wrong_right_hand_side_shape(shape: tuple[int, ...]) -> None:
+    F = cholesky(laplacian(3, 2))
+    with pytest.raises(RightHandSideError, match=r"shape \(9,\) or \(9, k\)"):
+        F.solve(np.ones(shape))
+
+
+def test_non_finite_right_hand_side() -> None:
+    F = cholesky(laplacian(3, 2))
+    with pytest.raises(RightHandSideError, match="NaN or Inf"):
+        F.solve(np.array([1.0] * 8 + [np.nan]))
+
+
+def test_empty_matrix() -> None:
+    F = cholesky(sp.csc_array((0, 0)))
+    assert F.solve(np.zeros(0)).shape == (0,)
+    assert F.solve(np.zeros((0, 3))).shape == (0, 3)
+    assert F.logdet() == 0.0 and F.nnz == 0 and F.L.shape == (0, 0)
+
+
+def test_one_by_one() -> None:
+    F = cholesky(sp.csr_array(np.array([[4.0]])))
+    assert F.solve(np.array([2.0])) == pytest.approx([0.5])
+    assert F.logdet() == pytest.approx(np.log(4.0))
+    with pytest.raises(NotPositiveDefiniteError, match="column 0"):
+        cholesky(sp.csr_array(np.array([[-4.0]])))
+
+
+def test_dtypes() -> None:
+    with pytest.raises(InvalidMatrixError, match="complex"):
+        cholesky(sp.csc_array(np.eye(3, dtype=complex)))
+    with pytest.raises(InvalidMatrixError, match="scipy.sparse"):
+        cholesky([[1.0]])
+    F = cholesky(sp.csc_array(np.eye(3, dtype=np.int64) * 2))  # integers are converted
+    assert F.solve(np.ones(3)) == pytest.approx([0.5] * 3)
+
+
+def test_bad_orderings() -> None:
+    A = laplacian(4, 2)
+    with pytest.raises(OrderingError, match="unknown ordering 'colamd'"):
+        cholesky(A, ordering="colamd")
+    with pytest.raises(OrderingError, match="length 16"):
+        cholesky(A, ordering=np.arange(15))
+    with pytest.raises(OrderingError, match="not a permutation"):
+        cholesky(A, ordering=np.zeros(16, dtype=int))
+    with pytest.raises(OrderingError, match=r"\[0, 16\)"):
+        cholesky(A, ordering=np.arange(1, 17))
+
+
+def test_bad_uplo() -> None:
+    with pytest.raises(InvalidMatrixError, match="uplo"):
+        cholesky(laplacian(3, 2), uplo="both")  # type: ignore[arg-type]
+
+
+def test_pattern_mismatch_on_refactorization() -> None:
+    S = analyze(laplacian(5, 2))
+    with pytest.raises(InvalidMatrixError, match="pattern differs"):
+        S.factorize(laplacian(6, 2))
+
+
+def test_factor_too_large_is_caught_before_numeric_work() -> None:
+    A = laplacian(30, 2)
+    with pytest.raises(FactorTooLargeError, match="max_factor_bytes") as info:
+        analyze(A, max_factor_bytes=10_000)
+    assert info.value.predicted_bytes > info.value.limit_bytes == 10_000
+    assert isinstance(info.value, MemoryError)
+    analyze(A, max_factor_bytes=info.value.predicted_bytes)  # a raised limit works
+
+
+def test_random_graph_fill_is_predicted() -> None:
+    """A random graph fills in almost completely: refused by the symbolic phase."""
+    rng = np.random.default_rng(0)
+    n = 20_000
+    rows = rng.integers(0, n, 8 * n)
+    cols = rng.integers(0, n, 8 * n)
+    G = sp.csr_array((np.ones(8 * n), (rows, cols)), shape=(n, n))
+    G = ((G + G.T) > 0).astype(float)
+    A = sp.csc_array(sp.diags_array(np.asarray(G.sum(axis=1)).ravel() + 1.0) - G)
+    with pytest.raises(FactorTooLargeError, match="GiB"):
+        analyze(A, ordering="amd", max_factor_bytes=256 << 20)
+
+
+def test_reader_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(MatrixReadError, match="no such file"):
+        mio.read_matrix(tmp_path / "missing.mtx")
+    bad = tmp_path / "bad.tri"
+    bad.write_text("3 3 2 -1\n1 1 2.0\n")
+    with pytest.raises(MatrixReadError, match="promises 2 entries, found 1"):
+        mio.read_matrix(bad)
+    graph = tmp_path / "g.graph"
+    graph.write_text("3 2\n2\n1 3\n")
+    with pytest.raises(MatrixReadError, match="3 adjacency lines"):
+        mio.read_matrix(graph)
+
+
+def test_readers_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    graph = tmp_path / "path.graph"
+    graph.write_text("3 2\n2\n1 3\n2\n")
+    A = mio.read_matrix(graph).toarray()
+    np.testing.assert_array_equal(A, [[2, -1, 0], [-1, 3, -1], [0, -1, 2]])
+    tri = tmp_path / "m.tri"
+    tri.write_text("% comment\n2 2 3 -1\n1 1 4.0\n2 1 1.0\n2 2 3.0\n")
+    np.testing.assert_array_equal(mio.read_matrix(tri).toarray(), [[4, 1], [1, 3]])
+    csparse = tmp_path / "m"
+    csparse.write_text("0 0 4.0\n1 0 1.0\n1 1 3.0\n")
+    np.testing.assert_array_equal(mio.read_matrix(csparse).toarray(), [[4, 1], [1, 3]])
