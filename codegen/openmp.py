@@ -49,7 +49,7 @@ class KernelSignature:
             out.append(f"real *restrict {f.name}_buf" if f.written else f"const real *restrict {f.name}")
         out += [f"double {p}_arg" for p in self.params]
         out += [f"long P{d}" for d in range(self.ndim)]
-        return out + ["long T", "int nthreads"]
+        return out + ["long t0", "long T", "int nthreads"]
 
 
 @dataclass
@@ -105,7 +105,7 @@ class _Hooks:
         for f in self.ir.written_fields:
             for dt in sorted(_levels_used(self.ir, f.name), reverse=True):
                 const = "" if dt == 1 else "const "
-                slot = f"(({iterator} + {dt + f.slots}) % {f.slots})"
+                slot = f"((t0 + {iterator} + {dt + f.slots}) % {f.slots})"
                 lines.append(f"{const}real *restrict {level_name(f.name, dt)} = {f.name}_buf + {slot} * V;")
         return lines
 
@@ -176,7 +176,7 @@ class OpenMPTarget:
         call_args = [f"buffers[{k}]" for k in range(len(stencil.fields))]
         call_args += [f"params[{k}]" for k in range(len(stencil.params))]
         call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
-        call_args += ["steps", "nthreads"]
+        call_args += ["0", "steps", "nthreads"]
         values = dict(
             version=msc.__version__,
             name=stencil.name,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,7 @@ class CompiledKernel:
             [ctypes.c_void_p] * nfields
             + [ctypes.c_double] * len(self.ir.params)
             + [ctypes.c_long] * self.ir.ndim
-            + [ctypes.c_long, ctypes.c_int]
+            + [ctypes.c_long, ctypes.c_long, ctypes.c_int]
         )
         self._fn.restype = ctypes.c_int
 
@@ -71,12 +70,9 @@ class CompiledKernel:
         call_args += [args.scalars[p] for p in self.ir.params]
         call_args += list(extents)
         start = time.perf_counter()
-        self._fn(*call_args, steps, nthreads)
+        self._fn(*call_args, 0, steps, nthreads)
         seconds = time.perf_counter() - start
         interior = int(np.prod([n - 2 * r for n, r in zip(extents, self.ir.radius)]))
         self.last_run = RunStats(seconds, steps, interior * len(self.ir.statements))
         return unpack(self.ir, buffers, steps)
 
-
-def default_threads() -> int:
-    return int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
