@@ -19,14 +19,14 @@ def c_literal(value: float, dtype: str) -> str:
     return f"{text}f" if dtype == "float32" else text
 
 
-def c_expr(e: ir.Expr, dtype: str, access: Callable[[ir.FieldRead], str]) -> str:
-    """C source for `e`; `access` prints a field read."""
+def c_expr(e: ir.Expr, dtype: str, access: Callable[[ir.FieldRead], str], param: Callable[[str], str]) -> str:
+    """C source for `e`; `access` prints a field read, `param` names a scalar parameter."""
 
     def go(n: ir.Expr) -> str:
         if isinstance(n, ir.Const):
             return c_literal(n.value, dtype)
         if isinstance(n, ir.ParamRef):
-            return n.name
+            return param(n.name)
         if isinstance(n, ir.FieldRead):
             return access(n)
         if isinstance(n, ir.Neg):

@@ -13,10 +13,7 @@ from dataclasses import dataclass
 
 from pathlib import Path
 
-import islpy as isl
-
 import msc
-from msc.errors import ScheduleError
 from msc.runtime.build import atomic_write_text
 from msc.runtime.kernel import CompiledKernel
 from msc.codegen.cexpr import c_expr
@@ -24,15 +21,26 @@ from msc.codegen.isl_ast import C_HELPERS, AstPrinter
 from msc.codegen.templates_env import render
 from msc import ir
 from msc.poly import PolyIR, PolyStatement
+from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
 
 C_TYPES = {"float64": "double", "float32": "float"}
+
+
+# User names are prefixed in C (f_ fields, p_ parameters) so that no name can
+# clash with a C keyword, a loop iterator (c0, c1, ...) or the kernel's own names.
+def field_name(name: str) -> str:
+    return f"f_{name}"
+
+
+def param_name(name: str) -> str:
+    return f"p_{name}"
 
 
 def level_name(name: str, dt: int) -> str:
     """C name of the pointer to level t+dt of field `name`."""
     if dt == 0:
-        return f"{name}_t0"
-    return f"{name}_t{'p' if dt > 0 else 'm'}{abs(dt)}"
+        return f"f_{name}_t0"
+    return f"f_{name}_t{'p' if dt > 0 else 'm'}{abs(dt)}"
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,9 @@ class KernelSignature:
     def c_parameters(self, ctype: str) -> list[str]:
         out = []
         for f in self.fields:
-            out.append(f"real *restrict {f.name}_buf" if f.written else f"const real *restrict {f.name}")
-        out += [f"double {p}_arg" for p in self.params]
+            c = field_name(f.name)
+            out.append(f"real *restrict {c}_buf" if f.written else f"const real *restrict {c}")
+        out += [f"double {param_name(p)}_arg" for p in self.params]
         out += [f"long P{d}" for d in range(self.ndim)]
         return out + ["long t0", "long T", "int nthreads"]
 
@@ -57,8 +66,7 @@ class _Hooks:
     """Fills in statement bodies and loop decorations for the AST printer."""
 
     poly: PolyIR
-    parallel: set[int]
-    time_dim: int = 0
+    schedule: LoweredSchedule
 
     @property
     def ir(self) -> ir.StencilIR:
@@ -78,10 +86,10 @@ class _Hooks:
         coords = args[1:]
 
         def access(a: ir.FieldRead) -> str:
-            ptr = a.name if a.dt is None else level_name(a.name, a.dt)
+            ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
             return f"{ptr}[{self._index(coords, a.offsets)}]"
 
-        rhs = c_expr(st.stmt.expr, self.ir.dtype, access)
+        rhs = c_expr(st.stmt.expr, self.ir.dtype, access, param_name)
         lhs = f"{level_name(st.target, 1)}[{self._index(coords, (0,) * self.ir.ndim)}]"
         return [f"{lhs} = {rhs};"]
 
@@ -91,22 +99,26 @@ class _Hooks:
         return f"msc_wrap({level_name(st.target, 1)}, {', '.join(n)}, {', '.join(r)});"
 
     def before_loop(self, dim: int, enclosing: list[int]) -> list[str]:
-        """Work-share the outermost parallel loop of each nest (time loops run on every thread)."""
-        if dim == self.time_dim or dim not in self.parallel:
-            return []
-        if any(e in self.parallel for e in enclosing if e != self.time_dim):
-            return []
-        return ["#pragma omp for schedule(static)"]
+        """The schedule's pragmas: work-sharing, SIMD, unrolling (loops outside
+        the work-shared one run on every thread)."""
+        sched = self.schedule
+        lines = [f"#pragma GCC unroll {sched.unroll[dim]}"] if dim in sched.unroll else []
+        if dim == sched.omp_for_dim:
+            simd = " simd" if dim == sched.simd_dim else ""
+            return lines + [f"#pragma omp for{simd} schedule(static)"]
+        if dim == sched.simd_dim:
+            return lines + ["#pragma omp simd"]
+        return lines
 
     def loop_prologue(self, dim: int, iterator: str) -> list[str]:
-        if dim != self.time_dim:
+        if dim != self.schedule.time_dim:
             return []
         lines = []
         for f in self.ir.written_fields:
             for dt in sorted(_levels_used(self.ir, f.name), reverse=True):
                 const = "" if dt == 1 else "const "
                 slot = f"((t0 + {iterator} + {dt + f.slots}) % {f.slots})"
-                lines.append(f"{const}real *restrict {level_name(f.name, dt)} = {f.name}_buf + {slot} * V;")
+                lines.append(f"{const}real *restrict {level_name(f.name, dt)} = {field_name(f.name)}_buf + {slot} * V;")
         return lines
 
 
@@ -121,15 +133,13 @@ def signature(stencil: ir.StencilIR) -> KernelSignature:
     return KernelSignature(stencil.fields, stencil.params, stencil.ndim)
 
 
-def generate(poly: PolyIR, schedule: isl.UnionMap | None = None, schedule_text: str = "default") -> str:
+def generate(poly: PolyIR, schedule: LoweredSchedule) -> str:
     """The complete C source of the kernel for `poly` under `schedule`."""
     stencil = poly.ir
-    sched = poly.default_schedule if schedule is None else schedule
-    hooks = _Hooks(poly, poly.parallel_dims(sched))
-    body = AstPrinter(hooks).print(poly.ast(sched))
+    body = AstPrinter(_Hooks(poly, schedule)).print(poly.ast(schedule.map))
     ctype = C_TYPES[stencil.dtype]
     volume = " * ".join(f"P{d}" for d in range(stencil.ndim))
-    preamble = [f"const real {p} = (real){p}_arg;" for p in stencil.params]
+    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
     preamble.append(f"const long V = {volume};")
     preamble.append("(void)V;")
     return render(
@@ -140,20 +150,13 @@ def generate(poly: PolyIR, schedule: isl.UnionMap | None = None, schedule_text: 
         boundary=stencil.boundary,
         dtype=stencil.dtype,
         ctype=ctype,
-        schedule=schedule_text,
+        schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
+        work_shared=schedule.omp_for_dim is not None,
         int_helpers=C_HELPERS,
         periodic=stencil.boundary == "periodic",
         parameters=signature(stencil).c_parameters(ctype),
         preamble=preamble,
         body=body,
-    )
-
-
-def _schedule_map(poly: PolyIR, schedule: object) -> tuple[isl.UnionMap | None, str]:
-    if schedule is None or schedule == "default":
-        return None, "default (time, statement, space in order)"
-    raise ScheduleError(
-        f"schedule {schedule!r} is not supported by this version; use schedule=None (the default)"
     )
 
 
@@ -163,11 +166,12 @@ class OpenMPTarget:
     name = "openmp"
 
     def source(self, poly: PolyIR, schedule: object = None) -> str:
-        sched, text = _schedule_map(poly, schedule)
-        return generate(poly, sched, text)
+        return generate(poly, lower(as_schedule(schedule), poly))
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel:
-        return CompiledKernel.build(poly.ir, self.source(poly, schedule), self.name, threads)
+        sched = as_schedule(schedule)
+        threads = threads or (sched.threads if sched else None)
+        return CompiledKernel.build(poly.ir, self.source(poly, sched), self.name, threads)
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""

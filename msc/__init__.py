@@ -19,10 +19,11 @@ from msc.errors import (
     TargetError,
 )
 from msc.frontend.symbols import abs, cos, exp, log, maximum, minimum, sin, sqrt, t, where, x, y, z
+from msc.schedule import Schedule
 from msc.stencil import Stencil, stencil
 
 __all__ = [
     "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
-    "TargetError", "Stencil", "stencil", "t", "x", "y", "z",
+    "TargetError", "Schedule", "Stencil", "stencil", "t", "x", "y", "z",
     "sqrt", "exp", "log", "sin", "cos", "abs", "minimum", "maximum", "where", "__version__",
 ]

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import msc
-from msc.errors import MscError, StencilArgumentError
+from msc.errors import MscError, StencilArgumentError, StencilDefinitionError
 from msc.stencil import Stencil
 
 
@@ -138,7 +138,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
     st = load_source(a.source)
     shape = _shape(a.shape)
     rng = np.random.default_rng(0)
-    inputs: dict[str, Any] = {f.name: rng.random(shape).astype(a.dtype) for f in st.ir.fields}
+    dtype = a.dtype or st.ir.dtype
+    inputs: dict[str, Any] = {f.name: rng.random(shape).astype(dtype) for f in st.ir.fields}
     params = _pairs(a.param, "--param")
     for p in st.ir.params:
         inputs[p] = float(params.get(p, 0.1))
@@ -151,7 +152,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
             best = kernel.last_run
     assert best is not None
     report = {
-        "stencil": st.name, "target": a.target, "shape": list(shape), "steps": a.steps, "dtype": a.dtype,
+        "stencil": st.name, "target": a.target, "shape": list(shape), "steps": a.steps, "dtype": dtype,
         "ms_per_step": best.seconds / a.steps * 1e3, "gstencils_per_s": best.gstencils_per_second,
     }
     print(f"{st.name} {'x'.join(map(str, shape))} {a.target}: {report['ms_per_step']:.3f} ms/step, "
@@ -177,14 +178,16 @@ def parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("source", help="path/file.py:function or path/file.msc")
         sp.add_argument("--target", default="openmp")
-        sp.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+        sp.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                        help="default: the stencil's own (float64 unless it declares float32)")
         sp.add_argument("--threads", type=int, default=None)
         sp.add_argument("--param", action="append", metavar="NAME=VALUE")
 
     e = sub.add_parser("emit", help="write standalone sources with a Makefile")
     e.add_argument("source", help="path/file.py:function or path/file.msc")
     e.add_argument("--target", default="openmp")
-    e.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    e.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                        help="default: the stencil's own (float64 unless it declares float32)")
     e.add_argument("-o", "--output", required=True, help="directory to write")
     e.set_defaults(func=cmd_emit)
 
@@ -214,8 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         kind = "error" if isinstance(e, MscError) else type(e).__name__
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(f"msc: {kind}: {first}", file=sys.stderr)
+        lines = str(e).splitlines() or [""]
+        # a definition error in a .msc file carries its source line and a caret
+        shown = lines if isinstance(e, StencilDefinitionError) else lines[:1]
+        print(f"msc: {kind}: " + "\n".join(shown), file=sys.stderr)
         return 1
 
 

@@ -37,24 +37,25 @@ class Stencil:
             ".compile(target=...).run(...) or .emit(target, directory)"
         )
 
-    def typed(self, dtype: str = "float64") -> ir.StencilIR:
-        return self.ir.with_dtype(dtype)
+    def typed(self, dtype: str | None = None) -> ir.StencilIR:
+        """The IR in `dtype` (None: the stencil's own, float64 unless declared)."""
+        return self.ir if dtype is None else self.ir.with_dtype(dtype)
 
-    def poly(self, dtype: str = "float64") -> PolyIR:
+    def poly(self, dtype: str | None = None) -> PolyIR:
         return _poly(self.typed(dtype))
 
-    def reference(self, steps: int, dtype: str = "float64", **inputs: Any) -> dict[str, np.ndarray]:
+    def reference(self, steps: int, dtype: str | None = None, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the numpy reference interpreter (the ground truth)."""
         return run_reference(self.typed(dtype), steps, inputs)
 
-    def compile(self, target: str = "openmp", dtype: str = "float64", threads: int | None = None,
+    def compile(self, target: str = "openmp", dtype: str | None = None, threads: int | None = None,
                 schedule: Any = None) -> Any:
         """JIT-build the stencil for `target`; returns a kernel with `.run(steps=..., **inputs)`."""
         from msc.codegen import get_target
 
         return get_target(target).compile(self.poly(dtype), threads=threads, schedule=schedule)
 
-    def emit(self, target: str, directory: str | Path, dtype: str = "float64", schedule: Any = None) -> Path:
+    def emit(self, target: str, directory: str | Path, dtype: str | None = None, schedule: Any = None) -> Path:
         """Write a standalone source tree (kernel, driver, Makefile) into `directory`."""
         from msc.codegen import get_target
 

@@ -131,3 +131,15 @@ def test_python_loops_unroll():
     u0 = np.random.default_rng(9).random(20)
     want = sum(c[k + 2] * u0[2 + k : 18 + k] for k in range(-2, 3))
     np.testing.assert_allclose(smooth.reference(steps=1, u=u0)["u"][2:-2], want, rtol=1e-15)
+
+
+def test_user_names_never_clash_with_generated_c():
+    """Fields and parameters named like C keywords or the kernel's own variables."""
+
+    def body(c2, T, V, double):
+        c2[t + 1, x, y] = c2[t, x, y] + V * (c2[t, x + 1, y] - c2[t, x - 1, y]) * T[x, y] + double
+
+    st = msc.stencil(body)
+    rng = np.random.default_rng(10)
+    args = dict(c2=rng.random((9, 9)), T=rng.random((9, 9)), V=0.3, double=0.01)
+    np.testing.assert_allclose(st.compile().run(steps=3, **args)["c2"], st.reference(steps=3, **args)["c2"], rtol=1e-13)

@@ -189,6 +189,9 @@ class _Builder:
 
     def lookup(self, token: Token) -> _Decl:
         decl = self.decls.get(token.value)
+        if token in INDEX_SYMBOLS or token in CONSTANTS:
+            what = "an index symbol" if token in INDEX_SYMBOLS else "a constant"
+            raise self.error(token, f"'{token}' is {what}, not a field or parameter")
         if decl is None:
             dims = ", ".join(ir.DIM_NAMES[: self.first_field.ndim if self.first_field else 1])
             raise self.error(
@@ -232,8 +235,8 @@ class _Builder:
     def index(self, name: Token, decl: _Decl, items: list[Tree]) -> tuple[int | None, tuple[int, ...]]:
         """Split `u[t+1, x-1, y]` into (dt, offsets); check the form against the declaration."""
         spatial = [(item, self.index_item(item)) for item in items]
+        key = ", ".join(_show_index(*value) for _, value in spatial)
         dt = spatial.pop(0)[1][1] if spatial[0][1][0] == "t" else None
-        key = ", ".join(_show_index(*v) for _, v in ([] if dt is None else [(None, ("t", dt))]) + spatial)
         if len(spatial) > len(ir.DIM_NAMES) or not spatial:
             raise self.error(name, f"{name}[{key}]: a field needs 1 to 3 spatial indices (x, y, z)")
         for pos, (item, (sym, _)) in enumerate(spatial):

@@ -4,9 +4,10 @@ loading a file into a Stencil."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from pathlib import Path
 
-from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput
 
 from msc import ir
 from msc.errors import MscError
@@ -53,13 +54,15 @@ def _syntax_error(source: SourceText, e: UnexpectedInput) -> MscError:
         line, column = e.line, e.column
         found = f"character {source.text[e.pos_in_stream]!r}"
         expected = e.allowed
-    elif isinstance(e, UnexpectedToken) and e.token.type != "$END":
-        line, column = e.token.line or 0, e.token.column or 0
-        found = _describe(e.token)
-        expected = e.expected
-    else:
-        (line, column), found = source.end(), "end of the file"
-        expected = getattr(e, "expected", None)
+    else:  # an unexpected token, or the end of the file
+        token: Token | None = getattr(e, "token", None)
+        if token is None or token.type == "$END":
+            (line, column), found = source.end(), "end of the file"
+        else:
+            line, column, found = token.line or 0, token.column or 0, _describe(token)
+        # What the parser accepts here exactly (`expected` merges LALR lookaheads).
+        parser = getattr(e, "interactive_parser", None)
+        expected = parser.accepts() if parser is not None else getattr(e, "expected", None)
     return source.error(line, column, f"syntax error: unexpected {found}{_expected(expected)}")
 
 
@@ -68,7 +71,7 @@ def _describe(token: Token) -> str:
     return f"{_DESCRIBED[token.type].split()[-1]} '{text}'" if token.type in _DESCRIBED else f"'{text}'"
 
 
-def _expected(names: set[str] | list[str] | None) -> str:
+def _expected(names: Collection[str] | None) -> str:
     """'; expected one of ...' in words, keywords left out where any name would do."""
     if not names:
         return ""

@@ -1,0 +1,292 @@
+"""Schedules: the user's chain of primitives, and its lowering to an isl map.
+
+    s = msc.Schedule().tile(x=32, y=256).parallel("x_tile").vectorize("y")
+    s = msc.Schedule().time_tile(8, x=32).parallel("x_tile")
+
+Loops are named after what they iterate: "t", "x", "y", "z" (points),
+"x_tile" ... (spatial tiles), and under time tiling "wave" (the wavefront of
+tiles), "t_tile". Lowering builds one isl schedule map for all statements;
+every lowered schedule is checked against the PolyIR's dependences, and a
+loop asked to run in parallel must carry none. Violations raise a
+ScheduleError that names a violated dependence and the statements involved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import islpy as isl
+
+from msc import ir
+from msc.errors import ScheduleError
+from msc.poly import PolyIR, PolyStatement
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An immutable chain of schedule primitives (each call returns a new Schedule)."""
+
+    tiles: tuple[tuple[str, int], ...] = ()
+    time_depth: int = 0
+    order: tuple[str, ...] = ()
+    parallel_loop: str | None = None
+    vector_loop: str | None = None
+    unrolls: tuple[tuple[str, int], ...] = ()
+    threads: int | None = None
+
+    def tile(self, **sizes: int) -> Schedule:
+        """Split the named space dimensions into tiles: tile(x=32, y=256)."""
+        _check_sizes("tile", sizes)
+        if self.time_depth:
+            raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
+        return replace(self, tiles=tuple(sizes.items()))
+
+    def time_tile(self, depth: int, **sizes: int) -> Schedule:
+        """Tile time by `depth` steps and the named space dimensions, with skewed
+        (parallelogram) tiles executed in wavefronts: time_tile(8, x=32)."""
+        if not isinstance(depth, int) or depth < 1:
+            raise ScheduleError(f"time_tile depth must be a positive integer, got {depth!r}")
+        _check_sizes("time_tile", sizes)
+        if not sizes:
+            raise ScheduleError("time_tile needs at least one space dimension to tile, e.g. time_tile(8, x=32)")
+        if self.tiles and not self.time_depth:
+            raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
+        return replace(self, tiles=tuple(sizes.items()), time_depth=depth)
+
+    def reorder(self, *loops: str) -> Schedule:
+        """Put the named space loops in this order, outermost first (others keep their place)."""
+        if len(set(loops)) != len(loops):
+            raise ScheduleError(f"reorder names a loop twice: {loops}")
+        return replace(self, order=loops)
+
+    def parallel(self, loop: str) -> Schedule:
+        """Run `loop` across threads (checked: it must carry no dependence)."""
+        return replace(self, parallel_loop=loop)
+
+    def vectorize(self, loop: str) -> Schedule:
+        """Ask for SIMD on `loop` (the innermost loop; checked like parallel)."""
+        return replace(self, vector_loop=loop)
+
+    def unroll(self, loop: str, factor: int) -> Schedule:
+        if not isinstance(factor, int) or factor < 1:
+            raise ScheduleError(f"unroll factor must be a positive integer, got {factor!r}")
+        return replace(self, unrolls=self.unrolls + ((loop, factor),))
+
+    def with_threads(self, threads: int) -> Schedule:
+        return replace(self, threads=threads)
+
+    def describe(self) -> str:
+        parts = []
+        if self.time_depth:
+            parts.append(f"time_tile({self.time_depth}, {_kw(self.tiles)})")
+        elif self.tiles:
+            parts.append(f"tile({_kw(self.tiles)})")
+        if self.order:
+            parts.append(f"reorder({', '.join(map(repr, self.order))})")
+        if self.parallel_loop:
+            parts.append(f"parallel({self.parallel_loop!r})")
+        if self.vector_loop:
+            parts.append(f"vectorize({self.vector_loop!r})")
+        parts += [f"unroll({name!r}, {f})" for name, f in self.unrolls]
+        if self.threads:
+            parts.append(f"with_threads({self.threads})")
+        return "Schedule()" + "".join("." + p for p in parts)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _kw(pairs: tuple[tuple[str, int], ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in pairs)
+
+
+def _check_sizes(what: str, sizes: dict[str, int]) -> None:
+    for name, size in sizes.items():
+        if name not in ir.DIM_NAMES:
+            raise ScheduleError(f"{what}: unknown dimension {name!r}; space dimensions are x, y, z")
+        if not isinstance(size, int) or size < 1:
+            raise ScheduleError(f"{what}: size of {name} must be a positive integer, got {size!r}")
+
+
+@dataclass
+class LoweredSchedule:
+    """An isl schedule map plus what codegen needs to decorate its loops."""
+
+    schedule: Schedule
+    map: isl.UnionMap
+    names: list[str]  # loop name of each schedule dimension ("" for constant ones)
+    time_dim: int
+    parallel_dims: set[int] = field(default_factory=set)  # legal ones, from the dependences
+    omp_for_dim: int | None = None
+    simd_dim: int | None = None
+    unroll: dict[int, int] = field(default_factory=dict)
+
+    def dim(self, loop: str) -> int:
+        if loop not in self.names:
+            loops = ", ".join(repr(n) for n in self.names if n)
+            raise ScheduleError(f"no loop named {loop!r} in this schedule; its loops are {loops}")
+        return self.names.index(loop)
+
+
+def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
+    """Build, check and decorate the isl schedule for `poly`."""
+    schedule = schedule or Schedule()
+    stencil = poly.ir
+    tiles = dict(schedule.tiles)
+    for name in tiles:
+        if name not in stencil.dims:
+            raise ScheduleError(f"stencil '{stencil.name}' is {stencil.ndim}D: it has no dimension {name!r}")
+    if schedule.time_depth and stencil.boundary == "periodic":
+        raise ScheduleError(
+            f"stencil '{stencil.name}': time_tile needs a dirichlet boundary (a periodic level is "
+            "wrapped as a whole after each step, which no time tile can contain)"
+        )
+    build = _time_tiled if schedule.time_depth else _space_tiled
+    names, rows = build(schedule, poly, tiles)
+    text = "; ".join(f"{poly.instance(st)} -> [{', '.join(r)}]" for st, r in zip(poly.statements, rows))
+    umap = isl.UnionMap(f"[{', '.join(poly.params)}] -> {{ {text} }}").intersect_domain(poly.domain)
+    lowered = LoweredSchedule(schedule, umap, names, names.index("t"))
+    _check_legal(poly, lowered)
+    lowered.parallel_dims = poly.parallel_dims(umap)
+    _decorate(poly, lowered)
+    return lowered
+
+
+def _space_order(schedule: Schedule, band: list[str]) -> list[str]:
+    """Apply reorder(): the named loops take the named order in their own slots."""
+    for name in schedule.order:
+        if name not in band:
+            raise ScheduleError(f"reorder: no loop named {name!r}; the space loops are {', '.join(band)}")
+    slots = [k for k, n in enumerate(band) if n in schedule.order]
+    out = list(band)
+    for slot, name in zip(slots, schedule.order):
+        out[slot] = name
+    return out
+
+
+def _space_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tuple[list[str], list[list[str]]]:
+    dims = poly.ir.dims
+    band = [f"{d}_tile" for d in dims if d in tiles] + list(dims)
+    band = _space_order(schedule, band)
+    rows = []
+    for pos, st in enumerate(poly.statements):
+        expr = {}
+        for d, i in zip(dims, poly.dims):
+            expr[d] = i if st.stmt else "0"
+            if d in tiles:
+                expr[f"{d}_tile"] = f"floor({i}/{tiles[d]})" if st.stmt else "0"
+        rows.append(["t", str(pos)] + [expr[n] for n in band])
+    return ["t", ""] + band, rows
+
+
+def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tuple[list[str], list[list[str]]]:
+    """Skewed tiles: space coordinate d becomes i_d + s_d*t + k*r_d for the k-th
+    statement, with s_d = statements * r_d, so that every dependence has a
+    non-negative distance in every tiled coordinate; tiles then run in
+    wavefronts (t_tile + sum of space tiles), the tiles of one wavefront in parallel."""
+    stencil = poly.ir
+    nst = len(stencil.statements)
+    depth = schedule.time_depth
+    tiled = [d for d in stencil.dims if d in tiles]
+    points = _space_order(schedule, list(stencil.dims))
+    rows = []
+    for pos, st in enumerate(poly.statements):
+        assert st.stmt is not None  # periodic (ghost refresh) stencils are rejected before
+        k = st.index
+        tile_expr = {}
+        for d, i, r in zip(stencil.dims, poly.dims, stencil.radius):
+            if d in tiles:
+                tile_expr[d] = f"floor(({i} + {nst * r}*t + {k * r})/{tiles[d]})"
+        t_tile = f"floor(t/{depth})"
+        wave = " + ".join([t_tile] + [tile_expr[d] for d in tiled])
+        point = dict(zip(stencil.dims, poly.dims))
+        rows.append([wave] + [tile_expr[d] for d in tiled] + [t_tile, "t", str(pos)] + [point[d] for d in points])
+    names = ["wave"] + [f"{d}_tile" for d in tiled] + ["t_tile", "t", ""] + points
+    return names, rows
+
+
+def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:
+    violated = poly.violated(lowered.map)
+    if not violated.is_empty():
+        raise ScheduleError(
+            f"schedule {lowered.schedule} is illegal for stencil '{poly.ir.name}': it reverses the "
+            f"dependence {_example(poly, violated)}"
+        )
+
+
+def _example(poly: PolyIR, deps: isl.UnionMap) -> str:
+    """One concrete dependence, with the statements' source lines."""
+    sample = deps.sample()
+    text = str(sample).split("{", 1)[-1].rsplit("}", 1)[0].strip()
+    names = [st for st in poly.statements if f"{st.name}[" in text]
+    where = "; ".join(_describe(st) for st in names)
+    return f"{text} ({where})" if where else text
+
+
+def _describe(st: PolyStatement) -> str:
+    if st.stmt is None:
+        return f"{st.name} = periodic wrap of {st.target}[t+1]"
+    return f"{st.name} = {st.target}[t+1] at {st.stmt.loc}"
+
+
+def _carried_example(poly: PolyIR, lowered: LoweredSchedule, dim: int) -> str:
+    sched = lowered.map
+    deps = poly.dependences
+    in_sched = deps.apply_domain(sched).apply_range(sched)
+    carried = isl.UnionMap("{ }")
+    maps: list[isl.Map] = []
+    in_sched.foreach_map(maps.append)
+    for m in maps:
+        eq = m
+        for e in range(dim):
+            eq = eq.equate(isl.dim_type.in_, e, isl.dim_type.out, e)
+        lt = eq.order_lt(isl.dim_type.in_, dim, isl.dim_type.out, dim)
+        if not lt.is_empty():
+            carried = carried.union(isl.UnionMap.from_map(lt))
+            break
+    if carried.is_empty():
+        return "a dependence"
+    back = carried.apply_domain(sched.reverse()).apply_range(sched.reverse())
+    return _example(poly, back)
+
+
+def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
+    s = lowered.schedule
+    loops = [k for k, n in enumerate(lowered.names) if n]
+    if s.parallel_loop is not None:
+        d = lowered.dim(s.parallel_loop)
+        if d not in lowered.parallel_dims:
+            raise ScheduleError(
+                f"loop {s.parallel_loop!r} of stencil '{poly.ir.name}' cannot run in parallel: it carries "
+                f"the dependence {_carried_example(poly, lowered, d)}"
+            )
+        lowered.omp_for_dim = d
+    else:  # the outermost parallel loop below time (for time tiles: below the wavefront)
+        start = 0 if lowered.schedule.time_depth else lowered.time_dim + 1
+        lowered.omp_for_dim = next((k for k in loops if k >= start and k in lowered.parallel_dims
+                                    and lowered.names[k] not in ("t", "wave", "t_tile")), None)
+    if s.vector_loop is not None:
+        d = lowered.dim(s.vector_loop)
+        if d != loops[-1]:
+            raise ScheduleError(f"vectorize: {s.vector_loop!r} is not the innermost loop ({lowered.names[loops[-1]]!r} is)")
+        if d not in lowered.parallel_dims:
+            raise ScheduleError(
+                f"vectorize: loop {s.vector_loop!r} carries the dependence {_carried_example(poly, lowered, d)}"
+            )
+        lowered.simd_dim = d
+    for name, factor in s.unrolls:
+        lowered.unroll[lowered.dim(name)] = factor
+
+
+def describe_loops(lowered: LoweredSchedule) -> str:
+    return ", ".join(n for n in lowered.names if n)
+
+
+def as_schedule(value: Any) -> Schedule | None:
+    """Accept None / "default" / a Schedule; anything else is an error."""
+    if value is None or value == "default":
+        return None
+    if isinstance(value, Schedule):
+        return value
+    raise ScheduleError(f"schedule must be a msc.Schedule, 'default' or 'auto', got {value!r}")

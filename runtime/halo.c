@@ -1,0 +1,257 @@
+/* msc halo-exchange library: see halo.h for the contract.
+ * Exchange = pack each boundary slab into its own buffer, start persistent
+ * sends and receives (msc_halo_start), wait and unpack (msc_halo_finish). */
+#include "halo.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct msc_grid {
+    MPI_Comm cart;
+    int ndim;
+    int dims[3], periods[3], coords[3];
+    long interior[3];        /* global interior points per dimension */
+    long start[3], count[3]; /* this rank's block of the interior */
+};
+
+typedef struct {
+    long lo[3], hi[3]; /* half-open box in padded local coordinates (3D view) */
+} box;
+
+struct msc_halo {
+    long shape[3]; /* padded local shape, leading unused dimensions are 1 */
+    size_t elem;
+    int n;         /* directions that have a neighbour */
+    box send_box[MSC_HALO_MAX_DIRS], recv_box[MSC_HALO_MAX_DIRS];
+    char *send_buf[MSC_HALO_MAX_DIRS], *recv_buf[MSC_HALO_MAX_DIRS];
+    long send_bytes[MSC_HALO_MAX_DIRS]; /* 0 towards a physical boundary */
+    int receives[MSC_HALO_MAX_DIRS];    /* 0 from a physical boundary */
+    MPI_Request requests[2 * MSC_HALO_MAX_DIRS]; /* receives first, then sends */
+    void *array;   /* the array between start and finish */
+    long long bytes_sent;
+};
+
+static const char *DIM_NAMES[3] = {"x", "y", "z"};
+
+static int fail(char *err, int errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, (size_t)errlen, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+void msc_block(long n, int parts, int index, long *start, long *count)
+{
+    long base = n / parts, extra = n % parts;
+    *count = base + (index < extra ? 1 : 0);
+    *start = index * base + (index < extra ? index : extra);
+}
+
+int msc_grid_create(MPI_Fint comm_f, int ndim, const int *dims, const int *periodic,
+                    const long *interior, msc_grid **out, char *err, int errlen)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_f);
+    int size;
+    MPI_Comm_size(comm, &size);
+    *out = NULL;
+    if (ndim < 1 || ndim > 3) return fail(err, errlen, "a process grid has 1 to 3 dimensions, got %d", ndim);
+    int fixed = 1, free_dims = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] < 0) return fail(err, errlen, "dims must be positive (or 0 to choose), got %d", dims[d]);
+        if (dims[d] == 0) free_dims++;
+        else fixed *= dims[d];
+    }
+    if (free_dims == 0 ? fixed != size : size % fixed != 0)
+        return fail(err, errlen, "dims with a product of %d do not fit %d MPI ranks", fixed, size);
+
+    msc_grid *g = calloc(1, sizeof *g);
+    if (!g) return fail(err, errlen, "out of memory");
+    g->ndim = ndim;
+    for (int d = 0; d < 3; d++) g->dims[d] = 1;
+    for (int d = 0; d < ndim; d++) {
+        g->dims[d] = dims[d];
+        g->periods[d] = periodic[d] != 0;
+        g->interior[d] = interior[d];
+    }
+    MPI_Dims_create(size, ndim, g->dims);
+    for (int d = 0; d < ndim; d++)
+        if (interior[d] < g->dims[d]) {
+            int parts = g->dims[d];
+            free(g);
+            return fail(err, errlen, "dimension %s has %ld interior points for %d ranks: a rank would get none",
+                        DIM_NAMES[d], interior[d], parts);
+        }
+    MPI_Cart_create(comm, ndim, g->dims, g->periods, 0, &g->cart);
+    int rank;
+    MPI_Comm_rank(g->cart, &rank);
+    MPI_Cart_coords(g->cart, rank, ndim, g->coords);
+    for (int d = 0; d < ndim; d++) msc_block(interior[d], g->dims[d], g->coords[d], &g->start[d], &g->count[d]);
+    *out = g;
+    return 0;
+}
+
+void msc_grid_layout(const msc_grid *g, int *dims, int *coords, long *start, long *count)
+{
+    for (int d = 0; d < g->ndim; d++) {
+        dims[d] = g->dims[d];
+        coords[d] = g->coords[d];
+        start[d] = g->start[d];
+        count[d] = g->count[d];
+    }
+}
+
+void msc_grid_coords_of(const msc_grid *g, int rank, int *coords)
+{
+    MPI_Cart_coords(g->cart, rank, g->ndim, coords);
+}
+
+MPI_Comm msc_grid_comm(const msc_grid *g) { return g->cart; }
+
+void msc_grid_free(msc_grid *g)
+{
+    if (!g) return;
+    MPI_Comm_free(&g->cart);
+    free(g);
+}
+
+/* The rank at coords + v, or MPI_PROC_NULL past a non-periodic edge. */
+static int neighbour(const msc_grid *g, const int *v)
+{
+    int c[3];
+    for (int d = 0; d < g->ndim; d++) {
+        c[d] = g->coords[d] + v[d];
+        if (c[d] < 0 || c[d] >= g->dims[d]) {
+            if (!g->periods[d]) return MPI_PROC_NULL;
+            c[d] = (c[d] + g->dims[d]) % g->dims[d];
+        }
+    }
+    int rank;
+    MPI_Cart_rank(g->cart, c, &rank);
+    return rank;
+}
+
+static long volume(const box *b)
+{
+    return (b->hi[0] - b->lo[0]) * (b->hi[1] - b->lo[1]) * (b->hi[2] - b->lo[2]);
+}
+
+/* Copy a box of the array to a contiguous buffer (to_buffer) or back. */
+static void copy_box(const msc_halo *h, char *array, char *buf, const box *b, int to_buffer)
+{
+    const size_t run = (size_t)(b->hi[2] - b->lo[2]) * h->elem;
+    for (long i0 = b->lo[0]; i0 < b->hi[0]; i0++)
+        for (long i1 = b->lo[1]; i1 < b->hi[1]; i1++) {
+            char *row = array + ((i0 * h->shape[1] + i1) * h->shape[2] + b->lo[2]) * (long)h->elem;
+            if (to_buffer) memcpy(buf, row, run);
+            else memcpy(row, buf, run);
+            buf += run;
+        }
+}
+
+int msc_halo_create(const msc_grid *g, const long *halo, int elem_size, int ndirs,
+                    const int *dirs, msc_halo **out, char *err, int errlen)
+{
+    *out = NULL;
+    if (ndirs < 0 || ndirs > MSC_HALO_MAX_DIRS) return fail(err, errlen, "%d halo directions (at most 26)", ndirs);
+    for (int d = 0; d < g->ndim; d++) {
+        if (halo[d] < 0) return fail(err, errlen, "negative halo width %ld", halo[d]);
+        long thinnest = g->interior[d] / g->dims[d];
+        if (halo[d] > thinnest && (g->dims[d] > 1 || g->periods[d]))
+            return fail(err, errlen,
+                        "dimension %s: the thinnest local block has %ld points, fewer than the halo width %ld "
+                        "it must supply; use fewer ranks along %s or a larger grid",
+                        DIM_NAMES[d], thinnest, halo[d], DIM_NAMES[d]);
+    }
+    msc_halo *h = calloc(1, sizeof *h);
+    if (!h) return fail(err, errlen, "out of memory");
+    for (int i = 0; i < 2 * MSC_HALO_MAX_DIRS; i++) h->requests[i] = MPI_REQUEST_NULL;
+    h->elem = (size_t)elem_size;
+    const int lead = 3 - g->ndim; /* leading unused dimensions of the 3D view */
+    for (int d = 0; d < 3; d++) h->shape[d] = 1;
+    for (int d = 0; d < g->ndim; d++) h->shape[lead + d] = g->count[d] + 2 * halo[d];
+
+    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
+    for (int k = 0; k < ndirs; k++) {
+        const int *v = dirs + k * g->ndim;
+        int from = neighbour(g, v), minus_v[3], to;
+        for (int d = 0; d < g->ndim; d++) minus_v[d] = -v[d];
+        to = neighbour(g, minus_v);
+        if (from == MPI_PROC_NULL && to == MPI_PROC_NULL) continue;
+        box s = {{0, 0, 0}, {1, 1, 1}}, r = s;
+        for (int d = 0; d < g->ndim; d++) {
+            const long w = halo[d], n = g->count[d];
+            const int e = lead + d;
+            /* receive region v; send our slab at side -v, which is region v of the rank at -v */
+            if (v[d] < 0) { r.lo[e] = 0; r.hi[e] = w; s.lo[e] = n; s.hi[e] = n + w; }
+            else if (v[d] > 0) { r.lo[e] = w + n; r.hi[e] = 2 * w + n; s.lo[e] = w; s.hi[e] = 2 * w; }
+            else { r.lo[e] = s.lo[e] = w; r.hi[e] = s.hi[e] = w + n; }
+        }
+        long bytes = volume(&s) * (long)h->elem;
+        if (bytes > INT_MAX) {
+            msc_halo_free(h);
+            return fail(err, errlen, "a halo message of %ld bytes is larger than MPI's int count", bytes);
+        }
+        int tag = 0;
+        for (int d = 0; d < g->ndim; d++) tag = 3 * tag + v[d] + 1;
+        const int i = h->n++;
+        h->send_box[i] = s;
+        h->recv_box[i] = r;
+        h->send_bytes[i] = to == MPI_PROC_NULL ? 0 : bytes;
+        h->receives[i] = from != MPI_PROC_NULL;
+        h->send_buf[i] = malloc((size_t)bytes + 1);
+        h->recv_buf[i] = malloc((size_t)bytes + 1);
+        if (!h->send_buf[i] || !h->recv_buf[i]) {
+            msc_halo_free(h);
+            return fail(err, errlen, "out of memory for halo buffers");
+        }
+        MPI_Recv_init(h->recv_buf[i], (int)bytes, MPI_BYTE, from, tag, g->cart, &recvs[i]);
+        MPI_Send_init(h->send_buf[i], (int)bytes, MPI_BYTE, to, tag, g->cart, &sends[i]);
+    }
+    *out = h;
+    return 0;
+}
+
+void msc_halo_start(msc_halo *h, void *array)
+{
+    h->array = array;
+    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
+    if (h->n == 0) return;
+    MPI_Startall(h->n, recvs);
+    for (int i = 0; i < h->n; i++) {
+        if (h->send_bytes[i]) copy_box(h, array, h->send_buf[i], &h->send_box[i], 1);
+        MPI_Start(&sends[i]);
+        h->bytes_sent += h->send_bytes[i];
+    }
+}
+
+void msc_halo_finish(msc_halo *h)
+{
+    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
+    if (h->n == 0) return;
+    for (int done = 0; done < h->n; done++) {
+        int i;
+        MPI_Waitany(h->n, recvs, &i, MPI_STATUS_IGNORE);
+        if (h->receives[i]) copy_box(h, h->array, h->recv_buf[i], &h->recv_box[i], 0);
+    }
+    MPI_Waitall(h->n, sends, MPI_STATUSES_IGNORE);
+}
+
+long long msc_halo_bytes_sent(const msc_halo *h) { return h->bytes_sent; }
+
+void msc_halo_free(msc_halo *h)
+{
+    if (!h) return;
+    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
+    for (int i = 0; i < h->n; i++) {
+        if (recvs[i] != MPI_REQUEST_NULL) MPI_Request_free(&recvs[i]);
+        if (sends[i] != MPI_REQUEST_NULL) MPI_Request_free(&sends[i]);
+        free(h->send_buf[i]);
+        free(h->recv_buf[i]);
+    }
+    free(h);
+}
