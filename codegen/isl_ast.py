@@ -68,8 +68,9 @@ def c_of(e: isl.AstExpr, top: bool = False) -> str:
 
 
 class AstHooks(Protocol):
-    def statement(self, name: str, args: list[str]) -> list[str]:
-        """C lines for one statement instance, given its instance coordinates."""
+    def statement(self, name: str, args: list[str], enclosing: list[int]) -> list[str]:
+        """C lines for one statement instance, given its instance coordinates
+        and the schedule dimensions of the loops around it."""
 
     def before_loop(self, dim: int, enclosing: list[int]) -> list[str]:
         """Lines (pragmas) before the loop over schedule dimension `dim`,
@@ -107,7 +108,7 @@ class AstPrinter:
             call = node.user_get_expr()
             name = call.op_get_arg(0).id_get_id().get_name()
             args = [c_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
-            return [pad + line for line in self.hooks.statement(name, args)]
+            return [pad + line for line in self.hooks.statement(name, args, list(self._loops))]
         if kind == isl.ast_node_type.mark:
             return self.print(node.mark_get_node(), depth)
         raise NotImplementedError(f"isl AST node {kind} is not supported")

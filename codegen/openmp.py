@@ -22,6 +22,7 @@ from msc.codegen.templates_env import render
 from msc import ir
 from msc.poly import PolyIR, PolyStatement
 from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
+from msc.tuner import AutoKernel
 
 C_TYPES = {"float64": "double", "float32": "float"}
 
@@ -79,11 +80,16 @@ class _Hooks:
             index = f"({index}) * P{d} + {terms[d]}"
         return index
 
-    def statement(self, name: str, args: list[str]) -> list[str]:
+    def statement(self, name: str, args: list[str], enclosing: list[int]) -> list[str]:
         st = next(s for s in self.poly.statements if s.name == name)
-        if st.stmt is None:
-            return [self._wrap_call(st)]
-        coords = args[1:]
+        body = [self._wrap_call(st)] if st.stmt is None else self._assignment(st, args[1:])
+        if self.schedule.time_dim in enclosing:
+            return body
+        # isl fixed the time step without a loop over it: set up the levels here
+        return ["{", *["    " + ln for ln in self._level_pointers(args[0])], *["    " + ln for ln in body], "}"]
+
+    def _assignment(self, st: PolyStatement, coords: list[str]) -> list[str]:
+        assert st.stmt is not None
 
         def access(a: ir.FieldRead) -> str:
             ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
@@ -111,13 +117,15 @@ class _Hooks:
         return lines
 
     def loop_prologue(self, dim: int, iterator: str) -> list[str]:
-        if dim != self.schedule.time_dim:
-            return []
+        return self._level_pointers(iterator) if dim == self.schedule.time_dim else []
+
+    def _level_pointers(self, step: str) -> list[str]:
+        """Restrict pointers to every level used at time step `step`."""
         lines = []
         for f in self.ir.written_fields:
             for dt in sorted(_levels_used(self.ir, f.name), reverse=True):
                 const = "" if dt == 1 else "const "
-                slot = f"((t0 + {iterator} + {dt + f.slots}) % {f.slots})"
+                slot = f"((t0 + {step} + {dt + f.slots}) % {f.slots})"
                 lines.append(f"{const}real *restrict {level_name(f.name, dt)} = {field_name(f.name)}_buf + {slot} * V;")
         return lines
 
@@ -168,7 +176,9 @@ class OpenMPTarget:
     def source(self, poly: PolyIR, schedule: object = None) -> str:
         return generate(poly, lower(as_schedule(schedule), poly))
 
-    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel:
+    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel | AutoKernel:
+        if schedule == "auto":
+            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
         return CompiledKernel.build(poly.ir, self.source(poly, sched), self.name, threads)

@@ -179,7 +179,14 @@ class PolyIR:
         return result
 
     def ast(self, schedule: isl.UnionMap) -> isl.AstNode:
-        build = isl.AstBuild.from_context(self.context)
+        """isl's AST for `schedule`, one loop per schedule dimension ("atomic"):
+        no loop is split into special cases, so every statement sits inside
+        every loop of its nest (work-sharing and per-step set-up rely on it)."""
+        n = _out_dims(schedule)
+        space = ", ".join(f"d{k}" for k in range(n))
+        build = isl.AstBuild.from_context(self.context).set_options(
+            isl.UnionMap(f"[{', '.join(self.params)}] -> {{ [{space}] -> atomic[x] }}")
+        )
         return build.node_from_schedule_map(schedule.intersect_domain(self.domain))
 
 

@@ -276,7 +276,13 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
             )
         lowered.simd_dim = d
     for name, factor in s.unrolls:
-        lowered.unroll[lowered.dim(name)] = factor
+        d = lowered.dim(name)
+        if d in (lowered.omp_for_dim, lowered.simd_dim):
+            raise ScheduleError(
+                f"unroll: loop {name!r} is already {'shared among threads' if d == lowered.omp_for_dim else 'vectorized'}; "
+                "unroll another loop"
+            )
+        lowered.unroll[d] = factor
 
 
 def describe_loops(lowered: LoweredSchedule) -> str:
@@ -289,4 +295,9 @@ def as_schedule(value: Any) -> Schedule | None:
         return None
     if isinstance(value, Schedule):
         return value
+    if value == "auto":
+        raise ScheduleError(
+            "schedule='auto' is tuned for a problem size when a kernel runs: use "
+            "compile(schedule='auto'), run it, then pass its .report.schedule here"
+        )
     raise ScheduleError(f"schedule must be a msc.Schedule, 'default' or 'auto', got {value!r}")

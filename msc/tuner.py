@@ -1,0 +1,233 @@
+"""The schedule auto-tuner behind `compile(schedule="auto")`.
+
+The problem size is known only when the kernel first runs, so tuning happens
+then: candidate schedules (single sweeps, spatial tiles, skewed time tiles of
+several depths and widths, then thread counts) are compiled and timed on
+short runs of the real inputs within a time budget, with progress printed.
+The winner is kept per stencil, dtype, problem size, thread limit and
+machine in a persistent JSON cache, so the next call measures nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+import msc
+from msc.arguments import bind_arguments
+from msc.errors import MscError
+from msc.poly import PolyIR
+from msc.runtime.build import atomic_write_text, cache_dir, host_identity
+from msc.schedule import Schedule
+
+DEFAULT_BUDGET_S = 30.0
+
+
+@dataclass
+class Trial:
+    schedule: str
+    ms_per_step: float
+
+
+@dataclass
+class TuningReport:
+    """What the tuner chose and measured (empty `trials` when it came from the cache)."""
+
+    schedule: Schedule
+    ms_per_step: float
+    default_ms_per_step: float
+    from_cache: bool
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        """Gain of the chosen schedule over the default single sweep."""
+        return self.default_ms_per_step / self.ms_per_step if self.ms_per_step > 0 else 1.0
+
+
+def candidates(poly: PolyIR, shape: tuple[int, ...]) -> list[Schedule]:
+    """Schedules worth timing for this stencil and size, likeliest first."""
+    stencil = poly.ir
+    base = Schedule()
+    out = [base]
+    dims = stencil.dims
+    if stencil.boundary == "dirichlet":
+        widths = [8, 16, 32, 64] if stencil.ndim > 1 else [256, 1024, 4096]
+        depths = [4, 8, 16]
+        for depth in depths:
+            for w in widths:
+                if stencil.ndim == 3:
+                    for w2 in (16, 32, 64):
+                        out.append(base.time_tile(depth, x=w, y=w2))
+                else:
+                    out.append(base.time_tile(depth, **{dims[0]: w}))
+    if stencil.ndim >= 2:
+        for w in (16, 64):
+            out.append(base.tile(**{dims[0]: w}, **{dims[1]: max(shape[1] // 2, 32)}))
+    return _dedupe(out)
+
+
+def _dedupe(items: list[Schedule]) -> list[Schedule]:
+    seen, out = set(), []
+    for s in items:
+        if s not in seen:
+            seen.add(s)
+            out.append(s)
+    return out
+
+
+def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
+    """Default first, then time tiles by a cache-fit prior, then the rest."""
+    def prior(s: Schedule) -> float:
+        if not s.time_depth:
+            return 1e9 if s.tiles else -1.0
+        w = dict(s.tiles)
+        return abs(s.time_depth - 8) + abs(np.log2(w.get("x", 32) / 32)) + abs(np.log2(w.get("y", 32) / 32))
+    return sorted(items, key=prior)
+
+
+def _key(poly: PolyIR, shape: tuple[int, ...], threads: int) -> str:
+    stencil = poly.ir
+    text = repr((stencil.ndim, stencil.fields, stencil.params,
+                 [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
+    h = hashlib.sha256("\0".join([text, str(shape), str(threads), host_identity(), msc.__version__]).encode())
+    return h.hexdigest()[:24]
+
+
+def _fewer_threads(n: int) -> list[int]:
+    """Thread counts below n worth trying: halves (memory-bound kernels may
+    run as fast on fewer cores)."""
+    out = []
+    while n > 1:
+        n //= 2
+        out.append(n)
+    return out
+
+
+def _cache_file() -> Path:
+    return cache_dir() / "tuning" / "stencils.json"
+
+
+def _load_cache() -> dict[str, Any]:
+    try:
+        return json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(key: str, entry: dict[str, Any]) -> None:
+    data = _load_cache()
+    data[key] = entry
+    atomic_write_text(_cache_file(), json.dumps(data, indent=1, sort_keys=True))
+
+
+def _schedule_from(d: dict[str, Any]) -> Schedule:
+    return Schedule(
+        tiles=tuple((k, int(v)) for k, v in d["tiles"]),
+        time_depth=int(d["time_depth"]),
+        order=tuple(d["order"]),
+        parallel_loop=d["parallel_loop"],
+        vector_loop=d["vector_loop"],
+        unrolls=tuple((k, int(v)) for k, v in d["unrolls"]),
+        threads=d["threads"],
+    )
+
+
+class AutoKernel:
+    """A kernel whose schedule is tuned on the first run for each problem size."""
+
+    def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule, int | None], Any],
+                 threads: int | None = None, budget_s: float = DEFAULT_BUDGET_S, echo: bool = True) -> None:
+        self.poly = poly
+        self.ir = poly.ir
+        self._compile = compile_fn
+        self.threads = threads
+        self.budget_s = budget_s
+        self.echo = echo
+        self.report: TuningReport | None = None
+        self._kernels: dict[tuple[int, ...], Any] = {}
+
+    @property
+    def last_run(self) -> Any:
+        kernel = next(reversed(self._kernels.values()), None)
+        return kernel.last_run if kernel else None
+
+    def _say(self, text: str) -> None:
+        if self.echo:
+            print(f"msc tune: {text}", file=sys.stderr, flush=True)
+
+    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+        args = bind_arguments(self.ir, steps, inputs)
+        if args.shape not in self._kernels:
+            self._kernels[args.shape] = self._kernel_for(args.shape, inputs)
+        return self._kernels[args.shape].run(steps=steps, threads=threads, **inputs)
+
+    def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any]) -> Any:
+        max_threads = self.threads or os.cpu_count() or 1
+        key = _key(self.poly, shape, max_threads)
+        hit = _load_cache().get(key)
+        if hit is not None:
+            schedule = _schedule_from(hit["schedule"])
+            self.report = TuningReport(schedule, hit["ms_per_step"], hit["default_ms_per_step"], True)
+            self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
+                      f"({hit['ms_per_step']:.3f} ms/step, {self.report.speedup:.2f}x the default)")
+            return self._compile(schedule, schedule.threads)
+        report = self._tune(shape, inputs, max_threads)
+        _store(key, {"schedule": asdict(report.schedule), "ms_per_step": report.ms_per_step,
+                     "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
+                     "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
+        self.report = report
+        return self._compile(report.schedule, report.schedule.threads)
+
+    def _time(self, schedule: Schedule, threads: int, inputs: dict[str, Any], trial_steps: int) -> float:
+        kernel = self._compile(schedule, threads)
+        kernel.run(steps=1, **inputs)  # page in, start threads
+        best = float("inf")
+        for _ in range(2):
+            kernel.run(steps=trial_steps, **inputs)
+            best = min(best, kernel.last_run.seconds / trial_steps * 1e3)
+        return best
+
+    def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int) -> TuningReport:
+        start = time.perf_counter()
+        pool = _order(self.poly, candidates(self.poly, shape))
+        points = int(np.prod(shape))
+        trial_steps = int(min(32, max(4, 2e8 / max(points, 1))))
+        self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
+                  f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
+        trials: list[Trial] = []
+        best: tuple[float, Schedule] | None = None
+        for n, schedule in enumerate(pool, 1):
+            if trials and time.perf_counter() - start > self.budget_s:
+                self._say(f"budget spent after {len(trials)} of {len(pool)} schedules")
+                break
+            try:
+                ms = self._time(schedule, max_threads, inputs, trial_steps)
+            except MscError as e:  # an illegal or failing candidate is skipped, and said
+                self._say(f"[{n}/{len(pool)}] {schedule}: skipped ({str(e).splitlines()[0]})")
+                continue
+            trials.append(Trial(str(schedule), ms))
+            if best is None or ms < best[0]:
+                best = (ms, schedule)
+            self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {best[0]:.3f})")
+        assert best is not None and trials
+        default_ms = trials[0].ms_per_step
+        ms, chosen = best
+        for threads in _fewer_threads(max_threads):
+            t_ms = self._time(chosen, threads, inputs, trial_steps)
+            trials.append(Trial(str(chosen.with_threads(threads)), t_ms))
+            self._say(f"{chosen} on {threads} thread(s): {t_ms:.3f} ms/step")
+            if t_ms < ms:
+                ms, chosen = t_ms, chosen.with_threads(threads)
+        chosen = chosen if chosen.threads else chosen.with_threads(max_threads)
+        self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
+                  f"({time.perf_counter() - start:.1f} s)")
+        return TuningReport(chosen, ms, default_ms, False, trials)

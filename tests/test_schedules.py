@@ -1,0 +1,160 @@
+"""Schedule primitives on generated stencils against the reference
+interpreter, illegal schedules rejected with the violated dependence named,
+and the auto-tuner with its persistent cache."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+
+import numpy as np
+import pytest
+from stencil_gen import generate
+
+import msc
+from msc import Schedule, t, x, y
+from msc.errors import ScheduleError
+
+SEEDS = range(0, 48, 2)
+
+
+def random_schedule(seed: int, stencil: msc.Stencil) -> Schedule:
+    """A random legal-by-construction combination of primitives for this stencil."""
+    rng = random.Random(seed * 7919)
+    dims = list(stencil.ir.dims)
+    s = Schedule()
+    if stencil.ir.boundary == "dirichlet" and rng.random() < 0.6:
+        tiled = rng.sample(dims, rng.randint(1, len(dims)))
+        s = s.time_tile(rng.choice([1, 2, 3, 5]), **{d: rng.choice([2, 3, 4, 7, 16]) for d in tiled})
+        if rng.random() < 0.5:
+            s = s.parallel(rng.choice(["x", f"{tiled[0]}_tile"]))
+    else:
+        tiled = rng.sample(dims, rng.randint(1, len(dims)))
+        s = s.tile(**{d: rng.choice([1, 3, 4, 8]) for d in tiled})
+        band = [f"{d}_tile" for d in dims if d in tiled] + dims
+        if rng.random() < 0.5:
+            s = s.reorder(*rng.sample(band, len(band)))
+    if len(dims) > 1 and rng.random() < 0.4:
+        s = s.unroll(dims[-1], rng.choice([2, 4]))
+    return s
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_schedule_matches_reference(seed, assert_matches):
+    case = generate(seed)
+    schedule = random_schedule(seed, case.stencil)
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    kernel = case.stencil.compile(dtype=case.dtype, schedule=schedule, threads=2)
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, f"{schedule}\n{case}")
+
+
+@msc.stencil
+def heat(u):
+    u[t + 1, x, y] = 0.5 * u[t, x, y] + 0.125 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1])
+
+
+@msc.stencil
+def wave_two_stage(u, v):
+    v[t + 1, x, y] = u[t, x - 1, y] + u[t, x + 1, y] - u[t - 1, x, y]
+    u[t + 1, x, y] = 0.25 * (v[t + 1, x, y - 1] + v[t + 1, x, y + 1])
+
+
+@msc.stencil(boundary="periodic")
+def ring(u):
+    u[t + 1, x] = 0.5 * (u[t, x - 1] + u[t, x + 1])
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule().tile(x=8, y=16),
+        Schedule().tile(x=5).reorder("y", "x_tile", "x"),
+        Schedule().tile(x=8, y=8).parallel("y_tile").vectorize("y").unroll("x", 2),
+        Schedule().time_tile(4, x=8),
+        Schedule().time_tile(3, x=4, y=8).parallel("y_tile"),
+        Schedule().time_tile(6, y=16).parallel("x").vectorize("y"),
+        Schedule().time_tile(2, x=8).with_threads(1),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("stencil", [heat, wave_two_stage], ids=lambda s: s.name)
+def test_each_primitive(schedule, stencil, assert_matches):
+    rng = np.random.default_rng(1)
+    inputs = {f.name: rng.random((37, 41)) for f in stencil.ir.fields}
+    expected = stencil.reference(steps=11, **inputs)
+    assert_matches(stencil.compile(schedule=schedule).run(steps=11, **inputs), expected)
+
+
+@pytest.mark.parametrize(
+    "stencil, schedule, words",
+    [
+        (heat, Schedule().parallel("t"), ["loop 't' of stencil 'heat' cannot run in parallel", "S0[", "-> S0["]),
+        (heat, Schedule().time_tile(4, x=8).parallel("wave"), ["loop 'wave'", "cannot run in parallel"]),
+        (heat, Schedule().time_tile(4, x=8).parallel("t"), ["loop 't'", "carries the dependence"]),
+        (wave_two_stage, Schedule().parallel("t"), ["cannot run in parallel", "at "]),
+        (heat, Schedule().tile(x=4).vectorize("x"), ["vectorize: 'x' is not the innermost loop ('y' is)"]),
+        (heat, Schedule().tile(x=4).reorder("q"), ["reorder: no loop named 'q'"]),
+        (heat, Schedule().parallel("x_tile"), ["no loop named 'x_tile' in this schedule"]),
+        (heat, Schedule().parallel("x").unroll("x", 2), ["unroll: loop 'x' is already shared among threads"]),
+        (ring, Schedule().time_tile(4, x=8), ["time_tile needs a dirichlet boundary"]),
+        (ring, Schedule().tile(y=4), ["is 1D: it has no dimension 'y'"]),
+    ],
+)
+def test_illegal_schedules_are_rejected(stencil, schedule, words):
+    with pytest.raises(ScheduleError) as info:
+        stencil.compile(schedule=schedule)
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+def test_bad_primitive_arguments():
+    with pytest.raises(ScheduleError, match="tile: unknown dimension 'w'"):
+        Schedule().tile(w=4)
+    with pytest.raises(ScheduleError, match="size of x must be a positive integer"):
+        Schedule().tile(x=0)
+    with pytest.raises(ScheduleError, match="time_tile depth must be a positive integer"):
+        Schedule().time_tile(0, x=4)
+    with pytest.raises(ScheduleError, match="cannot be combined"):
+        Schedule().tile(x=4).time_tile(4, x=4)
+    with pytest.raises(ScheduleError, match="schedule must be a msc.Schedule"):
+        heat.compile(schedule="fastest")
+
+
+def test_violated_dependence_names_the_statement_line():
+    with pytest.raises(ScheduleError) as info:
+        wave_two_stage.compile(schedule=Schedule().parallel("t"))
+    assert __file__ in str(info.value)
+
+
+def test_emit_honours_the_schedule(tmp_path):
+    schedule = Schedule().time_tile(4, x=8)
+    out = heat.emit("openmp", tmp_path / "src", schedule=schedule)
+    assert "time_tile(4, x=8)" in (out / "kernel.c").read_text()
+    assert subprocess.run(["make", "-s", "-C", str(out)], capture_output=True).returncode == 0
+    u0 = np.random.default_rng(2).random((30, 30))
+    np.save(tmp_path / "u0.npy", u0)
+    proc = subprocess.run([str(out / "heat"), "--steps", "9", "--in", f"u={tmp_path / 'u0.npy'}",
+                           "--out", f"u={tmp_path / 'u.npy'}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "u.npy"), heat.reference(steps=9, u=u0)["u"], rtol=1e-12)
+
+
+def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys, assert_matches):
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    u0 = np.random.default_rng(3).random((66, 70))
+    kernel = heat.compile(schedule="auto")
+    kernel.budget_s = 3.0
+    assert_matches(kernel.run(steps=7, u=u0), heat.reference(steps=7, u=u0))
+    report = kernel.report
+    assert not report.from_cache and report.trials and report.trials[0].schedule == "Schedule()"
+    assert report.schedule.threads is not None and report.speedup > 0
+    assert "msc tune: [1/" in capsys.readouterr().err  # progress is reported
+
+    again = heat.compile(schedule="auto")
+    assert_matches(again.run(steps=7, u=u0), heat.reference(steps=7, u=u0))
+    assert again.report.from_cache and again.report.trials == []
+    assert again.report.schedule == report.schedule
+    assert (tmp_path / "tuning" / "stencils.json").exists()
+
+    with pytest.raises(ScheduleError, match="tuned for a problem size"):
+        heat.emit("openmp", tmp_path / "x", schedule="auto")
