@@ -76,8 +76,28 @@ class AstHooks(Protocol):
         """Lines (pragmas) before the loop over schedule dimension `dim`,
         inside loops over the schedule dimensions `enclosing` (outermost first)."""
 
-    def loop_prologue(self, dim: int, iterator: str) -> list[str]:
-        """Lines at the top of the body of the loop over schedule dimension `dim`."""
+    def loop_prologue(self, dim: int, iterator: str, statements: set[str]) -> list[str]:
+        """Lines at the top of the body of the loop over schedule dimension `dim`,
+        which contains instances of `statements`."""
+
+    def loop_epilogue(self, dim: int, iterator: str, statements: set[str]) -> list[str]:
+        """Lines at the end of the body of that loop."""
+
+
+def user_statements(node: isl.AstNode) -> set[str]:
+    """Names of the statements that occur anywhere below `node`."""
+    kind = node.get_type()
+    if kind == isl.ast_node_type.user:
+        return {node.user_get_expr().op_get_arg(0).id_get_id().get_name()}
+    if kind == isl.ast_node_type.for_:
+        return user_statements(node.for_get_body())
+    if kind == isl.ast_node_type.mark:
+        return user_statements(node.mark_get_node())
+    if kind == isl.ast_node_type.if_:
+        names = user_statements(node.if_get_then_node())
+        return names | (user_statements(node.if_get_else_node()) if node.if_has_else_node() else set())
+    children = node.block_get_children()
+    return set().union(*(user_statements(children.get_at(k)) for k in range(children.n_ast_node())))
 
 
 @dataclass
@@ -119,11 +139,13 @@ class AstPrinter:
         dim = int(it.lstrip("c"))
         init = c_of(node.for_get_init())
         body_pad = self.indent * (depth + 1)
-        prologue = [body_pad + ln for ln in self.hooks.loop_prologue(dim, it)]
+        inside = user_statements(node)
+        prologue = [body_pad + ln for ln in self.hooks.loop_prologue(dim, it, inside)]
         head = [pad + ln for ln in self.hooks.before_loop(dim, list(self._loops))]
         self._loops.append(dim)
         body = self.print(node.for_get_body(), depth + 1)
         self._loops.pop()
+        body += [body_pad + ln for ln in self.hooks.loop_epilogue(dim, it, inside)]
         if node.for_is_degenerate():
             return [f"{pad}{{", f"{body_pad}const long {it} = {init};", *prologue, *body, f"{pad}}}"]
         cond = c_of(node.for_get_cond(), top=True)

@@ -9,7 +9,7 @@ once per time step, so no level is ever copied.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pathlib import Path
 
@@ -68,6 +68,7 @@ class _Hooks:
 
     poly: PolyIR
     schedule: LoweredSchedule
+    _iterators: dict[int, str] = field(default_factory=dict)
 
     @property
     def ir(self) -> ir.StencilIR:
@@ -91,13 +92,88 @@ class _Hooks:
     def _assignment(self, st: PolyStatement, coords: list[str]) -> list[str]:
         assert st.stmt is not None
 
+        sched = self.schedule.schedule
+
         def access(a: ir.FieldRead) -> str:
+            if a.name in sched.cached_reads:
+                return f"{_read_cache(a.name, a.dt)}[{self._tile_index(coords, a.offsets, True)}]"
             ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
             return f"{ptr}[{self._index(coords, a.offsets)}]"
 
         rhs = c_expr(st.stmt.expr, self.ir.dtype, access, param_name)
-        lhs = f"{level_name(st.target, 1)}[{self._index(coords, (0,) * self.ir.ndim)}]"
+        zero = (0,) * self.ir.ndim
+        if st.target in sched.cached_writes:
+            lhs = f"{_write_cache(st.target)}[{self._tile_index(coords, zero, False)}]"
+        else:
+            lhs = f"{level_name(st.target, 1)}[{self._index(coords, zero)}]"
         return [f"{lhs} = {rhs};"]
+
+    # -- cache_read / cache_write: thread-local tile buffers ------------------
+
+    def _tile(self, d: int) -> tuple[str, int]:
+        """(origin expression, size) of the current tile in space dimension d."""
+        dim = next(k for k, (dd, _) in self.schedule.tiles.items() if dd == d)
+        size = self.schedule.tiles[dim][1]
+        return f"({size} * {self._iterators[dim]})", size
+
+    def _extent(self, d: int, halo: bool) -> int:
+        return self._tile(d)[1] + (2 * self.ir.radius[d] if halo else 0)
+
+    def _tile_index(self, coords: list[str], offsets: tuple[int, ...], halo: bool) -> str:
+        index = ""
+        for d, (c, o) in enumerate(zip(coords, offsets)):
+            origin, _ = self._tile(d)
+            shift = o + (self.ir.radius[d] if halo else 0)
+            term = f"({c} - {origin} + {shift})"
+            index = term if d == 0 else f"({index}) * {self._extent(d, halo)} + {term}"
+        return index
+
+    def _cache_loops(self, halo: bool, body: str) -> list[str]:
+        """Loops a0, a1, ... over the tile (with halo: clipped to the array;
+        without: clipped to the interior) around `body`."""
+        lines, pad = [], ""
+        for d in range(self.ir.ndim):
+            origin, size = self._tile(d)
+            r = self.ir.radius[d]
+            lo, hi = (f"msc_imax(0, {origin} - {r})", f"msc_imin(P{d}, {origin} + {size + r})") if halo else \
+                (f"msc_imax({r}, {origin})", f"msc_imin(P{d} - {r}, {origin} + {size})")
+            lines.append(f"{pad}for (long a{d} = {lo}; a{d} < {hi}; a{d}++)")
+            pad += "    "
+        return lines + [pad + body]
+
+    def _cache_index(self, halo: bool) -> str:
+        return self._tile_index([f"a{d}" for d in range(self.ir.ndim)], (0,) * self.ir.ndim, halo)
+
+    def buffers(self) -> list[str]:
+        """Declarations of the thread-local cache buffers (inside the parallel region)."""
+        sched = self.schedule.schedule
+        if not (sched.cached_reads or sched.cached_writes):
+            return []
+        sizes = {d: size for (d, size) in self.schedule.tiles.values()}
+        halo = 1
+        plain = 1
+        for d in range(self.ir.ndim):
+            halo *= sizes[d] + 2 * self.ir.radius[d]
+            plain *= sizes[d]
+        lines = [f"real {_read_cache(n, dt)}[{halo}];" for n, dt in self._cached_levels(None)]
+        return lines + [f"real {_write_cache(n)}[{plain}];" for n in sched.cached_writes]
+
+    def _cached_levels(self, statements: set[str] | None) -> list[tuple[str, int | None]]:
+        levels = set()
+        for st in self.poly.statements:
+            if st.stmt is not None and (statements is None or st.name in statements):
+                levels |= {(a.name, a.dt) for a in st.stmt.reads if a.name in self.schedule.schedule.cached_reads}
+        return sorted(levels, key=lambda v: (v[0], v[1] if v[1] is not None else -99))
+
+    def loop_epilogue(self, dim: int, iterator: str, statements: set[str]) -> list[str]:
+        if not self.schedule.schedule.cached_writes or dim != max(self.schedule.tiles, default=-1):
+            return []
+        lines = []
+        for st in self.poly.statements:
+            if st.name in statements and st.target in self.schedule.schedule.cached_writes:
+                dst = f"{level_name(st.target, 1)}[{self._index([f'a{d}' for d in range(self.ir.ndim)], (0,) * self.ir.ndim)}]"
+                lines += self._cache_loops(False, f"{dst} = {_write_cache(st.target)}[{self._cache_index(False)}];")
+        return lines
 
     def _wrap_call(self, st: PolyStatement) -> str:
         n = ["1"] * (3 - self.ir.ndim) + [f"P{d}" for d in range(self.ir.ndim)]
@@ -116,8 +192,18 @@ class _Hooks:
             return lines + ["#pragma omp simd"]
         return lines
 
-    def loop_prologue(self, dim: int, iterator: str) -> list[str]:
-        return self._level_pointers(iterator) if dim == self.schedule.time_dim else []
+    def loop_prologue(self, dim: int, iterator: str, statements: set[str]) -> list[str]:
+        self._iterators[dim] = iterator
+        if dim == self.schedule.time_dim:
+            return self._level_pointers(iterator)
+        if dim != max(self.schedule.tiles, default=-1):
+            return []
+        lines = []
+        for name, dt in self._cached_levels(statements):
+            src = field_name(name) if dt is None else level_name(name, dt)
+            gidx = self._index([f"a{d}" for d in range(self.ir.ndim)], (0,) * self.ir.ndim)
+            lines += self._cache_loops(True, f"{_read_cache(name, dt)}[{self._cache_index(True)}] = {src}[{gidx}];")
+        return lines
 
     def _level_pointers(self, step: str) -> list[str]:
         """Restrict pointers to every level used at time step `step`."""
@@ -128,6 +214,14 @@ class _Hooks:
                 slot = f"((t0 + {step} + {dt + f.slots}) % {f.slots})"
                 lines.append(f"{const}real *restrict {level_name(f.name, dt)} = {field_name(f.name)}_buf + {slot} * V;")
         return lines
+
+
+def _read_cache(name: str, dt: int | None) -> str:
+    return "cr_" + (field_name(name) if dt is None else level_name(name, dt))
+
+
+def _write_cache(name: str) -> str:
+    return f"cw_{field_name(name)}"
 
 
 def _levels_used(stencil: ir.StencilIR, name: str) -> set[int]:
@@ -144,7 +238,8 @@ def signature(stencil: ir.StencilIR) -> KernelSignature:
 def generate(poly: PolyIR, schedule: LoweredSchedule) -> str:
     """The complete C source of the kernel for `poly` under `schedule`."""
     stencil = poly.ir
-    body = AstPrinter(_Hooks(poly, schedule)).print(poly.ast(schedule.map))
+    hooks = _Hooks(poly, schedule)
+    body = hooks.buffers() + AstPrinter(hooks).print(poly.ast(schedule.map))
     ctype = C_TYPES[stencil.dtype]
     volume = " * ".join(f"P{d}" for d in range(stencil.ndim))
     preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]

@@ -30,6 +30,9 @@ class Schedule:
     tiles: tuple[tuple[str, int], ...] = ()
     time_depth: int = 0
     order: tuple[str, ...] = ()
+    fuse_at: str | None = None
+    cached_reads: tuple[str, ...] = ()
+    cached_writes: tuple[str, ...] = ()
     parallel_loop: str | None = None
     vector_loop: str | None = None
     unrolls: tuple[tuple[str, int], ...] = ()
@@ -60,6 +63,24 @@ class Schedule:
             raise ScheduleError(f"reorder names a loop twice: {loops}")
         return replace(self, order=loops)
 
+    def compute_at(self, loop: str) -> Schedule:
+        """Compute all statements of a step together inside the tile loop `loop`
+        (instead of one full sweep per statement); each producer is shifted to
+        run ahead of the statements that read it, so its values are still in
+        cache when they are consumed."""
+        return replace(self, fuse_at=loop)
+
+    def cache_read(self, field: str) -> Schedule:
+        """Stage each tile's input footprint of `field` (every level read) in a
+        thread-local buffer before computing the tile (needs tile() on every
+        dimension)."""
+        return replace(self, cached_reads=self.cached_reads + (field,))
+
+    def cache_write(self, field: str) -> Schedule:
+        """Compute each tile of `field` into a thread-local buffer and copy it
+        out when the tile is done (needs tile() on every dimension)."""
+        return replace(self, cached_writes=self.cached_writes + (field,))
+
     def parallel(self, loop: str) -> Schedule:
         """Run `loop` across threads (checked: it must carry no dependence)."""
         return replace(self, parallel_loop=loop)
@@ -84,6 +105,10 @@ class Schedule:
             parts.append(f"tile({_kw(self.tiles)})")
         if self.order:
             parts.append(f"reorder({', '.join(map(repr, self.order))})")
+        if self.fuse_at:
+            parts.append(f"compute_at({self.fuse_at!r})")
+        parts += [f"cache_read({f!r})" for f in self.cached_reads]
+        parts += [f"cache_write({f!r})" for f in self.cached_writes]
         if self.parallel_loop:
             parts.append(f"parallel({self.parallel_loop!r})")
         if self.vector_loop:
@@ -118,6 +143,7 @@ class LoweredSchedule:
     names: list[str]  # loop name of each schedule dimension ("" for constant ones)
     time_dim: int
     parallel_dims: set[int] = field(default_factory=set)  # legal ones, from the dependences
+    tiles: dict[int, tuple[int, int]] = field(default_factory=dict)  # tile loop dim -> (space dim, size)
     omp_for_dim: int | None = None
     simd_dim: int | None = None
     unroll: dict[int, int] = field(default_factory=dict)
@@ -147,6 +173,8 @@ def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
     text = "; ".join(f"{poly.instance(st)} -> [{', '.join(r)}]" for st, r in zip(poly.statements, rows))
     umap = isl.UnionMap(f"[{', '.join(poly.params)}] -> {{ {text} }}").intersect_domain(poly.domain)
     lowered = LoweredSchedule(schedule, umap, names, names.index("t"))
+    lowered.tiles = {names.index(f"{d}_tile"): (k, tiles[d]) for k, d in enumerate(stencil.dims) if d in tiles}
+    _check_caches(poly, lowered)
     _check_legal(poly, lowered)
     lowered.parallel_dims = poly.parallel_dims(umap)
     _decorate(poly, lowered)
@@ -166,18 +194,33 @@ def _space_order(schedule: Schedule, band: list[str]) -> list[str]:
 
 
 def _space_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tuple[list[str], list[list[str]]]:
-    dims = poly.ir.dims
+    """[t, statement, band] — or, with compute_at(loop), [t, band up to loop,
+    statement, rest of band] with producers shifted ahead of their consumers."""
+    stencil = poly.ir
+    dims = stencil.dims
     band = [f"{d}_tile" for d in dims if d in tiles] + list(dims)
     band = _space_order(schedule, band)
+    fuse = 0
+    if schedule.fuse_at is not None:
+        if schedule.fuse_at not in band or not schedule.fuse_at.endswith("_tile"):
+            tile_loops = ", ".join(n for n in band if n.endswith("_tile")) or "none: tile() first"
+            raise ScheduleError(f"compute_at: {schedule.fuse_at!r} is not a tile loop (tile loops: {tile_loops})")
+        fuse = band.index(schedule.fuse_at) + 1
+        if any(not n.endswith("_tile") for n in band[:fuse]):
+            raise ScheduleError(f"compute_at: point loops must stay inside {schedule.fuse_at!r}")
+    nst = len(stencil.statements)
     rows = []
     for pos, st in enumerate(poly.statements):
         expr = {}
-        for d, i in zip(dims, poly.dims):
+        for d, i, r in zip(dims, poly.dims, stencil.radius):
             expr[d] = i if st.stmt else "0"
             if d in tiles:
-                expr[f"{d}_tile"] = f"floor({i}/{tiles[d]})" if st.stmt else "0"
-        rows.append(["t", str(pos)] + [expr[n] for n in band])
-    return ["t", ""] + band, rows
+                fused = f"{d}_tile" in band[:fuse]
+                shift = (nst - 1 - st.index) * r if fused else 0
+                expr[f"{d}_tile"] = f"floor(({i} - {shift})/{tiles[d]})" if st.stmt else "0"
+        row = [expr[n] for n in band]
+        rows.append(["t"] + row[:fuse] + [str(pos)] + row[fuse:])
+    return ["t"] + band[:fuse] + [""] + band[fuse:], rows
 
 
 def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tuple[list[str], list[list[str]]]:
@@ -204,6 +247,38 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
         rows.append([wave] + [tile_expr[d] for d in tiled] + [t_tile, "t", str(pos)] + [point[d] for d in points])
     names = ["wave"] + [f"{d}_tile" for d in tiled] + ["t_tile", "t", ""] + points
     return names, rows
+
+
+MAX_CACHE_POINTS = 1 << 16
+
+
+def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
+    s, stencil = lowered.schedule, poly.ir
+    if not (s.cached_reads or s.cached_writes):
+        return
+    what = f"cache_read/cache_write on stencil '{stencil.name}'"
+    if s.time_depth:
+        raise ScheduleError(f"{what}: caches work on spatial tiles; use tile() instead of time_tile()")
+    if len(lowered.tiles) != stencil.ndim:
+        raise ScheduleError(f"{what}: tile every dimension first, e.g. tile({', '.join(d + '=32' for d in stencil.dims)})")
+    if max(lowered.tiles) > min(lowered.names.index(d) for d in stencil.dims):
+        raise ScheduleError(f"{what}: tile loops must be outside the point loops")
+    if s.fuse_at:
+        raise ScheduleError(f"{what}: caches cannot be combined with compute_at")
+    read = {a.name for st in stencil.statements for a in st.reads}
+    written = {f.name for f in stencil.written_fields}
+    for name in s.cached_reads:
+        if name not in read:
+            raise ScheduleError(f"cache_read: stencil '{stencil.name}' reads no field {name!r}")
+    for name in s.cached_writes:
+        if name not in written:
+            raise ScheduleError(f"cache_write: stencil '{stencil.name}' writes no field {name!r}")
+    points = 1
+    for (d, size) in lowered.tiles.values():
+        points *= size + 2 * stencil.radius[d]
+    if points > MAX_CACHE_POINTS:
+        raise ScheduleError(f"{what}: a tile with its halo holds {points} points, more than "
+                            f"{MAX_CACHE_POINTS} fit a thread's local buffer; use smaller tiles")
 
 
 def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:

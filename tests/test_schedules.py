@@ -28,12 +28,21 @@ def random_schedule(seed: int, stencil: msc.Stencil) -> Schedule:
         s = s.time_tile(rng.choice([1, 2, 3, 5]), **{d: rng.choice([2, 3, 4, 7, 16]) for d in tiled})
         if rng.random() < 0.5:
             s = s.parallel(rng.choice(["x", f"{tiled[0]}_tile"]))
+    elif rng.random() < 0.5:  # staged tiles: every dimension tiled, tile loops outside
+        s = s.tile(**{d: rng.choice([2, 3, 5, 8]) for d in dims})
+        fields = stencil.ir.fields
+        for f in rng.sample(fields, rng.randint(1, len(fields))):
+            s = s.cache_read(f.name)
+        for f in rng.sample(stencil.ir.written_fields, rng.randint(0, len(stencil.ir.written_fields))):
+            s = s.cache_write(f.name)
     else:
         tiled = rng.sample(dims, rng.randint(1, len(dims)))
         s = s.tile(**{d: rng.choice([1, 3, 4, 8]) for d in tiled})
         band = [f"{d}_tile" for d in dims if d in tiled] + dims
         if rng.random() < 0.5:
             s = s.reorder(*rng.sample(band, len(band)))
+        elif stencil.ir.boundary == "dirichlet" and rng.random() < 0.7:
+            s = s.compute_at(f"{tiled[0]}_tile")
     if len(dims) > 1 and rng.random() < 0.4:
         s = s.unroll(dims[-1], rng.choice([2, 4]))
     return s
@@ -74,6 +83,10 @@ def ring(u):
         Schedule().time_tile(3, x=4, y=8).parallel("y_tile"),
         Schedule().time_tile(6, y=16).parallel("x").vectorize("y"),
         Schedule().time_tile(2, x=8).with_threads(1),
+        Schedule().tile(x=8, y=8).compute_at("x_tile"),
+        Schedule().tile(x=4, y=16).compute_at("y_tile").parallel("x"),
+        Schedule().tile(x=8, y=16).cache_read("u"),
+        Schedule().tile(x=5, y=7).cache_read("u").cache_write("u").parallel("y_tile"),
     ],
     ids=str,
 )
@@ -97,6 +110,13 @@ def test_each_primitive(schedule, stencil, assert_matches):
         (heat, Schedule().parallel("x_tile"), ["no loop named 'x_tile' in this schedule"]),
         (heat, Schedule().parallel("x").unroll("x", 2), ["unroll: loop 'x' is already shared among threads"]),
         (ring, Schedule().time_tile(4, x=8), ["time_tile needs a dirichlet boundary"]),
+        (heat, Schedule().compute_at("x_tile"), ["compute_at: 'x_tile' is not a tile loop (tile loops: none: tile() first)"]),
+        (wave_two_stage, Schedule().tile(x=8).compute_at("x_tile").parallel("x_tile"), ["loop 'x_tile'", "cannot run in parallel"]),
+        (heat, Schedule().tile(x=8).cache_read("u"), ["tile every dimension first"]),
+        (heat, Schedule().time_tile(2, x=8, y=8).cache_read("u"), ["use tile() instead of time_tile()"]),
+        (heat, Schedule().tile(x=8, y=8).cache_read("q"), ["reads no field 'q'"]),
+        (heat, Schedule().tile(x=8, y=8).reorder("x", "y", "x_tile", "y_tile").cache_read("u"), ["tile loops must be outside"]),
+        (heat, Schedule().tile(x=512, y=512).cache_read("u"), ["more than 65536 fit"]),
         (ring, Schedule().tile(y=4), ["is 1D: it has no dimension 'y'"]),
     ],
 )
