@@ -3,7 +3,11 @@ and Devito, measured in one process on the same data, with a STREAM copy
 figure from the same run. Writes JSON.
 
     python3 benchmarks/stencils.py --json results.json [--threads 2] [--quick]
-        [--peers c,pystencils,devito] [--only heat2d,box3d27p]
+        [--peers c,pystencils,devito] [--only heat2d,box3d27p] [--tune-budget 40]
+
+msc runs three ways: the default schedule, the best single-sweep schedule and
+the best temporally tiled schedule (both found by the auto-tuner within the
+budget; its choices are in the JSON).
 
 Every peer's final field is compared with msc's, so a fast wrong answer shows.
 Effective bandwidth counts 16 bytes per point and step (one read, one write).
@@ -37,6 +41,7 @@ os.environ.setdefault("DEVITO_LOGGING", "ERROR")
 
 import msc  # noqa: E402
 from msc.runtime import build_shared_library, load_library  # noqa: E402
+from msc.tuner import AutoKernel  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -199,14 +204,22 @@ def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.
 # ------------------------------------------------------------------ driver
 
 
-def run_case(case: Case, threads: int, repeat: int, peers: list[str]) -> dict[str, Any]:
+def _msc_runner(kernel: AutoKernel) -> Callable[[np.ndarray, int], np.ndarray]:
+    def run(u0: np.ndarray, steps: int) -> np.ndarray:
+        return kernel.run(steps=steps, u=u0)["u"]
+
+    return run
+
+
+def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budget: float) -> dict[str, Any]:
     stencil = msc_stencil(case)
     shape = (case.n,) * case.ndim
     points = (case.n - 2) ** case.ndim
     rng = np.random.default_rng(0)
     u0 = np.zeros(shape)  # a zero ring: what Devito's halo holds
     u0[tuple(slice(1, -1) for _ in shape)] = rng.random((case.n - 2,) * case.ndim)
-    result: dict[str, Any] = {"stencil": case.name, "shape": list(shape), "steps": case.steps, "tools": {}}
+    result: dict[str, Any] = {"stencil": case.name, "shape": list(shape), "steps": case.steps, "tools": {},
+                              "msc_schedules": {"msc": "Schedule() (default)"}}
 
     with tempfile.TemporaryDirectory() as cold_cache:
         saved = os.environ.get("MSC_CACHE_DIR")
@@ -231,6 +244,13 @@ def run_case(case: Case, threads: int, repeat: int, peers: list[str]) -> dict[st
         final = kernel.run(steps=case.steps, u=u0)["u"]
         seconds.append(kernel.last_run.seconds)
     runners: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {}
+    for label, kinds in (("msc_sweep_tuned", "sweep"), ("msc_time_tiled", "temporal")):
+        auto = AutoKernel(stencil.poly(), lambda s, n: stencil.compile(schedule=s, threads=n), threads,
+                          budget_s=tune_budget, kinds=kinds)
+        auto.run(steps=1, u=u0)  # tunes (or reads the tuning cache) for this size
+        assert auto.report is not None
+        result["msc_schedules"][label] = str(auto.report.schedule)
+        runners[label] = _msc_runner(auto)
     if "c" in peers:
         runners["c_handwritten"] = handwritten_c(case, threads)
     if "pystencils" in peers:
@@ -274,6 +294,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a measurement")
     ap.add_argument("--peers", default="c,pystencils,devito")
     ap.add_argument("--only", default="", help="comma-separated stencil names")
+    ap.add_argument("--tune-budget", type=float, default=40.0, help="seconds of tuning per stencil and kind")
     args = ap.parse_args()
     peers = [p for p in args.peers.split(",") if p]
     cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
@@ -290,7 +311,7 @@ def main() -> None:
     print(f"STREAM copy, {args.threads} threads: {report['stream_copy']['median_gbs']:.1f} GB/s median", flush=True)
     print(f"{'stencil':10} {'tool':18} {'ms/step':>9} {'GStencil/s':>11} {'GB/s':>7} {'vs msc':>7}  check")
     for case in cases:
-        res = run_case(case, args.threads, args.repeat, peers)
+        res = run_case(case, args.threads, args.repeat, peers, 2.0 if args.quick else args.tune_budget)
         report["cases"].append(res)
         base = res["tools"]["msc"]["ms_per_step"]
         for tool, e in res["tools"].items():
@@ -298,7 +319,8 @@ def main() -> None:
             print(f"{case.name:10} {tool:18} {e['ms_per_step']:9.2f} {e['gstencils_per_s']:11.3f} "
                   f"{e['effective_gbs']:7.1f} {e['ms_per_step'] / base:7.2f}  {check}", flush=True)
         print(f"{case.name:10} msc compile: cold {res['msc_compile_cold_s']:.2f} s, cached "
-              f"{res['msc_compile_warm_s'] * 1e3:.1f} ms", flush=True)
+              f"{res['msc_compile_warm_s'] * 1e3:.1f} ms; schedules: "
+              + "; ".join(f"{k} = {v}" for k, v in res["msc_schedules"].items()), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
         print(f"wrote {args.json}")

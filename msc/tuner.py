@@ -53,8 +53,17 @@ class TuningReport:
         return self.default_ms_per_step / self.ms_per_step if self.ms_per_step > 0 else 1.0
 
 
-def candidates(poly: PolyIR, shape: tuple[int, ...]) -> list[Schedule]:
-    """Schedules worth timing for this stencil and size, likeliest first."""
+KINDS = ("all", "sweep", "temporal")
+
+
+def candidates(poly: PolyIR, shape: tuple[int, ...], kinds: str = "all") -> list[Schedule]:
+    """Schedules worth timing for this stencil and size: single sweeps
+    ("sweep"), time tiles ("temporal"), or both ("all")."""
+    return [s for s in _all_candidates(poly, shape)
+            if kinds == "all" or (kinds == "temporal") == bool(s.time_depth)]
+
+
+def _all_candidates(poly: PolyIR, shape: tuple[int, ...]) -> list[Schedule]:
     stencil = poly.ir
     base = Schedule()
     out = [base]
@@ -65,7 +74,7 @@ def candidates(poly: PolyIR, shape: tuple[int, ...]) -> list[Schedule]:
         for depth in depths:
             for w in widths:
                 if stencil.ndim == 3:
-                    for w2 in (16, 32, 64):
+                    for w2 in (32, 64):
                         out.append(base.time_tile(depth, x=w, y=w2))
                 else:
                     out.append(base.time_tile(depth, **{dims[0]: w}))
@@ -94,11 +103,11 @@ def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
     return sorted(items, key=prior)
 
 
-def _key(poly: PolyIR, shape: tuple[int, ...], threads: int) -> str:
+def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str) -> str:
     stencil = poly.ir
     text = repr((stencil.ndim, stencil.fields, stencil.params,
                  [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
-    h = hashlib.sha256("\0".join([text, str(shape), str(threads), host_identity(), msc.__version__]).encode())
+    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, host_identity(), msc.__version__]).encode())
     return h.hexdigest()[:24]
 
 
@@ -145,7 +154,11 @@ class AutoKernel:
     """A kernel whose schedule is tuned on the first run for each problem size."""
 
     def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule, int | None], Any],
-                 threads: int | None = None, budget_s: float = DEFAULT_BUDGET_S, echo: bool = True) -> None:
+                 threads: int | None = None, budget_s: float = DEFAULT_BUDGET_S, echo: bool = True,
+                 kinds: str = "all") -> None:
+        if kinds not in KINDS:
+            raise ValueError(f"kinds must be one of {KINDS}, got {kinds!r}")
+        self.kinds = kinds
         self.poly = poly
         self.ir = poly.ir
         self._compile = compile_fn
@@ -172,7 +185,7 @@ class AutoKernel:
 
     def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any]) -> Any:
         max_threads = self.threads or os.cpu_count() or 1
-        key = _key(self.poly, shape, max_threads)
+        key = _key(self.poly, shape, max_threads, self.kinds)
         hit = _load_cache().get(key)
         if hit is not None:
             schedule = _schedule_from(hit["schedule"])
@@ -198,7 +211,9 @@ class AutoKernel:
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int) -> TuningReport:
         start = time.perf_counter()
-        pool = _order(self.poly, candidates(self.poly, shape))
+        pool = _order(self.poly, candidates(self.poly, shape, self.kinds))
+        if Schedule() not in pool:  # the default is always measured: it is the baseline
+            pool.insert(0, Schedule())
         points = int(np.prod(shape))
         trial_steps = int(min(32, max(4, 2e8 / max(points, 1))))
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "

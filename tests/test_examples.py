@@ -1,0 +1,38 @@
+"""Every example runs as a user would run it (with small sizes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msc.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+PYTHON_EXAMPLES = {
+    "heat2d.py": ["64", "10"],
+    "wave_coupled.py": ["48", "10"],
+    "schedules.py": ["96", "8"],
+    "cholesky_poisson.py": ["40"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON_EXAMPLES))
+def test_python_example_runs(name, tmp_path):
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *PYTHON_EXAMPLES[name]],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+
+
+def test_every_python_example_is_exercised():
+    assert {p.name for p in EXAMPLES.glob("*.py")} <= set(PYTHON_EXAMPLES) | {"distributed_heat.py"}
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.msc")), ids=lambda p: p.name)
+def test_msc_example_emits_and_builds(path, tmp_path, capsys):
+    assert main(["emit", str(path), "-o", str(tmp_path / "out")]) == 0
+    assert subprocess.run(["make", "-s", "-C", str(tmp_path / "out")], capture_output=True).returncode == 0
