@@ -296,6 +296,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated stencil names")
     ap.add_argument("--tune-budget", type=float, default=40.0, help="seconds of tuning per stencil and kind")
     args = ap.parse_args()
+    # a private kernel and tuning cache: every run compiles and tunes afresh
+    os.environ["MSC_CACHE_DIR"] = tempfile.mkdtemp(prefix="msc-bench-")
     peers = [p for p in args.peers.split(",") if p]
     cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
     if args.quick:

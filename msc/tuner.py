@@ -219,7 +219,7 @@ class AutoKernel:
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
                   f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
         trials: list[Trial] = []
-        best: tuple[float, Schedule] | None = None
+        timed: dict[Schedule, float] = {}
         for n, schedule in enumerate(pool, 1):
             if trials and time.perf_counter() - start > self.budget_s:
                 self._say(f"budget spent after {len(trials)} of {len(pool)} schedules")
@@ -230,12 +230,18 @@ class AutoKernel:
                 self._say(f"[{n}/{len(pool)}] {schedule}: skipped ({str(e).splitlines()[0]})")
                 continue
             trials.append(Trial(str(schedule), ms))
-            if best is None or ms < best[0]:
-                best = (ms, schedule)
-            self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {best[0]:.3f})")
-        assert best is not None and trials
+            timed[schedule] = ms
+            self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})")
+        assert trials
         default_ms = trials[0].ms_per_step
-        ms, chosen = best
+        # a busy machine makes single timings noisy: time the three best again, keep each one's best
+        for schedule in sorted(timed, key=timed.__getitem__)[:3]:
+            again = self._time(schedule, max_threads, inputs, trial_steps)
+            trials.append(Trial(str(schedule), again))
+            timed[schedule] = min(timed[schedule], again)
+        chosen = min(timed, key=timed.__getitem__)
+        ms = timed[chosen]
+        self._say(f"best of the re-timed: {chosen}: {ms:.3f} ms/step")
         for threads in _fewer_threads(max_threads):
             t_ms = self._time(chosen, threads, inputs, trial_steps)
             trials.append(Trial(str(chosen.with_threads(threads)), t_ms))
