@@ -178,6 +178,8 @@ def pystencils_kernel(case: Case, threads: int, simd: bool) -> Callable[[np.ndar
 
 
 def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+    """Devito's Operator; with autotune, block sizes are tuned once ("aggressive")
+    on the first call and reused, as a Devito user would keep them."""
     from devito import Eq, Grid, Operator, TimeFunction
 
     grid = Grid(shape=(case.n - 2,) * case.ndim, dtype=np.float64)
@@ -187,13 +189,20 @@ def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.
     rhs = sum(w * u[(t, *(d + o for d, o in zip(dims, off)))] for off, w in case.offsets())
     op = Operator([Eq(u.forward, rhs)])
     op.cfunction  # noqa: B018 - compile now, not inside the timed run
+    tuned: dict[str, Any] = {}
 
     def run(u0: np.ndarray, steps: int) -> np.ndarray:
         interior = tuple(slice(1, -1) for _ in range(case.ndim))
         u.data_with_halo[:] = 0.0
         u.data[0] = u0[interior]
         u.data[1] = u0[interior]
-        op.apply(time_M=steps - 1, autotune="aggressive" if autotune else False)
+        if autotune and not tuned:
+            op.apply(time_M=steps - 1, autotune="aggressive")
+            tuned.update(op._state.get("autotuning", [{}])[-1].get("tuned", {}))
+            tuned.setdefault("nthreads", int(_THREADS))
+            u.data[0] = u0[interior]
+            u.data[1] = u0[interior]
+        op.apply(time_M=steps - 1, **tuned)
         out = u0.copy()
         out[interior] = u.data[steps % 2]
         return out
