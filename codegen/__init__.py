@@ -21,8 +21,9 @@ class Target(Protocol):
 
 def _targets() -> dict[str, Target]:
     from msc.codegen.openmp import OpenMPTarget
+    from msc.codegen.openmp_mpi import OpenMPMPITarget
 
-    return {"openmp": OpenMPTarget()}
+    return {"openmp": OpenMPTarget(), "openmp+mpi": OpenMPMPITarget()}
 
 
 def get_target(name: str) -> Target:

@@ -21,15 +21,17 @@ typedef struct {
     long lo[3], hi[3]; /* half-open box in padded local coordinates (3D view) */
 } box;
 
+typedef struct {
+    box region;        /* the slab sent, or the halo region received */
+    char *buf;
+    MPI_Request request; /* persistent */
+} message;
+
 struct msc_halo {
     long shape[3]; /* padded local shape, leading unused dimensions are 1 */
     size_t elem;
-    int n;         /* directions that have a neighbour */
-    box send_box[MSC_HALO_MAX_DIRS], recv_box[MSC_HALO_MAX_DIRS];
-    char *send_buf[MSC_HALO_MAX_DIRS], *recv_buf[MSC_HALO_MAX_DIRS];
-    long send_bytes[MSC_HALO_MAX_DIRS]; /* 0 towards a physical boundary */
-    int receives[MSC_HALO_MAX_DIRS];    /* 0 from a physical boundary */
-    MPI_Request requests[2 * MSC_HALO_MAX_DIRS]; /* receives first, then sends */
+    int nsend, nrecv; /* no messages to or from a physical boundary */
+    message send[MSC_HALO_MAX_DIRS], recv[MSC_HALO_MAX_DIRS];
     void *array;   /* the array between start and finish */
     long long bytes_sent;
 };
@@ -169,48 +171,48 @@ int msc_halo_create(const msc_grid *g, const long *halo, int elem_size, int ndir
     }
     msc_halo *h = calloc(1, sizeof *h);
     if (!h) return fail(err, errlen, "out of memory");
-    for (int i = 0; i < 2 * MSC_HALO_MAX_DIRS; i++) h->requests[i] = MPI_REQUEST_NULL;
     h->elem = (size_t)elem_size;
     const int lead = 3 - g->ndim; /* leading unused dimensions of the 3D view */
     for (int d = 0; d < 3; d++) h->shape[d] = 1;
     for (int d = 0; d < g->ndim; d++) h->shape[lead + d] = g->count[d] + 2 * halo[d];
 
-    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
     for (int k = 0; k < ndirs; k++) {
         const int *v = dirs + k * g->ndim;
-        int from = neighbour(g, v), minus_v[3], to;
+        int minus_v[3];
         for (int d = 0; d < g->ndim; d++) minus_v[d] = -v[d];
-        to = neighbour(g, minus_v);
-        if (from == MPI_PROC_NULL && to == MPI_PROC_NULL) continue;
+        const int from = neighbour(g, v), to = neighbour(g, minus_v);
+        /* receive halo region v; send our slab at side -v: region v of the rank at -v */
         box s = {{0, 0, 0}, {1, 1, 1}}, r = s;
         for (int d = 0; d < g->ndim; d++) {
             const long w = halo[d], n = g->count[d];
             const int e = lead + d;
-            /* receive region v; send our slab at side -v, which is region v of the rank at -v */
             if (v[d] < 0) { r.lo[e] = 0; r.hi[e] = w; s.lo[e] = n; s.hi[e] = n + w; }
             else if (v[d] > 0) { r.lo[e] = w + n; r.hi[e] = 2 * w + n; s.lo[e] = w; s.hi[e] = 2 * w; }
             else { r.lo[e] = s.lo[e] = w; r.hi[e] = s.hi[e] = w + n; }
         }
-        long bytes = volume(&s) * (long)h->elem;
+        const long bytes = volume(&s) * (long)h->elem;
         if (bytes > INT_MAX) {
             msc_halo_free(h);
             return fail(err, errlen, "a halo message of %ld bytes is larger than MPI's int count", bytes);
         }
         int tag = 0;
         for (int d = 0; d < g->ndim; d++) tag = 3 * tag + v[d] + 1;
-        const int i = h->n++;
-        h->send_box[i] = s;
-        h->recv_box[i] = r;
-        h->send_bytes[i] = to == MPI_PROC_NULL ? 0 : bytes;
-        h->receives[i] = from != MPI_PROC_NULL;
-        h->send_buf[i] = malloc((size_t)bytes + 1);
-        h->recv_buf[i] = malloc((size_t)bytes + 1);
-        if (!h->send_buf[i] || !h->recv_buf[i]) {
-            msc_halo_free(h);
-            return fail(err, errlen, "out of memory for halo buffers");
+        if (to != MPI_PROC_NULL) {
+            message *m = &h->send[h->nsend++];
+            m->region = s;
+            if (!(m->buf = malloc((size_t)bytes + 1))) break;
+            MPI_Send_init(m->buf, (int)bytes, MPI_BYTE, to, tag, g->cart, &m->request);
         }
-        MPI_Recv_init(h->recv_buf[i], (int)bytes, MPI_BYTE, from, tag, g->cart, &recvs[i]);
-        MPI_Send_init(h->send_buf[i], (int)bytes, MPI_BYTE, to, tag, g->cart, &sends[i]);
+        if (from != MPI_PROC_NULL) {
+            message *m = &h->recv[h->nrecv++];
+            m->region = r;
+            if (!(m->buf = malloc((size_t)bytes + 1))) break;
+            MPI_Recv_init(m->buf, (int)bytes, MPI_BYTE, from, tag, g->cart, &m->request);
+        }
+    }
+    if ((h->nsend && !h->send[h->nsend - 1].buf) || (h->nrecv && !h->recv[h->nrecv - 1].buf)) {
+        msc_halo_free(h);
+        return fail(err, errlen, "out of memory for halo buffers");
     }
     *out = h;
     return 0;
@@ -219,26 +221,25 @@ int msc_halo_create(const msc_grid *g, const long *halo, int elem_size, int ndir
 void msc_halo_start(msc_halo *h, void *array)
 {
     h->array = array;
-    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
-    if (h->n == 0) return;
-    MPI_Startall(h->n, recvs);
-    for (int i = 0; i < h->n; i++) {
-        if (h->send_bytes[i]) copy_box(h, array, h->send_buf[i], &h->send_box[i], 1);
-        MPI_Start(&sends[i]);
-        h->bytes_sent += h->send_bytes[i];
+    for (int i = 0; i < h->nrecv; i++) MPI_Start(&h->recv[i].request);
+    for (int i = 0; i < h->nsend; i++) {
+        message *m = &h->send[i];
+        copy_box(h, array, m->buf, &m->region, 1);
+        MPI_Start(&m->request);
+        h->bytes_sent += volume(&m->region) * (long)h->elem;
     }
 }
 
 void msc_halo_finish(msc_halo *h)
 {
-    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
-    if (h->n == 0) return;
-    for (int done = 0; done < h->n; done++) {
+    MPI_Request requests[MSC_HALO_MAX_DIRS];
+    for (int i = 0; i < h->nrecv; i++) requests[i] = h->recv[i].request;
+    for (int done = 0; done < h->nrecv; done++) { /* unpack in order of arrival */
         int i;
-        MPI_Waitany(h->n, recvs, &i, MPI_STATUS_IGNORE);
-        if (h->receives[i]) copy_box(h, h->array, h->recv_buf[i], &h->recv_box[i], 0);
+        MPI_Waitany(h->nrecv, requests, &i, MPI_STATUS_IGNORE);
+        copy_box(h, h->array, h->recv[i].buf, &h->recv[i].region, 0);
     }
-    MPI_Waitall(h->n, sends, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < h->nsend; i++) MPI_Wait(&h->send[i].request, MPI_STATUS_IGNORE);
 }
 
 long long msc_halo_bytes_sent(const msc_halo *h) { return h->bytes_sent; }
@@ -246,12 +247,12 @@ long long msc_halo_bytes_sent(const msc_halo *h) { return h->bytes_sent; }
 void msc_halo_free(msc_halo *h)
 {
     if (!h) return;
-    MPI_Request *recvs = h->requests, *sends = h->requests + MSC_HALO_MAX_DIRS;
-    for (int i = 0; i < h->n; i++) {
-        if (recvs[i] != MPI_REQUEST_NULL) MPI_Request_free(&recvs[i]);
-        if (sends[i] != MPI_REQUEST_NULL) MPI_Request_free(&sends[i]);
-        free(h->send_buf[i]);
-        free(h->recv_buf[i]);
+    for (int i = 0; i < h->nsend + h->nrecv; i++) {
+        message *m = i < h->nsend ? &h->send[i] : &h->recv[i - h->nsend];
+        if (m->buf) {
+            MPI_Request_free(&m->request);
+            free(m->buf);
+        }
     }
     free(h);
 }

@@ -11,13 +11,14 @@ A step runs in phases: a new phase starts at a statement that reads, at a
 spatial offset, the new level a statement of the current phase wrote,
 because that level's halo must be exchanged in between. After each phase
 the new levels of its fields that are read at an offset are exchanged; the
-halo regions exchanged for a field are the sign patterns of the offsets it
-is read at (faces only for a star stencil, edges and corners for a box).
+halo regions exchanged for a field are those its reads reach (faces only
+for a star stencil, edges and corners too for a box).
 This module serves the Python runtime and the emitted MPI programs alike.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from msc import ir
@@ -48,6 +49,7 @@ class Phase:
 @dataclass(frozen=True)
 class HaloPlan:
     stencil: ir.StencilIR
+    local: LocalStencilIR  # all statements: the layout of every rank's arrays
     halo: tuple[int, ...]
     phases: tuple[Phase, ...]
     directions: dict[str, tuple[tuple[int, ...], ...]]  # per field read at an offset
@@ -64,8 +66,11 @@ class HaloPlan:
         return tuple(n - 2 * r for n, r in zip(shape, self.stencil.radius))
 
 
-def _sign(v: int) -> int:
-    return (v > 0) - (v < 0)
+def _regions(offsets: tuple[int, ...]) -> set[tuple[int, ...]]:
+    """The halo regions a read at `offsets` reaches from some interior point:
+    each non-zero component keeps its sign or, away from that edge, is 0."""
+    choices = [(0, (o > 0) - (o < 0)) if o else (0,) for o in offsets]
+    return {v for v in itertools.product(*choices) if any(v)}
 
 
 def plan(stencil: ir.StencilIR, depth: int = TIME_TILE_DEPTH) -> HaloPlan:
@@ -74,7 +79,7 @@ def plan(stencil: ir.StencilIR, depth: int = TIME_TILE_DEPTH) -> HaloPlan:
     for s in stencil.statements:
         for a in s.reads:
             if any(a.offsets):
-                directions.setdefault(a.name, set()).add(tuple(_sign(o) for o in a.offsets))
+                directions.setdefault(a.name, set()).update(_regions(a.offsets))
 
     groups: list[list[ir.Statement]] = [[]]
     for s in stencil.statements:
@@ -83,11 +88,13 @@ def plan(stencil: ir.StencilIR, depth: int = TIME_TILE_DEPTH) -> HaloPlan:
             groups.append([])
         groups[-1].append(s)
 
+    def local(name: str, statements: tuple[ir.Statement, ...]) -> LocalStencilIR:
+        return LocalStencilIR(name, stencil.ndim, stencil.fields, stencil.params, statements,
+                              boundary="dirichlet", dtype=stencil.dtype, loc=stencil.loc, halo=halo)
+
     phases = []
     for k, group in enumerate(groups):
         name = stencil.name if len(groups) == 1 else f"{stencil.name}_phase{k}"
-        local = LocalStencilIR(name, stencil.ndim, stencil.fields, stencil.params, tuple(group),
-                               boundary="dirichlet", dtype=stencil.dtype, loc=stencil.loc, halo=halo)
         exchange = tuple(dict.fromkeys(s.target for s in group if s.target in directions))
-        phases.append(Phase(local, exchange))
-    return HaloPlan(stencil, halo, tuple(phases), {f: tuple(sorted(d)) for f, d in directions.items()})
+        phases.append(Phase(local(name, tuple(group)), exchange))
+    return HaloPlan(stencil, local(stencil.name, stencil.statements), halo, tuple(phases), {f: tuple(sorted(d)) for f, d in directions.items()})

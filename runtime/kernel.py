@@ -6,7 +6,7 @@ import ctypes
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -58,8 +58,26 @@ class CompiledKernel:
         path = build_shared_library(source, f"msc_{stencil.name}")
         return cls(stencil, source, path, target, threads)
 
-    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
-        """Advance `steps` steps; returns the newest level of each written field."""
+    @overload
+    def run(self, steps: int, threads: int | None = None, comm: None = None, dims: Any = None,
+            **inputs: Any) -> dict[str, np.ndarray]: ...
+    @overload
+    def run(self, steps: int, threads: int | None = None, *, comm: Any, dims: Any = None,
+            **inputs: Any) -> dict[str, np.ndarray] | None: ...
+
+    def run(self, steps: int, threads: int | None = None, comm: Any = None, dims: Any = None,
+            **inputs: Any) -> dict[str, np.ndarray] | None:
+        """Advance `steps` steps; returns the newest level of each written field.
+
+        With an mpi4py communicator `comm`, the run is spread over its ranks
+        (process grid `dims`, None to let MPI choose): global arrays on rank 0,
+        None on the others; rank 0 gets the result, the others None
+        (msc.runtime.distributed).
+        """
+        if comm is not None:
+            from msc.runtime.distributed import run_distributed
+
+            return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads)
         args = bind_arguments(self.ir, steps, inputs)
         nthreads = threads if threads is not None else (self.threads or 0)
         if not isinstance(nthreads, int) or nthreads < 0:

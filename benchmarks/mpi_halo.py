@@ -1,0 +1,129 @@
+"""Distributed runs on 1-4 MPI ranks: time per step split into compute and
+halo exchange, and bytes sent per step against the minimum the halo needs.
+Writes JSON.
+
+    python3 benchmarks/mpi_halo.py --json mpi.json [--ranks 1,2,3,4] [--steps 20] [--quick]
+
+Two problems per stencil (star heat2d and box box2d9p, dirichlet, float64):
+a fixed one (strong scaling) and one that grows with the ranks (weak
+scaling: the rows grow with P). One OpenMP thread per rank; 4 ranks on a
+2-core machine are oversubscribed, so their times say little about speed.
+The minimum is counted independently of the library: the halo cells some
+interior point reads at one of the stencil's offsets, that lie inside
+another rank's block. Times are the slowest rank's; bytes are summed over ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import msc
+from msc import t, x, y
+
+
+@msc.stencil
+def heat2d(u):
+    u[t + 1, x, y] = 0.5 * u[t, x, y] + 0.125 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1])
+
+
+@msc.stencil
+def box2d9p(u):
+    u[t + 1, x, y] = 0.25 * u[t, x, y] + 0.125 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]) \
+        + 0.0625 * (u[t, x - 1, y - 1] + u[t, x - 1, y + 1] + u[t, x + 1, y - 1] + u[t, x + 1, y + 1])
+
+
+STENCILS = {"heat2d": heat2d, "box2d9p": box2d9p}
+
+
+def minimum_bytes_per_step(dist: Any) -> int:
+    """Halo cells of every rank that the stencil reads and another rank owns, in bytes."""
+    stencil = dist.kernel.ir
+    total = 0
+    for f in stencil.written_fields:
+        offsets = {a.offsets for s in stencil.statements for a in s.reads if a.name == f.name and any(a.offsets)}
+        for rank in range(dist.comm.size):
+            start, count = dist.grid.block_of(rank)
+            read = np.zeros([n + 2 * h for n, h in zip(count, dist.halo)], bool)
+            for o in offsets:
+                read[tuple(slice(h + d, h + d + n) for h, d, n in zip(dist.halo, o, count))] = True
+            inside = np.ones_like(read)  # the halo cells that lie in the global interior
+            for d, (s, n, h, size) in enumerate(zip(start, count, dist.halo, dist.grid.interior)):
+                g = np.arange(s - h, s + n + h)
+                inside &= ((g >= 0) & (g < size)).reshape([-1 if e == d else 1 for e in range(read.ndim)])
+            read[tuple(slice(h, h + n) for h, n in zip(dist.halo, count))] = False
+            total += int(np.count_nonzero(read & inside)) * np.dtype(stencil.dtype).itemsize
+    return total
+
+
+def worker(name: str, shape: tuple[int, ...], steps: int) -> None:
+    from mpi4py import MPI
+
+    from msc.runtime.distributed import DistributedKernel
+
+    comm = MPI.COMM_WORLD
+    dist = DistributedKernel(STENCILS[name].compile(threads=1), comm, shape)
+    fill = lambda i, j: np.sin(0.01 * i) * np.cos(0.02 * j)  # noqa: E731
+    dist.run(steps=2, u=fill)  # warm-up
+    dist.run(steps=steps, u=fill)
+    s = dist.last_run
+    row = {
+        "stencil": name, "ranks": comm.size, "dims": list(dist.dims), "shape": list(shape), "steps": steps,
+        "compute_ms_per_step": 1e3 * comm.allreduce(s.compute_seconds, op=MPI.MAX) / steps,
+        "exchange_ms_per_step": 1e3 * comm.allreduce(s.exchange_seconds, op=MPI.MAX) / steps,
+        "bytes_per_step": comm.allreduce(s.bytes_sent) // steps,
+        "minimum_bytes_per_step": minimum_bytes_per_step(dist),
+    }
+    row["volume_over_minimum"] = row["bytes_per_step"] / row["minimum_bytes_per_step"] if row["minimum_bytes_per_step"] else 1.0
+    if comm.rank == 0:
+        print(json.dumps(row))
+    dist.close()
+
+
+def launch(ranks: int, name: str, shape: tuple[int, ...], steps: int) -> dict[str, Any]:
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    cmd = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py",
+           __file__, "--worker", name, "x".join(map(str, shape)), str(steps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], tuple(int(n) for n in sys.argv[3].split("x")), int(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--ranks", default="1,2,3,4")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="small problems (a smoke run)")
+    a = ap.parse_args()
+    side = 130 if a.quick else 2050
+    rows = []
+    for name in STENCILS:
+        for ranks in (int(r) for r in a.ranks.split(",")):
+            for problem, shape in (("fixed", (side, side)), ("growing", ((side - 2) * ranks + 2, side))):
+                row = dict(launch(ranks, name, shape, a.steps), problem=problem)
+                rows.append(row)
+                print(f"{name:8s} {problem:7s} P={ranks} dims={row['dims']} {row['shape']}: compute "
+                      f"{row['compute_ms_per_step']:.2f} ms/step, exchange {row['exchange_ms_per_step']:.2f} ms/step, "
+                      f"{row['bytes_per_step']} B/step = {row['volume_over_minimum']:.3f} x minimum", flush=True)
+    result = {"cpu_count": os.cpu_count(), "threads_per_rank": 1,
+              "note": "ranks beyond the core count are oversubscribed", "runs": rows}
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The "openmp+mpi" target: OpenMP kernels on MPI ranks with halo exchange.
+
+`emit` writes a standalone tree that builds with mpicc and runs with
+`mpiexec -n P`: one OpenMP kernel per phase of the halo plan (the serial
+backend's source, its entry point renamed at compile time), the driver
+mpi_main.c.j2, the halo library runtime/halo.c and a Makefile. `compile`
+gives the in-process kernel; distribute it with `run(..., comm=comm)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msc
+from msc.codegen.openmp import C_TYPES, OpenMPTarget, signature
+from msc.codegen.templates_env import render
+from msc.errors import ScheduleError
+from msc.poly import PolyIR
+from msc.runtime.build import atomic_write_text
+from msc.runtime.halo import HERE as RUNTIME_DIR
+from msc.runtime.halo_plan import plan
+from msc.runtime.kernel import CompiledKernel
+
+MPI_TYPES = {"float64": "MPI_DOUBLE", "float32": "MPI_FLOAT"}
+
+
+def _check_schedule(schedule: object) -> None:
+    if schedule not in (None, "default"):
+        raise ScheduleError(
+            f"target 'openmp+mpi' runs the step-by-step schedule only, got {schedule!r}; "
+            "temporally tiled schedules need halos of radius x depth (not yet supported)"
+        )
+
+
+class OpenMPMPITarget:
+    name = "openmp+mpi"
+
+    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel:
+        _check_schedule(schedule)
+        kernel = OpenMPTarget().compile(poly, threads=threads)
+        assert isinstance(kernel, CompiledKernel)
+        return kernel
+
+    def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
+        """main.c, halo.c, halo.h, npy.h, one kernel_phase<k>.c per phase and a Makefile."""
+        _check_schedule(schedule)
+        stencil = poly.ir
+        halo_plan = plan(stencil)
+        ctype = C_TYPES[stencil.dtype]
+        names = [f.name for f in stencil.fields]
+        phases = [dict(file=f"kernel_phase{k}.c", function=f"msc_run_phase{k}",
+                       exchange=[names.index(n) for n in p.exchange])
+                  for k, p in enumerate(halo_plan.phases)]
+        call_args = [f"buffers[{k}]" for k in range(len(stencil.fields))]
+        call_args += [f"params[{k}]" for k in range(len(stencil.params))]
+        call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
+        call_args += ["t", "1", "nthreads"]
+        lead = [0] * (3 - stencil.ndim)
+        values = dict(
+            version=msc.__version__,
+            name=stencil.name,
+            ndim=stencil.ndim,
+            ctype=ctype,
+            mpi_type=MPI_TYPES[stencil.dtype],
+            descr="<f8" if stencil.dtype == "float64" else "<f4",
+            params=stencil.params,
+            fields=stencil.fields,
+            periodic=stencil.boundary == "periodic",
+            radius3=lead + list(stencil.radius),
+            halo3=lead + list(halo_plan.halo),
+            directions=[[list(v) for v in halo_plan.directions.get(n, ())] for n in names],
+            phases=phases,
+            parameters=signature(stencil).c_parameters(ctype),
+            call_args=call_args,
+            statements=len(stencil.statements),
+        )
+        serial = OpenMPTarget()
+        files = {p["file"]: serial.source(PolyIR(ph.stencil)) for p, ph in zip(phases, halo_plan.phases)}
+        files.update({
+            "main.c": render("mpi_main.c.j2", **values),
+            "halo.c": (RUNTIME_DIR / "halo.c").read_text(),
+            "halo.h": (RUNTIME_DIR / "halo.h").read_text(),
+            "npy.h": render("npy.h"),
+            "Makefile": render("mpi_Makefile.j2", **values),
+        })
+        for name, text in files.items():
+            atomic_write_text(directory / name, text)
+        return directory

@@ -1,0 +1,294 @@
+"""Distributed runs of a compiled stencil over MPI ranks (mpi4py).
+
+Two ways in:
+
+- `kernel.run(steps=..., comm=comm, dims=None, **inputs)`: global arrays on
+  rank 0 (None on the others); rank 0 scatters the blocks and gathers the
+  result, which it returns (the other ranks get None).
+- `DistributedKernel(kernel, comm, shape)`: the scalable path. Each rank
+  passes only its own block, as an array or as a function of global
+  coordinates, and gets its own block back; no rank holds a global array.
+
+Each rank runs the local kernels of `halo_plan` one step at a time (the
+kernel's start step `t0` keeps the ring-buffer slots in step with the
+serial run) and exchanges halos between phases with the C library of
+`halo`. Every check that can fail is agreed on by all ranks, which then
+raise the same DistributedError: no rank is left waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from msc.arguments import bind_arguments
+from msc.errors import MscError
+from msc.poly import PolyIR
+from msc.runtime.buffers import pack
+from msc.runtime.halo import DistributedError, Grid, HaloExchanger
+from msc.runtime.halo_plan import plan
+from msc.runtime.kernel import CompiledKernel, RunStats
+
+__all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "run_distributed"]
+
+T = TypeVar("T")
+
+
+def _collectively(comm: Any, action: Callable[[], T]) -> T:
+    """Run `action` on every rank; if it fails on any, raise that failure on all."""
+    result: Any = None
+    error: str | None = None
+    cause: BaseException | None = None
+    try:
+        result = action()
+    except Exception as exc:  # a bug on one rank must not leave the others waiting either
+        cause = exc
+        error = str(exc) if isinstance(exc, MscError) else f"{type(exc).__name__}: {exc}"
+    for rank, message in enumerate(comm.allgather(error)):
+        if message is not None:
+            where = f"rank {rank}: " if comm.size > 1 else ""
+            raise DistributedError(where + message) from cause
+    return result
+
+
+@dataclass
+class DistributedStats:
+    """The last run on this rank: seconds in the kernels and in halo exchange, bytes sent."""
+
+    steps: int = 0
+    compute_seconds: float = 0.0
+    exchange_seconds: float = 0.0
+    bytes_sent: int = 0  # during the steps (the exchange of the initial levels is not counted)
+
+
+class DistributedKernel:
+    """A kernel spread over the ranks of `comm` for global arrays of `shape`.
+
+    `shape` is the global array shape (with the boundary ring for dirichlet
+    stencils); `dims` the process grid (None or zeros: MPI_Dims_create
+    chooses). Collective: every rank constructs it with the same values.
+    """
+
+    def __init__(self, kernel: CompiledKernel, comm: Any, shape: Sequence[int],
+                 dims: Sequence[int] | None = None, threads: int | None = None) -> None:
+        self.kernel, self.comm = kernel, comm
+        self.plan = plan(kernel.ir)
+        self.threads = threads if threads is not None else (kernel.threads or 0)
+        stencil = kernel.ir
+        shape = tuple(int(n) for n in shape)
+        dims = None if dims is None else tuple(int(d) for d in dims)
+        root = comm.bcast((shape, dims), root=0)
+
+        def check() -> tuple[int, ...]:
+            if (shape, dims) != root:
+                raise DistributedError(f"shape {shape} and dims {dims} differ from rank 0's {root[0]} and {root[1]}")
+            if len(shape) != stencil.ndim:
+                raise DistributedError(f"stencil '{stencil.name}' is {stencil.ndim}D but the shape is {shape}")
+            interior = self.plan.interior_shape(shape)
+            if min(interior) < 1:
+                raise DistributedError(f"shape {shape} leaves no interior inside the boundary ring {stencil.radius}")
+            return interior
+
+        interior = _collectively(comm, check)
+        self.shape = shape
+        self.grid = _collectively(comm, lambda: Grid(comm, interior, stencil.boundary == "periodic", dims))
+        self.halo = self.plan.halo
+        self.local_shape = tuple(n + 2 * h for n, h in zip(self.grid.count, self.halo))
+        self._exchangers: dict[str, HaloExchanger] = _collectively(comm, self._make_exchangers)
+        self._phases = _collectively(comm, self._compile_phases)
+        self.last_run = DistributedStats()
+
+    def _make_exchangers(self) -> dict[str, HaloExchanger]:
+        itemsize = np.dtype(self.kernel.ir.dtype).itemsize
+        return {name: HaloExchanger(self.grid, self.halo, itemsize, dirs) for name, dirs in self.plan.directions.items()}
+
+    def _compile_phases(self) -> list[Any]:
+        from msc.codegen import get_target
+
+        target = get_target("openmp")
+        return [target.compile(PolyIR(p.stencil), threads=self.threads) for p in self.plan.phases]
+
+    # -- where this rank's block lies in the global arrays ------------------
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.grid.dims
+
+    @property
+    def coords(self) -> tuple[int, ...]:
+        return self.grid.coords
+
+    @property
+    def interior(self) -> tuple[slice, ...]:
+        """Where the block this rank owns (what `run` returns) lies in the global arrays."""
+        return self._interior_of(self.grid.start, self.grid.count)
+
+    def _interior_of(self, start: Sequence[int], count: Sequence[int]) -> tuple[slice, ...]:
+        ring = (0,) * len(start) if self.kernel.ir.boundary == "periodic" else self.kernel.ir.radius
+        return tuple(slice(s + r, s + r + n) for s, n, r in zip(start, count, ring))
+
+    def _indices_of(self, start: Sequence[int], count: Sequence[int]) -> list[np.ndarray]:
+        """Per dimension, the global array index of each point of a padded block
+        (periodic: wrapped; dirichlet: the halo at a physical edge is the ring)."""
+        out = []
+        for s, n, h, r, size in zip(start, count, self.halo, self.kernel.ir.radius, self.shape):
+            if self.kernel.ir.boundary == "periodic":
+                out.append((np.arange(s - h, s + n + h)) % size)
+            else:
+                out.append(np.arange(s - h + r, s + n + h + r))
+        return out
+
+    def coordinates(self) -> tuple[np.ndarray, ...]:
+        """Global array indices of this rank's padded block, as an open grid (np.ix_)."""
+        return np.ix_(*self._indices_of(self.grid.start, self.grid.count))
+
+    # -- running ------------------------------------------------------------
+
+    def _local_array(self, name: str, value: Any) -> Any:
+        if callable(value):
+            filled = np.asarray(value(*self.coordinates()), dtype=self.kernel.ir.dtype)
+            return np.array(np.broadcast_to(filled, self.local_shape))
+        if isinstance(value, np.ndarray) and value.shape != self.local_shape:
+            raise DistributedError(
+                f"'{name}' has shape {value.shape}, but this rank's block padded by the halo "
+                f"{self.halo} has shape {self.local_shape}"
+            )
+        return value
+
+    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+        """Advance `steps` steps; returns this rank's block (`self.interior`) of each written field.
+
+        A field takes this rank's padded block (`self.local_shape`; the halo
+        matters only on a physical dirichlet edge, where it is the fixed
+        boundary ring), or a function of the global indices
+        (`f(*self.coordinates())`), or a list of those, one per time level.
+        """
+        fields = {f.name for f in self.kernel.ir.fields}
+
+        def bind() -> Any:
+            local = {}
+            for name, value in inputs.items():
+                if name in fields and isinstance(value, (list, tuple)):
+                    local[name] = [self._local_array(name, v) for v in value]
+                elif name in fields:
+                    local[name] = self._local_array(name, value)
+                else:
+                    local[name] = value
+            return bind_arguments(self.plan.local, steps, local)
+
+        args = _collectively(self.comm, bind)
+        if len(set(self.comm.allgather(steps))) > 1:
+            raise DistributedError(f"ranks were given different numbers of steps: {self.comm.allgather(steps)}")
+        buffers = pack(self.plan.local, args)
+        nthreads = threads if threads is not None else self.threads
+        for name, exchanger in self._exchangers.items():
+            levels = buffers[name] if self.kernel.ir.field(name).written else buffers[name][None]
+            for level in levels:
+                exchanger.start(level)
+                exchanger.finish()
+
+        stats = DistributedStats(steps)
+        bytes_before = sum(e.bytes_sent for e in self._exchangers.values())
+        started = time.perf_counter()
+        for step in range(steps):
+            for phase, kernel in zip(self.plan.phases, self._phases):
+                tick = time.perf_counter()
+                call = [buffers[f.name].ctypes.data for f in phase.stencil.fields]
+                call += [args.scalars[p] for p in phase.stencil.params]
+                kernel._fn(*call, *self.local_shape, step, 1, nthreads)
+                tock = time.perf_counter()
+                new = [buffers[name][(step + 1) % self.kernel.ir.field(name).slots] for name in phase.exchange]
+                for name, level in zip(phase.exchange, new):
+                    self._exchangers[name].start(level)
+                for name in phase.exchange:
+                    self._exchangers[name].finish()
+                stats.compute_seconds += tock - tick
+                stats.exchange_seconds += time.perf_counter() - tock
+        seconds = time.perf_counter() - started
+        stats.bytes_sent = sum(e.bytes_sent for e in self._exchangers.values()) - bytes_before
+        self.last_run = stats
+        points = int(np.prod(self.plan.interior_shape(self.shape))) * len(self.kernel.ir.statements)
+        self.kernel.last_run = RunStats(seconds, steps, points)
+        inner = tuple(slice(h, h + n) for h, n in zip(self.halo, self.grid.count))
+        return {f.name: buffers[f.name][steps % f.slots][inner].copy() for f in self.kernel.ir.written_fields}
+
+    # -- rank 0's global arrays ---------------------------------------------
+
+    def scatter(self, levels: Mapping[str, list[np.ndarray]] | None) -> dict[str, list[np.ndarray]]:
+        """Each rank's padded blocks of the levels rank 0 holds (`levels` is None elsewhere)."""
+        comm = self.comm
+        counts = comm.bcast({k: len(v) for k, v in levels.items()} if comm.rank == 0 else None, root=0)
+        dtype = np.dtype(self.kernel.ir.dtype)
+        out: dict[str, list[np.ndarray]] = {}
+        for name, n in counts.items():
+            out[name] = []
+            for k in range(n):
+                if comm.rank == 0:
+                    assert levels is not None
+                    for rank in range(comm.size):
+                        block = np.ascontiguousarray(levels[name][k][np.ix_(*self._indices_of(*self.grid.block_of(rank)))])
+                        if rank == 0:
+                            out[name].append(block)
+                        else:
+                            comm.Send(block, dest=rank, tag=k)
+                else:
+                    block = np.empty(self.local_shape, dtype)
+                    comm.Recv(block, source=0, tag=k)
+                    out[name].append(block)
+        return out
+
+    def gather(self, blocks: Mapping[str, np.ndarray], rings: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+        """The global arrays on rank 0 (each starting as a copy of `rings[name]`, which
+        supplies the dirichlet ring), None on the other ranks."""
+        comm = self.comm
+        if comm.rank != 0:
+            for name in sorted(blocks):
+                comm.Send(np.ascontiguousarray(blocks[name]), dest=0, tag=1)
+            return None
+        assert rings is not None
+        out = {name: rings[name].copy() for name in blocks}
+        for name in sorted(blocks):
+            for rank in range(comm.size):
+                start, count = self.grid.block_of(rank)
+                if rank == 0:
+                    block = blocks[name]
+                else:
+                    block = np.empty(count, out[name].dtype)
+                    comm.Recv(block, source=rank, tag=1)
+                out[name][self._interior_of(start, count)] = block
+        return out
+
+    def close(self) -> None:
+        for exchanger in self._exchangers.values():
+            exchanger.close()
+        self.grid.close()
+
+
+def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mapping[str, Any],
+                    dims: Sequence[int] | None = None, threads: int | None = None) -> dict[str, np.ndarray] | None:
+    """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out."""
+    stencil = kernel.ir
+
+    def check_root() -> Any:
+        if comm.rank != 0:
+            return None
+        args = bind_arguments(stencil, steps, inputs)
+        # a field given as one array sends one level, as the serial run would replicate it
+        sent = {f.name: args.levels[f.name] if isinstance(inputs[f.name], (list, tuple)) else args.levels[f.name][:1]
+                for f in stencil.fields}
+        return args, sent
+
+    bound = _collectively(comm, check_root)
+    root = (bound[0].shape, bound[0].scalars, steps) if comm.rank == 0 else None
+    shape, scalars, steps = comm.bcast(root, root=0)
+    distributed = DistributedKernel(kernel, comm, shape, dims, threads)
+    try:
+        local = distributed.scatter(bound[1] if comm.rank == 0 else None)
+        blocks = distributed.run(steps, **scalars, **{name: v if len(v) > 1 else v[0] for name, v in local.items()})
+        rings = {f.name: bound[0].levels[f.name][-1] for f in stencil.written_fields} if comm.rank == 0 else None
+        return distributed.gather(blocks, rings)
+    finally:
+        distributed.close()

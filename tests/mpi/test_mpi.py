@@ -1,0 +1,107 @@
+"""Distributed runs under mpiexec on 1-4 ranks: the halo library, generated and
+hand-written stencils against the single-process kernel (bitwise) and the
+reference, errors on every rank, and the emitted openmp+mpi program."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from launch import ENV, mpi_command, mpiexec, run_json
+from stencil_gen import generate
+
+pytest.importorskip("mpi4py")
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install 'msc[mpi]')")]
+
+RANKS = [1, 2, 3, 4]
+SEEDS = [str(s) for s in range(16)]
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+def test_halo_library(ranks):
+    report = run_json(ranks, "run_halo.py")
+    assert all(case["wrong"] == 0 for case in report.values()), report
+    if ranks > 1:  # a box stencil sends edges and corners on top of a star's faces
+        assert report["2d-dirichlet-box"]["bytes"] >= report["2d-dirichlet-star"]["bytes"] > 0
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+def test_generated_stencils_equal_the_serial_kernel(ranks):
+    outcomes = run_json(ranks, "run_generated.py", *SEEDS, timeout=400)
+    ran = [o for o in outcomes if o["status"] == "ran"]
+    assert len(ran) >= len(SEEDS) // 2, outcomes
+    for o in ran:
+        assert o["bitwise"] and o["shapes"], o
+        assert o["reference_error"] <= 1e-5, o  # float32 cases included; float64 ones agree bitwise above
+    assert {o["boundary"] for o in ran} == {"dirichlet", "periodic"}
+    assert {o["ndim"] for o in ran} == {1, 2, 3}
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+def test_cases_and_errors(ranks):
+    results = run_json(ranks, "run_cases.py")
+    for name, ok in results.items():
+        if not name.startswith("error_"):
+            assert ok is True, (name, results)
+    prefix = "" if ranks == 1 else "rank 0: "
+    assert results["error_dims"] == f"{prefix}dims with a product of {ranks + 1} do not fit {ranks} MPI ranks"
+    assert results["error_missing_input"] == f"{prefix}stencil 'heat': missing argument(s) u"
+    assert "shape (3, 3)" in results["error_local_shape_on_last_rank"]
+    if ranks > 1:
+        assert "thinnest local block has 2 points, fewer than the halo width 3" in results["error_thin_domain"]
+
+
+def _emit_and_build(stencil, directory: Path, dtype: str) -> Path:
+    stencil.emit("openmp+mpi", directory, dtype=dtype)
+    mpicc = Path(sys.executable).parent / "mpicc"
+    make = ["make", "-C", str(directory)] + ([f"MPICC={mpicc}"] if mpicc.exists() else [])
+    proc = subprocess.run(make, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return directory / stencil.name
+
+
+@pytest.mark.parametrize("seed", [0, 5, 10, 23])
+def test_emitted_mpi_program(seed, tmp_path):
+    case = generate(seed)
+    program = _emit_and_build(case.stencil, tmp_path / "src", case.dtype)
+    cmd = ["--steps", str(case.steps), "--threads", "1"]
+    for name, value in case.inputs.items():
+        if isinstance(value, float):
+            cmd += ["--param", f"{name}={value!r}"]
+            continue
+        files = []
+        for k, arr in enumerate(value if isinstance(value, list) else [value]):
+            np.save(tmp_path / f"{name}{k}.npy", arr)
+            files.append(str(tmp_path / f"{name}{k}.npy"))
+        cmd += ["--in", f"{name}={','.join(files)}"]
+    written = [f.name for f in case.stencil.ir.written_fields]
+    serial = case.stencil.compile(dtype=case.dtype).run(steps=case.steps, **case.inputs)
+    env = dict(os.environ, **ENV)
+    for ranks in (1, 2, 3):
+        outs = [arg for n in written for arg in ("--out", f"{n}={tmp_path / f'out_{n}_{ranks}.npy'}")]
+        proc = subprocess.run(mpi_command(ranks, str(program), *cmd, *outs), capture_output=True, text=True,
+                              env=env, timeout=120)
+        if proc.returncode != 0 and "thinnest local block" in proc.stderr:
+            continue
+        assert proc.returncode == 0, proc.stderr
+        assert f"on {ranks} ranks" in proc.stdout
+        for n in written:
+            assert np.array_equal(np.load(tmp_path / f"out_{n}_{ranks}.npy"), serial[n]), (n, ranks, case)
+
+
+def test_emitted_mpi_program_errors(tmp_path):
+    case = generate(9)  # 2D dirichlet
+    program = _emit_and_build(case.stencil, tmp_path / "src", case.dtype)
+    env = dict(os.environ, **ENV)
+    np.save(tmp_path / "f.npy", case.inputs["f0"])
+    np.save(tmp_path / "c.npy", case.inputs["c"])
+    base = [str(program), "--steps", "1", "--param", "a=0.5", "--in", f"c={tmp_path / 'c.npy'}", "--in", f"f0={tmp_path / 'f.npy'}"]
+    bad_dims = subprocess.run(mpi_command(2, *base, "--dims", "3x1"), capture_output=True, text=True, env=env, timeout=60)
+    assert bad_dims.returncode != 0 and "dims with a product of 3 do not fit 2 MPI ranks" in bad_dims.stderr
+    missing = subprocess.run(mpi_command(2, *base[:-2], "--in", "f0=nowhere.npy"), capture_output=True, text=True,
+                             env=env, timeout=60)
+    assert missing.returncode != 0 and "cannot read nowhere.npy" in missing.stderr
