@@ -85,13 +85,10 @@ def msc_stencil(case: Case) -> msc.Stencil:
     return msc.stencil(name=case.name)(body)
 
 
-def best_time(fn: Callable[[], None], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+# A runner takes the initial field and a step count and returns the final
+# field and the seconds spent in the time loop alone: setting up buffers
+# (copies of the input) is left out for every tool alike.
+Runner = Callable[[np.ndarray, int], tuple[np.ndarray, float]]
 
 
 # ------------------------------------------------------------------ peers
@@ -120,7 +117,7 @@ def stream_copy_gbs(threads: int, mbytes: int = 200, repeat: int = 10) -> dict[s
     return {"median_gbs": statistics.median(rates), "max_gbs": max(rates), "min_gbs": min(rates)}
 
 
-def handwritten_c(case: Case, threads: int) -> Callable[[np.ndarray, int], np.ndarray]:
+def handwritten_c(case: Case, threads: int) -> Runner:
     """Plain C + OpenMP with two buffers, the way one writes it by hand."""
     idx = {2: "(i{0})*n + (j{1})", 3: "((i{0})*n + (j{1}))*n + (k{2})"}[case.ndim]
     terms = " + ".join(
@@ -146,15 +143,16 @@ def handwritten_c(case: Case, threads: int) -> Callable[[np.ndarray, int], np.nd
     fn = load_library(build_shared_library(src, f"hand_{case.name}")).msc_hand
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
 
-    def run(u0: np.ndarray, steps: int) -> np.ndarray:
+    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
         a, b = u0.copy(), u0.copy()
+        start = time.perf_counter()
         fn(a.ctypes.data, b.ctypes.data, u0.shape[0], steps, threads)
-        return b if steps % 2 else a
+        return (b if steps % 2 else a), time.perf_counter() - start
 
     return run
 
 
-def pystencils_kernel(case: Case, threads: int, simd: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+def pystencils_kernel(case: Case, threads: int, simd: bool) -> Runner:
     import pystencils as ps
 
     src, dst = ps.fields(f"src, dst: double[{case.ndim}D]", layout="c")
@@ -167,17 +165,18 @@ def pystencils_kernel(case: Case, threads: int, simd: bool) -> Callable[[np.ndar
         cfg.cpu.vectorize.assume_inner_stride_one = True
     kernel = ps.create_kernel(ps.Assignment(dst.center, rhs), cfg).compile()
 
-    def run(u0: np.ndarray, steps: int) -> np.ndarray:
+    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
         a, b = u0.copy(), u0.copy()
+        start = time.perf_counter()
         for _ in range(steps):
             kernel(src=a, dst=b)
             a, b = b, a
-        return a
+        return a, time.perf_counter() - start
 
     return run
 
 
-def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+def devito_kernel(case: Case, autotune: bool) -> Runner:
     """Devito's Operator; with autotune, block sizes are tuned once ("aggressive")
     on the first call and reused, as a Devito user would keep them."""
     from devito import Eq, Grid, Operator, TimeFunction
@@ -191,7 +190,7 @@ def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.
     op.cfunction  # noqa: B018 - compile now, not inside the timed run
     tuned: dict[str, Any] = {}
 
-    def run(u0: np.ndarray, steps: int) -> np.ndarray:
+    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
         interior = tuple(slice(1, -1) for _ in range(case.ndim))
         u.data_with_halo[:] = 0.0
         u.data[0] = u0[interior]
@@ -202,10 +201,12 @@ def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.
             tuned.setdefault("nthreads", int(_THREADS))
             u.data[0] = u0[interior]
             u.data[1] = u0[interior]
+        start = time.perf_counter()
         op.apply(time_M=steps - 1, **tuned)
+        seconds = time.perf_counter() - start
         out = u0.copy()
         out[interior] = u.data[steps % 2]
-        return out
+        return out, seconds
 
     return run
 
@@ -213,9 +214,10 @@ def devito_kernel(case: Case, autotune: bool) -> Callable[[np.ndarray, int], np.
 # ------------------------------------------------------------------ driver
 
 
-def _msc_runner(kernel: AutoKernel) -> Callable[[np.ndarray, int], np.ndarray]:
-    def run(u0: np.ndarray, steps: int) -> np.ndarray:
-        return kernel.run(steps=steps, u=u0)["u"]
+def _msc_runner(kernel: Any) -> Runner:
+    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
+        out = kernel.run(steps=steps, u=u0)["u"]
+        return out, kernel.last_run.seconds
 
     return run
 
@@ -252,11 +254,11 @@ def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budge
     for _ in range(repeat):
         final = kernel.run(steps=case.steps, u=u0)["u"]
         seconds.append(kernel.last_run.seconds)
-    runners: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {}
+    runners: dict[str, Runner] = {}
     for label, kinds in (("msc_sweep_tuned", "sweep"), ("msc_time_tiled", "temporal")):
         auto = AutoKernel(stencil.poly(), lambda s, n: stencil.compile(schedule=s, threads=n), threads,
                           budget_s=tune_budget, kinds=kinds)
-        auto.run(steps=1, u=u0)  # tunes (or reads the tuning cache) for this size
+        auto.run(steps=case.steps, u=u0)  # tunes for this size and step count
         assert auto.report is not None
         result["msc_schedules"][label] = str(auto.report.schedule)
         runners[label] = _msc_runner(auto)
@@ -289,9 +291,8 @@ def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budge
     record("msc", min(seconds), None)
     for tool, run in runners.items():
         run(u0, 1)  # warm-up
-        holder: dict[str, np.ndarray] = {}
-        secs = best_time(lambda: holder.__setitem__("out", run(u0, case.steps)), repeat)
-        record(tool, secs, holder["out"])
+        timed = [run(u0, case.steps) for _ in range(repeat)]
+        record(tool, min(secs for _, secs in timed), timed[-1][0])
     return result
 
 

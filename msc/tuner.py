@@ -78,9 +78,11 @@ def _all_candidates(poly: PolyIR, shape: tuple[int, ...]) -> list[Schedule]:
                         out.append(base.time_tile(depth, x=w, y=w2))
                 else:
                     out.append(base.time_tile(depth, **{dims[0]: w}))
-    if stencil.ndim >= 2:
-        for w in (16, 64):
-            out.append(base.tile(**{dims[0]: w}, **{dims[1]: max(shape[1] // 2, 32)}))
+    if stencil.ndim == 3:  # 2.5D blocking: y blocks swept along x keep three x-planes in cache
+        out += [base.tile(y=b) for b in (16, 32, 64, 128)]
+        out += [base.tile(x=16, y=b) for b in (16, 32)]
+    if stencil.ndim == 2:
+        out += [base.tile(y=b) for b in (512, 1024)]
     return _dedupe(out)
 
 
@@ -103,11 +105,20 @@ def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
     return sorted(items, key=prior)
 
 
-def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str) -> str:
+MAX_TRIAL_STEPS = 64
+
+
+def trial_steps_for(steps: int) -> int:
+    """Candidates are timed on the run's own step count (capped): how deep a
+    time tile pays off depends on how many steps there are to fuse."""
+    return max(1, min(steps, MAX_TRIAL_STEPS))
+
+
+def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str, trial_steps: int) -> str:
     stencil = poly.ir
     text = repr((stencil.ndim, stencil.fields, stencil.params,
                  [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
-    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, host_identity(), msc.__version__]).encode())
+    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), host_identity(), msc.__version__]).encode())
     return h.hexdigest()[:24]
 
 
@@ -180,12 +191,12 @@ class AutoKernel:
     def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
         args = bind_arguments(self.ir, steps, inputs)
         if args.shape not in self._kernels:
-            self._kernels[args.shape] = self._kernel_for(args.shape, inputs)
+            self._kernels[args.shape] = self._kernel_for(args.shape, inputs, trial_steps_for(steps))
         return self._kernels[args.shape].run(steps=steps, threads=threads, **inputs)
 
-    def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any]) -> Any:
+    def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any], trial_steps: int) -> Any:
         max_threads = self.threads or os.cpu_count() or 1
-        key = _key(self.poly, shape, max_threads, self.kinds)
+        key = _key(self.poly, shape, max_threads, self.kinds, trial_steps)
         hit = _load_cache().get(key)
         if hit is not None:
             schedule = _schedule_from(hit["schedule"])
@@ -193,7 +204,7 @@ class AutoKernel:
             self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
                       f"({hit['ms_per_step']:.3f} ms/step, {self.report.speedup:.2f}x the default)")
             return self._compile(schedule, schedule.threads)
-        report = self._tune(shape, inputs, max_threads)
+        report = self._tune(shape, inputs, max_threads, trial_steps)
         _store(key, {"schedule": asdict(report.schedule), "ms_per_step": report.ms_per_step,
                      "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
                      "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
@@ -209,13 +220,11 @@ class AutoKernel:
             best = min(best, kernel.last_run.seconds / trial_steps * 1e3)
         return best
 
-    def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int) -> TuningReport:
+    def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
         pool = _order(self.poly, candidates(self.poly, shape, self.kinds))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
-        points = int(np.prod(shape))
-        trial_steps = int(min(32, max(4, 2e8 / max(points, 1))))
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
                   f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
         trials: list[Trial] = []

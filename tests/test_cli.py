@@ -104,3 +104,22 @@ def test_demo_runs_checks_and_draws(tmp_path):
     assert "GStencil/s" in proc.stdout and "(OK)" in proc.stdout
     png = (tmp_path / "heat.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 200
+
+
+def test_msc_file_is_accepted_by_run_and_bench(tmp_path, capsys):
+    source = str(Path(__file__).resolve().parents[1] / "examples" / "heat2d.msc")
+    u0 = np.random.default_rng(1).random((16, 18))
+    np.save(tmp_path / "u0.npy", u0)
+    assert main(["run", source, "--steps", "3", "--param", "alpha=0.1", "--in", f"u={tmp_path / 'u0.npy'}",
+                 "--out", f"u={tmp_path / 'u.npy'}", "--check"]) == 0
+    assert "max relative difference to the reference 0.00e+00" in capsys.readouterr().out
+    assert main(["bench", source, "--shape", "32x32", "--steps", "2", "--repeat", "1"]) == 0
+
+
+def test_msc_file_error_shows_line_and_caret(tmp_path, capsys):
+    bad = tmp_path / "bad.msc"
+    bad.write_text("stencil bad {\n  field u[x];\n  u[t+1, x] = u[t, 2*x];\n}\n")
+    assert main(["emit", str(bad), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"msc: error: {bad}:3:") and "not an affine index" in err[0]
+    assert err[1].strip() == "u[t+1, x] = u[t, 2*x];" and err[2].strip() == "^"
