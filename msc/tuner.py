@@ -56,21 +56,22 @@ class TuningReport:
 KINDS = ("all", "sweep", "temporal")
 
 
-def candidates(poly: PolyIR, shape: tuple[int, ...], kinds: str = "all") -> list[Schedule]:
-    """Schedules worth timing for this stencil and size: single sweeps
-    ("sweep"), time tiles ("temporal"), or both ("all")."""
-    return [s for s in _all_candidates(poly, shape)
+def candidates(poly: PolyIR, shape: tuple[int, ...], kinds: str = "all", steps: int = 16) -> list[Schedule]:
+    """Schedules worth timing for this stencil, size and step count: single
+    sweeps ("sweep"), time tiles ("temporal"), or both ("all")."""
+    return [s for s in _all_candidates(poly, shape, steps)
             if kinds == "all" or (kinds == "temporal") == bool(s.time_depth)]
 
 
-def _all_candidates(poly: PolyIR, shape: tuple[int, ...]) -> list[Schedule]:
+def _all_candidates(poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
     stencil = poly.ir
     base = Schedule()
     out = [base]
     dims = stencil.dims
     if stencil.boundary == "dirichlet":
         widths = [8, 16, 32, 64] if stencil.ndim > 1 else [256, 1024, 4096]
-        depths = [4, 8, 16]
+        # fixed depths, plus the ones that split this run into one or two whole time tiles
+        depths = sorted({4, 8, 16} | {d for d in (steps // 2, steps) if 4 < d <= 32})
         for depth in depths:
             for w in widths:
                 if stencil.ndim == 3:
@@ -222,7 +223,7 @@ class AutoKernel:
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
-        pool = _order(self.poly, candidates(self.poly, shape, self.kinds))
+        pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
