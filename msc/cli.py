@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import msc
+from msc.codegen import target_names
 from msc.errors import MscError, StencilArgumentError, StencilDefinitionError
 from msc.stencil import Stencil
 
@@ -177,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("source", help="path/file.py:function or path/file.msc")
-        sp.add_argument("--target", default="openmp")
+        sp.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
         sp.add_argument("--dtype", default=None, choices=["float64", "float32"],
                         help="default: the stencil's own (float64 unless it declares float32)")
         sp.add_argument("--threads", type=int, default=None)
@@ -185,7 +186,7 @@ def parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("emit", help="write standalone sources with a Makefile")
     e.add_argument("source", help="path/file.py:function or path/file.msc")
-    e.add_argument("--target", default="openmp")
+    e.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
     e.add_argument("--dtype", default=None, choices=["float64", "float32"],
                         help="default: the stencil's own (float64 unless it declares float32)")
     e.add_argument("-o", "--output", required=True, help="directory to write")

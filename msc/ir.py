@@ -180,11 +180,6 @@ class StencilIR:
     def written_fields(self) -> tuple[FieldDecl, ...]:
         return tuple(f for f in self.fields if f.written)
 
-    @property
-    def input_fields(self) -> tuple[FieldDecl, ...]:
-        """Fields that are only read (time-invariant inputs)."""
-        return tuple(f for f in self.fields if not f.written)
-
     @cached_property
     def radius(self) -> tuple[int, ...]:
         """Per dimension, the largest |offset| of any read: the boundary ring width."""
@@ -198,18 +193,6 @@ class StencilIR:
     @property
     def dims(self) -> tuple[str, ...]:
         return DIM_NAMES[: self.ndim]
-
-    @cached_property
-    def points_per_step(self) -> int:
-        """Number of statements (each updates every interior point once per step)."""
-        return len(self.statements)
-
-    @cached_property
-    def flops_per_point(self) -> int:
-        """Arithmetic operations per grid point per step (all statements)."""
-        return sum(
-            1 for s in self.statements for n in walk(s.expr) if isinstance(n, (BinOp, Neg, Call, Where))
-        )
 
     def reads_spatially(self, name: str) -> bool:
         """True when some statement reads `name` at a non-zero spatial offset."""
