@@ -276,7 +276,7 @@ class OpenMPTarget:
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
-        return CompiledKernel.build(poly.ir, self.source(poly, sched), self.name, threads)
+        return CompiledKernel.build(poly.ir, self.source(poly, sched), self.name, threads, sched)
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""

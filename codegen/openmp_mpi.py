@@ -2,7 +2,9 @@
 
 `emit` writes a standalone tree that builds with mpicc and runs with
 `mpiexec -n P`: one OpenMP kernel per phase of the halo plan (the serial
-backend's source, its entry point renamed at compile time), the driver
+backend's source under the given schedule, its entry point renamed at
+compile time; a time-tiled schedule exchanges deeper halos every time-tile
+depth steps, see runtime/halo_plan.py), the driver
 mpi_main.c.j2, the halo library runtime/halo.c and a Makefile. `compile`
 gives the in-process kernel; distribute it with `run(..., comm=comm)`.
 """
@@ -20,32 +22,29 @@ from msc.runtime.build import atomic_write_text
 from msc.runtime.halo import HERE as RUNTIME_DIR
 from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel
+from msc.schedule import as_schedule
 
 MPI_TYPES = {"float64": "MPI_DOUBLE", "float32": "MPI_FLOAT"}
-
-
-def _check_schedule(schedule: object) -> None:
-    if schedule not in (None, "default"):
-        raise ScheduleError(
-            f"target 'openmp+mpi' runs the step-by-step schedule only, got {schedule!r}; "
-            "temporally tiled schedules need halos of radius x depth (not yet supported)"
-        )
 
 
 class OpenMPMPITarget:
     name = "openmp+mpi"
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel:
-        _check_schedule(schedule)
+        if schedule not in (None, "default"):
+            raise ScheduleError(
+                f"compile(target='openmp+mpi') takes no schedule (got {schedule!r}): pass it to "
+                "msc.runtime.distributed.DistributedKernel(..., schedule=...), or emit('openmp+mpi', schedule=...)"
+            )
         kernel = OpenMPTarget().compile(poly, threads=threads)
         assert isinstance(kernel, CompiledKernel)
         return kernel
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """main.c, halo.c, halo.h, npy.h, one kernel_phase<k>.c per phase and a Makefile."""
-        _check_schedule(schedule)
+        sched = as_schedule(schedule)
         stencil = poly.ir
-        halo_plan = plan(stencil)
+        halo_plan = plan(stencil, sched)
         ctype = C_TYPES[stencil.dtype]
         names = [f.name for f in stencil.fields]
         phases = [dict(file=f"kernel_phase{k}.c", function=f"msc_run_phase{k}",
@@ -54,7 +53,7 @@ class OpenMPMPITarget:
         call_args = [f"buffers[{k}]" for k in range(len(stencil.fields))]
         call_args += [f"params[{k}]" for k in range(len(stencil.params))]
         call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
-        call_args += ["t", "1", "nthreads"]
+        call_args += ["t", "n", "nthreads"]
         lead = [0] * (3 - stencil.ndim)
         values = dict(
             version=msc.__version__,
@@ -70,12 +69,13 @@ class OpenMPMPITarget:
             halo3=lead + list(halo_plan.halo),
             directions=[[list(v) for v in halo_plan.directions.get(n, ())] for n in names],
             phases=phases,
+            depth=halo_plan.depth,
             parameters=signature(stencil).c_parameters(ctype),
             call_args=call_args,
             statements=len(stencil.statements),
         )
         serial = OpenMPTarget()
-        files = {p["file"]: serial.source(PolyIR(ph.stencil)) for p, ph in zip(phases, halo_plan.phases)}
+        files = {p["file"]: serial.source(PolyIR(ph.stencil), sched) for p, ph in zip(phases, halo_plan.phases)}
         files.update({
             "main.c": render("mpi_main.c.j2", **values),
             "halo.c": (RUNTIME_DIR / "halo.c").read_text(),

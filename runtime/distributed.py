@@ -9,11 +9,13 @@ Two ways in:
   passes only its own block, as an array or as a function of global
   coordinates, and gets its own block back; no rank holds a global array.
 
-Each rank runs the local kernels of `halo_plan` one step at a time (the
-kernel's start step `t0` keeps the ring-buffer slots in step with the
-serial run) and exchanges halos between phases with the C library of
-`halo`. Every check that can fail is agreed on by all ranks, which then
-raise the same DistributedError: no rank is left waiting.
+Each rank runs the local kernels of `halo_plan` (the kernel's start step
+`t0` keeps the ring-buffer slots in step with the serial run) and exchanges
+halos with the C library of `halo`: between the phases of every step, or,
+under a temporally tiled schedule of depth D, once per D steps (the local
+kernel runs D steps at a time, computing redundantly into deeper halos).
+Every check that can fail is agreed on by all ranks, which then raise the
+same DistributedError: no rank is left waiting.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from msc.runtime.buffers import pack
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel, RunStats
+from msc.schedule import Schedule, as_schedule
 
 __all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "run_distributed"]
 
@@ -56,12 +59,14 @@ def _collectively(comm: Any, action: Callable[[], T]) -> T:
 
 @dataclass
 class DistributedStats:
-    """The last run on this rank: seconds in the kernels and in halo exchange, bytes sent."""
+    """The last run on this rank: seconds in the kernels and in halo exchange,
+    bytes sent and rounds of exchange (the initial levels' exchange is not counted)."""
 
     steps: int = 0
     compute_seconds: float = 0.0
     exchange_seconds: float = 0.0
-    bytes_sent: int = 0  # during the steps (the exchange of the initial levels is not counted)
+    bytes_sent: int = 0
+    exchanges: int = 0
 
 
 class DistributedKernel:
@@ -69,22 +74,29 @@ class DistributedKernel:
 
     `shape` is the global array shape (with the boundary ring for dirichlet
     stencils); `dims` the process grid (None or zeros: MPI_Dims_create
-    chooses). Collective: every rank constructs it with the same values.
+    chooses); `schedule` that of the local kernels (default: the one `kernel`
+    was compiled with; a time_tile of depth D exchanges deeper halos once per
+    D steps). Collective: every rank
+    constructs it with the same values.
     """
 
     def __init__(self, kernel: CompiledKernel, comm: Any, shape: Sequence[int],
-                 dims: Sequence[int] | None = None, threads: int | None = None) -> None:
+                 dims: Sequence[int] | None = None, threads: int | None = None,
+                 schedule: Schedule | None = None) -> None:
         self.kernel, self.comm = kernel, comm
-        self.plan = plan(kernel.ir)
+        schedule = schedule if schedule is not None else kernel.schedule
         self.threads = threads if threads is not None else (kernel.threads or 0)
         stencil = kernel.ir
         shape = tuple(int(n) for n in shape)
         dims = None if dims is None else tuple(int(d) for d in dims)
-        root = comm.bcast((shape, dims), root=0)
+        root = comm.bcast((shape, dims, str(schedule)), root=0)
+        self.schedule = _collectively(comm, lambda: as_schedule(schedule))
+        self.plan = plan(stencil, self.schedule)
 
         def check() -> tuple[int, ...]:
-            if (shape, dims) != root:
-                raise DistributedError(f"shape {shape} and dims {dims} differ from rank 0's {root[0]} and {root[1]}")
+            if (shape, dims, str(schedule)) != root:
+                raise DistributedError(f"shape {shape}, dims {dims} and schedule {schedule} differ from rank 0's "
+                                       f"{root[0]}, {root[1]} and {root[2]}")
             if len(shape) != stencil.ndim:
                 raise DistributedError(f"stencil '{stencil.name}' is {stencil.ndim}D but the shape is {shape}")
             interior = self.plan.interior_shape(shape)
@@ -96,20 +108,23 @@ class DistributedKernel:
         self.shape = shape
         self.grid = _collectively(comm, lambda: Grid(comm, interior, stencil.boundary == "periodic", dims))
         self.halo = self.plan.halo
-        self.local_shape = tuple(n + 2 * h for n, h in zip(self.grid.count, self.halo))
+        self.padding = self.grid.padding(self.halo, self.plan.edge)  # (low, high) sides of this rank's block
+        self.local_shape = tuple(a + n + b for a, n, b in zip(self.padding[0], self.grid.count, self.padding[1]))
         self._exchangers: dict[str, HaloExchanger] = _collectively(comm, self._make_exchangers)
         self._phases = _collectively(comm, self._compile_phases)
         self.last_run = DistributedStats()
 
     def _make_exchangers(self) -> dict[str, HaloExchanger]:
         itemsize = np.dtype(self.kernel.ir.dtype).itemsize
-        return {name: HaloExchanger(self.grid, self.halo, itemsize, dirs) for name, dirs in self.plan.directions.items()}
+        return {name: HaloExchanger(self.grid, self.halo, itemsize, dirs, self.plan.edge)
+                for name, dirs in self.plan.directions.items()}
 
     def _compile_phases(self) -> list[Any]:
         from msc.codegen import get_target
 
         target = get_target("openmp")
-        return [target.compile(PolyIR(p.stencil), threads=self.threads) for p in self.plan.phases]
+        return [target.compile(PolyIR(p.stencil), threads=self.threads, schedule=self.schedule)
+                for p in self.plan.phases]
 
     # -- where this rank's block lies in the global arrays ------------------
 
@@ -130,20 +145,22 @@ class DistributedKernel:
         ring = (0,) * len(start) if self.kernel.ir.boundary == "periodic" else self.kernel.ir.radius
         return tuple(slice(s + r, s + r + n) for s, n, r in zip(start, count, ring))
 
-    def _indices_of(self, start: Sequence[int], count: Sequence[int]) -> list[np.ndarray]:
-        """Per dimension, the global array index of each point of a padded block
-        (periodic: wrapped; dirichlet: the halo at a physical edge is the ring)."""
+    def _indices_of(self, rank: int) -> list[np.ndarray]:
+        """Per dimension, the global array index of each point of the padded block
+        of `rank` (periodic: wrapped; dirichlet: the padding at a physical edge is the ring)."""
+        start, count = self.grid.block_of(rank)
+        lo, hi = self.grid.padding(self.halo, self.plan.edge, rank)
         out = []
-        for s, n, h, r, size in zip(start, count, self.halo, self.kernel.ir.radius, self.shape):
+        for s, n, a, b, r, size in zip(start, count, lo, hi, self.kernel.ir.radius, self.shape):
             if self.kernel.ir.boundary == "periodic":
-                out.append((np.arange(s - h, s + n + h)) % size)
+                out.append((np.arange(s - a, s + n + b)) % size)
             else:
-                out.append(np.arange(s - h + r, s + n + h + r))
+                out.append(np.arange(s - a + r, s + n + b + r))
         return out
 
     def coordinates(self) -> tuple[np.ndarray, ...]:
         """Global array indices of this rank's padded block, as an open grid (np.ix_)."""
-        return np.ix_(*self._indices_of(self.grid.start, self.grid.count))
+        return np.ix_(*self._indices_of(self.comm.rank))
 
     # -- running ------------------------------------------------------------
 
@@ -153,8 +170,8 @@ class DistributedKernel:
             return np.array(np.broadcast_to(filled, self.local_shape))
         if isinstance(value, np.ndarray) and value.shape != self.local_shape:
             raise DistributedError(
-                f"'{name}' has shape {value.shape}, but this rank's block padded by the halo "
-                f"{self.halo} has shape {self.local_shape}"
+                f"'{name}' has shape {value.shape}, but this rank's block padded by {self.padding[0]} below "
+                f"and {self.padding[1]} above has shape {self.local_shape}"
             )
         return value
 
@@ -184,27 +201,31 @@ class DistributedKernel:
             raise DistributedError(f"ranks were given different numbers of steps: {self.comm.allgather(steps)}")
         buffers = pack(self.plan.local, args)
         nthreads = threads if threads is not None else self.threads
-        for name, exchanger in self._exchangers.items():
-            levels = buffers[name] if self.kernel.ir.field(name).written else buffers[name][None]
-            for level in levels:
-                exchanger.start(level)
-                exchanger.finish()
+        stencil = self.kernel.ir
+        self._exchange({name: list(buffers[name]) if stencil.field(name).written else [buffers[name]]
+                        for name in self.plan.exchanged})
 
         stats = DistributedStats(steps)
         bytes_before = sum(e.bytes_sent for e in self._exchangers.values())
         started = time.perf_counter()
-        for step in range(steps):
+        depth = self.plan.depth
+        for step in range(0, steps, depth):
+            count = min(depth, steps - step)
+            if step and depth > 1:  # every live level, then `count` steps without exchange
+                tick = time.perf_counter()
+                self._exchange(self._live_levels(buffers, step))
+                stats.exchanges += 1
+                stats.exchange_seconds += time.perf_counter() - tick
             for phase, kernel in zip(self.plan.phases, self._phases):
                 tick = time.perf_counter()
                 call = [buffers[f.name].ctypes.data for f in phase.stencil.fields]
                 call += [args.scalars[p] for p in phase.stencil.params]
-                kernel._fn(*call, *self.local_shape, step, 1, nthreads)
+                kernel._fn(*call, *self.local_shape, step, count, nthreads)
                 tock = time.perf_counter()
-                new = [buffers[name][(step + 1) % self.kernel.ir.field(name).slots] for name in phase.exchange]
-                for name, level in zip(phase.exchange, new):
-                    self._exchangers[name].start(level)
-                for name in phase.exchange:
-                    self._exchangers[name].finish()
+                if phase.exchange:
+                    self._exchange({name: [buffers[name][(step + 1) % stencil.field(name).slots]]
+                                    for name in phase.exchange})
+                    stats.exchanges += 1
                 stats.compute_seconds += tock - tick
                 stats.exchange_seconds += time.perf_counter() - tock
         seconds = time.perf_counter() - started
@@ -212,8 +233,23 @@ class DistributedKernel:
         self.last_run = stats
         points = int(np.prod(self.plan.interior_shape(self.shape))) * len(self.kernel.ir.statements)
         self.kernel.last_run = RunStats(seconds, steps, points)
-        inner = tuple(slice(h, h + n) for h, n in zip(self.halo, self.grid.count))
+        inner = tuple(slice(a, a + n) for a, n in zip(self.padding[0], self.grid.count))
         return {f.name: buffers[f.name][steps % f.slots][inner].copy() for f in self.kernel.ir.written_fields}
+
+    def _live_levels(self, buffers: Mapping[str, np.ndarray], step: int) -> dict[str, list[np.ndarray]]:
+        """The levels of the exchanged written fields that the steps from `step` on read."""
+        fields = [self.kernel.ir.field(name) for name in self.plan.exchanged]
+        return {f.name: [buffers[f.name][(step - k) % f.slots] for k in range(f.window)] for f in fields if f.written}
+
+    def _exchange(self, levels: Mapping[str, Sequence[np.ndarray]]) -> None:
+        """Fill the halos of the given levels of each field: in rounds, one level
+        of every field per round, all messages of a round in flight together."""
+        for k in range(max(map(len, levels.values()), default=0)):
+            names = [name for name, arrays in levels.items() if k < len(arrays)]
+            for name in names:
+                self._exchangers[name].start(levels[name][k])
+            for name in names:
+                self._exchangers[name].finish()
 
     # -- rank 0's global arrays ---------------------------------------------
 
@@ -229,7 +265,7 @@ class DistributedKernel:
                 if comm.rank == 0:
                     assert levels is not None
                     for rank in range(comm.size):
-                        block = np.ascontiguousarray(levels[name][k][np.ix_(*self._indices_of(*self.grid.block_of(rank)))])
+                        block = np.ascontiguousarray(levels[name][k][np.ix_(*self._indices_of(rank))])
                         if rank == 0:
                             out[name].append(block)
                         else:
@@ -268,8 +304,10 @@ class DistributedKernel:
 
 
 def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mapping[str, Any],
-                    dims: Sequence[int] | None = None, threads: int | None = None) -> dict[str, np.ndarray] | None:
-    """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out."""
+                    dims: Sequence[int] | None = None, threads: int | None = None,
+                    schedule: Schedule | None = None) -> dict[str, np.ndarray] | None:
+    """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out
+    (`schedule`: that of the local kernels, see DistributedKernel)."""
     stencil = kernel.ir
 
     def check_root() -> Any:
@@ -284,7 +322,7 @@ def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mappi
     bound = _collectively(comm, check_root)
     root = (bound[0].shape, bound[0].scalars, steps) if comm.rank == 0 else None
     shape, scalars, steps = comm.bcast(root, root=0)
-    distributed = DistributedKernel(kernel, comm, shape, dims, threads)
+    distributed = DistributedKernel(kernel, comm, shape, dims, threads, schedule)
     try:
         local = distributed.scatter(bound[1] if comm.rank == 0 else None)
         blocks = distributed.run(steps, **scalars, **{name: v if len(v) > 1 else v[0] for name, v in local.items()})

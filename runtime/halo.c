@@ -114,6 +114,16 @@ void msc_grid_coords_of(const msc_grid *g, int rank, int *coords)
 
 MPI_Comm msc_grid_comm(const msc_grid *g) { return g->cart; }
 
+void msc_grid_padding(const msc_grid *g, int rank, const long *halo, const long *edge, long *lo, long *hi)
+{
+    int c[3];
+    MPI_Cart_coords(g->cart, rank, g->ndim, c);
+    for (int d = 0; d < g->ndim; d++) {
+        lo[d] = c[d] == 0 && !g->periods[d] ? edge[d] : halo[d];
+        hi[d] = c[d] == g->dims[d] - 1 && !g->periods[d] ? edge[d] : halo[d];
+    }
+}
+
 void msc_grid_free(msc_grid *g)
 {
     if (!g) return;
@@ -155,13 +165,14 @@ static void copy_box(const msc_halo *h, char *array, char *buf, const box *b, in
         }
 }
 
-int msc_halo_create(const msc_grid *g, const long *halo, int elem_size, int ndirs,
+int msc_halo_create(const msc_grid *g, const long *halo, const long *edge, int elem_size, int ndirs,
                     const int *dirs, msc_halo **out, char *err, int errlen)
 {
     *out = NULL;
     if (ndirs < 0 || ndirs > MSC_HALO_MAX_DIRS) return fail(err, errlen, "%d halo directions (at most 26)", ndirs);
     for (int d = 0; d < g->ndim; d++) {
-        if (halo[d] < 0) return fail(err, errlen, "negative halo width %ld", halo[d]);
+        if (halo[d] < 0 || edge[d] < 0)
+            return fail(err, errlen, "negative halo width %ld", halo[d] < 0 ? halo[d] : edge[d]);
         long thinnest = g->interior[d] / g->dims[d];
         if (halo[d] > thinnest && (g->dims[d] > 1 || g->periods[d]))
             return fail(err, errlen,
@@ -173,22 +184,27 @@ int msc_halo_create(const msc_grid *g, const long *halo, int elem_size, int ndir
     if (!h) return fail(err, errlen, "out of memory");
     h->elem = (size_t)elem_size;
     const int lead = 3 - g->ndim; /* leading unused dimensions of the 3D view */
+    int rank;
+    long lo[3], hi[3];
+    MPI_Comm_rank(g->cart, &rank);
+    msc_grid_padding(g, rank, halo, edge, lo, hi);
     for (int d = 0; d < 3; d++) h->shape[d] = 1;
-    for (int d = 0; d < g->ndim; d++) h->shape[lead + d] = g->count[d] + 2 * halo[d];
+    for (int d = 0; d < g->ndim; d++) h->shape[lead + d] = lo[d] + g->count[d] + hi[d];
 
     for (int k = 0; k < ndirs; k++) {
         const int *v = dirs + k * g->ndim;
         int minus_v[3];
         for (int d = 0; d < g->ndim; d++) minus_v[d] = -v[d];
         const int from = neighbour(g, v), to = neighbour(g, minus_v);
-        /* receive halo region v; send our slab at side -v: region v of the rank at -v */
+        /* receive halo region v; send our slab at side -v: region v of the rank at -v
+         * (a side with a neighbour is padded by exactly w) */
         box s = {{0, 0, 0}, {1, 1, 1}}, r = s;
         for (int d = 0; d < g->ndim; d++) {
-            const long w = halo[d], n = g->count[d];
+            const long w = halo[d], n = g->count[d], b = lo[d];
             const int e = lead + d;
-            if (v[d] < 0) { r.lo[e] = 0; r.hi[e] = w; s.lo[e] = n; s.hi[e] = n + w; }
-            else if (v[d] > 0) { r.lo[e] = w + n; r.hi[e] = 2 * w + n; s.lo[e] = w; s.hi[e] = 2 * w; }
-            else { r.lo[e] = s.lo[e] = w; r.hi[e] = s.hi[e] = w + n; }
+            if (v[d] < 0) { r.lo[e] = 0; r.hi[e] = w; s.lo[e] = b + n - w; s.hi[e] = b + n; }
+            else if (v[d] > 0) { r.lo[e] = b + n; r.hi[e] = b + n + w; s.lo[e] = b; s.hi[e] = b + w; }
+            else { r.lo[e] = s.lo[e] = b; r.hi[e] = s.hi[e] = b + n; }
         }
         const long bytes = volume(&s) * (long)h->elem;
         if (bytes > INT_MAX) {

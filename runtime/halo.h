@@ -4,7 +4,8 @@
  * A grid splits a global interior of N0 x N1 x N2 points into a Cartesian
  * block per rank (uneven divisions allowed: the first N % P coordinates get
  * one point more). Each rank stores its block padded by a halo of width
- * h[d] on both sides; an exchanger fills the halo of one such array from
+ * halo[d] on every side that has a neighbour and edge[d] on a physical
+ * (non-periodic) boundary; an exchanger fills the halo of one such array from
  * the neighbours' blocks: faces, and edges and corners only for the
  * directions the caller asks for (a star stencil needs faces only). Sides
  * on a non-periodic physical boundary are left untouched (MPI_PROC_NULL).
@@ -35,14 +36,18 @@ void msc_grid_layout(const msc_grid *g, int *dims, int *coords, long *start, lon
 /* The grid coordinates of any rank (for scattering and gathering). */
 void msc_grid_coords_of(const msc_grid *g, int rank, int *coords);
 MPI_Comm msc_grid_comm(const msc_grid *g);
+/* The padding of the block of `rank` on the low (lo) and high (hi) side of each
+ * dimension: halo[d] toward a neighbour (a periodic wrap is one), edge[d] on a
+ * physical boundary. */
+void msc_grid_padding(const msc_grid *g, int rank, const long *halo, const long *edge, long *lo, long *hi);
 void msc_grid_free(msc_grid *g);
 
-/* An exchanger for arrays of this rank's block padded by halo[d], elements
- * of elem_size bytes. dirs holds ndirs direction vectors of ndim entries in
+/* An exchanger for arrays of this rank's block padded as msc_grid_padding
+ * says, elements of elem_size bytes. dirs holds ndirs direction vectors of ndim entries in
  * {-1, 0, 1}: the halo regions to fill (the region of direction v comes
  * from the neighbour at coords + v). Buffers and persistent requests are
  * made once here. Fails when a block is thinner than the halo it feeds. */
-int msc_halo_create(const msc_grid *g, const long *halo, int elem_size, int ndirs,
+int msc_halo_create(const msc_grid *g, const long *halo, const long *edge, int elem_size, int ndirs,
                     const int *dirs, msc_halo **out, char *err, int errlen);
 /* Pack the boundary slabs of `array` and start the messages. */
 void msc_halo_start(msc_halo *h, void *array);

@@ -63,7 +63,8 @@ def _library() -> ctypes.CDLL:
         "msc_grid_layout": ([p, ip, ip, lp, lp], None),
         "msc_grid_coords_of": ([p, i, ip], None),
         "msc_grid_free": ([p], None),
-        "msc_halo_create": ([p, lp, i, i, ip, pp, err, i], i),
+        "msc_grid_padding": ([p, i, lp, lp, lp, lp], None),
+        "msc_halo_create": ([p, lp, lp, i, i, ip, pp, err, i], i),
         "msc_halo_start": ([p, p], None),
         "msc_halo_finish": ([p], None),
         "msc_halo_bytes_sent": ([p], ctypes.c_longlong),
@@ -101,6 +102,7 @@ class Grid:
                                _ints(interior, ctypes.c_long), ctypes.byref(handle), err, _ERRLEN):
             raise DistributedError(err.value.decode())
         self._handle = handle
+        self._rank = comm.rank
         d, c = _ints([0] * self.ndim), _ints([0] * self.ndim)
         s, n = _ints([0] * self.ndim, ctypes.c_long), _ints([0] * self.ndim, ctypes.c_long)
         lib.msc_grid_layout(handle, d, c, s, n)
@@ -119,6 +121,15 @@ class Grid:
         parts = [block(n, p, c) for n, p, c in zip(self.interior, self.dims, self.coords_of(rank))]
         return tuple(s for s, _ in parts), tuple(n for _, n in parts)
 
+    def padding(self, halo: Sequence[int], edge: Sequence[int], rank: int | None = None
+                ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(low, high) padding per dimension of the block of `rank` (default: this
+        rank): `halo` toward a neighbour, `edge` on a physical boundary."""
+        lo, hi = _ints([0] * self.ndim, ctypes.c_long), _ints([0] * self.ndim, ctypes.c_long)
+        rank = self._rank if rank is None else rank
+        _library().msc_grid_padding(self._handle, rank, _ints(halo, ctypes.c_long), _ints(edge, ctypes.c_long), lo, hi)
+        return tuple(lo[:self.ndim]), tuple(hi[:self.ndim])
+
     def close(self) -> None:
         if self._handle:
             _library().msc_grid_free(self._handle)
@@ -126,17 +137,21 @@ class Grid:
 
 
 class HaloExchanger:
-    """Split-phase halo exchange of arrays of this rank's block padded by `halo`."""
+    """Split-phase halo exchange of arrays of this rank's block padded by `halo`
+    toward its neighbours and by `edge` (default: `halo`) on a physical boundary."""
 
-    def __init__(self, grid: Grid, halo: Sequence[int], itemsize: int, directions: Sequence[Sequence[int]]) -> None:
+    def __init__(self, grid: Grid, halo: Sequence[int], itemsize: int, directions: Sequence[Sequence[int]],
+                 edge: Sequence[int] | None = None) -> None:
         lib = _library()
+        edge = halo if edge is None else edge
         flat = [v for direction in directions for v in direction]
         handle, err = ctypes.c_void_p(), ctypes.create_string_buffer(_ERRLEN)
-        if lib.msc_halo_create(grid._handle, _ints(halo, ctypes.c_long), itemsize, len(directions), _ints(flat),
-                               ctypes.byref(handle), err, _ERRLEN):
+        if lib.msc_halo_create(grid._handle, _ints(halo, ctypes.c_long), _ints(edge, ctypes.c_long), itemsize,
+                               len(directions), _ints(flat), ctypes.byref(handle), err, _ERRLEN):
             raise DistributedError(err.value.decode())
         self._handle = handle
-        self.shape = tuple(n + 2 * h for n, h in zip(grid.count, halo))
+        lo, hi = grid.padding(halo, edge)
+        self.shape = tuple(a + n + b for a, n, b in zip(lo, grid.count, hi))
         self._array: np.ndarray | None = None
 
     def start(self, array: np.ndarray) -> None:

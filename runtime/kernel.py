@@ -39,6 +39,7 @@ class CompiledKernel:
     library_path: Path
     target: str = "openmp"
     threads: int | None = None
+    schedule: Any = None  # the msc.Schedule it was compiled with (None: the default)
     last_run: RunStats = field(default_factory=RunStats)
 
     def __post_init__(self) -> None:
@@ -54,9 +55,10 @@ class CompiledKernel:
         self._fn.restype = ctypes.c_int
 
     @classmethod
-    def build(cls, stencil: ir.StencilIR, source: str, target: str, threads: int | None) -> CompiledKernel:
+    def build(cls, stencil: ir.StencilIR, source: str, target: str, threads: int | None,
+              schedule: Any = None) -> CompiledKernel:
         path = build_shared_library(source, f"msc_{stencil.name}")
-        return cls(stencil, source, path, target, threads)
+        return cls(stencil, source, path, target, threads, schedule)
 
     @overload
     def run(self, steps: int, threads: int | None = None, comm: None = None, dims: Any = None,
@@ -77,7 +79,7 @@ class CompiledKernel:
         if comm is not None:
             from msc.runtime.distributed import run_distributed
 
-            return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads)
+            return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
         args = bind_arguments(self.ir, steps, inputs)
         nthreads = threads if threads is not None else (self.threads or 0)
         if not isinstance(nthreads, int) or nthreads < 0:

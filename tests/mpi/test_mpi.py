@@ -1,6 +1,7 @@
 """Distributed runs under mpiexec on 1-4 ranks: the halo library, generated and
 hand-written stencils against the single-process kernel (bitwise) and the
-reference, errors on every rank, and the emitted openmp+mpi program."""
+reference, temporally tiled schedules (deeper halos, exchanged every depth
+steps), errors on every rank, and the emitted openmp+mpi program."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import numpy as np
 import pytest
 from launch import ENV, mpi_command, mpiexec, run_json
 from stencil_gen import generate
+
+import msc
+from msc import t, x
 
 pytest.importorskip("mpi4py")
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install 'msc[mpi]')")]
@@ -55,8 +59,27 @@ def test_cases_and_errors(ranks):
         assert "thinnest local block has 2 points, fewer than the halo width 3" in results["error_thin_domain"]
 
 
-def _emit_and_build(stencil, directory: Path, dtype: str) -> Path:
-    stencil.emit("openmp+mpi", directory, dtype=dtype)
+@pytest.mark.parametrize("ranks", RANKS)
+def test_time_tiled_schedules(ranks):
+    results = run_json(ranks, "run_time_tiled.py")
+    cases = {name: r for name, r in results.items() if isinstance(r, dict)}
+    assert len(cases) == 10, results
+    for name, r in cases.items():
+        assert r["bitwise"] and r["reference_error"] <= 1e-12, (name, r)
+    assert results["local_function_fill"] is True
+    assert results["run_with_compiled_schedule"] is True
+    assert results["inherited_halo"] == [3, 3]
+    assert results["local_halo"] == [3, 3]
+    assert results["local_exchanges"] == 2  # 8 steps in runs of 3: before steps 3 and 6
+    assert (results["local_bytes"] > 0) == (ranks > 1)
+    if ranks > 1:
+        assert "thinnest local block has 3 points, fewer than the halo width 4" in results["error_thin_for_depth"]
+    else:
+        assert results["error_thin_for_depth"] is None
+
+
+def _emit_and_build(stencil, directory: Path, dtype: str, schedule: msc.Schedule | None = None) -> Path:
+    stencil.emit("openmp+mpi", directory, dtype=dtype, schedule=schedule)
     mpicc = Path(sys.executable).parent / "mpicc"
     make = ["make", "-C", str(directory)] + ([f"MPICC={mpicc}"] if mpicc.exists() else [])
     proc = subprocess.run(make, capture_output=True, text=True)
@@ -105,3 +128,48 @@ def test_emitted_mpi_program_errors(tmp_path):
     missing = subprocess.run(mpi_command(2, *base[:-2], "--in", "f0=nowhere.npy"), capture_output=True, text=True,
                              env=env, timeout=60)
     assert missing.returncode != 0 and "cannot read nowhere.npy" in missing.stderr
+
+
+@msc.stencil
+def wave(u, c):
+    u[t + 1, x] = 2 * u[t, x] - u[t - 1, x] + c[x] * (u[t, x - 2] - 2 * u[t, x] + u[t, x + 2])
+
+
+@msc.stencil
+def chain(p, q):  # q reads p's new level at an offset: halos of 2 x radius x depth
+    p[t + 1, x] = 0.5 * p[t, x] + 0.2 * (q[t, x + 1] + q[t, x - 1])
+    q[t + 1, x] = 0.5 * q[t, x] + 0.2 * (p[t + 1, x + 1] - p[t + 1, x - 1])
+
+
+@pytest.mark.parametrize("stencil, depth", [(wave, 3), (chain, 2)], ids=["wave", "chain"])
+def test_emitted_time_tiled_program(stencil, depth, tmp_path):
+    rng = np.random.default_rng(depth)
+    schedule = msc.Schedule().time_tile(depth, x=5)
+    program = _emit_and_build(stencil, tmp_path / "src", "float64", schedule)
+    names = [f.name for f in stencil.ir.fields]
+    inputs = {name: rng.random(41) for name in names}
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    serial = stencil.compile(schedule=schedule).run(steps=10, **inputs)
+    env = dict(os.environ, **ENV)
+    for ranks in (1, 2, 3):
+        args = ["--steps", "10"] + [a for n in names for a in ("--in", f"{n}={tmp_path / f'{n}.npy'}")]
+        outs = [a for n in serial for a in ("--out", f"{n}={tmp_path / f'out_{n}_{ranks}.npy'}")]
+        proc = subprocess.run(mpi_command(ranks, str(program), *args, *outs), capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        for n in serial:
+            assert np.array_equal(np.load(tmp_path / f"out_{n}_{ranks}.npy"), serial[n]), (n, ranks)
+
+
+def test_plan_of_time_tiled_schedules():
+    from msc.runtime.halo_plan import plan
+
+    tiled = msc.Schedule().time_tile
+    step = plan(chain.ir)
+    assert (step.depth, step.halo, len(step.phases)) == (1, (1,), 2)
+    deep = plan(chain.ir, tiled(3, x=4))  # 2 phases x radius 1 x depth 3, one kernel, no exchange between phases
+    assert (deep.depth, deep.halo, len(deep.phases), deep.phases[0].exchange) == (3, (6,), 1, ())
+    wave_plan = plan(wave.ir, tiled(3, x=8))  # c is read without offset, but computed into the halo
+    assert wave_plan.halo == (6,) and wave_plan.directions == {"u": ((-1,), (1,)), "c": ((-1,), (1,))}
+    assert plan(wave.ir).directions == {"u": ((-1,), (1,))}
