@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +32,19 @@ def test_python_example_runs(name, tmp_path):
 
 def test_every_python_example_is_exercised():
     assert {p.name for p in EXAMPLES.glob("*.py")} <= set(PYTHON_EXAMPLES) | {"distributed_heat.py"}
+
+
+@pytest.mark.mpi
+def test_distributed_example_runs_on_two_ranks(tmp_path):
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    exe = str(mpiexec) if mpiexec.exists() else shutil.which("mpiexec")
+    assert exe, "mpiexec not found: the test extra installs mpi4py and the mpich wheel"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    proc = subprocess.run([exe, "-n", "2", sys.executable, str(EXAMPLES / "distributed_heat.py"), "--size", "66",
+                           "--steps", "10"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 ranks, process grid" in proc.stdout and "total heat" in proc.stdout
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.msc")), ids=lambda p: p.name)
