@@ -1,4 +1,5 @@
-"""The OpenMP C backend: StencilIR + schedule -> one C file with `msc_run`.
+"""The OpenMP C backend: StencilIR + schedule -> one C file with `msc_run`
+(and, on request, `msc_run_box`, which computes only a sub-box of the domain).
 
 The whole time loop runs in C inside one `omp parallel` region; the loop
 that isl's dependence analysis marks parallel gets `omp for`, innermost
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 
 from pathlib import Path
 
+import islpy as isl
+
 import msc
 from msc.runtime.build import atomic_write_text
 from msc.runtime.kernel import CompiledKernel
@@ -25,6 +28,7 @@ from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
 from msc.tuner import AutoKernel
 
 C_TYPES = {"float64": "double", "float32": "float"}
+BOX_ENTRY = "msc_run_box"
 
 
 # User names are prefixed in C (f_ fields, p_ parameters) so that no name can
@@ -52,13 +56,16 @@ class KernelSignature:
     params: tuple[str, ...]
     ndim: int
 
-    def c_parameters(self, ctype: str) -> list[str]:
+    def c_parameters(self, ctype: str, box: bool = False) -> list[str]:
+        """msc_run's parameters; `box`: msc_run_box's, which adds the box
+        lo[d] <= i_d < hi[d] (within the domain r_d <= i_d < P_d - r_d) after the extents."""
         out = []
         for f in self.fields:
             c = field_name(f.name)
             out.append(f"real *restrict {c}_buf" if f.written else f"const real *restrict {c}")
         out += [f"double {param_name(p)}_arg" for p in self.params]
         out += [f"long P{d}" for d in range(self.ndim)]
+        out += ["const long *lo", "const long *hi"] if box else []
         return out + ["long t0", "long T", "int nthreads"]
 
 
@@ -68,6 +75,7 @@ class _Hooks:
 
     poly: PolyIR
     schedule: LoweredSchedule
+    box: bool = False  # bounds of the computed points: the box L<d> <= i_d < H<d>, or the domain
     _iterators: dict[int, str] = field(default_factory=dict)
 
     @property
@@ -135,8 +143,9 @@ class _Hooks:
         for d in range(self.ir.ndim):
             origin, size = self._tile(d)
             r = self.ir.radius[d]
+            first, last = (f"L{d}", f"H{d}") if self.box else (str(r), f"P{d} - {r}")
             lo, hi = (f"msc_imax(0, {origin} - {r})", f"msc_imin(P{d}, {origin} + {size + r})") if halo else \
-                (f"msc_imax({r}, {origin})", f"msc_imin(P{d} - {r}, {origin} + {size})")
+                (f"msc_imax({first}, {origin})", f"msc_imin({last}, {origin} + {size})")
             lines.append(f"{pad}for (long a{d} = {lo}; a{d} < {hi}; a{d}++)")
             pad += "    "
         return lines + [pad + body]
@@ -235,16 +244,36 @@ def signature(stencil: ir.StencilIR) -> KernelSignature:
     return KernelSignature(stencil.fields, stencil.params, stencil.ndim)
 
 
-def generate(poly: PolyIR, schedule: LoweredSchedule) -> str:
-    """The complete C source of the kernel for `poly` under `schedule`."""
+def _box(poly: PolyIR) -> isl.UnionSet:
+    """Instances of the statements with space dimensions inside the box L<d> <= i_d < H<d>."""
+    params = ", ".join([*poly.params, *(f"{b}{d}" for d in range(poly.ir.ndim) for b in "LH")])
+    bounds = " and ".join(f"L{d} <= {i} < H{d}" for d, i in enumerate(poly.dims))
+    parts = [f"{poly.instance(st)} : {bounds}" for st in poly.statements if st.stmt is not None]
+    return isl.UnionSet(f"[{params}] -> {{ {'; '.join(parts)} }}")
+
+
+def _entry(poly: PolyIR, schedule: LoweredSchedule, box: bool) -> dict[str, object]:
+    """Name, parameters, preamble and body of msc_run, or of msc_run_box."""
     stencil = poly.ir
-    hooks = _Hooks(poly, schedule)
-    body = hooks.buffers() + AstPrinter(hooks).print(poly.ast(schedule.map))
-    ctype = C_TYPES[stencil.dtype]
+    hooks = _Hooks(poly, schedule, box)
+    sched = schedule.map.intersect_domain(_box(poly)) if box else schedule.map
+    body = hooks.buffers() + AstPrinter(hooks).print(poly.ast(sched))
     volume = " * ".join(f"P{d}" for d in range(stencil.ndim))
     preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
+    if box:
+        preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
     preamble.append(f"const long V = {volume};")
     preamble.append("(void)V;")
+    parameters = signature(stencil).c_parameters(C_TYPES[stencil.dtype], box)
+    return dict(name=BOX_ENTRY if box else "msc_run", parameters=parameters, preamble=preamble, body=body)
+
+
+def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
+    """The complete C source of the kernel for `poly` under `schedule`
+    (`box`: with the entry point msc_run_box too)."""
+    stencil = poly.ir
+    ctype = C_TYPES[stencil.dtype]
+    entries = [_entry(poly, schedule, False)] + ([_entry(poly, schedule, True)] if box else [])
     return render(
         "openmp_kernel.c.j2",
         version=msc.__version__,
@@ -257,9 +286,7 @@ def generate(poly: PolyIR, schedule: LoweredSchedule) -> str:
         work_shared=schedule.omp_for_dim is not None,
         int_helpers=C_HELPERS,
         periodic=stencil.boundary == "periodic",
-        parameters=signature(stencil).c_parameters(ctype),
-        preamble=preamble,
-        body=body,
+        entries=entries,
     )
 
 
@@ -268,15 +295,17 @@ class OpenMPTarget:
 
     name = "openmp"
 
-    def source(self, poly: PolyIR, schedule: object = None) -> str:
-        return generate(poly, lower(as_schedule(schedule), poly))
+    def source(self, poly: PolyIR, schedule: object = None, box: bool = False) -> str:
+        """The kernel's C source (`box`: with the entry point msc_run_box too)."""
+        return generate(poly, lower(as_schedule(schedule), poly), box)
 
-    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel | AutoKernel:
+    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
+                box: bool = False) -> CompiledKernel | AutoKernel:
         if schedule == "auto":
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
-        return CompiledKernel.build(poly.ir, self.source(poly, sched), self.name, threads, sched)
+        return CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched)
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""

@@ -2,9 +2,10 @@
 
 `emit` writes a standalone tree that builds with mpicc and runs with
 `mpiexec -n P`: one OpenMP kernel per phase of the halo plan (the serial
-backend's source under the given schedule, its entry point renamed at
-compile time; a time-tiled schedule exchanges deeper halos every time-tile
-depth steps, see runtime/halo_plan.py), the driver
+backend's source under the given schedule, its entry points renamed at
+compile time; step by step, each exchange overlaps the next phase's inner
+box, computed by the box entry point; a time-tiled schedule exchanges deeper
+halos every time-tile depth steps, see runtime/halo_plan.py), the driver
 mpi_main.c.j2, the halo library runtime/halo.c and a Makefile. `compile`
 gives the in-process kernel; distribute it with `run(..., comm=comm)`.
 """
@@ -47,7 +48,8 @@ class OpenMPMPITarget:
         halo_plan = plan(stencil, sched)
         ctype = C_TYPES[stencil.dtype]
         names = [f.name for f in stencil.fields]
-        phases = [dict(file=f"kernel_phase{k}.c", function=f"msc_run_phase{k}",
+        overlap = halo_plan.depth == 1
+        phases = [dict(file=f"kernel_phase{k}.c", function=f"msc_run_phase{k}", box_function=f"msc_run_box_phase{k}",
                        exchange=[names.index(n) for n in p.exchange])
                   for k, p in enumerate(halo_plan.phases)]
         call_args = [f"buffers[{k}]" for k in range(len(stencil.fields))]
@@ -71,11 +73,14 @@ class OpenMPMPITarget:
             phases=phases,
             depth=halo_plan.depth,
             parameters=signature(stencil).c_parameters(ctype),
+            box_parameters=signature(stencil).c_parameters(ctype, box=True),
+            overlap=overlap,
             call_args=call_args,
             statements=len(stencil.statements),
         )
         serial = OpenMPTarget()
-        files = {p["file"]: serial.source(PolyIR(ph.stencil), sched) for p, ph in zip(phases, halo_plan.phases)}
+        files = {p["file"]: serial.source(PolyIR(ph.stencil), sched, box=overlap)
+                 for p, ph in zip(phases, halo_plan.phases)}
         files.update({
             "main.c": render("mpi_main.c.j2", **values),
             "halo.c": (RUNTIME_DIR / "halo.c").read_text(),

@@ -14,12 +14,16 @@ Each rank runs the local kernels of `halo_plan` (the kernel's start step
 halos with the C library of `halo`: between the phases of every step, or,
 under a temporally tiled schedule of depth D, once per D steps (the local
 kernel runs D steps at a time, computing redundantly into deeper halos).
+Step by step, the exchange after a phase overlaps the next phase's inner
+box (the points whose reads stay in owned data and fixed boundary rings,
+computed by the kernels' `msc_run_box`); the rim follows once it is done.
 Every check that can fail is agreed on by all ranks, which then raise the
 same DistributedError: no rank is left waiting.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -30,14 +34,58 @@ from msc.arguments import bind_arguments
 from msc.errors import MscError
 from msc.poly import PolyIR
 from msc.runtime.buffers import pack
+from msc.runtime.build import load_library
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel, RunStats
 from msc.schedule import Schedule, as_schedule
 
-__all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "run_distributed"]
+__all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "box_entry", "run_distributed"]
 
 T = TypeVar("T")
+Box = tuple[tuple[int, ...], tuple[int, ...]]  # lo, hi: the points lo[d] <= i_d < hi[d]
+
+
+def _timed(action: Callable[[], object]) -> float:
+    """Seconds `action` takes."""
+    tick = time.perf_counter()
+    action()
+    return time.perf_counter() - tick
+
+
+def box_entry(kernel: CompiledKernel) -> Any:
+    """The `msc_run_box` entry point of a kernel compiled with `box=True`, typed for ctypes:
+    msc_run's arguments with two pointers to `ndim` longs (lo, hi) after the extents."""
+    from msc.codegen.openmp import BOX_ENTRY
+
+    stencil = kernel.ir
+    fn = getattr(load_library(kernel.library_path), BOX_ENTRY)
+    bounds = ctypes.POINTER(ctypes.c_long)
+    fn.argtypes = ([ctypes.c_void_p] * len(stencil.fields) + [ctypes.c_double] * len(stencil.params)
+                   + [ctypes.c_long] * stencil.ndim + [bounds, bounds, ctypes.c_long, ctypes.c_long, ctypes.c_int])
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def split_block(shape: Sequence[int], radius: Sequence[int], near: Box) -> tuple[Box, list[Box]] | None:
+    """The inner box and the rim boxes (at most two per dimension, disjoint) of the
+    domain radius[d] <= i_d < shape[d] - radius[d] of a padded block whose halo is
+    near[0][d] wide below and near[1][d] above (0 on a side that receives nothing).
+    None when no inner point is left."""
+    lo = tuple(radius)
+    hi = tuple(n - r for n, r in zip(shape, radius))
+    inner_lo = tuple(a + w for a, w in zip(lo, near[0]))
+    inner_hi = tuple(b - w for b, w in zip(hi, near[1]))
+    if any(a >= b for a, b in zip(inner_lo, inner_hi)):
+        return None
+    rims: list[Box] = []
+    for d in range(len(shape)):
+        # dimensions before d: inner only (their rims come first); after d: the whole domain
+        below, above = inner_lo[:d], inner_hi[:d]
+        for a, b in ((lo[d], inner_lo[d]), (inner_hi[d], hi[d])):
+            if a < b:
+                rims.append((below + (a,) + lo[d + 1:], above + (b,) + hi[d + 1:]))
+    return (inner_lo, inner_hi), rims
 
 
 def _collectively(comm: Any, action: Callable[[], T]) -> T:
@@ -76,13 +124,14 @@ class DistributedKernel:
     stencils); `dims` the process grid (None or zeros: MPI_Dims_create
     chooses); `schedule` that of the local kernels (default: the one `kernel`
     was compiled with; a time_tile of depth D exchanges deeper halos once per
-    D steps). Collective: every rank
+    D steps). `overlap` (step by step only): compute the inner box of a phase
+    while the previous phase's exchange is in flight. Collective: every rank
     constructs it with the same values.
     """
 
     def __init__(self, kernel: CompiledKernel, comm: Any, shape: Sequence[int],
                  dims: Sequence[int] | None = None, threads: int | None = None,
-                 schedule: Schedule | None = None) -> None:
+                 schedule: Schedule | None = None, overlap: bool = True) -> None:
         self.kernel, self.comm = kernel, comm
         schedule = schedule if schedule is not None else kernel.schedule
         self.threads = threads if threads is not None else (kernel.threads or 0)
@@ -111,7 +160,12 @@ class DistributedKernel:
         self.padding = self.grid.padding(self.halo, self.plan.edge)  # (low, high) sides of this rank's block
         self.local_shape = tuple(a + n + b for a, n, b in zip(self.padding[0], self.grid.count, self.padding[1]))
         self._exchangers: dict[str, HaloExchanger] = _collectively(comm, self._make_exchangers)
+        self.overlap = overlap and self.plan.depth == 1
         self._phases = _collectively(comm, self._compile_phases)
+        # the halo a side receives: the halo toward a neighbour, nothing on a physical edge
+        near = self.grid.padding(self.halo, (0,) * stencil.ndim)
+        self._split = split_block(self.local_shape, stencil.radius, near) if self.overlap else None
+        self._boxes = [box_entry(k) for k in self._phases] if self._split else []
         self.last_run = DistributedStats()
 
     def _make_exchangers(self) -> dict[str, HaloExchanger]:
@@ -123,7 +177,7 @@ class DistributedKernel:
         from msc.codegen import get_target
 
         target = get_target("openmp")
-        return [target.compile(PolyIR(p.stencil), threads=self.threads, schedule=self.schedule)
+        return [target.compile(PolyIR(p.stencil), threads=self.threads, schedule=self.schedule, box=self.overlap)
                 for p in self.plan.phases]
 
     # -- where this rank's block lies in the global arrays ------------------
@@ -209,6 +263,7 @@ class DistributedKernel:
         bytes_before = sum(e.bytes_sent for e in self._exchangers.values())
         started = time.perf_counter()
         depth = self.plan.depth
+        pending: list[HaloExchanger] = []  # started after the last phase, not yet finished
         for step in range(0, steps, depth):
             count = min(depth, steps - step)
             if step and depth > 1:  # every live level, then `count` steps without exchange
@@ -216,18 +271,23 @@ class DistributedKernel:
                 self._exchange(self._live_levels(buffers, step))
                 stats.exchanges += 1
                 stats.exchange_seconds += time.perf_counter() - tick
-            for phase, kernel in zip(self.plan.phases, self._phases):
-                tick = time.perf_counter()
+            for k, phase in enumerate(self.plan.phases):
                 call = [buffers[f.name].ctypes.data for f in phase.stencil.fields]
                 call += [args.scalars[p] for p in phase.stencil.params]
-                kernel._fn(*call, *self.local_shape, step, count, nthreads)
-                tock = time.perf_counter()
-                if phase.exchange:
-                    self._exchange({name: [buffers[name][(step + 1) % stencil.field(name).slots]]
-                                    for name in phase.exchange})
-                    stats.exchanges += 1
-                stats.compute_seconds += tock - tick
-                stats.exchange_seconds += time.perf_counter() - tock
+                call += self.local_shape
+                if pending and self._split:  # the inner box while the messages travel, the rim after
+                    inner, rims = self._split
+                    stats.compute_seconds += _timed(lambda: self._run_box(k, call, inner, step, nthreads))
+                    stats.exchange_seconds += _timed(lambda: self._finish(pending))
+                    stats.compute_seconds += _timed(lambda: [self._run_box(k, call, b, step, nthreads) for b in rims])
+                else:
+                    stats.exchange_seconds += _timed(lambda: self._finish(pending))
+                    stats.compute_seconds += _timed(lambda: self._phases[k]._fn(*call, step, count, nthreads))
+                pending = [self._exchangers[name] for name in phase.exchange]
+                levels = [buffers[name][(step + 1) % stencil.field(name).slots] for name in phase.exchange]
+                stats.exchange_seconds += _timed(lambda: [e.start(a) for e, a in zip(pending, levels)])
+                stats.exchanges += bool(pending)
+        stats.exchange_seconds += _timed(lambda: self._finish(pending))
         seconds = time.perf_counter() - started
         stats.bytes_sent = sum(e.bytes_sent for e in self._exchangers.values()) - bytes_before
         self.last_run = stats
@@ -235,6 +295,16 @@ class DistributedKernel:
         self.kernel.last_run = RunStats(seconds, steps, points)
         inner = tuple(slice(a, a + n) for a, n in zip(self.padding[0], self.grid.count))
         return {f.name: buffers[f.name][steps % f.slots][inner].copy() for f in self.kernel.ir.written_fields}
+
+    def _run_box(self, phase: int, call: list[Any], box: Box, step: int, nthreads: int) -> None:
+        """One step of phase `phase` on the points lo[d] <= i_d < hi[d] only."""
+        lo, hi = ((ctypes.c_long * len(b))(*b) for b in box)
+        self._boxes[phase](*call, lo, hi, step, 1, nthreads)
+
+    @staticmethod
+    def _finish(exchangers: Sequence[HaloExchanger]) -> None:
+        for exchanger in exchangers:
+            exchanger.finish()
 
     def _live_levels(self, buffers: Mapping[str, np.ndarray], step: int) -> dict[str, list[np.ndarray]]:
         """The levels of the exchanged written fields that the steps from `step` on read."""
@@ -305,9 +375,9 @@ class DistributedKernel:
 
 def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mapping[str, Any],
                     dims: Sequence[int] | None = None, threads: int | None = None,
-                    schedule: Schedule | None = None) -> dict[str, np.ndarray] | None:
+                    schedule: Schedule | None = None, overlap: bool = True) -> dict[str, np.ndarray] | None:
     """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out
-    (`schedule`: that of the local kernels, see DistributedKernel)."""
+    (`schedule`: that of the local kernels; `overlap`: see DistributedKernel)."""
     stencil = kernel.ir
 
     def check_root() -> Any:
@@ -322,7 +392,7 @@ def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mappi
     bound = _collectively(comm, check_root)
     root = (bound[0].shape, bound[0].scalars, steps) if comm.rank == 0 else None
     shape, scalars, steps = comm.bcast(root, root=0)
-    distributed = DistributedKernel(kernel, comm, shape, dims, threads, schedule)
+    distributed = DistributedKernel(kernel, comm, shape, dims, threads, schedule, overlap)
     try:
         local = distributed.scatter(bound[1] if comm.rank == 0 else None)
         blocks = distributed.run(steps, **scalars, **{name: v if len(v) > 1 else v[0] for name, v in local.items()})

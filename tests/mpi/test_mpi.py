@@ -1,7 +1,7 @@
 """Distributed runs under mpiexec on 1-4 ranks: the halo library, generated and
 hand-written stencils against the single-process kernel (bitwise) and the
 reference, temporally tiled schedules (deeper halos, exchanged every depth
-steps), errors on every rank, and the emitted openmp+mpi program."""
+steps), exchanges overlapped with the inner box, errors on every rank, and the emitted openmp+mpi program."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from launch import ENV, mpi_command, mpiexec, run_json
 from stencil_gen import generate
 
 import msc
-from msc import t, x
+from msc import t, x, y
 
 pytest.importorskip("mpi4py")
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install 'msc[mpi]')")]
@@ -57,6 +57,18 @@ def test_cases_and_errors(ranks):
     assert "shape (3, 3)" in results["error_local_shape_on_last_rank"]
     if ranks > 1:
         assert "thinnest local block has 2 points, fewer than the halo width 3" in results["error_thin_domain"]
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+def test_overlap_of_exchange_and_inner_box(ranks):
+    results = run_json(ranks, "run_overlap.py")
+    assert len(results) == 5, results
+    for name, r in results.items():
+        assert r["bitwise"], (name, r)
+        if ranks == 1:  # only a periodic wrap is in flight on one rank
+            assert r["split_ranks"] == (1 if "periodic" in name else 0), (name, r)
+        else:  # a rank whose halos meet (the middle of 3 blocks of 4 with radius 2) computes its block after finish
+            assert r["split_ranks"] >= ranks - 1, (name, r)
 
 
 @pytest.mark.parametrize("ranks", RANKS)
@@ -114,6 +126,33 @@ def test_emitted_mpi_program(seed, tmp_path):
         assert f"on {ranks} ranks" in proc.stdout
         for n in written:
             assert np.array_equal(np.load(tmp_path / f"out_{n}_{ranks}.npy"), serial[n]), (n, ranks, case)
+
+
+@msc.stencil
+def three_phases(p, q, r, k):  # each statement reads the previous one's new level at an offset
+    p[t + 1, x, y] = 0.5 * p[t, x, y] + 0.1 * (r[t, x + 1, y] - r[t, x - 1, y + 1])
+    q[t + 1, x, y] = 0.5 * q[t, x, y] + k * (p[t + 1, x, y + 1] - p[t + 1, x - 1, y - 1])
+    r[t + 1, x, y] = 0.5 * r[t, x, y] + k * (q[t + 1, x + 1, y] + q[t + 1, x, y - 1]) - 0.1 * p[t + 1, x, y]
+
+
+def test_emitted_program_overlaps_phases(tmp_path):
+    program = _emit_and_build(three_phases, tmp_path / "src", "float64")
+    assert "msc_run_box_phase2(" in (tmp_path / "src" / "main.c").read_text()
+    rng = np.random.default_rng(4)
+    inputs = {name: rng.random((17, 21)) for name in "pqr"}
+    args = ["--steps", "5", "--param", "k=0.3"]
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--in", f"{name}={tmp_path / f'{name}.npy'}"]
+    serial = three_phases.compile().run(steps=5, k=0.3, **inputs)
+    env = dict(os.environ, **ENV)
+    for ranks in (1, 2, 4):
+        outs = [a for n in serial for a in ("--out", f"{n}={tmp_path / f'out_{n}_{ranks}.npy'}")]
+        proc = subprocess.run(mpi_command(ranks, str(program), *args, *outs), capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        for n in serial:
+            assert np.array_equal(np.load(tmp_path / f"out_{n}_{ranks}.npy"), serial[n]), (n, ranks)
 
 
 def test_emitted_mpi_program_errors(tmp_path):
