@@ -7,26 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import numpy as np
-from mpi4py import MPI
-
 import msc
+import numpy as np
 from msc import t, x, y, z
-from msc.runtime.distributed import DistributedError, DistributedKernel
+from msc.runtime.distributed import DistributedKernel
 
-comm = MPI.COMM_WORLD
+from mpi_common import agreed_error, comm, heat
+from mpi_common import box9_periodic as box9
+
 rng = np.random.default_rng(42)
 results: dict[str, Any] = {}
-
-
-@msc.stencil
-def heat(u, alpha):
-    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
-
-
-@msc.stencil(boundary="periodic")
-def box9(u):
-    u[t + 1, x, y] = sum(0.1 * (1 + abs(i) + 2 * abs(j)) * u[t, x + i, y + j] for i in (-1, 0, 1) for j in (-1, 0, 1)) / 2
 
 
 @msc.stencil
@@ -86,13 +76,7 @@ dist.close()
 
 def raises(name: str, action: Callable[[], Any]) -> None:
     """Every rank must raise the same DistributedError (and none hang)."""
-    try:
-        action()
-        message = None
-    except DistributedError as e:
-        message = str(e)
-    messages = comm.allgather(message)
-    results[name] = messages[0] if len(set(messages)) == 1 and messages[0] else f"not on every rank: {messages}"
+    results[name] = agreed_error(action)
 
 
 @msc.stencil

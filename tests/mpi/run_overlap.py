@@ -8,25 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-from mpi4py import MPI
-
 import msc
+import numpy as np
 from msc import t, x, y, z
 from msc.runtime.distributed import DistributedKernel
 
-comm = MPI.COMM_WORLD
+from mpi_common import box9_periodic as box9
+from mpi_common import comm, heat
+
 results: dict[str, Any] = {}
-
-
-@msc.stencil
-def heat(u, alpha):
-    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
-
-
-@msc.stencil(boundary="periodic")
-def box9(u):
-    u[t + 1, x, y] = sum(0.1 * (1 + abs(i) + 2 * abs(j)) * u[t, x + i, y + j] for i in (-1, 0, 1) for j in (-1, 0, 1)) / 2
 
 
 @msc.stencil

@@ -9,30 +9,19 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import numpy as np
-from mpi4py import MPI
-
 import msc
+import numpy as np
 from msc import t, x, y, z
-from msc.runtime.distributed import DistributedError, DistributedKernel, run_distributed
+from msc.runtime.distributed import DistributedKernel, run_distributed
 
-comm = MPI.COMM_WORLD
+from mpi_common import agreed_error, box9_periodic, comm, heat
+
 rng = np.random.default_rng(7)
 results: dict[str, Any] = {}
 
 
 @msc.stencil
-def heat(u, alpha):
-    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
-
-
-@msc.stencil
 def box9(u):
-    u[t + 1, x, y] = sum(0.1 * (1 + abs(i) + 2 * abs(j)) * u[t, x + i, y + j] for i in (-1, 0, 1) for j in (-1, 0, 1)) / 2
-
-
-@msc.stencil(boundary="periodic")
-def box9_periodic(u):
     u[t + 1, x, y] = sum(0.1 * (1 + abs(i) + 2 * abs(j)) * u[t, x + i, y + j] for i in (-1, 0, 1) for j in (-1, 0, 1)) / 2
 
 
@@ -116,13 +105,7 @@ dist.close()
 
 def raises(name: str, action: Callable[[], Any]) -> None:
     """Every rank must raise the same DistributedError (and none hang)."""
-    try:
-        action()
-        message = None
-    except DistributedError as e:
-        message = str(e)
-    messages = comm.allgather(message)
-    results[name] = messages[0] if len(set(messages)) == 1 else f"not on every rank: {messages}"
+    results[name] = agreed_error(action)
 
 
 raises("error_thin_for_depth", lambda: run_distributed(
