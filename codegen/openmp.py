@@ -11,19 +11,18 @@ once per time step, so no level is ever copied.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 import islpy as isl
 
 import msc
-from msc.runtime.build import atomic_write_text
-from msc.runtime.kernel import CompiledKernel
+from msc import ir
 from msc.codegen.cexpr import c_expr
 from msc.codegen.isl_ast import C_HELPERS, AstPrinter
 from msc.codegen.templates_env import render
-from msc import ir
 from msc.poly import PolyIR, PolyStatement
+from msc.runtime.build import atomic_write_text
+from msc.runtime.kernel import CompiledKernel
 from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
 from msc.tuner import AutoKernel
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import msc
 from mpi4py import MPI
+
+import msc
 from msc import t, x, y
 from msc.runtime.distributed import DistributedError
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import msc
 import numpy as np
-from msc import t, x, y, z
-from msc.runtime.distributed import DistributedKernel
-
 from mpi_common import agreed_error, comm, heat
 from mpi_common import box9_periodic as box9
+
+import msc
+from msc import t, x, y, z
+from msc.runtime.distributed import DistributedKernel
 
 rng = np.random.default_rng(42)
 results: dict[str, Any] = {}

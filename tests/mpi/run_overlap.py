@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import msc
 import numpy as np
-from msc import t, x, y, z
-from msc.runtime.distributed import DistributedKernel
-
 from mpi_common import box9_periodic as box9
 from mpi_common import comm, heat
+
+import msc
+from msc import t, x, y, z
+from msc.runtime.distributed import DistributedKernel
 
 results: dict[str, Any] = {}
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import msc
 import numpy as np
+from mpi_common import agreed_error, box9_periodic, comm, heat
+
+import msc
 from msc import t, x, y, z
 from msc.runtime.distributed import DistributedKernel, run_distributed
-
-from mpi_common import agreed_error, box9_periodic, comm, heat
 
 rng = np.random.default_rng(7)
 results: dict[str, Any] = {}

@@ -9,8 +9,15 @@ from conftest import laplacian, relative_residual
 
 from msc.errors import MscError
 from msc.solvers import (
-    FactorTooLargeError, InvalidMatrixError, MatrixReadError, NotPositiveDefiniteError, NotSymmetricError,
-    OrderingError, RightHandSideError, analyze, cholesky,
+    FactorTooLargeError,
+    InvalidMatrixError,
+    MatrixReadError,
+    NotPositiveDefiniteError,
+    NotSymmetricError,
+    OrderingError,
+    RightHandSideError,
+    analyze,
+    cholesky,
 )
 from msc.solvers import io as mio
 

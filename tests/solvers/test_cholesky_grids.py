@@ -10,6 +10,7 @@ from conftest import laplacian, random_spd, relative_residual
 
 from msc.solvers import Amalgamation, QueueParams, analyze, cholesky
 
+
 @pytest.mark.parametrize("ordering", ["auto", "amd", "metis", "natural"])
 @pytest.mark.parametrize("m,dim", [(40, 2), (120, 2), (12, 3), (24, 3)])
 def test_laplacian_residual(m: int, dim: int, ordering: str, rng: np.random.Generator) -> None:
