@@ -23,7 +23,6 @@ same DistributedError: no rank is left waiting.
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -34,13 +33,12 @@ from msc.arguments import bind_arguments
 from msc.errors import MscError
 from msc.poly import PolyIR
 from msc.runtime.buffers import pack
-from msc.runtime.build import load_library
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel, RunStats
 from msc.schedule import Schedule, as_schedule
 
-__all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "box_entry", "run_distributed"]
+__all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "run_distributed"]
 
 T = TypeVar("T")
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # lo, hi: the points lo[d] <= i_d < hi[d]
@@ -51,20 +49,6 @@ def _timed(action: Callable[[], object]) -> float:
     tick = time.perf_counter()
     action()
     return time.perf_counter() - tick
-
-
-def box_entry(kernel: CompiledKernel) -> Any:
-    """The `msc_run_box` entry point of a kernel compiled with `box=True`, typed for ctypes:
-    msc_run's arguments with two pointers to `ndim` longs (lo, hi) after the extents."""
-    from msc.codegen.openmp import BOX_ENTRY
-
-    stencil = kernel.ir
-    fn = getattr(load_library(kernel.library_path), BOX_ENTRY)
-    bounds = ctypes.POINTER(ctypes.c_long)
-    fn.argtypes = ([ctypes.c_void_p] * len(stencil.fields) + [ctypes.c_double] * len(stencil.params)
-                   + [ctypes.c_long] * stencil.ndim + [bounds, bounds, ctypes.c_long, ctypes.c_long, ctypes.c_int])
-    fn.restype = ctypes.c_int
-    return fn
 
 
 def split_block(shape: Sequence[int], radius: Sequence[int], near: Box) -> tuple[Box, list[Box]] | None:
@@ -165,7 +149,6 @@ class DistributedKernel:
         # the halo a side receives: the halo toward a neighbour, nothing on a physical edge
         near = self.grid.padding(self.halo, (0,) * stencil.ndim)
         self._split = split_block(self.local_shape, stencil.radius, near) if self.overlap else None
-        self._boxes = [box_entry(k) for k in self._phases] if self._split else []
         self.last_run = DistributedStats()
 
     def _make_exchangers(self) -> dict[str, HaloExchanger]:
@@ -272,9 +255,7 @@ class DistributedKernel:
                 stats.exchanges += 1
                 stats.exchange_seconds += time.perf_counter() - tick
             for k, phase in enumerate(self.plan.phases):
-                call = [buffers[f.name].ctypes.data for f in phase.stencil.fields]
-                call += [args.scalars[p] for p in phase.stencil.params]
-                call += self.local_shape
+                call = self._phases[k].arguments(buffers, args.scalars, self.local_shape)
                 if pending and self._split:  # the inner box while the messages travel, the rim after
                     inner, rims = self._split
                     stats.compute_seconds += _timed(lambda: self._run_box(k, call, inner, step, nthreads))
@@ -282,7 +263,7 @@ class DistributedKernel:
                     stats.compute_seconds += _timed(lambda: [self._run_box(k, call, b, step, nthreads) for b in rims])
                 else:
                     stats.exchange_seconds += _timed(lambda: self._finish(pending))
-                    stats.compute_seconds += _timed(lambda: self._phases[k]._fn(*call, step, count, nthreads))
+                    stats.compute_seconds += _timed(lambda: self._phases[k].advance(call, step, count, nthreads))
                 pending = [self._exchangers[name] for name in phase.exchange]
                 levels = [buffers[name][(step + 1) % stencil.field(name).slots] for name in phase.exchange]
                 stats.exchange_seconds += _timed(lambda: [e.start(a) for e, a in zip(pending, levels)])
@@ -298,8 +279,7 @@ class DistributedKernel:
 
     def _run_box(self, phase: int, call: list[Any], box: Box, step: int, nthreads: int) -> None:
         """One step of phase `phase` on the points lo[d] <= i_d < hi[d] only."""
-        lo, hi = ((ctypes.c_long * len(b))(*b) for b in box)
-        self._boxes[phase](*call, lo, hi, step, 1, nthreads)
+        self._phases[phase].advance_box(call, *box, step, 1, nthreads)
 
     @staticmethod
     def _finish(exchangers: Sequence[HaloExchanger]) -> None:

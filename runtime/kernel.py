@@ -43,16 +43,41 @@ class CompiledKernel:
     last_run: RunStats = field(default_factory=RunStats)
 
     def __post_init__(self) -> None:
-        lib = load_library(self.library_path)
-        self._fn = lib.msc_run
-        nfields = len(self.ir.fields)
-        self._fn.argtypes = (
-            [ctypes.c_void_p] * nfields
+        self._lib = load_library(self.library_path)
+        self._fn = self._entry("msc_run", box=False)
+        self._box_fn: Any = None
+
+    def _entry(self, name: str, box: bool) -> Any:
+        """A C entry point typed for ctypes: fields, scalars, extents, [lo, hi,] t0, T, nthreads."""
+        fn = getattr(self._lib, name)
+        bounds = [ctypes.POINTER(ctypes.c_long)] * 2 if box else []
+        fn.argtypes = (
+            [ctypes.c_void_p] * len(self.ir.fields)
             + [ctypes.c_double] * len(self.ir.params)
             + [ctypes.c_long] * self.ir.ndim
+            + bounds
             + [ctypes.c_long, ctypes.c_long, ctypes.c_int]
         )
-        self._fn.restype = ctypes.c_int
+        fn.restype = ctypes.c_int
+        return fn
+
+    def arguments(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], extents: Any) -> list[Any]:
+        """The leading arguments of the C entry points for packed `buffers`."""
+        call: list[Any] = [buffers[f.name].ctypes.data for f in self.ir.fields]
+        return call + [scalars[p] for p in self.ir.params] + list(extents)
+
+    def advance(self, call: list[Any], t0: int, steps: int, nthreads: int) -> None:
+        """Run steps t0 .. t0+steps-1 on already packed buffers (`arguments`)."""
+        self._fn(*call, t0, steps, nthreads)
+
+    def advance_box(self, call: list[Any], lo: Any, hi: Any, t0: int, steps: int, nthreads: int) -> None:
+        """Like `advance`, on the points lo[d] <= i_d < hi[d] only (a kernel compiled with box=True)."""
+        from msc.codegen.openmp import BOX_ENTRY
+
+        if self._box_fn is None:
+            self._box_fn = self._entry(BOX_ENTRY, box=True)
+        bounds = [(ctypes.c_long * len(b))(*b) for b in (lo, hi)]
+        self._box_fn(*call, *bounds, t0, steps, nthreads)
 
     @classmethod
     def build(cls, stencil: ir.StencilIR, source: str, target: str, threads: int | None,
@@ -86,11 +111,9 @@ class CompiledKernel:
             raise StencilArgumentError(f"threads must be a positive integer, got {threads!r}")
         buffers = pack(self.ir, args)
         extents = padded_shape(self.ir, args.shape)
-        call_args: list[Any] = [buffers[f.name].ctypes.data for f in self.ir.fields]
-        call_args += [args.scalars[p] for p in self.ir.params]
-        call_args += list(extents)
+        call_args = self.arguments(buffers, args.scalars, extents)
         start = time.perf_counter()
-        self._fn(*call_args, 0, steps, nthreads)
+        self.advance(call_args, 0, steps, nthreads)
         seconds = time.perf_counter() - start
         interior = int(np.prod([n - 2 * r for n, r in zip(extents, self.ir.radius)]))
         self.last_run = RunStats(seconds, steps, interior * len(self.ir.statements))

@@ -4,7 +4,6 @@ runs overlap with halo exchange covers the domain once."""
 
 from __future__ import annotations
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from msc.arguments import bind_arguments
 from msc.codegen.openmp import OpenMPTarget
 from msc.poly import PolyIR
 from msc.runtime.buffers import pack
-from msc.runtime.distributed import box_entry, split_block
+from msc.runtime.distributed import split_block
 from msc.schedule import Schedule
 
 
@@ -53,14 +52,10 @@ def test_box_entry_computes_exactly_the_box(stencil, schedule, lo, hi):
     before = pack(stencil.ir, args)
     kernel = OpenMPTarget().compile(PolyIR(stencil.ir), schedule=schedule, box=True)
 
-    def call(buffers: dict[str, np.ndarray]) -> list:
-        return [buffers[f.name].ctypes.data for f in stencil.ir.fields] + [0.1] * len(stencil.ir.params) + list(shape)
-
     whole = {name: b.copy() for name, b in before.items()}
-    kernel._fn(*call(whole), 0, 1, 1)
+    kernel.advance(kernel.arguments(whole, args.scalars, shape), 0, 1, 1)
     part = {name: b.copy() for name, b in before.items()}
-    bounds = [(ctypes.c_long * len(v))(*v) for v in (lo, hi)]
-    box_entry(kernel)(*call(part), *bounds, 0, 1, 1)
+    kernel.advance_box(kernel.arguments(part, args.scalars, shape), lo, hi, 0, 1, 1)
 
     inside = np.zeros(shape, dtype=bool)
     inside[tuple(slice(a, b) for a, b in zip(lo, hi))] = True
