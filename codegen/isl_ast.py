@@ -39,16 +39,18 @@ static inline long msc_floord(long a, long b) { return a >= 0 ? a / b : -((-a + 
 """
 
 
-def c_of(e: isl.AstExpr, top: bool = False) -> str:
+def c_of(e: isl.AstExpr, top: bool = False, rename: dict[str, str] | None = None) -> str:
     """C source of an isl AST expression (`top`: no parentheses around it,
-    as OpenMP wants for a loop's controlling predicate)."""
+    as OpenMP wants for a loop's controlling predicate; `rename`: C text to
+    print in place of some identifiers)."""
     kind = e.get_type()
     if kind == isl.ast_expr_type.id:
-        return e.id_get_id().get_name()
+        name = e.id_get_id().get_name()
+        return rename.get(name, name) if rename else name
     if kind == isl.ast_expr_type.int:
         return str(e.int_get_val().to_python())
     op = e.op_get_type()
-    args = [c_of(e.op_get_arg(i)) for i in range(e.op_get_n_arg())]
+    args = [c_of(e.op_get_arg(i), rename=rename) for i in range(e.op_get_n_arg())]
     if op in _BINARY_OPS:
         text = f"{args[0]} {_BINARY_OPS[op]} {args[1]}"
         return text if top else f"({text})"
@@ -68,9 +70,10 @@ def c_of(e: isl.AstExpr, top: bool = False) -> str:
 
 
 class AstHooks(Protocol):
-    def statement(self, name: str, args: list[str], enclosing: list[int]) -> list[str]:
+    def statement(self, name: str, args: list[str], enclosing: list[int], into: str | None = None) -> list[str]:
         """C lines for one statement instance, given its instance coordinates
-        and the schedule dimensions of the loops around it."""
+        and the schedule dimensions of the loops around it (`into`: the
+        lvalue to store to instead of the statement's own field)."""
 
     def before_loop(self, dim: int, enclosing: list[int]) -> list[str]:
         """Lines (pragmas) before the loop over schedule dimension `dim`,
@@ -82,6 +85,10 @@ class AstHooks(Protocol):
 
     def loop_epilogue(self, dim: int, iterator: str, statements: set[str]) -> list[str]:
         """Lines at the end of the body of that loop."""
+
+    def store_address(self, dim: int, name: str, args: list[str], enclosing: list[int]) -> str | None:
+        """Where a statement instance stores, if the loop over `dim` around it
+        (inside the loops over `enclosing`) is to write whole cache lines (else None)."""
 
 
 def user_statements(node: isl.AstNode) -> set[str]:
@@ -145,10 +152,55 @@ class AstPrinter:
         self._loops.append(dim)
         body = self.print(node.for_get_body(), depth + 1)
         self._loops.pop()
-        body += [body_pad + ln for ln in self.hooks.loop_epilogue(dim, it, inside)]
+        epilogue = [body_pad + ln for ln in self.hooks.loop_epilogue(dim, it, inside)]
+        body += epilogue
         if node.for_is_degenerate():
             return [f"{pad}{{", f"{body_pad}const long {it} = {init};", *prologue, *body, f"{pad}}}"]
         cond = c_of(node.for_get_cond(), top=True)
         inc = c_of(node.for_get_inc())
+        if inc == "1" and not prologue and not epilogue:
+            in_lines = self._lines(node, dim, it, init, depth)
+            if in_lines is not None:
+                return in_lines
         step = f"{it}++" if inc == "1" else f"{it} += {inc}"
         return [*head, f"{pad}for (long {it} = {init}; {cond}; {step}) {{", *prologue, *body, f"{pad}}}"]
+
+    def _lines(self, node: isl.AstNode, dim: int, it: str, init: str, depth: int) -> list[str] | None:
+        """The loop over `dim` as whole cache lines: scalar iterations up to
+        the first aligned store, then MSC_LINE points at a time computed
+        into an aligned line buffer and put out with one aligned (or
+        streaming) store, then the scalar rest. None when the loop body is
+        not one statement whose store the backend writes in lines."""
+        body = node.for_get_body()
+        if body.get_type() != isl.ast_node_type.user:
+            return None
+        call = body.user_get_expr()
+        name = call.op_get_arg(0).id_get_id().get_name()
+        exprs = [call.op_get_arg(i) for i in range(1, call.op_get_n_arg())]
+        args = [c_of(e) for e in exprs]
+        enclosing = [*self._loops, dim]
+        address = self.hooks.store_address(dim, name, args, enclosing)
+        if address is None:
+            return None
+        line_address = self.hooks.store_address(dim, name, [c_of(e, rename={it: "msc_base"}) for e in exprs], enclosing)
+        pad, inner = self.indent * depth, self.indent * (depth + 1)
+        deeper = inner + self.indent
+        scalar = [deeper + ln for ln in self.hooks.statement(name, args, enclosing)]
+        into_line = [deeper + self.indent + ln
+                     for ln in self.hooks.statement(name, args, enclosing, into=f"msc_line[{it} - msc_base]")]
+        cond = c_of(node.for_get_cond(), top=True)
+        last_cond = c_of(node.for_get_cond(), top=True, rename={it: f"({it} + MSC_LINE - 1)"})
+        return [
+            f"{pad}{{",
+            f"{inner}long {it} = {init};",
+            f"{inner}for (; {cond} && !msc_line_aligned({address}); {it}++) {{", *scalar, f"{inner}}}",
+            f"{inner}for (; {last_cond}; {it} += MSC_LINE) {{",
+            f"{deeper}_Alignas(64) real msc_line[MSC_LINE];",
+            f"{deeper}const long msc_base = {it};",
+            f"{deeper}#pragma omp simd",
+            f"{deeper}for (long {it} = msc_base; {it} < msc_base + MSC_LINE; {it}++) {{", *into_line, f"{deeper}}}",
+            f"{deeper}msc_put_line({line_address}, msc_line);",
+            f"{inner}}}",
+            f"{inner}for (; {cond}; {it}++) {{", *scalar, f"{inner}}}",
+            f"{pad}}}",
+        ]

@@ -88,15 +88,27 @@ class _Hooks:
             index = f"({index}) * P{d} + {terms[d]}"
         return index
 
-    def statement(self, name: str, args: list[str], enclosing: list[int]) -> list[str]:
-        st = next(s for s in self.poly.statements if s.name == name)
-        body = [self._wrap_call(st)] if st.stmt is None else self._assignment(st, args[1:])
+    def statement(self, name: str, args: list[str], enclosing: list[int], into: str | None = None) -> list[str]:
+        st = self._statement(name)
+        body = [self._wrap_call(st)] if st.stmt is None else self._assignment(st, args[1:], into)
         if self.schedule.time_dim in enclosing:
             return body
         # isl fixed the time step without a loop over it: set up the levels here
         return ["{", *["    " + ln for ln in self._level_pointers(args[0])], *["    " + ln for ln in body], "}"]
 
-    def _assignment(self, st: PolyStatement, coords: list[str]) -> list[str]:
+    def _statement(self, name: str) -> PolyStatement:
+        return next(s for s in self.poly.statements if s.name == name)
+
+    def store_address(self, dim: int, name: str, args: list[str], enclosing: list[int]) -> str | None:
+        """Whole lines are stored straight to the field (not to a cache_write
+        buffer), through level pointers set up by an enclosing time loop."""
+        st = self._statement(name)
+        if (dim != self.schedule.line_dim or st.stmt is None or self.schedule.time_dim not in enclosing
+                or st.target in self.schedule.schedule.cached_writes):
+            return None
+        return f"&{level_name(st.target, 1)}[{self._index(args[1:], (0,) * self.ir.ndim)}]"
+
+    def _assignment(self, st: PolyStatement, coords: list[str], into: str | None) -> list[str]:
         assert st.stmt is not None
 
         sched = self.schedule.schedule
@@ -109,7 +121,9 @@ class _Hooks:
 
         rhs = c_expr(st.stmt.expr, self.ir.dtype, access, param_name)
         zero = (0,) * self.ir.ndim
-        if st.target in sched.cached_writes:
+        if into is not None:
+            lhs = into
+        elif st.target in sched.cached_writes:
             lhs = f"{_write_cache(st.target)}[{self._tile_index(coords, zero, False)}]"
         else:
             lhs = f"{level_name(st.target, 1)}[{self._index(coords, zero)}]"
@@ -174,13 +188,15 @@ class _Hooks:
         return sorted(levels, key=lambda v: (v[0], v[1] if v[1] is not None else -99))
 
     def loop_epilogue(self, dim: int, iterator: str, statements: set[str]) -> list[str]:
-        if not self.schedule.schedule.cached_writes or dim != max(self.schedule.tiles, default=-1):
-            return []
         lines = []
-        for st in self.poly.statements:
-            if st.name in statements and st.target in self.schedule.schedule.cached_writes:
-                dst = f"{level_name(st.target, 1)}[{self._index([f'a{d}' for d in range(self.ir.ndim)], (0,) * self.ir.ndim)}]"
-                lines += self._cache_loops(False, f"{dst} = {_write_cache(st.target)}[{self._cache_index(False)}];")
+        if self.schedule.schedule.cached_writes and dim == max(self.schedule.tiles, default=-1):
+            for st in self.poly.statements:
+                if st.name in statements and st.target in self.schedule.schedule.cached_writes:
+                    dst = f"{level_name(st.target, 1)}[{self._index([f'a{d}' for d in range(self.ir.ndim)], (0,) * self.ir.ndim)}]"
+                    lines += self._cache_loops(False, f"{dst} = {_write_cache(st.target)}[{self._cache_index(False)}];")
+        if dim == self.schedule.omp_for_dim and self.schedule.schedule.streaming:
+            # streamed stores are weakly ordered: drain them before the barrier lets other threads read
+            lines.append("msc_stream_fence();")
         return lines
 
     def _wrap_call(self, st: PolyStatement) -> str:
@@ -257,6 +273,8 @@ def _entry(poly: PolyIR, schedule: LoweredSchedule, box: bool) -> dict[str, obje
     hooks = _Hooks(poly, schedule, box)
     sched = schedule.map.intersect_domain(_box(poly)) if box else schedule.map
     body = hooks.buffers() + AstPrinter(hooks).print(poly.ast(sched))
+    if schedule.schedule.streaming:
+        body.append("msc_stream_fence();")
     volume = " * ".join(f"P{d}" for d in range(stencil.ndim))
     preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
     if box:
@@ -283,6 +301,9 @@ def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
         ctype=ctype,
         schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
         work_shared=schedule.omp_for_dim is not None,
+        lines=schedule.line_dim is not None,
+        streaming=schedule.schedule.streaming,
+        suffix="pd" if stencil.dtype == "float64" else "ps",
         int_helpers=C_HELPERS,
         periodic=stencil.boundary == "periodic",
         entries=entries,

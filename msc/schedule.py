@@ -36,6 +36,7 @@ class Schedule:
     parallel_loop: str | None = None
     vector_loop: str | None = None
     unrolls: tuple[tuple[str, int], ...] = ()
+    streaming: bool = False
     threads: int | None = None
 
     def tile(self, **sizes: int) -> Schedule:
@@ -94,6 +95,14 @@ class Schedule:
             raise ScheduleError(f"unroll factor must be a positive integer, got {factor!r}")
         return replace(self, unrolls=self.unrolls + ((loop, factor),))
 
+    def stream_stores(self) -> Schedule:
+        """Write results with non-temporal (streaming) stores, whole cache
+        lines at a time, bypassing the cache: a sweep over fields larger than
+        the last-level cache then moves one read and one write per point
+        instead of also reading each written line first. Slower when the
+        written level is read again soon (small fields, time tiles)."""
+        return replace(self, streaming=True)
+
     def with_threads(self, threads: int) -> Schedule:
         return replace(self, threads=threads)
 
@@ -114,6 +123,8 @@ class Schedule:
         if self.vector_loop:
             parts.append(f"vectorize({self.vector_loop!r})")
         parts += [f"unroll({name!r}, {f})" for name, f in self.unrolls]
+        if self.streaming:
+            parts.append("stream_stores()")
         if self.threads:
             parts.append(f"with_threads({self.threads})")
         return "Schedule()" + "".join("." + p for p in parts)
@@ -146,6 +157,7 @@ class LoweredSchedule:
     tiles: dict[int, tuple[int, int]] = field(default_factory=dict)  # tile loop dim -> (space dim, size)
     omp_for_dim: int | None = None
     simd_dim: int | None = None
+    line_dim: int | None = None  # the innermost loop, when it stores whole aligned cache lines
     unroll: dict[int, int] = field(default_factory=dict)
 
     def dim(self, loop: str) -> int:
@@ -358,6 +370,33 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
                 "unroll another loop"
             )
         lowered.unroll[d] = factor
+    lowered.line_dim = _line_dim(poly, lowered, loops[-1])
+
+
+def _line_dim(poly: PolyIR, lowered: LoweredSchedule, innermost: int) -> int | None:
+    """The loop written in whole aligned cache lines: the innermost one, when
+    it runs along the last (unit-stride) dimension, is not shared among
+    threads or unrolled, and carries no dependence. stream_stores() needs it
+    and says which condition fails."""
+    stencil = poly.ir
+    last = stencil.dims[-1]
+    streaming = lowered.schedule.streaming
+    problem = None
+    if lowered.names[innermost] != last:
+        problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but stores stream whole cache "
+                   f"lines only along the last dimension {last!r}; keep {last!r} innermost")
+    elif innermost == lowered.omp_for_dim:
+        hint = f"tile({last}=4096)" if stencil.ndim == 1 else "parallel() on an outer loop"
+        problem = f"the innermost loop {last!r} is shared among threads; use {hint} so that each thread streams whole rows"
+    elif innermost in lowered.unroll:
+        problem = f"loop {last!r} is unrolled; streamed stores already work in whole cache lines"
+    elif innermost not in lowered.parallel_dims:
+        problem = f"loop {last!r} carries the dependence {_carried_example(poly, lowered, innermost)}"
+    if problem is None:
+        return innermost
+    if streaming:
+        raise ScheduleError(f"stream_stores: {problem}")
+    return None
 
 
 def describe_loops(lowered: LoweredSchedule) -> str:

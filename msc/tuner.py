@@ -79,11 +79,16 @@ def _all_candidates(poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Sc
                         out.append(base.time_tile(depth, x=w, y=w2))
                 else:
                     out.append(base.time_tile(depth, **{dims[0]: w}))
+    sweeps = [base]
     if stencil.ndim == 3:  # 2.5D blocking: y blocks swept along x keep three x-planes in cache
-        out += [base.tile(y=b) for b in (16, 32, 64, 128)]
-        out += [base.tile(x=16, y=b) for b in (16, 32)]
+        sweeps += [base.tile(y=b) for b in (16, 32, 64, 128)]
+        sweeps += [base.tile(x=16, y=b) for b in (16, 32)]
     if stencil.ndim == 2:
-        out += [base.tile(y=b) for b in (512, 1024)]
+        sweeps += [base.tile(y=b) for b in (512, 1024)]
+    if stencil.ndim == 1:
+        sweeps += [base.tile(x=b) for b in (4096, 16384)]
+    # streaming stores pay off once the fields outgrow the caches: only timing tells
+    out += sweeps + [s.stream_stores() for s in sweeps if s.tiles or stencil.ndim > 1]
     return _dedupe(out)
 
 
@@ -158,6 +163,7 @@ def _schedule_from(d: dict[str, Any]) -> Schedule:
         parallel_loop=d["parallel_loop"],
         vector_loop=d["vector_loop"],
         unrolls=tuple((k, int(v)) for k, v in d["unrolls"]),
+        streaming=bool(d.get("streaming", False)),
         threads=d["threads"],
     )
 

@@ -45,6 +45,9 @@ def random_schedule(seed: int, stencil: msc.Stencil) -> Schedule:
             s = s.compute_at(f"{tiled[0]}_tile")
     if len(dims) > 1 and rng.random() < 0.4:
         s = s.unroll(dims[-1], rng.choice([2, 4]))
+    streamable = not (s.unrolls or s.order or s.parallel_loop == dims[-1] or (len(dims) == 1 and not s.tiles))
+    if streamable and rng.random() < 0.5:
+        s = s.stream_stores()
     return s
 
 
@@ -87,6 +90,9 @@ def ring(u):
         Schedule().tile(x=4, y=16).compute_at("y_tile").parallel("x"),
         Schedule().tile(x=8, y=16).cache_read("u"),
         Schedule().tile(x=5, y=7).cache_read("u").cache_write("u").parallel("y_tile"),
+        Schedule().stream_stores(),
+        Schedule().tile(y=16).stream_stores().with_threads(3),
+        Schedule().time_tile(4, x=8).stream_stores(),
     ],
     ids=str,
 )
@@ -118,6 +124,10 @@ def test_each_primitive(schedule, stencil, assert_matches):
         (heat, Schedule().tile(x=8, y=8).reorder("x", "y", "x_tile", "y_tile").cache_read("u"), ["tile loops must be outside"]),
         (heat, Schedule().tile(x=512, y=512).cache_read("u"), ["more than 65536 fit"]),
         (ring, Schedule().tile(y=4), ["is 1D: it has no dimension 'y'"]),
+        (heat, Schedule().tile(x=4).reorder("y", "x").stream_stores(),
+         ["stream_stores: the innermost loop runs along 'x'", "keep 'y' innermost"]),
+        (ring, Schedule().stream_stores(), ["stream_stores: the innermost loop 'x' is shared among threads; use tile(x=4096)"]),
+        (heat, Schedule().unroll("y", 2).stream_stores(), ["stream_stores: loop 'y' is unrolled"]),
     ],
 )
 def test_illegal_schedules_are_rejected(stencil, schedule, words):
@@ -146,10 +156,19 @@ def test_violated_dependence_names_the_statement_line():
     assert __file__ in str(info.value)
 
 
-def test_emit_honours_the_schedule(tmp_path):
-    schedule = Schedule().time_tile(4, x=8)
+def test_innermost_loops_store_whole_lines():
+    """Aligned whole-line stores by default; streaming ones, fenced before
+    other threads read, only with stream_stores()."""
+    plain = heat.compile().source
+    streamed = heat.compile(schedule=Schedule().stream_stores()).source
+    assert "msc_put_line(" in plain and "msc_stream_fence" not in plain
+    assert "msc_put_line(" in streamed and streamed.count("msc_stream_fence();") == 2
+
+
+@pytest.mark.parametrize("schedule", [Schedule().time_tile(4, x=8), Schedule().tile(y=8).stream_stores()], ids=str)
+def test_emit_honours_the_schedule(tmp_path, schedule):
     out = heat.emit("openmp", tmp_path / "src", schedule=schedule)
-    assert "time_tile(4, x=8)" in (out / "kernel.c").read_text()
+    assert str(schedule) in (out / "kernel.c").read_text()
     assert subprocess.run(["make", "-s", "-C", str(out)], capture_output=True).returncode == 0
     u0 = np.random.default_rng(2).random((30, 30))
     np.save(tmp_path / "u0.npy", u0)
