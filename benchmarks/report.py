@@ -13,7 +13,9 @@ PEERS = ("pystencils", "pystencils_simd", "devito", "devito_autotuned")
 
 def main(path: str) -> None:
     data = json.loads(open(path).read())
-    print(f"STREAM copy ({data['threads']} threads): {data['stream_copy']['median_gbs']:.1f} GB/s median\n")
+    copy = data["stream_copy"]
+    print(f"STREAM copy ({data['threads']} threads): {copy['median_gbs']:.1f} GB/s median, "
+          f"{copy.get('nt_median_gbs', float('nan')):.1f} with non-temporal stores\n")
     tools = list(data["cases"][0]["tools"])
     print("| ms per step (GStencil/s) | " + " | ".join(c["stencil"] for c in data["cases"]) + " |")
     print("|---|" + "---|" * len(data["cases"]))
@@ -23,7 +25,11 @@ def main(path: str) -> None:
         print(f"| {tool} | " + " | ".join(cells) + " |")
     print()
     for c in data["cases"]:
-        best_peer = min((c["tools"][p]["ms_per_step"], p) for p in PEERS if p in c["tools"])
+        peers = [(c["tools"][p]["ms_per_step"], p) for p in PEERS if p in c["tools"]]
+        if not peers:
+            print(f"- {c['stencil']}: no peer (pystencils, Devito) was measured")
+            continue
+        best_peer = min(peers)
         sweep = min(c["tools"]["msc"]["ms_per_step"], c["tools"]["msc_sweep_tuned"]["ms_per_step"])
         tiled = c["tools"]["msc_time_tiled"]["ms_per_step"]
         print(f"- {c['stencil']}: best peer {best_peer[1]} {best_peer[0]:.2f} ms; msc single sweep "

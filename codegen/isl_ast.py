@@ -90,6 +90,10 @@ class AstHooks(Protocol):
         """Where a statement instance stores, if the loop over `dim` around it
         (inside the loops over `enclosing`) is to write whole cache lines (else None)."""
 
+    def line_prefetches(self, name: str, args: list[str]) -> list[str]:
+        """Lines issued once per cache line of such a loop, before the line
+        starting at the instance `args` is computed (prefetches)."""
+
 
 def user_statements(node: isl.AstNode) -> set[str]:
     """Names of the statements that occur anywhere below `node`."""
@@ -182,7 +186,8 @@ class AstPrinter:
         address = self.hooks.store_address(dim, name, args, enclosing)
         if address is None:
             return None
-        line_address = self.hooks.store_address(dim, name, [c_of(e, rename={it: "msc_base"}) for e in exprs], enclosing)
+        base_args = [c_of(e, rename={it: "msc_base"}) for e in exprs]
+        line_address = self.hooks.store_address(dim, name, base_args, enclosing)
         pad, inner = self.indent * depth, self.indent * (depth + 1)
         deeper = inner + self.indent
         scalar = [deeper + ln for ln in self.hooks.statement(name, args, enclosing)]
@@ -197,6 +202,7 @@ class AstPrinter:
             f"{inner}for (; {last_cond}; {it} += MSC_LINE) {{",
             f"{deeper}_Alignas(64) real msc_line[MSC_LINE];",
             f"{deeper}const long msc_base = {it};",
+            *[deeper + ln for ln in self.hooks.line_prefetches(name, base_args)],
             f"{deeper}#pragma omp simd",
             f"{deeper}for (long {it} = msc_base; {it} < msc_base + MSC_LINE; {it}++) {{", *into_line, f"{deeper}}}",
             f"{deeper}msc_put_line({line_address}, msc_line);",

@@ -108,6 +108,25 @@ class _Hooks:
             return None
         return f"&{level_name(st.target, 1)}[{self._index(args[1:], (0,) * self.ir.ndim)}]"
 
+    def line_prefetches(self, name: str, args: list[str]) -> list[str]:
+        """prefetch(d): for each field level the statement reads from memory,
+        its leading access (the largest offset, furthest ahead in row-major
+        order), d points ahead."""
+        distance = self.schedule.schedule.prefetch_distance
+        st = self._statement(name)
+        if not distance or st.stmt is None:
+            return []
+        leading: dict[tuple[str, int | None], tuple[int, ...]] = {}
+        for a in st.stmt.reads:
+            if a.name not in self.schedule.schedule.cached_reads:
+                key = (a.name, a.dt)
+                leading[key] = max(leading.get(key, a.offsets), a.offsets)
+        lines = []
+        for (field_, dt), offsets in leading.items():
+            ptr = field_name(field_) if dt is None else level_name(field_, dt)
+            lines.append(f"__builtin_prefetch(&{ptr}[{self._index(args[1:], offsets)} + {distance}]);")
+        return lines
+
     def _assignment(self, st: PolyStatement, coords: list[str], into: str | None) -> list[str]:
         assert st.stmt is not None
 

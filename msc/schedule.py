@@ -37,6 +37,7 @@ class Schedule:
     vector_loop: str | None = None
     unrolls: tuple[tuple[str, int], ...] = ()
     streaming: bool = False
+    prefetch_distance: int = 0
     threads: int | None = None
 
     def tile(self, **sizes: int) -> Schedule:
@@ -103,6 +104,15 @@ class Schedule:
         written level is read again soon (small fields, time tiles)."""
         return replace(self, streaming=True)
 
+    def prefetch(self, distance: int) -> Schedule:
+        """Prefetch each field's leading row (the read furthest ahead in
+        memory) `distance` points ahead of the innermost loop, once per cache
+        line: the loads that miss the cache are asked for before the hardware
+        prefetcher would."""
+        if not isinstance(distance, int) or distance < 1:
+            raise ScheduleError(f"prefetch distance must be a positive integer, got {distance!r}")
+        return replace(self, prefetch_distance=distance)
+
     def with_threads(self, threads: int) -> Schedule:
         return replace(self, threads=threads)
 
@@ -125,6 +135,8 @@ class Schedule:
         parts += [f"unroll({name!r}, {f})" for name, f in self.unrolls]
         if self.streaming:
             parts.append("stream_stores()")
+        if self.prefetch_distance:
+            parts.append(f"prefetch({self.prefetch_distance})")
         if self.threads:
             parts.append(f"with_threads({self.threads})")
         return "Schedule()" + "".join("." + p for p in parts)
@@ -376,26 +388,27 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
 def _line_dim(poly: PolyIR, lowered: LoweredSchedule, innermost: int) -> int | None:
     """The loop written in whole aligned cache lines: the innermost one, when
     it runs along the last (unit-stride) dimension, is not shared among
-    threads or unrolled, and carries no dependence. stream_stores() needs it
-    and says which condition fails."""
+    threads or unrolled, and carries no dependence. stream_stores() and
+    prefetch() need it and say which condition fails."""
     stencil = poly.ir
     last = stencil.dims[-1]
-    streaming = lowered.schedule.streaming
+    needs = [name for name, on in (("stream_stores", lowered.schedule.streaming),
+                                   ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
     problem = None
     if lowered.names[innermost] != last:
-        problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but stores stream whole cache "
-                   f"lines only along the last dimension {last!r}; keep {last!r} innermost")
+        problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but whole cache lines "
+                   f"run only along the last dimension {last!r}; keep {last!r} innermost")
     elif innermost == lowered.omp_for_dim:
         hint = f"tile({last}=4096)" if stencil.ndim == 1 else "parallel() on an outer loop"
-        problem = f"the innermost loop {last!r} is shared among threads; use {hint} so that each thread streams whole rows"
+        problem = f"the innermost loop {last!r} is shared among threads; use {hint} so that each thread runs whole rows"
     elif innermost in lowered.unroll:
-        problem = f"loop {last!r} is unrolled; streamed stores already work in whole cache lines"
+        problem = f"loop {last!r} is unrolled; it already runs in whole cache lines"
     elif innermost not in lowered.parallel_dims:
         problem = f"loop {last!r} carries the dependence {_carried_example(poly, lowered, innermost)}"
     if problem is None:
         return innermost
-    if streaming:
-        raise ScheduleError(f"stream_stores: {problem}")
+    if needs:
+        raise ScheduleError(f"{needs[0]}: {problem}")
     return None
 
 

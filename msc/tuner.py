@@ -87,8 +87,12 @@ def _all_candidates(poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Sc
         sweeps += [base.tile(y=b) for b in (512, 1024)]
     if stencil.ndim == 1:
         sweeps += [base.tile(x=b) for b in (4096, 16384)]
-    # streaming stores pay off once the fields outgrow the caches: only timing tells
-    out += sweeps + [s.stream_stores() for s in sweeps if s.tiles or stencil.ndim > 1]
+    # streaming stores and prefetching pay off once the fields outgrow the caches: only timing tells
+    lined = [s for s in sweeps if s.tiles or stencil.ndim > 1]  # whole cache lines need a private innermost loop
+    out += sweeps + [s.stream_stores() for s in lined] + [s.stream_stores().prefetch(512) for s in lined]
+    if lined:
+        out += [lined[0].prefetch(d) for d in (256, 512, 1024)]
+        out += [lined[0].stream_stores().prefetch(d) for d in (256, 1024)]
     return _dedupe(out)
 
 
@@ -102,10 +106,11 @@ def _dedupe(items: list[Schedule]) -> list[Schedule]:
 
 
 def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
-    """Default first, then time tiles by a cache-fit prior, then the rest."""
+    """Default first, then time tiles by a cache-fit prior with the
+    prefetching sweeps among the likeliest of them, then the rest."""
     def prior(s: Schedule) -> float:
         if not s.time_depth:
-            return 1e9 if s.tiles else -1.0
+            return -1.0 if s == Schedule() else 1.0 if s.prefetch_distance else 1e9
         w = dict(s.tiles)
         return abs(s.time_depth - 8) + abs(np.log2(w.get("x", 32) / 32)) + abs(np.log2(w.get("y", 32) / 32))
     return sorted(items, key=prior)
@@ -164,6 +169,7 @@ def _schedule_from(d: dict[str, Any]) -> Schedule:
         vector_loop=d["vector_loop"],
         unrolls=tuple((k, int(v)) for k, v in d["unrolls"]),
         streaming=bool(d.get("streaming", False)),
+        prefetch_distance=int(d.get("prefetch_distance", 0)),
         threads=d["threads"],
     )
 

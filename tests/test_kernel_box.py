@@ -4,7 +4,6 @@ runs overlap with halo exchange covers the domain once."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

@@ -48,6 +48,8 @@ def random_schedule(seed: int, stencil: msc.Stencil) -> Schedule:
     streamable = not (s.unrolls or s.order or s.parallel_loop == dims[-1] or (len(dims) == 1 and not s.tiles))
     if streamable and rng.random() < 0.5:
         s = s.stream_stores()
+    if streamable and rng.random() < 0.5:
+        s = s.prefetch(rng.choice([1, 8, 64]))
     return s
 
 
@@ -93,6 +95,8 @@ def ring(u):
         Schedule().stream_stores(),
         Schedule().tile(y=16).stream_stores().with_threads(3),
         Schedule().time_tile(4, x=8).stream_stores(),
+        Schedule().prefetch(64),
+        Schedule().tile(x=8, y=8).stream_stores().prefetch(16),
     ],
     ids=str,
 )
@@ -128,6 +132,7 @@ def test_each_primitive(schedule, stencil, assert_matches):
          ["stream_stores: the innermost loop runs along 'x'", "keep 'y' innermost"]),
         (ring, Schedule().stream_stores(), ["stream_stores: the innermost loop 'x' is shared among threads; use tile(x=4096)"]),
         (heat, Schedule().unroll("y", 2).stream_stores(), ["stream_stores: loop 'y' is unrolled"]),
+        (heat, Schedule().reorder("y", "x").prefetch(8), ["prefetch: the innermost loop runs along 'x'"]),
     ],
 )
 def test_illegal_schedules_are_rejected(stencil, schedule, words):
@@ -146,6 +151,8 @@ def test_bad_primitive_arguments():
         Schedule().time_tile(0, x=4)
     with pytest.raises(ScheduleError, match="cannot be combined"):
         Schedule().tile(x=4).time_tile(4, x=4)
+    with pytest.raises(ScheduleError, match="prefetch distance must be a positive integer, got 0"):
+        Schedule().prefetch(0)
     with pytest.raises(ScheduleError, match="schedule must be a msc.Schedule"):
         heat.compile(schedule="fastest")
 
@@ -158,11 +165,14 @@ def test_violated_dependence_names_the_statement_line():
 
 def test_innermost_loops_store_whole_lines():
     """Aligned whole-line stores by default; streaming ones, fenced before
-    other threads read, only with stream_stores()."""
+    other threads read, only with stream_stores(); prefetch(d) asks for the
+    leading row (x + 1) d points ahead."""
     plain = heat.compile().source
     streamed = heat.compile(schedule=Schedule().stream_stores()).source
     assert "msc_put_line(" in plain and "msc_stream_fence" not in plain
     assert "msc_put_line(" in streamed and streamed.count("msc_stream_fence();") == 2
+    prefetching = heat.compile(schedule=Schedule().prefetch(100)).source
+    assert "__builtin_prefetch(&f_u_t0[(c2 + 1) * P1 + msc_base + 100]);" in prefetching
 
 
 @pytest.mark.parametrize("schedule", [Schedule().time_tile(4, x=8), Schedule().tile(y=8).stream_stores()], ids=str)

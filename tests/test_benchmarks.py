@@ -1,0 +1,28 @@
+"""The stencil benchmark runs end to end (quick sizes, hand-written C as the
+only peer) and its report renders: the numbers in docs/ come from it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_stencil_benchmark_quick_run_and_report(tmp_path, monkeypatch):
+    out = tmp_path / "s.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stencils.py"), "--quick", "--peers", "c",
+                          "--only", "heat2d", "--repeat", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    case = data["cases"][0]
+    assert set(case["tools"]) == {"msc", "msc_sweep_tuned", "msc_time_tiled", "c_handwritten"}
+    assert case["tools"]["c_handwritten"]["max_abs_diff_vs_msc"] < 1e-12  # same answer as the peer
+    assert data["stream_copy"]["median_gbs"] > 0 and data["stream_copy"]["nt_median_gbs"] > 0
+    report = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(out)],
+                            capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    assert "| msc_time_tiled |" in report.stdout and "heat2d: no peer (pystencils, Devito)" in report.stdout
