@@ -18,6 +18,8 @@ import numpy as np
 import msc
 from msc.codegen import target_names
 from msc.errors import MscError, StencilArgumentError, StencilDefinitionError
+from msc.runtime.build import atomic_write_text
+from msc.schedule import parse_schedule
 from msc.stencil import Stencil
 
 
@@ -92,7 +94,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 def cmd_emit(a: argparse.Namespace) -> int:
     st = load_source(a.source)
-    out = st.emit(a.target, a.output, dtype=a.dtype)
+    out = st.emit(a.target, a.output, dtype=a.dtype, schedule=parse_schedule(a.schedule))
     print(f"wrote {a.target} sources for '{st.name}' to {out}; build with: make -C {out}")
     return 0
 
@@ -116,7 +118,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.target == "reference":
         result = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
     else:
-        kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads)
+        kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads, schedule=parse_schedule(a.schedule))
         result = kernel.run(steps=a.steps, **inputs)
         stats = kernel.last_run
         print(f"{st.name}: {a.steps} steps in {stats.seconds:.6f} s, {stats.gstencils_per_second:.3f} GStencil/s")
@@ -144,8 +146,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     params = _pairs(a.param, "--param")
     for p in st.ir.params:
         inputs[p] = float(params.get(p, 0.1))
-    kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads)
-    kernel.run(steps=1, **inputs)  # warm-up: page faults, thread start
+    schedule = parse_schedule(a.schedule)
+    kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads, schedule=schedule)
+    kernel.run(steps=a.steps if schedule == "auto" else 1, **inputs)  # warm-up (and tuning for these steps)
     best = None
     for _ in range(a.repeat):
         kernel.run(steps=a.steps, **inputs)
@@ -154,12 +157,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
     assert best is not None
     report = {
         "stencil": st.name, "target": a.target, "shape": list(shape), "steps": a.steps, "dtype": dtype,
+        "schedule": str(kernel.report.schedule if schedule == "auto" else schedule),
         "ms_per_step": best.seconds / a.steps * 1e3, "gstencils_per_s": best.gstencils_per_second,
     }
-    print(f"{st.name} {'x'.join(map(str, shape))} {a.target}: {report['ms_per_step']:.3f} ms/step, "
-          f"{report['gstencils_per_s']:.3f} GStencil/s (best of {a.repeat})")
+    print(f"{st.name} {'x'.join(map(str, shape))} {a.target}, {report['schedule']}: {report['ms_per_step']:.3f} "
+          f"ms/step, {report['gstencils_per_s']:.3f} GStencil/s (best of {a.repeat})")
     if a.json:
-        Path(a.json).write_text(json.dumps(report, indent=2))
+        atomic_write_text(Path(a.json), json.dumps(report, indent=2))
     return 0
 
 
@@ -176,6 +180,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--picture", default="msc_demo_heat2d.png", help="PNG file to write")
     d.set_defaults(func=cmd_demo)
 
+    def schedule_option(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--schedule", default="default",
+                        help="default, auto (tuned at the first run), or primitives such as "
+                             "\"time_tile(8, x=32)\" or \"stream_stores().prefetch(512)\"")
+
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("source", help="path/file.py:function or path/file.msc")
         sp.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
@@ -183,6 +192,7 @@ def parser() -> argparse.ArgumentParser:
                         help="default: the stencil's own (float64 unless it declares float32)")
         sp.add_argument("--threads", type=int, default=None)
         sp.add_argument("--param", action="append", metavar="NAME=VALUE")
+        schedule_option(sp)
 
     e = sub.add_parser("emit", help="write standalone sources with a Makefile")
     e.add_argument("source", help="path/file.py:function or path/file.msc")
@@ -190,6 +200,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default=None, choices=["float64", "float32"],
                         help="default: the stencil's own (float64 unless it declares float32)")
     e.add_argument("-o", "--output", required=True, help="directory to write")
+    schedule_option(e)
     e.set_defaults(func=cmd_emit)
 
     r = sub.add_parser("run", help="run a stencil on .npy inputs")

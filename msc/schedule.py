@@ -13,6 +13,7 @@ ScheduleError that names a violated dependence and the statements involved.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -428,3 +429,49 @@ def as_schedule(value: Any) -> Schedule | None:
             "compile(schedule='auto'), run it, then pass its .report.schedule here"
         )
     raise ScheduleError(f"schedule must be a msc.Schedule, 'default' or 'auto', got {value!r}")
+
+
+PRIMITIVES = ("tile", "time_tile", "reorder", "compute_at", "cache_read", "cache_write", "parallel",
+              "vectorize", "unroll", "stream_stores", "prefetch", "with_threads")
+
+
+def parse_schedule(text: str) -> Schedule | str:
+    """A schedule written as text (the command line's --schedule): "auto"
+    (returned as is), "default", or a chain of primitives as str(Schedule)
+    prints it, with or without the leading "Schedule().", e.g.
+    "time_tile(8, x=32).parallel('x_tile')". Only primitives with literal
+    arguments are accepted; nothing is evaluated."""
+    text = text.strip()
+    if text == "auto":
+        return text
+    if text == "default":
+        return Schedule()
+    what = f"schedule {text!r}"
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError as e:
+        raise ScheduleError(f"{what} is not a chain of primitives like tile(x=32).parallel('x_tile'): {e.msg}") from None
+    calls: list[ast.Call] = []
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        calls.append(node)
+        node = node.func.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.func.id != "Schedule" or node.args or node.keywords:
+            calls.append(node)
+    else:
+        raise ScheduleError(f"{what} is not a chain of primitives like tile(x=32).parallel('x_tile')")
+    schedule = Schedule()
+    for call in reversed(calls):
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "?")
+        if name not in PRIMITIVES:
+            raise ScheduleError(f"{what}: unknown primitive {name!r}; the primitives are {', '.join(PRIMITIVES)}")
+        try:
+            args = [ast.literal_eval(a) for a in call.args]
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}
+        except ValueError:
+            raise ScheduleError(f"{what}: the arguments of {name}() must be numbers and quoted names") from None
+        try:
+            schedule = getattr(schedule, name)(*args, **kwargs)
+        except TypeError as e:
+            raise ScheduleError(f"{what}: {name}(): {e}") from None
+    return schedule

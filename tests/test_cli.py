@@ -70,6 +70,20 @@ def test_bench_writes_json(user_file, tmp_path):
     assert data["stencil"] == "heat" and data["gstencils_per_s"] > 0
 
 
+def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
+    u0 = np.random.default_rng(1).random((30, 33))
+    np.save(tmp_path / "u0.npy", u0)
+    assert main(["run", f"{user_file}:heat", "--steps", "6", "--param", "alpha=0.1", "--in", f"u={tmp_path / 'u0.npy'}",
+                 "--schedule", "time_tile(3, x=8).parallel('x_tile')", "--check"]) == 0
+    assert "max relative difference to the reference 0.00e+00" in capsys.readouterr().out
+    report = tmp_path / "bench.json"
+    assert main(["bench", f"{user_file}:heat", "--shape", "64x64", "--steps", "5", "--repeat", "1",
+                 "--schedule", "Schedule().stream_stores().prefetch(64)", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["schedule"] == "Schedule().stream_stores().prefetch(64)"
+    assert main(["emit", f"{user_file}:heat", "-o", str(tmp_path / "out"), "--schedule", "tile(x=8, y=16)"]) == 0
+    assert "Schedule: Schedule().tile(x=8, y=16)" in (tmp_path / "out" / "kernel.c").read_text()
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -82,6 +96,11 @@ def test_bench_writes_json(user_file, tmp_path):
         (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.1"], "missing argument(s) u"),
         (["run", "{file}:heat", "--steps", "1", "--in", "u=missing.npy", "--param", "alpha=1"], "cannot read missing.npy"),
         (["bench", "{file}:heat", "--shape", "ax3"], "--shape expects sizes like 512x512"),
+        (["bench", "{file}:heat", "--schedule", "tile(x=8).warp(2)"], "unknown primitive 'warp'; the primitives are tile,"),
+        (["bench", "{file}:heat", "--schedule", "__import__('os')"], "unknown primitive '__import__'"),
+        (["bench", "{file}:heat", "--schedule", "u.tile(x=4)"], "is not a chain of primitives"),
+        (["bench", "{file}:heat", "--schedule", "tile(x=n)"], "the arguments of tile() must be numbers and quoted names"),
+        (["emit", "{file}:heat", "-o", "x", "--schedule", "auto"], "tuned for a problem size"),
     ],
 )
 def test_failures_are_one_line_without_traceback(argv, words, user_file, capsys):

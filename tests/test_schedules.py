@@ -14,6 +14,7 @@ from stencil_gen import generate
 import msc
 from msc import Schedule, t, x, y
 from msc.errors import ScheduleError
+from msc.schedule import parse_schedule
 
 SEEDS = range(0, 48, 2)
 
@@ -51,6 +52,14 @@ def random_schedule(seed: int, stencil: msc.Stencil) -> Schedule:
     if streamable and rng.random() < 0.5:
         s = s.prefetch(rng.choice([1, 8, 64]))
     return s
+
+
+def test_schedules_print_as_text_that_parses_back():
+    for seed in range(200):
+        schedule = random_schedule(seed, generate(seed % 48).stencil).with_threads(1 + seed % 3)
+        assert parse_schedule(str(schedule)) == schedule
+        assert parse_schedule(str(schedule).removeprefix("Schedule().")) == schedule
+    assert parse_schedule("default") == Schedule() and parse_schedule(" auto ") == "auto"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
