@@ -39,6 +39,8 @@ CASES = [
     (two_stage, Schedule().tile(x=4, y=8).compute_at("x_tile"), (5, 2), (9, 17)),
     (two_stage, Schedule().time_tile(2, x=4), (2, 4), (15, 11)),
     (box3d, None, (2, 3, 1), (7, 5, 8)),
+    (heat, Schedule().stream_stores().prefetch(8), (4, 1), (13, 18)),
+    (box3d, Schedule().tile(y=2).stream_stores(), (1, 2, 1), (8, 5, 9)),
 ]
 
 
