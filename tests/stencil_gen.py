@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -97,3 +98,19 @@ def generate(seed: int) -> GeneratedCase:
         else:
             inputs[f.name] = nrng.random(shp).astype(dtype)
     return GeneratedCase(seed, source, stencil, inputs, rng.randint(1, 5), dtype)
+
+
+def program_arguments(inputs: dict[str, Any], directory: Path) -> list[str]:
+    """Command-line arguments that give an emitted program these inputs:
+    --param for scalars, --in with .npy files saved in `directory` for fields."""
+    args: list[str] = []
+    for name, value in inputs.items():
+        if isinstance(value, float):
+            args += ["--param", f"{name}={value!r}"]
+            continue
+        files = []
+        for k, arr in enumerate(value if isinstance(value, list) else [value]):
+            np.save(directory / f"{name}{k}.npy", arr)
+            files.append(str(directory / f"{name}{k}.npy"))
+        args += ["--in", f"{name}={','.join(files)}"]
+    return args

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stencil_gen import generate
+from stencil_gen import generate, program_arguments
 
 import msc
 from msc import t, x, y
@@ -25,16 +25,7 @@ def _build(stencil: msc.Stencil, directory: Path, dtype: str) -> Path:
 
 
 def _run(program: Path, steps: int, inputs: dict, tmp: Path, written: list[str]) -> tuple[dict, str]:
-    cmd = [str(program), "--steps", str(steps), "--threads", "2"]
-    for name, value in inputs.items():
-        if isinstance(value, float):
-            cmd += ["--param", f"{name}={value!r}"]
-            continue
-        files = []
-        for k, arr in enumerate(value if isinstance(value, list) else [value]):
-            np.save(tmp / f"{name}{k}.npy", arr)
-            files.append(str(tmp / f"{name}{k}.npy"))
-        cmd += ["--in", f"{name}={','.join(files)}"]
+    cmd = [str(program), "--steps", str(steps), "--threads", "2", *program_arguments(inputs, tmp)]
     for name in written:
         cmd += ["--out", f"{name}={tmp / ('out_' + name + '.npy')}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from launch import ENV, mpi_command, mpiexec, run_json
-from stencil_gen import generate
+from stencil_gen import generate, program_arguments
 
 import msc
 from msc import t, x, y
@@ -103,16 +103,7 @@ def _emit_and_build(stencil, directory: Path, dtype: str, schedule: msc.Schedule
 def test_emitted_mpi_program(seed, tmp_path):
     case = generate(seed)
     program = _emit_and_build(case.stencil, tmp_path / "src", case.dtype)
-    cmd = ["--steps", str(case.steps), "--threads", "1"]
-    for name, value in case.inputs.items():
-        if isinstance(value, float):
-            cmd += ["--param", f"{name}={value!r}"]
-            continue
-        files = []
-        for k, arr in enumerate(value if isinstance(value, list) else [value]):
-            np.save(tmp_path / f"{name}{k}.npy", arr)
-            files.append(str(tmp_path / f"{name}{k}.npy"))
-        cmd += ["--in", f"{name}={','.join(files)}"]
+    cmd = ["--steps", str(case.steps), "--threads", "1", *program_arguments(case.inputs, tmp_path)]
     written = [f.name for f in case.stencil.ir.written_fields]
     serial = case.stencil.compile(dtype=case.dtype).run(steps=case.steps, **case.inputs)
     env = dict(os.environ, **ENV)
