@@ -4,6 +4,7 @@ and the auto-tuner with its persistent cache."""
 
 from __future__ import annotations
 
+import platform
 import random
 import subprocess
 
@@ -13,7 +14,10 @@ from stencil_gen import generate
 
 import msc
 from msc import Schedule, t, x, y
+from msc.codegen import get_target
 from msc.errors import ScheduleError
+from msc.runtime.build import DEFAULT_CFLAGS, build_shared_library, host_identity
+from msc.runtime.kernel import CompiledKernel
 from msc.schedule import parse_schedule
 
 SEEDS = range(0, 48, 2)
@@ -182,6 +186,24 @@ def test_innermost_loops_store_whole_lines():
     assert "msc_put_line(" in streamed and streamed.count("msc_stream_fence();") == 2
     prefetching = heat.compile(schedule=Schedule().prefetch(100)).source
     assert "__builtin_prefetch(&f_u_t0[(c2 + 1) * P1 + msc_base + 100]);" in prefetching
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA levels below are x86-64's")
+@pytest.mark.parametrize("isa", ["-march=x86-64", "-march=x86-64-v3", "-march=x86-64-v4"], ids=lambda f: f[7:])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_line_stores_on_each_x86_level(isa, dtype, assert_matches):
+    """The line-store helpers' SSE2, AVX2 and AVX-512 branches, built for
+    each level (the JIT otherwise builds for this CPU only); -march=x86-64-v4
+    runs only where the CPU has AVX-512."""
+    if isa.endswith("v4") and "avx512f" not in host_identity():
+        pytest.skip("this CPU has no AVX-512")
+    schedule = Schedule().stream_stores().prefetch(16)
+    poly = heat.poly(dtype)
+    source = get_target("openmp").source(poly, schedule)
+    flags = tuple(isa if f == "-march=native" else f for f in DEFAULT_CFLAGS)
+    kernel = CompiledKernel(poly.ir, source, build_shared_library(source, "msc_heat_isa", flags=flags), schedule=schedule)
+    u0 = np.random.default_rng(4).random((29, 70)).astype(dtype)
+    assert_matches(kernel.run(steps=5, u=u0), heat.reference(steps=5, dtype=dtype, u=u0), dtype)
 
 
 @pytest.mark.parametrize("schedule", [Schedule().time_tile(4, x=8), Schedule().tile(y=8).stream_stores()], ids=str)
