@@ -191,13 +191,13 @@ def test_innermost_loops_store_whole_lines():
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA levels below are x86-64's")
 @pytest.mark.parametrize("isa", ["-march=x86-64", "-march=x86-64-v3", "-march=x86-64-v4"], ids=lambda f: f[7:])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_line_stores_on_each_x86_level(isa, dtype, assert_matches):
-    """The line-store helpers' SSE2, AVX2 and AVX-512 branches, built for
-    each level (the JIT otherwise builds for this CPU only); -march=x86-64-v4
-    runs only where the CPU has AVX-512."""
+@pytest.mark.parametrize("schedule", [Schedule().prefetch(16), Schedule().stream_stores()], ids=str)
+def test_line_stores_on_each_x86_level(isa, dtype, schedule, assert_matches):
+    """The line-store helpers' SSE2, AVX2 and AVX-512 branches, ordinary and
+    streaming, built for each level (the JIT otherwise builds for this CPU
+    only); -march=x86-64-v4 runs only where the CPU has AVX-512."""
     if isa.endswith("v4") and "avx512f" not in host_identity():
         pytest.skip("this CPU has no AVX-512")
-    schedule = Schedule().stream_stores().prefetch(16)
     poly = heat.poly(dtype)
     source = get_target("openmp").source(poly, schedule)
     flags = tuple(isa if f == "-march=native" else f for f in DEFAULT_CFLAGS)
