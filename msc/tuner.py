@@ -28,7 +28,7 @@ from msc.arguments import bind_arguments
 from msc.errors import MscError
 from msc.poly import PolyIR
 from msc.runtime.build import atomic_write_text, cache_dir, host_identity
-from msc.schedule import Schedule
+from msc.schedule import Schedule, parse_schedule
 
 DEFAULT_BUDGET_S = 30.0
 
@@ -162,20 +162,6 @@ def _store(key: str, entry: dict[str, Any]) -> None:
     atomic_write_text(_cache_file(), json.dumps(data, indent=1, sort_keys=True))
 
 
-def _schedule_from(d: dict[str, Any]) -> Schedule:
-    return Schedule(
-        tiles=tuple((k, int(v)) for k, v in d["tiles"]),
-        time_depth=int(d["time_depth"]),
-        order=tuple(d["order"]),
-        parallel_loop=d["parallel_loop"],
-        vector_loop=d["vector_loop"],
-        unrolls=tuple((k, int(v)) for k, v in d["unrolls"]),
-        streaming=bool(d.get("streaming", False)),
-        prefetch_distance=int(d.get("prefetch_distance", 0)),
-        threads=d["threads"],
-    )
-
-
 class AutoKernel:
     """A kernel whose schedule is tuned on the first run for each problem size."""
 
@@ -213,14 +199,15 @@ class AutoKernel:
         max_threads = self.threads or os.cpu_count() or 1
         key = _key(self.poly, shape, max_threads, self.kinds, trial_steps)
         hit = _load_cache().get(key)
-        if hit is not None:
-            schedule = _schedule_from(hit["schedule"])
+        if hit is not None and isinstance(hit.get("schedule_text"), str):  # older entries are tuned again
+            schedule = parse_schedule(hit["schedule_text"])
+            assert isinstance(schedule, Schedule)
             self.report = TuningReport(schedule, hit["ms_per_step"], hit["default_ms_per_step"], True)
             self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
                       f"({hit['ms_per_step']:.3f} ms/step, {self.report.speedup:.2f}x the default)")
             return self._compile(schedule, schedule.threads)
         report = self._tune(shape, inputs, max_threads, trial_steps)
-        _store(key, {"schedule": asdict(report.schedule), "ms_per_step": report.ms_per_step,
+        _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
                      "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
                      "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
         self.report = report
