@@ -21,7 +21,7 @@ from msc.codegen.cexpr import c_expr
 from msc.codegen.isl_ast import C_HELPERS, AstPrinter
 from msc.codegen.templates_env import render
 from msc.poly import PolyIR, PolyStatement
-from msc.runtime.build import atomic_write_text
+from msc.runtime.build import write_tree
 from msc.runtime.kernel import CompiledKernel
 from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
 from msc.tuner import AutoKernel
@@ -374,6 +374,4 @@ class OpenMPTarget:
             "npy.h": render("npy.h"),
             "Makefile": render("Makefile.j2", **values),
         }
-        for name, text in files.items():
-            atomic_write_text(directory / name, text)
-        return directory
+        return write_tree(directory, files)

@@ -19,7 +19,7 @@ from msc.codegen.openmp import C_TYPES, OpenMPTarget, signature
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
-from msc.runtime.build import atomic_write_text
+from msc.runtime.build import write_tree
 from msc.runtime.halo import HERE as RUNTIME_DIR
 from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel
@@ -88,6 +88,4 @@ class OpenMPMPITarget:
             "npy.h": render("npy.h"),
             "Makefile": render("mpi_Makefile.j2", **values),
         })
-        for name, text in files.items():
-            atomic_write_text(directory / name, text)
-        return directory
+        return write_tree(directory, files)

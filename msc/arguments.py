@@ -3,12 +3,16 @@
 Every backend and the reference interpreter take their inputs through
 `bind_arguments`, so wrong shapes, levels, names and dtypes are reported the
 same way everywhere, and the caller's arrays are never modified (they are
-copied into the state each runner owns).
+copied into the state each runner owns). Any memory layout is accepted
+(Fortran order, strided views, read-only arrays), and so is the stencil's
+dtype in the other byte order (converted); a problem whose buffers would not
+fit in the machine's memory is refused before anything is allocated.
 """
 
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -62,11 +66,7 @@ def bind_arguments(stencil: ir.StencilIR, steps: Any, inputs: Mapping[str, Any])
                 raise StencilArgumentError(
                     f"{where}: '{f.name}' must be a {stencil.ndim}D array, got shape {a.shape}"
                 )
-            if a.dtype != np.dtype(stencil.dtype):
-                raise StencilArgumentError(
-                    f"{where}: '{f.name}' has dtype {a.dtype} but the stencil runs in {stencil.dtype}; "
-                    f"convert it (np.asarray(a, np.{stencil.dtype})) or pass dtype='{a.dtype}'"
-                )
+            _check_dtype(stencil, f.name, a)
             if shape is None:
                 shape, first = a.shape, f.name
             elif a.shape != shape:
@@ -74,9 +74,10 @@ def bind_arguments(stencil: ir.StencilIR, steps: Any, inputs: Mapping[str, Any])
                     f"{where}: '{f.name}' has shape {a.shape} but '{first}' has {shape}; all fields "
                     "must have the same shape"
                 )
-        levels[f.name] = arrays
+        levels[f.name] = [_native(stencil, a) for a in arrays]
     assert shape is not None
     _check_extent(stencil, shape)
+    check_memory(stencil, shape)
     return BoundArguments(shape, levels, scalars)
 
 
@@ -102,6 +103,48 @@ def _levels_of(stencil: ir.StencilIR, f: ir.FieldDecl, value: Any) -> list[np.nd
                 f"{where}: field '{f.name}' must be a numpy array, got {type(a).__name__}"
             )
     return arrays
+
+
+def _check_dtype(stencil: ir.StencilIR, name: str, a: np.ndarray) -> None:
+    want = np.dtype(stencil.dtype)
+    if a.dtype == want or a.dtype == want.newbyteorder():  # the other byte order is converted
+        return
+    where = f"stencil '{stencil.name}'"
+    fix = f"convert it with a.astype(np.{stencil.dtype})"
+    native = a.dtype.newbyteorder("=")
+    if native.name in ir.DTYPES:  # the other precision: running in it works too
+        fix += f", or run the stencil in {native.name} (dtype='{native.name}')"
+    raise StencilArgumentError(
+        f"{where}: '{name}' has dtype {a.dtype.name} ({a.dtype.str}) but the stencil runs in {stencil.dtype}; "
+        f"{fix} (msc runs in {' or '.join(ir.DTYPES)})"
+    )
+
+
+def _native(stencil: ir.StencilIR, a: np.ndarray) -> np.ndarray:
+    """`a` in the machine's byte order (a copy only when it is not)."""
+    return a if a.dtype == np.dtype(stencil.dtype) else a.astype(stencil.dtype)
+
+
+def memory_bytes() -> int:
+    """The machine's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(stencil: ir.StencilIR, shape: tuple[int, ...], what: str = "arrays") -> None:
+    """Refuse a problem whose kernel buffers (every slot of every field, padded)
+    need more than the machine's memory, before any is allocated."""
+    ghosts = stencil.radius if stencil.boundary == "periodic" else (0,) * stencil.ndim
+    points = 1
+    for n, g in zip(shape, ghosts):
+        points *= n + 2 * g
+    slots = sum(f.slots if f.written else 1 for f in stencil.fields)
+    need = points * slots * np.dtype(stencil.dtype).itemsize
+    have = memory_bytes()
+    if need > have:
+        raise StencilArgumentError(
+            f"stencil '{stencil.name}': {what} of shape {shape} need {need / 2**30:.1f} GiB of buffers "
+            f"({slots} padded {stencil.dtype} levels), more than this machine's {have / 2**30:.1f} GiB of memory"
+        )
 
 
 def _level_name(dt: int) -> str:

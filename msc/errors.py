@@ -30,3 +30,11 @@ class CompileError(MscError):
 
 class TargetError(MscError):
     """An unknown or unavailable code-generation target."""
+
+
+class EmitError(MscError):
+    """A standalone source tree could not be written (nothing partial is left)."""
+
+
+class CacheWarning(UserWarning):
+    """A damaged cache entry was found and is being rebuilt."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator, Union
 
+from msc.errors import StencilArgumentError
+
 DTYPES = ("float64", "float32")
 BOUNDARIES = ("dirichlet", "periodic")
 DIM_NAMES = ("x", "y", "z")
@@ -167,7 +169,7 @@ class StencilIR:
 
     def with_dtype(self, dtype: str) -> StencilIR:
         if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+            raise StencilArgumentError(f"stencil '{self.name}': dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         return replace(self, dtype=dtype, fields=tuple(replace(f, dtype=dtype) for f in self.fields))
 
     def field(self, name: str) -> FieldDecl:

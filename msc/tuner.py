@@ -5,7 +5,10 @@ then: candidate schedules (single sweeps with and without streaming stores
 and prefetching, spatial tiles, skewed time tiles of several depths and
 widths; then prefetching for the winner, then thread counts) are compiled
 and timed on short runs of the real inputs within a time budget, with
-progress printed.
+progress printed. One timing on a busy machine can be lucky, so the
+finalists (the fastest few, and the default) are timed again in interleaved
+rounds and the one with the best median wins; its prefetching and
+thread-count variants are decided the same way.
 The winner is kept per stencil, dtype, problem size, thread limit and
 machine in a persistent JSON cache, so the next call measures nothing.
 """
@@ -17,6 +20,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +29,7 @@ import numpy as np
 
 import msc
 from msc.arguments import bind_arguments
-from msc.errors import MscError
+from msc.errors import CacheWarning, MscError, ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import atomic_write_text, cache_dir, host_identity
 from msc.schedule import Schedule, parse_schedule
@@ -119,6 +123,8 @@ def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
 
 
 MAX_TRIAL_STEPS = 64
+FINALISTS = 3  # the fastest of the first pass timed again against each other (and the default)
+ROUNDS = 5  # interleaved timings of each finalist; the median decides
 
 
 def trial_steps_for(steps: int) -> int:
@@ -149,15 +155,39 @@ def _cache_file() -> Path:
     return cache_dir() / "tuning" / "stencils.json"
 
 
-def _load_cache() -> dict[str, Any]:
+def _load_cache(warn: bool = True) -> dict[str, Any]:
+    """The tuning cache; a damaged one (truncated, not JSON of the expected
+    shape, unreadable) counts as empty, with one CacheWarning (`warn`): it is
+    rewritten whole by the next store."""
+    path = _cache_file()
     try:
-        return json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict):
+            return data
+        problem = f"a JSON {type(data).__name__}, not an object"
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as e:
+        problem = str(e)
+    if warn:
+        warnings.warn(f"msc tune: the tuning cache {path} is damaged ({problem}); it will be rebuilt",
+                      CacheWarning, stacklevel=3)
+    return {}
+
+
+def _cached_choice(entry: Any) -> tuple[Schedule, float, float]:
+    """The schedule and timings a cache entry holds; ValueError/TypeError/ScheduleError if it is malformed."""
+    schedule = parse_schedule(entry["schedule_text"])
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"{entry['schedule_text']!r} is not a schedule")
+    ms, default_ms = float(entry["ms_per_step"]), float(entry["default_ms_per_step"])
+    if not (ms > 0 and default_ms > 0):
+        raise ValueError(f"timings {ms} and {default_ms} are not positive")
+    return schedule, ms, default_ms
 
 
 def _store(key: str, entry: dict[str, Any]) -> None:
-    data = _load_cache()
+    data = _load_cache(warn=False)
     data[key] = entry
     atomic_write_text(_cache_file(), json.dumps(data, indent=1, sort_keys=True))
 
@@ -199,13 +229,17 @@ class AutoKernel:
         max_threads = self.threads or os.cpu_count() or 1
         key = _key(self.poly, shape, max_threads, self.kinds, trial_steps)
         hit = _load_cache().get(key)
-        if hit is not None and isinstance(hit.get("schedule_text"), str):  # older entries are tuned again
-            schedule = parse_schedule(hit["schedule_text"])
-            assert isinstance(schedule, Schedule)
-            self.report = TuningReport(schedule, hit["ms_per_step"], hit["default_ms_per_step"], True)
-            self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
-                      f"({hit['ms_per_step']:.3f} ms/step, {self.report.speedup:.2f}x the default)")
-            return self._compile(schedule, schedule.threads)
+        if hit is not None:
+            try:
+                schedule, ms, default_ms = _cached_choice(hit)
+            except (KeyError, TypeError, ValueError, ScheduleError) as e:  # hand-edited, or an older format
+                warnings.warn(f"msc tune: the tuning cache {_cache_file()} has a damaged entry for "
+                              f"'{self.ir.name}' ({type(e).__name__}: {e}); tuning again", CacheWarning, stacklevel=3)
+            else:
+                self.report = TuningReport(schedule, ms, default_ms, True)
+                self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
+                          f"({ms:.3f} ms/step, {self.report.speedup:.2f}x the default)")
+                return self._compile(schedule, schedule.threads)
         report = self._tune(shape, inputs, max_threads, trial_steps)
         _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
                      "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
@@ -221,6 +255,31 @@ class AutoKernel:
             kernel.run(steps=trial_steps, **inputs)
             best = min(best, kernel.last_run.seconds / trial_steps * 1e3)
         return best
+
+    def _runoff(self, schedules: list[Schedule], max_threads: int, inputs: dict[str, Any], trial_steps: int,
+                trials: list[Trial]) -> dict[Schedule, float]:
+        """Median ms/step of each schedule that compiles (`threads` of its own, else
+        `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
+        moment of the machine touches every schedule alike."""
+        kernels = {}
+        for schedule in schedules:
+            try:
+                kernels[schedule] = self._compile(schedule, schedule.threads or max_threads)
+            except MscError as e:  # e.g. no private innermost loop to prefetch in
+                self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
+        for kernel in kernels.values():
+            kernel.run(steps=1, **inputs)  # page in, start threads
+        samples: dict[Schedule, list[float]] = {s: [] for s in kernels}
+        for _ in range(ROUNDS):
+            for schedule, kernel in kernels.items():
+                kernel.run(steps=trial_steps, **inputs)
+                samples[schedule].append(kernel.last_run.seconds / trial_steps * 1e3)
+        medians = {s: float(np.median(v)) for s, v in samples.items()}
+        for s, ms in medians.items():
+            trials.append(Trial(str(s), ms))
+        self._say(f"again, interleaved, median of {ROUNDS}: "
+                  + ", ".join(f"{s}: {ms:.3f}" for s, ms in sorted(medians.items(), key=lambda p: p[1])))
+        return medians
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
@@ -244,31 +303,19 @@ class AutoKernel:
             timed[schedule] = ms
             self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})")
         assert trials
-        default_ms = trials[0].ms_per_step
-        # a busy machine makes single timings noisy: time the three best again, keep each one's best
-        for schedule in sorted(timed, key=timed.__getitem__)[:3]:
-            again = self._time(schedule, max_threads, inputs, trial_steps)
-            trials.append(Trial(str(schedule), again))
-            timed[schedule] = min(timed[schedule], again)
-        chosen = min(timed, key=timed.__getitem__)
-        ms = timed[chosen]
-        self._say(f"best of the re-timed: {chosen}: {ms:.3f} ms/step")
-        if not chosen.prefetch_distance:  # a time tile or plain sweep may still gain from prefetching
-            for variant in (chosen.prefetch(64), chosen.prefetch(256)):
-                try:
-                    v_ms = self._time(variant, max_threads, inputs, trial_steps)
-                except MscError:  # no private innermost loop to prefetch in
-                    break
-                trials.append(Trial(str(variant), v_ms))
-                self._say(f"{variant}: {v_ms:.3f} ms/step")
-                if v_ms < ms:
-                    ms, chosen = v_ms, variant
-        for threads in _fewer_threads(max_threads):
-            t_ms = self._time(chosen, threads, inputs, trial_steps)
-            trials.append(Trial(str(chosen.with_threads(threads)), t_ms))
-            self._say(f"{chosen} on {threads} thread(s): {t_ms:.3f} ms/step")
-            if t_ms < ms:
-                ms, chosen = t_ms, chosen.with_threads(threads)
+        # a busy machine makes single timings noisy: the finalists and the default, again, interleaved
+        finalists = _dedupe([Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]])
+        medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials)
+        default_ms = medians[Schedule()]
+        chosen = min(medians, key=medians.__getitem__)
+        # then its prefetching (a time tile or plain sweep may gain from it) and thread-count variants
+        variants = [chosen]
+        if not chosen.prefetch_distance:
+            variants += [chosen.prefetch(64), chosen.prefetch(256)]
+        variants += [chosen.with_threads(n) for n in _fewer_threads(max_threads)]
+        medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
+        chosen = min(medians, key=medians.__getitem__)
+        ms = medians[chosen]
         chosen = chosen if chosen.threads else chosen.with_threads(max_threads)
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
                   f"({time.perf_counter() - start:.1f} s)")

@@ -4,7 +4,13 @@ The cache key is the SHA-256 of the source text, the compiler's identity, the
 flags and the host CPU, so a changed compiler or machine never reuses a stale
 library. Builds go to a private temporary file and are moved into place with
 an atomic rename under a per-key file lock: several processes may build the
-same kernel at once and none ever loads a half-written library.
+same kernel at once and none ever loads a half-written library. Each library
+has a digest beside it, checked before it is loaded: a damaged, truncated or
+unreadable entry is rebuilt, with one CacheWarning saying so.
+
+Files msc writes for users (emitted trees, pictures, caches) get the mode
+`open()` would give them (0666 less the umask), and appear whole or not at
+all (`atomic_write_bytes`, `write_tree`).
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
-from msc.errors import CompileError
+from msc.errors import CacheWarning, CompileError, EmitError
 
 DEFAULT_CC = "gcc"
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11")
@@ -86,15 +93,21 @@ def build_shared_library(
     key = cache_key(source + "\0" + " ".join(extra_libs), cc, flags)
     root = cache_dir()
     lib = root / f"{name}-{key}.so"
-    if lib.exists():
+    if lib.exists() and _damage(lib) is None:
         return lib
     with open(root / f".{name}-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if lib.exists():  # another process built it while we waited
+        damage = _damage(lib) if lib.exists() else None
+        if lib.exists() and damage is None:  # another process built it while we waited
             return lib
+        for stale in root.glob(f".{name}-{key}-*.so"):  # left by a build killed midway (we hold the lock)
+            stale.unlink(missing_ok=True)
+        if damage is not None:
+            warnings.warn(f"msc: the cached library {lib} is damaged ({damage}); rebuilding it",
+                          CacheWarning, stacklevel=2)
         src = root / f"{name}-{key}{suffix}"
         atomic_write_text(src, source)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=root)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-{key}-", suffix=".so", dir=root)
         os.close(fd)
         cmd = [cc, *flags, str(src), "-o", tmp, *extra_libs, "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -106,8 +119,31 @@ def build_shared_library(
                 source_path=str(src),
                 output=proc.stderr,
             )
+        # the digest first: a library without its digest is never trusted
+        atomic_write_text(_digest_path(lib), _file_digest(Path(tmp)))
         os.replace(tmp, lib)
     return lib
+
+
+def _digest_path(lib: Path) -> Path:
+    return lib.with_suffix(".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _damage(lib: Path) -> str | None:
+    """Why the cached library `lib` cannot be trusted, or None when it matches its digest."""
+    try:
+        expected = _digest_path(lib).read_text().strip()
+    except OSError as e:
+        return f"its digest is unreadable: {e.strerror or e}"
+    try:
+        actual = _file_digest(lib)
+    except OSError as e:
+        return f"it is unreadable: {e.strerror or e}"
+    return None if actual == expected else "its content does not match its digest (truncated or corrupted)"
 
 
 def load_library(path: Path) -> ctypes.CDLL:
@@ -115,13 +151,38 @@ def load_library(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):  # no procfs: read it by setting it (not thread-safe)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return umask
+
+
+def file_mode() -> int:
+    """The mode `open()` gives a new file: 0666 less the process's umask."""
+    return 0o666 & ~_umask()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a file so that readers see the old or the new content, never half."""
+    """Write a file so that readers see the old or the new content, never half;
+    it gets the mode `open()` would give it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            os.fchmod(fd, file_mode())
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -130,3 +191,42 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_tree(directory: Path, files: dict[str, str]) -> Path:
+    """Write `files` (name -> text) into `directory`, all or nothing.
+
+    They are written into a private directory beside it, which is then
+    renamed to `directory` (or, when that exists, each file is renamed into
+    it), so a full disk or a refused write leaves nothing under the target
+    name. Raises EmitError naming the directory and the cause.
+    """
+    directory = Path(directory)
+    staging: Path | None = None
+    replaced = 0
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+        os.chmod(staging, 0o777 & ~_umask())  # as mkdir would create it
+        for name, text in files.items():
+            fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                _write_all(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+        if directory.is_dir():
+            for name in files:
+                os.replace(staging / name, directory / name)
+                replaced += 1
+            staging.rmdir()
+        else:
+            os.rename(staging, directory)
+        staging = None
+    except OSError as e:
+        what = f"{e.strerror} ({e.filename})" if e.strerror and e.filename else (e.strerror or str(e))
+        done = f"{replaced} of its files were replaced" if replaced else "nothing was written there"
+        raise EmitError(f"cannot write the source tree {directory}: {what}; {done}") from e
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return directory
