@@ -148,7 +148,26 @@ def _damage(lib: Path) -> str | None:
 
 def load_library(path: Path) -> ctypes.CDLL:
     """Load a built library; ctypes.CDLL calls release the GIL while running."""
+    _wait_passively_if_oversubscribed()
     return ctypes.CDLL(str(path))
+
+
+LOCAL_RANKS_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")  # MPICH (Hydra), Open MPI
+
+
+@functools.lru_cache(maxsize=1)
+def _wait_passively_if_oversubscribed() -> None:
+    """OpenMP reads its wait policy once, when its library loads with the first
+    kernel. Under an MPI launcher whose ranks on this node would run more
+    OpenMP threads (OMP_NUM_THREADS each) than the node has cores, ask for
+    passive waiting then: threads spinning at a barrier would starve the
+    ranks that must answer halo messages. A policy the user set is kept."""
+    if os.environ.get("OMP_WAIT_POLICY") or os.environ.get("GOMP_SPINCOUNT"):
+        return
+    local = next((os.environ[v] for v in LOCAL_RANKS_VARIABLES if os.environ.get(v)), "")
+    threads = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
+    if local.isdigit() and threads.isdigit() and int(local) * int(threads) > (os.cpu_count() or 1):
+        os.environ["OMP_WAIT_POLICY"] = "passive"
 
 
 def _umask() -> int:

@@ -18,18 +18,22 @@ Step by step, the exchange after a phase overlaps the next phase's inner
 box (the points whose reads stay in owned data and fixed boundary rings,
 computed by the kernels' `msc_run_box`); the rim follows once it is done.
 Every check that can fail is agreed on by all ranks, which then raise the
-same DistributedError: no rank is left waiting.
+same DistributedError: no rank is left waiting. Without threads= or
+OMP_NUM_THREADS, each rank runs its share of its node's cores
+(`default_threads`), said once on rank 0.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from msc.arguments import bind_arguments
+from msc.arguments import bind_arguments, check_memory
 from msc.errors import MscError
 from msc.poly import PolyIR
 from msc.runtime.buffers import pack
@@ -70,6 +74,28 @@ def split_block(shape: Sequence[int], radius: Sequence[int], near: Box) -> tuple
             if a < b:
                 rims.append((below + (a,) + lo[d + 1:], above + (b,) + hi[d + 1:]))
     return (inner_lo, inner_hi), rims
+
+
+_told_threads = False
+
+
+def default_threads(comm: Any) -> tuple[int, str]:
+    """OpenMP threads per rank when none were asked for, and why (collective):
+    0, OpenMP's own default, when OMP_NUM_THREADS is set; else this node's
+    cores divided among its ranks (a shared-memory split of `comm` counts
+    them), or the cores the launcher bound this rank to where that is fewer."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node.size
+    node.Free()
+    if os.environ.get("OMP_NUM_THREADS"):
+        return 0, ""
+    cores = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0))
+    threads = max(1, usable if usable < cores else cores // local)
+    return threads, (f"msc: {local} rank(s) on this node, {cores} core(s): {threads} OpenMP thread(s) per rank "
+                     "(threads= or OMP_NUM_THREADS to change)")
 
 
 def _collectively(comm: Any, action: Callable[[], T]) -> T:
@@ -118,7 +144,13 @@ class DistributedKernel:
                  schedule: Schedule | None = None, overlap: bool = True) -> None:
         self.kernel, self.comm = kernel, comm
         schedule = schedule if schedule is not None else kernel.schedule
-        self.threads = threads if threads is not None else (kernel.threads or 0)
+        global _told_threads
+        share, why = default_threads(comm)
+        asked = threads if threads is not None else kernel.threads
+        self.threads = share if asked is None else asked
+        if asked is None and why and comm.rank == 0 and not _told_threads:  # said once per process
+            _told_threads = True
+            print(why, file=sys.stderr, flush=True)
         stencil = kernel.ir
         shape = tuple(int(n) for n in shape)
         dims = None if dims is None else tuple(int(d) for d in dims)
@@ -143,6 +175,7 @@ class DistributedKernel:
         self.halo = self.plan.halo
         self.padding = self.grid.padding(self.halo, self.plan.edge)  # (low, high) sides of this rank's block
         self.local_shape = tuple(a + n + b for a, n, b in zip(self.padding[0], self.grid.count, self.padding[1]))
+        _collectively(comm, lambda: check_memory(self.plan.local, self.local_shape, "blocks"))
         self._exchangers: dict[str, HaloExchanger] = _collectively(comm, self._make_exchangers)
         self.overlap = overlap and self.plan.depth == 1
         self._phases = _collectively(comm, self._compile_phases)

@@ -1,49 +1,73 @@
 /* Minimal .npy reader and writer for msc's standalone drivers (C order,
- * little-endian float32/float64). Writes go to a temporary file that is
- * renamed into place, so a reader never sees half a file. */
+ * little-endian float32/float64). npy_load checks the header, dtype, order,
+ * rank and data size against the file and puts what is wrong in one line of
+ * `err`. npy_save writes a temporary file beside the target (mode as open()
+ * gives it) and renames it into place, so a failed write leaves no half file. */
 #ifndef MSC_NPY_H
 #define MSC_NPY_H
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-static void *npy_load(const char *path, const char *descr, int ndim, long *shape)
+#define NPY_FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
+
+static const char *npy_type_name(const char *descr) { return strcmp(descr, "<f8") ? "float32" : "float64"; }
+
+static void *npy_load(const char *path, const char *descr, int ndim, long *shape, char *err, size_t errlen)
 {
+    char *h = 0, got[32] = "";
+    void *data = 0;
     FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    unsigned char magic[8];
-    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "\x93NUMPY", 6)) { fclose(f); return 0; }
-    unsigned long hlen = 0;
-    unsigned char b[4] = {0};
+    if (!f) { snprintf(err, errlen, "cannot open it: %s", strerror(errno)); return 0; }
+    unsigned char magic[8], b[4] = {0};
+    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "\x93NUMPY", 6)) NPY_FAIL("not a .npy file (no .npy header)");
+    if (magic[6] < 1 || magic[6] > 3) NPY_FAIL("unsupported .npy format version %d", magic[6]);
     size_t nlen = magic[6] == 1 ? 2 : 4;
-    if (fread(b, 1, nlen, f) != nlen) { fclose(f); return 0; }
+    unsigned long hlen = 0;
+    if (fread(b, 1, nlen, f) != nlen) NPY_FAIL("truncated .npy header");
     for (size_t i = 0; i < nlen; i++) hlen |= (unsigned long)b[i] << (8 * i);
-    char *h = (char *)calloc(hlen + 1, 1);
-    if (!h || fread(h, 1, hlen, f) != hlen) { free(h); fclose(f); return 0; }
-    char want[32];
-    snprintf(want, sizeof want, "'%s'", descr);
-    const char *s = strstr(h, "'shape':");
-    if (!strstr(h, want) || strstr(h, "'fortran_order': True") || !s) {
-        fprintf(stderr, "%s: expected dtype %s in C order\n", path, descr);
-        free(h); fclose(f); return 0;
-    }
-    s = strchr(s, '(');
+    if (hlen > (1ul << 20)) NPY_FAIL("implausible .npy header length %lu", hlen);
+    h = (char *)calloc(hlen + 1, 1);
+    if (!h || fread(h, 1, hlen, f) != hlen) NPY_FAIL("truncated .npy header");
+    const char *p = strstr(h, "'descr':");
+    if (!p || sscanf(p + 8, " '%31[^']'", got) != 1) NPY_FAIL("the .npy header has no 'descr'");
+    if (strcmp(got, descr))
+        NPY_FAIL("dtype '%s', expected '%s' (%s); save it as a.astype(numpy.%s)", got, descr, npy_type_name(descr),
+                 npy_type_name(descr));
+    if (strstr(h, "'fortran_order': True")) NPY_FAIL("Fortran order; save it as numpy.ascontiguousarray(a)");
+    if (!(p = strstr(h, "'shape':")) || !(p = strchr(p, '('))) NPY_FAIL("the .npy header has no 'shape'");
     long count = 1;
     int d = 0;
-    for (s++; *s && *s != ')'; ) {
+    for (p++; *p && *p != ')';) {
         char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s) { s++; continue; }
+        long v = strtol(p, &end, 10);
+        if (end == p) { p++; continue; }
+        if (v < 0 || (v > 0 && count > LONG_MAX / 8 / v)) NPY_FAIL("implausible extent %ld in its shape", v);
         if (d < ndim) shape[d] = v;
-        d++; count *= v; s = end;
+        d++; count *= v; p = end;
     }
+    if (d != ndim) NPY_FAIL("a %dD array, expected %dD", d, ndim);
+    const size_t need = (strcmp(descr, "<f8") ? 4 : 8) * (size_t)count;
+    long here = ftell(f), size = -1;
+    if (here >= 0 && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, here, SEEK_SET)) NPY_FAIL("cannot find its size: %s", strerror(errno));
+    if ((size_t)(size - here) != need)
+        NPY_FAIL("%ld bytes of data where its header's shape needs %zu (truncated or damaged)", size - here, need);
+    data = malloc(need ? need : 1);
+    if (!data) NPY_FAIL("out of memory for its %zu bytes", need);
+    if (fread(data, 1, need, f) != need) NPY_FAIL("read error: %s", strerror(errno));
     free(h);
-    if (d != ndim) { fprintf(stderr, "%s: expected a %dD array, got %dD\n", path, ndim, d); fclose(f); return 0; }
-    size_t item = strstr(descr, "8") ? 8 : 4;
-    void *data = malloc(item * (size_t)count);
-    if (!data || fread(data, item, (size_t)count, f) != (size_t)count) { free(data); data = 0; }
     fclose(f);
     return data;
+fail:
+    free(data);
+    free(h);
+    fclose(f);
+    return 0;
 }
 
 static int npy_save(const char *path, const char *descr, int ndim, const long *shape, const void *data, size_t item)
@@ -59,16 +83,17 @@ static int npy_save(const char *path, const char *descr, int ndim, const long *s
     int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, dims);
     int total = 10 + n + 1, pad = (64 - total % 64) % 64;
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return 1;
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return 1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    FILE *f = fd < 0 ? 0 : fdopen(fd, "wb");
+    if (!f) { if (fd >= 0) { close(fd); remove(tmp); } return 1; }
     unsigned short hlen = (unsigned short)(n + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hlen & 0xff, f); fputc(hlen >> 8, f);
-    fwrite(header, 1, (size_t)n, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    int ok = fwrite(data, item, (size_t)count, f) == (size_t)count;
+    int ok = fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8;
+    ok = ok && fputc(hlen & 0xff, f) != EOF && fputc(hlen >> 8, f) != EOF;
+    ok = ok && fwrite(header, 1, (size_t)n, f) == (size_t)n;
+    for (int i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    ok = ok && fwrite(data, item, (size_t)count, f) == (size_t)count;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path)) { remove(tmp); return 1; }
     return 0;
