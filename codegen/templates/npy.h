@@ -57,6 +57,10 @@ static void *npy_load(const char *path, const char *descr, int ndim, long *shape
     if (size < 0 || fseek(f, here, SEEK_SET)) NPY_FAIL("cannot find its size: %s", strerror(errno));
     if ((size_t)(size - here) != need)
         NPY_FAIL("%ld bytes of data where its header's shape needs %zu (truncated or damaged)", size - here, need);
+    const double memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    if (memory > 0 && (double)need > memory)
+        NPY_FAIL("its %.1f GiB of data exceed this machine's %.1f GiB of memory", need / 1073741824.0,
+                 memory / 1073741824.0);
     data = malloc(need ? need : 1);
     if (!data) NPY_FAIL("out of memory for its %zu bytes", need);
     if (fread(data, 1, need, f) != need) NPY_FAIL("read error: %s", strerror(errno));

@@ -59,3 +59,10 @@ def deny_write(monkeypatch) -> Callable[[Path], None]:
         monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
 
     return apply
+
+
+@msc.stencil
+def diffuse(u, c):
+    """Two fields: u evolves, c is a time-invariant coefficient."""
+    u[t + 1, x, y] = u[t, x, y] + c[x, y] * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]
+                                              - 4 * u[t, x, y])
