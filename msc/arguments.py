@@ -115,7 +115,7 @@ def _check_dtype(stencil: ir.StencilIR, name: str, a: np.ndarray) -> None:
     if native.name in ir.DTYPES:  # the other precision: running in it works too
         fix += f", or run the stencil in {native.name} (dtype='{native.name}')"
     raise StencilArgumentError(
-        f"{where}: '{name}' has dtype {a.dtype.name} ({a.dtype.str}) but the stencil runs in {stencil.dtype}; "
+        f"{where}: '{name}' has dtype {a.dtype.name} but the stencil runs in {stencil.dtype}; "
         f"{fix} (msc runs in {' or '.join(ir.DTYPES)})"
     )
 
