@@ -66,4 +66,4 @@ def test_design_md_command_line(tmp_path):
     np.save(tmp_path / "f32.npy", wrong)
     bad = subprocess.run([str(program), "--steps", "1", "--param", "alpha=1", "--in", f"u={tmp_path / 'f32.npy'}"],
                          capture_output=True, text=True)
-    assert bad.returncode != 0 and "expected dtype <f8" in bad.stderr
+    assert bad.returncode != 0 and "dtype '<f4', expected '<f8'" in bad.stderr
