@@ -150,7 +150,7 @@ def test_emitted_mpi_program_errors(tmp_path):
     assert bad_dims.returncode != 0 and "dims with a product of 3 do not fit 2 MPI ranks" in bad_dims.stderr
     missing = subprocess.run(mpi_command(2, *base[:-2], "--in", "f0=nowhere.npy"), capture_output=True, text=True,
                              env=env, timeout=60)
-    assert missing.returncode != 0 and "cannot read nowhere.npy" in missing.stderr
+    assert missing.returncode != 0 and "nowhere.npy (--in f0): cannot open it: No such file" in missing.stderr
 
 
 @msc.stencil
