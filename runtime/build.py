@@ -215,17 +215,20 @@ def atomic_write_text(path: Path, text: str) -> None:
 def write_tree(directory: Path, files: dict[str, str]) -> Path:
     """Write `files` (name -> text) into `directory`, all or nothing.
 
-    They are written into a private directory beside it, which is then
-    renamed to `directory` (or, when that exists, each file is renamed into
-    it), so a full disk or a refused write leaves nothing under the target
-    name. Raises EmitError naming the directory and the cause.
+    They are written into a private staging directory, then renamed into
+    place: the staging directory becomes `directory` when that does not
+    exist yet; inside an existing one, each file replaces its namesake. A
+    full disk or a refused write thus leaves nothing partial under the
+    target name. Raises EmitError naming the directory and the cause.
     """
     directory = Path(directory)
     staging: Path | None = None
     replaced = 0
     try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+        existing = directory.is_dir()
+        if not existing:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory if existing else directory.parent))
         os.chmod(staging, 0o777 & ~_umask())  # as mkdir would create it
         for name, text in files.items():
             fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -233,7 +236,7 @@ def write_tree(directory: Path, files: dict[str, str]) -> Path:
                 _write_all(fd, text.encode("utf-8"))
             finally:
                 os.close(fd)
-        if directory.is_dir():
+        if existing:
             for name in files:
                 os.replace(staging / name, directory / name)
                 replaced += 1

@@ -94,3 +94,12 @@ def test_target_is_a_file(tmp_path):
         heat.emit("openmp", tmp_path / "heat")
     assert (tmp_path / "heat").read_text() == "not a directory"
     assert [p.name for p in tmp_path.iterdir()] == ["heat"]
+
+
+def test_read_only_existing_tree(tmp_path, deny_write):
+    out = heat.emit("openmp", tmp_path / "heat")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    deny_write(out)
+    with pytest.raises(EmitError, match="Permission denied.*nothing was written there"):
+        heat.emit("openmp", out, dtype="float32")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
