@@ -169,7 +169,9 @@ class StencilIR:
 
     def with_dtype(self, dtype: str) -> StencilIR:
         if dtype not in DTYPES:
-            raise StencilArgumentError(f"stencil '{self.name}': dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+            raise StencilArgumentError(
+                f"stencil '{self.name}': dtype must be one of {', '.join(DTYPES)}, got {dtype!r}"
+            )
         return replace(self, dtype=dtype, fields=tuple(replace(f, dtype=dtype) for f in self.fields))
 
     def field(self, name: str) -> FieldDecl:

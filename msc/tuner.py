@@ -234,7 +234,8 @@ class AutoKernel:
                 schedule, ms, default_ms = _cached_choice(hit)
             except (KeyError, TypeError, ValueError, ScheduleError) as e:  # hand-edited, or an older format
                 warnings.warn(f"msc tune: the tuning cache {_cache_file()} has a damaged entry for "
-                              f"'{self.ir.name}' ({type(e).__name__}: {e}); tuning again", CacheWarning, stacklevel=3)
+                              f"'{self.ir.name}' ({type(e).__name__}: {e}); tuning again",
+                              CacheWarning, stacklevel=3)
             else:
                 self.report = TuningReport(schedule, ms, default_ms, True)
                 self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "

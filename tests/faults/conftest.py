@@ -36,7 +36,13 @@ def deny_read(monkeypatch) -> Callable[[Path], None]:
             os.chmod(path, 0)
             return
         real = build._file_digest
-        monkeypatch.setattr(build, "_file_digest", lambda p: (_ for _ in ()).throw(_refused(p)) if p == path else real(p))
+
+        def digest(p: Path) -> str:
+            if p == path:
+                raise _refused(p)
+            return real(p)
+
+        monkeypatch.setattr(build, "_file_digest", digest)
 
     return apply
 

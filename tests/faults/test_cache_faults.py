@@ -45,7 +45,8 @@ def _damage_empty(lib: Path) -> None:
     lib.write_bytes(b"")
 
 
-@pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_empty], ids=["truncated", "corrupted", "empty"])
+@pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_empty],
+                         ids=["truncated", "corrupted", "empty"])
 def test_damaged_library_is_rebuilt_with_one_warning(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
     lib, said = _build(11)
@@ -107,7 +108,8 @@ def test_build_killed_midway_leaves_no_entry(tmp_path):
                   f"[ -n \"$MSC_TEST_HANG\" ] && touch {marker} && sleep 60\nexec gcc \"$@\"\n")
     cc.chmod(0o755)
     cache = tmp_path / "cache"
-    script = f"from msc.runtime import build_shared_library; build_shared_library({SOURCE % 14!r}, 'answer', cc={str(cc)!r})"
+    script = ("from msc.runtime import build_shared_library; "
+              f"build_shared_library({SOURCE % 14!r}, 'answer', cc={str(cc)!r})")
     env = dict(os.environ, MSC_CACHE_DIR=str(cache), MSC_TEST_HANG="1")
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
     try:
