@@ -15,6 +15,7 @@ machine in a persistent JSON cache, so the next call measures nothing.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -187,9 +188,14 @@ def _cached_choice(entry: Any) -> tuple[Schedule, float, float]:
 
 
 def _store(key: str, entry: dict[str, Any]) -> None:
-    data = _load_cache(warn=False)
-    data[key] = entry
-    atomic_write_text(_cache_file(), json.dumps(data, indent=1, sort_keys=True))
+    """Add an entry; under a lock, so that processes tuning at once keep each other's entries."""
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".stencils.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _load_cache(warn=False)
+        data[key] = entry
+        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 class AutoKernel:

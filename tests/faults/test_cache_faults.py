@@ -194,3 +194,27 @@ def test_damaged_tuning_cache_is_rebuilt_with_one_message(tmp_path, monkeypatch,
     json.loads(path.read_text())  # rewritten whole
     report, said = _tune(tmp_path)
     assert report.from_cache and not said
+
+
+def test_processes_tuning_at_once_keep_each_others_entries(tmp_path):
+    """Four processes store tuning results for four problem sizes at once: all four stay."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from conftest import heat
+        from msc.tuner import AutoKernel
+
+        class Kernel:
+            last_run = type("Stats", (), {"seconds": 1e-3})()
+            def run(self, steps, threads=None, **inputs):
+                return {}
+
+        n = int(sys.argv[1])
+        AutoKernel(heat.poly(), lambda s, t: Kernel(), threads=1, budget_s=0.0, echo=False).run(
+            steps=4, u=np.zeros((10 + n, 10)), alpha=0.1)
+    """)
+    env = dict(os.environ, MSC_CACHE_DIR=str(tmp_path), PYTHONPATH=str(Path(__file__).parent))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(n)], env=env) for n in range(4)]
+    assert [p.wait(timeout=300) for p in procs] == [0] * 4
+    entries = json.loads(_cache_file(tmp_path).read_text()).values()
+    assert sorted(e["shape"][0] for e in entries) == [10, 11, 12, 13]
