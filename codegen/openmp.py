@@ -10,6 +10,10 @@ once per time step, so no level is ever copied.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,9 +25,9 @@ from msc.codegen.cexpr import c_expr
 from msc.codegen.isl_ast import C_HELPERS, AstPrinter
 from msc.codegen.templates_env import render
 from msc.poly import PolyIR, PolyStatement
-from msc.runtime.build import atomic_write_text
+from msc.runtime.build import DEFAULT_CC, DEFAULT_CFLAGS, atomic_write_text, cache_dir, host_identity
 from msc.runtime.kernel import CompiledKernel
-from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
+from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
 from msc.tuner import AutoKernel
 
 C_TYPES = {"float64": "double", "float32": "float"}
@@ -329,6 +333,66 @@ def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
     )
 
 
+# -- the kernel index: (IR, schedule text, generator, compiler, host) -> built library
+
+_GENERATOR_FILES = ("codegen", "msc/ir.py", "msc/poly.py", "msc/schedule.py")
+
+
+@functools.lru_cache(maxsize=1)
+def generator_fingerprint() -> str:
+    """A hash of the code generator's own sources (backends, templates, IR,
+    PolyIR, schedules): a changed generator never reuses an indexed kernel."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(msc.__version__.encode())
+    for entry in _GENERATOR_FILES:
+        path = root / entry
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c")) \
+            if path.is_dir() else [path]
+        for f in files:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def ir_text(stencil: ir.StencilIR) -> str:
+    """The IR as stable text, without source locations (they change no generated code)."""
+    statements = [(s.target, s.expr) for s in stencil.statements]
+    return repr((stencil.name, stencil.ndim, stencil.fields, stencil.params, statements,
+                 stencil.boundary, stencil.dtype))
+
+
+def _compiler_file(cc: str) -> str:
+    """The compiler as a file (path, size, modification time): like its
+    version banner, it changes when the compiler does, and costs no process."""
+    exe = shutil.which(cc)
+    if exe is None:
+        return cc
+    real = os.path.realpath(exe)
+    info = os.stat(real)
+    return f"{real} {info.st_size} {info.st_mtime_ns}"
+
+
+def kernel_key(stencil: ir.StencilIR, schedule: Schedule | None, box: bool) -> str:
+    """The kernel index key: what decides the generated library, known before any isl work."""
+    cc = os.environ.get("CC", DEFAULT_CC)
+    parts = (generator_fingerprint(), ir_text(stencil), str(schedule or Schedule()), str(box),
+             cc, _compiler_file(cc), " ".join(DEFAULT_CFLAGS), host_identity())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _index_path(key: str) -> Path:
+    return cache_dir() / "index" / key
+
+
+def _indexed(key: str) -> tuple[str, Path] | None:
+    """(source, library path) of the kernel indexed under `key`, if both are still in the cache."""
+    try:
+        library = cache_dir() / _index_path(key).read_text(encoding="utf-8").strip()
+        source = library.with_suffix(".c").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (source, library) if library.is_file() else None
+
+
 class OpenMPTarget:
     """OpenMP C: JIT-compiled in process, or emitted as a standalone tree."""
 
@@ -340,11 +404,24 @@ class OpenMPTarget:
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
                 box: bool = False) -> CompiledKernel | AutoKernel:
+        """A kernel built before (same IR, schedule text, generator, compiler and
+        host) is loaded through the kernel index without any isl work; only a
+        new one is lowered, checked for legality, generated and built."""
         if schedule == "auto":
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
-        return CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched)
+        key = kernel_key(poly.ir, sched, box)
+        found = _indexed(key)
+        if found is not None:
+            source, library = found
+            try:
+                return CompiledKernel(poly.ir, source, library, self.name, threads, sched)
+            except OSError:
+                pass  # a damaged library: build it again below
+        kernel = CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched)
+        atomic_write_text(_index_path(key), kernel.library_path.name)
+        return kernel
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""
