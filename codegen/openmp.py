@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from msc.codegen.templates_env import render
 from msc.poly import PolyIR, PolyStatement
 from msc.runtime.build import DEFAULT_CC, DEFAULT_CFLAGS, atomic_write_text, cache_dir, host_identity
 from msc.runtime.kernel import CompiledKernel
-from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
+from msc.schedule import LARGE_READS, LoweredSchedule, Schedule, as_schedule, describe_loops, lower
 from msc.tuner import AutoKernel
 
 C_TYPES = {"float64": "double", "float32": "float"}
@@ -80,6 +81,8 @@ class _Hooks:
     schedule: LoweredSchedule
     box: bool = False  # bounds of the computed points: the box L<d> <= i_d < H<d>, or the domain
     _iterators: dict[int, str] = field(default_factory=dict)
+    _rows: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)  # (level pointer, leading offsets) -> row pointer
+    _row_coord: str = ""  # the last coordinate, which row pointers are indexed by
 
     @property
     def ir(self) -> ir.StencilIR:
@@ -131,6 +134,33 @@ class _Hooks:
             lines.append(f"__builtin_prefetch(&{ptr}[{self._index(args[1:], offsets)} + {distance}]);")
         return lines
 
+    def row_pointers(self, name: str, args: list[str], iterator: str) -> list[str]:
+        """For a statement with many reads (LARGE_READS or more) whose
+        innermost loop runs along the last dimension only: one pointer per
+        row it reads (field level and leading offsets), set up before the
+        loop. Each read is then row[i + offset]; with hundreds of full
+        addresses gcc's induction-variable pass takes seconds to minutes."""
+        st = self._statement(name)
+        coords = args[1:]
+        moving = [re.search(rf"\b{iterator}\b", c) is not None for c in coords]
+        if (st.stmt is None or self.ir.ndim == 1 or len(st.stmt.reads) < LARGE_READS
+                or moving != [False] * (self.ir.ndim - 1) + [True]):
+            return []
+        lines = []
+        for a in st.stmt.reads:
+            ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
+            key = (ptr, a.offsets[:-1])
+            if a.name in self.schedule.schedule.cached_reads or key in self._rows:
+                continue
+            row = self._rows[key] = f"msc_row{len(self._rows)}"
+            start = self._index(coords[:-1] + ["0"], a.offsets[:-1] + (0,))
+            lines.append(f"const real *restrict {row} = {ptr} + {start};")
+        self._row_coord = coords[-1]
+        return lines
+
+    def end_rows(self) -> None:
+        self._rows.clear()
+
     def _assignment(self, st: PolyStatement, coords: list[str], into: str | None) -> list[str]:
         assert st.stmt is not None
 
@@ -140,6 +170,9 @@ class _Hooks:
             if a.name in sched.cached_reads:
                 return f"{_read_cache(a.name, a.dt)}[{self._tile_index(coords, a.offsets, True)}]"
             ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
+            row = self._rows.get((ptr, a.offsets[:-1]))
+            if row is not None:
+                return f"{row}[{self._index([self._row_coord], a.offsets[-1:])}]"
             return f"{ptr}[{self._index(coords, a.offsets)}]"
 
         rhs = c_expr(st.stmt.expr, self.ir.dtype, access, param_name)

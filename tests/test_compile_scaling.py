@@ -135,7 +135,31 @@ def test_729_point_box_traces_hashes_and_generates_code():
         [u0[4 + a:7 + a, 4 + b:8 + b, 4 + c:9 + c] for a, b, c in itertools.product(range(-4, 5), repeat=3)],
         axis=0), rtol=1e-12)
     source = get_target("openmp").source(st.poly())
-    assert source.count("f_u_t0[") >= 729
+    assert source.count("const real *restrict msc_row") == 81  # one pointer per row (x, y offset) read
+    assert source.count("msc_row") == 81 + 729 and "msc_put_line(&" not in source
+
+
+def test_large_stencils_read_through_row_pointers_under_every_schedule(assert_matches):
+    """Row pointers (and no line stores unless asked for) for large stencils:
+    results equal the reference under tiles, time tiles, caches, streaming."""
+    offsets = list(itertools.product(range(-4, 5), repeat=2))
+    weights = np.random.default_rng(5).random(len(offsets)) / len(offsets)
+
+    def body(u, c):  # type: ignore[no-untyped-def]
+        u[msc.t + 1, msc.x, msc.y] = c[msc.x, msc.y] + sum(
+            float(w) * u[msc.t, msc.x + a, msc.y + b] for w, (a, b) in zip(weights, offsets))
+
+    st = msc.stencil(name="big2d")(body)
+    u0, c0 = np.random.default_rng(6).random((2, 30, 61))
+    want = st.reference(steps=3, u=u0, c=c0)
+    for schedule in (None, msc.Schedule().tile(x=8, y=16), msc.Schedule().time_tile(2, x=8),
+                     msc.Schedule().stream_stores(), msc.Schedule().tile(x=8, y=16).cache_read("u"),
+                     msc.Schedule().reorder("y", "x")):
+        kernel = st.compile(schedule=schedule)
+        rows = "msc_row" in kernel.source
+        assert rows == (schedule is None or "reorder" not in str(schedule)), schedule
+        assert ("msc_put_line(&" in kernel.source) == (schedule is not None and schedule.streaming), schedule
+        assert_matches(kernel.run(steps=3, u=u0, c=c0), want, context=schedule)
 
 
 @pytest.mark.slow

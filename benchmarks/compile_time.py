@@ -1,0 +1,144 @@
+"""Compile time per stencil, by phase, cold and cached. Writes JSON.
+
+    python3 benchmarks/compile_time.py --json results.json [--only heat2d,box3d4r] [--repeat 3]
+
+Stencils: the four standard ones (heat2d, box2d9p, heat3d, box3d27p) and
+the AN5D suite's box3d1r..4r and star3d1r..4r (constant coefficients).
+Every measurement runs in a fresh Python process (as a user's script does),
+with Python's bytecode cache on, as an installed package has it:
+
+- cold: an empty kernel cache. One process times the phases one by one,
+  doing what `compile()` does: tracing, the dependences (isl), lowering the
+  schedule with its legality and parallelism checks (isl), printing the C
+  code (isl AST + printer), the C compiler, loading the library. Another
+  process times one plain `compile()` end to end (`compile_s`).
+- cached: a new process with the kernel cache that the cold run filled:
+  `import msc`, tracing, and `compile()` (a cache hit).
+
+With --repeat N each figure is the best of N runs (fresh caches each time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+STANDARD = ["heat2d", "box2d9p", "heat3d", "box3d27p"]
+AN5D = [f"{kind}3d{r}r" for kind in ("box", "star") for r in range(1, 5)]
+
+# The child's code: builds the stencil by name, then runs one mode.
+CHILD = r'''
+import itertools, json, sys, time
+start = time.perf_counter()
+import msc
+imported = time.perf_counter()
+
+def make(name):
+    ndim, box, radius = {"heat2d": (2, False, 1), "box2d9p": (2, True, 1), "heat3d": (3, False, 1),
+                         "box3d27p": (3, True, 1)}.get(name) or (3, name.startswith("box"), int(name[-2]))
+    dims = (msc.x, msc.y, msc.z)[:ndim]
+    offsets = [o for o in itertools.product(range(-radius, radius + 1), repeat=ndim)
+               if box or sum(1 for v in o if v) <= 1]
+    weight = 1.0 / len(offsets)
+
+    def body(u):
+        u[(msc.t + 1, *dims)] = sum(weight * u[(msc.t, *(d + o for d, o in zip(dims, off)))] for off in offsets)
+
+    return msc.stencil(name=name)(body), len(offsets)
+
+name, mode = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+st, points = make(name)
+t1 = time.perf_counter()
+out = {"points": points, "import_s": imported - start, "trace_s": t1 - t0}
+if mode == "phases":
+    from msc.codegen.openmp import generate
+    from msc.runtime.build import build_shared_library
+    from msc.runtime.kernel import CompiledKernel
+    from msc.schedule import lower
+    poly = st.poly()
+    a = time.perf_counter(); poly.dependences
+    b = time.perf_counter(); lowered = lower(None, poly)
+    c = time.perf_counter(); source = generate(poly, lowered)
+    d = time.perf_counter(); library = build_shared_library(source, f"msc_{name}")
+    e = time.perf_counter(); CompiledKernel(poly.ir, source, library)
+    f = time.perf_counter()
+    out.update(dependences_s=b - a, schedule_s=c - b, codegen_s=d - c, compiler_s=e - d, load_s=f - e,
+               source_bytes=len(source))
+else:  # "compile": one plain compile() (cold or cached, as the cache directory has it)
+    a = time.perf_counter(); st.compile(); b = time.perf_counter()
+    out["compile_s"] = b - a
+print(json.dumps(out))
+'''
+
+
+def _child(name: str, mode: str, cache: str) -> dict[str, float]:
+    env = dict(os.environ, MSC_CACHE_DIR=cache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    proc = subprocess.run([sys.executable, "-c", CHILD, name, mode], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} ({mode}) failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _best(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(min(r[k] for r in runs), 4) if k.endswith("_s") else runs[0][k] for k in runs[0]}
+
+
+def measure(name: str, repeat: int) -> dict[str, object]:
+    phases, cold, cached = [], [], []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            phases.append(_child(name, "phases", a))
+            cold.append(_child(name, "compile", b))
+            cached.append(_child(name, "compile", b))
+    p = _best(phases)
+    parts = ("trace_s", "dependences_s", "schedule_s", "codegen_s", "compiler_s", "load_s")
+    p["total_s"] = round(sum(p[k] for k in parts), 4)
+    c = _best(cold)
+    return {
+        "points": p.pop("points"),
+        "cold_phases": {k: v for k, v in p.items() if k != "import_s"},
+        "cold_compile_s": c["compile_s"],
+        "cached": {k: v for k, v in _best(cached).items() if k != "points"},
+    }
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    cc = subprocess.run([os.environ.get("CC", "gcc"), "--version"], capture_output=True, text=True).stdout
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "compiler": cc.splitlines()[0] if cc else "?",
+            "python": platform.python_version(), "load_average": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", required=True, help="where to write the results")
+    ap.add_argument("--only", help="comma-separated stencil names")
+    ap.add_argument("--repeat", type=int, default=1, help="best of N runs")
+    a = ap.parse_args()
+    names = a.only.split(",") if a.only else STANDARD + AN5D
+    unknown = [n for n in names if n not in STANDARD + AN5D]
+    if unknown:
+        raise SystemExit(f"unknown stencil(s) {', '.join(unknown)}; known: {', '.join(STANDARD + AN5D)}")
+    results = {"machine": machine(), "repeat": a.repeat, "stencils": {}}
+    for name in names:
+        r = results["stencils"][name] = measure(name, a.repeat)
+        print(f"{name:9s} {r['points']:4d} points: cold {r['cold_compile_s']:.3f} s "
+              f"(phases {r['cold_phases']}), cached {r['cached']['compile_s'] * 1000:.1f} ms", flush=True)
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
