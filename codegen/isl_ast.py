@@ -94,9 +94,10 @@ class AstHooks(Protocol):
         """Lines issued once per cache line of such a loop, before the line
         starting at the instance `args` is computed (prefetches)."""
 
-    def row_pointers(self, name: str, args: list[str], iterator: str) -> list[str]:
-        """Declarations before such a loop (over `iterator`) of pointers its
-        statement may then read through, until `end_rows`."""
+    def row_pointers(self, name: str, args: list[str], iterator: str, enclosing: list[int]) -> list[str]:
+        """Declarations before an innermost loop (over `iterator`, inside the
+        loops over `enclosing`) of pointers its statement may then read
+        through, until `end_rows`."""
 
     def end_rows(self) -> None:
         """The loop that `row_pointers` prepared is printed."""
@@ -159,7 +160,8 @@ class AstPrinter:
         call = body.user_get_expr()
         name = call.op_get_arg(0).id_get_id().get_name()
         args = [c_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
-        rows = self.hooks.row_pointers(name, args, node.for_get_iterator().id_get_id().get_name())
+        it = node.for_get_iterator().id_get_id().get_name()
+        rows = self.hooks.row_pointers(name, args, it, list(self._loops))
         try:
             if not rows:
                 return self._loop(node, depth)

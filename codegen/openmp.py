@@ -134,9 +134,10 @@ class _Hooks:
             lines.append(f"__builtin_prefetch(&{ptr}[{self._index(args[1:], offsets)} + {distance}]);")
         return lines
 
-    def row_pointers(self, name: str, args: list[str], iterator: str) -> list[str]:
+    def row_pointers(self, name: str, args: list[str], iterator: str, enclosing: list[int]) -> list[str]:
         """For a statement with many reads (LARGE_READS or more) whose
-        innermost loop runs along the last dimension only: one pointer per
+        innermost loop runs along the last dimension only, inside the time
+        loop (which sets up the level pointers): one pointer per
         row it reads (field level and leading offsets), set up before the
         loop. Each read is then row[i + offset]; with hundreds of full
         addresses gcc's induction-variable pass takes seconds to minutes."""
@@ -144,7 +145,7 @@ class _Hooks:
         coords = args[1:]
         moving = [re.search(rf"\b{iterator}\b", c) is not None for c in coords]
         if (st.stmt is None or self.ir.ndim == 1 or len(st.stmt.reads) < LARGE_READS
-                or moving != [False] * (self.ir.ndim - 1) + [True]):
+                or self.schedule.time_dim not in enclosing or moving != [False] * (self.ir.ndim - 1) + [True]):
             return []
         lines = []
         for a in st.stmt.reads:
