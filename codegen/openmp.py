@@ -369,21 +369,17 @@ def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
 
 # -- the kernel index: (IR, schedule text, generator, compiler, host) -> built library
 
-_GENERATOR_FILES = ("codegen", "msc/ir.py", "msc/poly.py", "msc/schedule.py")
-
-
 @functools.lru_cache(maxsize=1)
 def generator_fingerprint() -> str:
     """A hash of the code generator's own sources (backends, templates, IR,
     PolyIR, schedules): a changed generator never reuses an indexed kernel."""
-    root = Path(__file__).resolve().parent.parent
+    from msc import poly, schedule
+
+    here = Path(__file__).resolve().parent
+    files = sorted(p for p in here.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
     h = hashlib.sha256(msc.__version__.encode())
-    for entry in _GENERATOR_FILES:
-        path = root / entry
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c")) \
-            if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    for f in files + [Path(m.__file__) for m in (ir, poly, schedule) if m.__file__]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
 
