@@ -6,6 +6,7 @@ without any isl work."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -274,3 +275,18 @@ def test_intrinsics_header_only_for_streaming_stores():
     heat = _box3d(1)
     assert "immintrin.h" not in get_target("openmp").source(heat.poly())
     assert "immintrin.h" in get_target("openmp").source(heat.poly(), msc.Schedule().stream_stores())
+
+
+def test_compile_time_benchmark_runs(tmp_path):
+    out = tmp_path / "ct.json"
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "compile_time.py"), "--only", "heat2d",
+                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    stencils = json.loads(out.read_text())["stencils"]
+    assert list(stencils) == ["heat2d"] and stencils["heat2d"]["points"] == 5
+    for r in stencils.values():
+        phases = r["cold_phases"]
+        assert set(phases) >= {"trace_s", "dependences_s", "schedule_s", "codegen_s", "compiler_s", "load_s", "total_s"}
+        assert all(v > 0 for k, v in phases.items() if k.endswith("_s")) and r["cold_compile_s"] > 0
+        assert set(r["cached"]) == {"import_s", "trace_s", "compile_s"}
