@@ -289,4 +289,4 @@ def test_compile_time_benchmark_runs(tmp_path):
         phases = r["cold_phases"]
         assert set(phases) >= {"trace_s", "dependences_s", "schedule_s", "codegen_s", "compiler_s", "load_s", "total_s"}
         assert all(v > 0 for k, v in phases.items() if k.endswith("_s")) and r["cold_compile_s"] > 0
-        assert set(r["cached"]) == {"import_s", "trace_s", "compile_s"}
+        assert {"import_s", "trace_s", "compile_s", "compile_cpu_s"} <= set(r["cached"])
