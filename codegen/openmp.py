@@ -17,6 +17,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import islpy as isl
 
@@ -29,7 +30,9 @@ from msc.poly import PolyIR, PolyStatement
 from msc.runtime.build import DEFAULT_CC, DEFAULT_CFLAGS, atomic_write_text, cache_dir, host_identity
 from msc.runtime.kernel import CompiledKernel
 from msc.schedule import LARGE_READS, LoweredSchedule, Schedule, as_schedule, describe_loops, lower
-from msc.tuner import AutoKernel
+
+if TYPE_CHECKING:
+    from msc.tuner import AutoKernel
 
 C_TYPES = {"float64": "double", "float32": "float"}
 BOX_ENTRY = "msc_run_box"
@@ -438,6 +441,8 @@ class OpenMPTarget:
         host) is loaded through the kernel index without any isl work; only a
         new one is lowered, checked for legality, generated and built."""
         if schedule == "auto":
+            from msc.tuner import AutoKernel  # only a tuned kernel needs the tuner
+
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
