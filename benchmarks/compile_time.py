@@ -1,6 +1,7 @@
 """Compile time per stencil, by phase, cold and cached. Writes JSON.
 
     python3 benchmarks/compile_time.py --json results.json [--only heat2d,box3d4r] [--repeat 3]
+    python3 benchmarks/compile_time.py --json results.json --table    # the table in docs/
 
 Stencils: the four standard ones (heat2d, box2d9p, heat3d, box3d27p) and
 the AN5D suite's box3d1r..4r and star3d1r..4r (constant coefficients).
@@ -138,12 +139,29 @@ def machine() -> dict[str, str]:
             "python": platform.python_version(), "load_average": " ".join(f"{v:.1f}" for v in os.getloadavg())}
 
 
+def table(results: dict[str, object]) -> str:
+    """The results as a markdown table (CPU seconds by phase, wall-clock totals)."""
+    rows = ["| stencil | reads | trace | dependences | schedule | code | gcc | cold CPU | cold wall | cached CPU | cached wall |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results["stencils"].items():  # type: ignore[attr-defined]
+        p, c = r["cold_phases"], r["cached"]
+        ms = [f"{p[f'{k}_cpu_s'] * 1000:.0f} ms" for k in ("trace", "dependences", "schedule", "codegen")]
+        rows.append(f"| {name} | {r['points']} | {' | '.join(ms)} | {p['compiler_cpu_s']:.2f} s | "
+                    f"{r['cold_compile_cpu_s']:.2f} s | {r['cold_compile_s']:.2f} s | "
+                    f"{c['compile_cpu_s'] * 1000:.0f} ms | {c['compile_s'] * 1000:.0f} ms |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True, help="where to write the results")
     ap.add_argument("--only", help="comma-separated stencil names")
     ap.add_argument("--repeat", type=int, default=1, help="best of N runs")
+    ap.add_argument("--table", action="store_true", help="print the --json file as a markdown table and stop")
     a = ap.parse_args()
+    if a.table:
+        print(table(json.loads(Path(a.json).read_text())))
+        return
     names = a.only.split(",") if a.only else STANDARD + AN5D
     unknown = [n for n in names if n not in STANDARD + AN5D]
     if unknown:
@@ -156,6 +174,7 @@ def main() -> None:
               f"(CPU {r['cached']['compile_cpu_s'] * 1000:.1f} ms)", flush=True)
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
 
 
 if __name__ == "__main__":
