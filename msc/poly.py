@@ -200,7 +200,7 @@ Box = tuple[tuple[int, int], ...]
 
 def offset_boxes(offsets: set[tuple[int, ...]]) -> list[Box]:
     """An exact cover of a set of integer offsets by disjoint boxes (inclusive
-    bounds per dimension): a box stencil is one box, a star one per arm."""
+    bounds per dimension): a box stencil is one box, a 3D star five."""
     if not offsets:
         return []
     if len(next(iter(offsets))) == 0:
