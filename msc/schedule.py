@@ -275,9 +275,10 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
 
 
 MAX_CACHE_POINTS = 1 << 16
-# A statement with this many reads or more is printed for the compiler's sake:
-# no whole-line stores unless asked for (they print the statement three
-# times), and reads through row pointers (codegen/openmp.py).
+# A stencil with a statement of this many reads or more is printed for the
+# compiler's sake: no whole-line stores unless asked for (they print each
+# statement three times), and that statement reads through row pointers
+# (codegen/openmp.py).
 LARGE_READS = 64
 
 
