@@ -94,6 +94,14 @@ class AstHooks(Protocol):
         """Lines issued once per cache line of such a loop, before the line
         starting at the instance `args` is computed (prefetches)."""
 
+    def row_pointers(self, name: str, args: list[str], iterator: str, enclosing: list[int]) -> list[str]:
+        """Declarations before an innermost loop (over `iterator`, inside the
+        loops over `enclosing`) of pointers its statement may then read
+        through, until `end_rows`."""
+
+    def end_rows(self) -> None:
+        """The loop that `row_pointers` prepared is printed."""
+
 
 def user_statements(node: isl.AstNode) -> set[str]:
     """Names of the statements that occur anywhere below `node`."""
@@ -145,6 +153,24 @@ class AstPrinter:
         raise NotImplementedError(f"isl AST node {kind} is not supported")
 
     def _for(self, node: isl.AstNode, depth: int) -> list[str]:
+        """The loop; an innermost one inside a block with the row pointers its statement reads through."""
+        body = node.for_get_body()
+        if body.get_type() != isl.ast_node_type.user:
+            return self._loop(node, depth)
+        call = body.user_get_expr()
+        name = call.op_get_arg(0).id_get_id().get_name()
+        args = [c_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
+        it = node.for_get_iterator().id_get_id().get_name()
+        rows = self.hooks.row_pointers(name, args, it, list(self._loops))
+        try:
+            if not rows:
+                return self._loop(node, depth)
+            pad = self.indent * depth
+            return [f"{pad}{{", *[pad + self.indent + ln for ln in rows], *self._loop(node, depth + 1), f"{pad}}}"]
+        finally:
+            self.hooks.end_rows()
+
+    def _loop(self, node: isl.AstNode, depth: int) -> list[str]:
         pad = self.indent * depth
         it = node.for_get_iterator().id_get_id().get_name()
         dim = int(it.lstrip("c"))

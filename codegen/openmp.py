@@ -10,8 +10,14 @@ once per time step, so no level is ever copied.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import islpy as isl
 
@@ -21,10 +27,20 @@ from msc.codegen.cexpr import c_expr
 from msc.codegen.isl_ast import C_HELPERS, AstPrinter
 from msc.codegen.templates_env import render
 from msc.poly import PolyIR, PolyStatement
-from msc.runtime.build import write_tree
+from msc.runtime.build import (
+    DEFAULT_CC,
+    DEFAULT_CFLAGS,
+    atomic_write_text,
+    cache_dir,
+    host_identity,
+    is_intact,
+    write_tree,
+)
 from msc.runtime.kernel import CompiledKernel
-from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
-from msc.tuner import AutoKernel
+from msc.schedule import LARGE_READS, LoweredSchedule, Schedule, as_schedule, describe_loops, lower
+
+if TYPE_CHECKING:
+    from msc.tuner import AutoKernel
 
 C_TYPES = {"float64": "double", "float32": "float"}
 BOX_ENTRY = "msc_run_box"
@@ -76,6 +92,8 @@ class _Hooks:
     schedule: LoweredSchedule
     box: bool = False  # bounds of the computed points: the box L<d> <= i_d < H<d>, or the domain
     _iterators: dict[int, str] = field(default_factory=dict)
+    _rows: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)  # (level pointer, leading offsets) -> row pointer
+    _row_coord: str = ""  # the last coordinate, which row pointers are indexed by
 
     @property
     def ir(self) -> ir.StencilIR:
@@ -127,6 +145,34 @@ class _Hooks:
             lines.append(f"__builtin_prefetch(&{ptr}[{self._index(args[1:], offsets)} + {distance}]);")
         return lines
 
+    def row_pointers(self, name: str, args: list[str], iterator: str, enclosing: list[int]) -> list[str]:
+        """For a statement with many reads (LARGE_READS or more) whose
+        innermost loop runs along the last dimension only, inside the time
+        loop (which sets up the level pointers): one pointer per
+        row it reads (field level and leading offsets), set up before the
+        loop. Each read is then row[i + offset]; with hundreds of full
+        addresses gcc's induction-variable pass takes seconds to minutes."""
+        st = self._statement(name)
+        coords = args[1:]
+        moving = [re.search(rf"\b{iterator}\b", c) is not None for c in coords]
+        if (st.stmt is None or self.ir.ndim == 1 or len(st.stmt.reads) < LARGE_READS
+                or self.schedule.time_dim not in enclosing or moving != [False] * (self.ir.ndim - 1) + [True]):
+            return []
+        lines = []
+        for a in st.stmt.reads:
+            ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
+            key = (ptr, a.offsets[:-1])
+            if a.name in self.schedule.schedule.cached_reads or key in self._rows:
+                continue
+            row = self._rows[key] = f"msc_row{len(self._rows)}"
+            start = self._index(coords[:-1] + ["0"], a.offsets[:-1] + (0,))
+            lines.append(f"const real *restrict {row} = {ptr} + {start};")
+        self._row_coord = coords[-1]
+        return lines
+
+    def end_rows(self) -> None:
+        self._rows.clear()
+
     def _assignment(self, st: PolyStatement, coords: list[str], into: str | None) -> list[str]:
         assert st.stmt is not None
 
@@ -136,6 +182,9 @@ class _Hooks:
             if a.name in sched.cached_reads:
                 return f"{_read_cache(a.name, a.dt)}[{self._tile_index(coords, a.offsets, True)}]"
             ptr = field_name(a.name) if a.dt is None else level_name(a.name, a.dt)
+            row = self._rows.get((ptr, a.offsets[:-1]))
+            if row is not None:
+                return f"{row}[{self._index([self._row_coord], a.offsets[-1:])}]"
             return f"{ptr}[{self._index(coords, a.offsets)}]"
 
         rhs = c_expr(st.stmt.expr, self.ir.dtype, access, param_name)
@@ -329,6 +378,64 @@ def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
     )
 
 
+# -- the kernel index: (IR, schedule text, generator, compiler, host) -> built library
+
+@functools.lru_cache(maxsize=1)
+def generator_fingerprint() -> str:
+    """A hash of the code generator's own sources (backends, templates, IR,
+    PolyIR, schedules): a changed generator never reuses an indexed kernel."""
+    from msc import poly, schedule
+
+    here = Path(__file__).resolve().parent
+    files = sorted(p for p in here.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
+    h = hashlib.sha256(msc.__version__.encode())
+    for f in files + [Path(m.__file__) for m in (ir, poly, schedule) if m.__file__]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def ir_text(stencil: ir.StencilIR) -> str:
+    """The IR as stable text, without source locations (they change no generated code)."""
+    statements = [(s.target, s.expr) for s in stencil.statements]
+    return repr((stencil.name, stencil.ndim, stencil.fields, stencil.params, statements,
+                 stencil.boundary, stencil.dtype))
+
+
+def _compiler_file(cc: str) -> str:
+    """The compiler as a file (path, size, modification time): like its
+    version banner, it changes when the compiler does, and costs no process."""
+    exe = shutil.which(cc)
+    if exe is None:
+        return cc
+    real = os.path.realpath(exe)
+    info = os.stat(real)
+    return f"{real} {info.st_size} {info.st_mtime_ns}"
+
+
+def kernel_key(stencil: ir.StencilIR, schedule: Schedule | None, box: bool) -> str:
+    """The kernel index key: what decides the generated library, known before any isl work."""
+    cc = os.environ.get("CC", DEFAULT_CC)
+    parts = (generator_fingerprint(), ir_text(stencil), str(schedule or Schedule()), str(box),
+             cc, _compiler_file(cc), " ".join(DEFAULT_CFLAGS), host_identity())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _index_path(key: str) -> Path:
+    return cache_dir() / "index" / key
+
+
+def _indexed(key: str) -> tuple[str, Path] | None:
+    """(source, library path) of the kernel indexed under `key`, if both are still
+    in the cache and the library matches its digest (a damaged one is rebuilt,
+    with its warning, by the ordinary build path)."""
+    try:
+        library = cache_dir() / _index_path(key).read_text(encoding="utf-8").strip()
+        source = library.with_suffix(".c").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (source, library) if is_intact(library) else None
+
+
 class OpenMPTarget:
     """OpenMP C: JIT-compiled in process, or emitted as a standalone tree."""
 
@@ -340,11 +447,26 @@ class OpenMPTarget:
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
                 box: bool = False) -> CompiledKernel | AutoKernel:
+        """A kernel built before (same IR, schedule text, generator, compiler and
+        host) is loaded through the kernel index without any isl work; only a
+        new one is lowered, checked for legality, generated and built."""
         if schedule == "auto":
+            from msc.tuner import AutoKernel  # only a tuned kernel needs the tuner
+
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
-        return CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched)
+        key = kernel_key(poly.ir, sched, box)
+        found = _indexed(key)
+        if found is not None:
+            source, library = found
+            try:
+                return CompiledKernel(poly.ir, source, library, self.name, threads, sched)
+            except OSError:
+                pass  # a damaged library: build it again below
+        kernel = CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched)
+        atomic_write_text(_index_path(key), kernel.library_path.name)
+        return kernel
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""

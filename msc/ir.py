@@ -4,6 +4,13 @@ Everything downstream (reference interpreter, PolyIR, every backend, the
 textual printer) reads these frozen dataclasses; the derived facts (radius,
 time windows, which fields are written) are computed here once, so no
 backend re-derives them.
+
+A statement's expression is kept shallow: a chain of more than
+BALANCE_TERMS terms joined by + and - (or by *), as a Python loop or `sum`
+builds it, is rebuilt as a balanced tree when the Statement is made, so a
+729-point stencil nests about 10 levels deep, not 729, and every recursive
+pass over the IR (hashing, printing, interpreting) stays within Python's
+recursion limit. Shorter chains keep the user's order of operations.
 """
 
 from __future__ import annotations
@@ -110,10 +117,114 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 
 def walk(e: Expr) -> Iterator[Expr]:
-    """All nodes of `e`, parents before children."""
-    yield e
-    for c in children(e):
-        yield from walk(c)
+    """All nodes of `e`, parents before children (iterative: any depth)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def depth(e: Expr) -> int:
+    """Levels of nesting of `e` (a leaf is 1), computed without recursion."""
+    deepest = 0
+    stack = [(e, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack.extend((c, level + 1) for c in children(node))
+    return deepest
+
+
+BALANCE_TERMS = 32
+MAX_DEPTH = 200  # deeper expressions (after balancing) are refused by the frontend: recursive passes need headroom
+_CHAINS = {"+": "+-", "-": "+-", "*": "*"}
+
+
+def _chain(e: Expr) -> str | None:
+    """The chain kind of `e`: "+-" for a sum or difference, "*" for a product, else None."""
+    return _CHAINS.get(e.op) if isinstance(e, BinOp) else None
+
+
+def _with_children(e: Expr, kids: list[Expr]) -> Expr:
+    if all(a is b for a, b in zip(kids, children(e))):
+        return e
+    if isinstance(e, Neg):
+        return Neg(kids[0])
+    if isinstance(e, Not):
+        return Not(kids[0])
+    if isinstance(e, BinOp):
+        return BinOp(e.op, kids[0], kids[1])
+    if isinstance(e, Call):
+        return Call(e.func, tuple(kids))
+    assert isinstance(e, Where)
+    return Where(kids[0], kids[1], kids[2])
+
+
+def _terms(e: Expr) -> list[tuple[int, Expr]]:
+    """The signed terms (factors, for a product) of the chain rooted at `e`, left to right."""
+    kind = _chain(e)
+    out: list[tuple[int, Expr]] = []
+    stack = [(1, e)]
+    while stack:
+        sign, node = stack.pop()
+        if _chain(node) != kind:
+            out.append((sign, node))
+            continue
+        assert isinstance(node, BinOp)
+        stack.append((-sign if node.op == "-" else sign, node.rhs))
+        stack.append((sign, node.lhs))
+    return out
+
+
+def _balanced_chain(kind: str, terms: list[tuple[int, Expr]]) -> tuple[int, Expr]:
+    """A balanced tree for the chain; (s, e) with s * e the chain's value (s is the first term's sign)."""
+    if len(terms) == 1:
+        return terms[0]
+    mid = len(terms) // 2
+    (sl, lhs), (sr, rhs) = _balanced_chain(kind, terms[:mid]), _balanced_chain(kind, terms[mid:])
+    if kind == "*":
+        return 1, BinOp("*", lhs, rhs)
+    return sl, BinOp("+" if sl == sr else "-", lhs, rhs)
+
+
+def balanced(e: Expr) -> Expr:
+    """`e` with every chain of more than BALANCE_TERMS terms rebuilt as a
+    balanced tree (same terms, same signs; only the order in which they are
+    added or multiplied changes). Iterative: `e` may be arbitrarily deep."""
+    done: dict[int, Expr] = {}  # id of an original node -> its rebuilt form (chain roots and non-chain nodes)
+    roots = {id(e)}  # chain nodes that are not an operand of a node of the same chain kind
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in done:
+            continue
+        kids = children(node)
+        if not ready:
+            stack.append((node, True))
+            for c in kids:
+                if _chain(c) is not None and _chain(c) != _chain(node):
+                    roots.add(id(c))
+                stack.append((c, False))
+            continue
+        kind = _chain(node)
+        if kind is None:
+            done[id(node)] = _with_children(node, [done[id(c)] for c in kids])
+        elif id(node) in roots:
+            terms = _terms(node)
+            if len(terms) > BALANCE_TERMS:
+                done[id(node)] = _balanced_chain(kind, [(s, done[id(t)]) for s, t in terms])[1]
+            else:
+                done[id(node)] = _rebuild_chain(node, kind, done)
+    return done[id(e)]
+
+
+def _rebuild_chain(e: Expr, kind: str, done: dict[int, Expr]) -> Expr:
+    """A short chain with its terms replaced by their rebuilt forms (recursion bounded by BALANCE_TERMS)."""
+    if _chain(e) != kind:
+        return done[id(e)]
+    assert isinstance(e, BinOp)
+    return _with_children(e, [_rebuild_chain(e.lhs, kind, done), _rebuild_chain(e.rhs, kind, done)])
 
 
 def reads_of(e: Expr) -> list[FieldRead]:
@@ -150,6 +261,9 @@ class Statement:
     target: str
     expr: Expr
     loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expr", balanced(self.expr))
 
     @property
     def reads(self) -> list[FieldRead]:

@@ -78,7 +78,8 @@ class PolyIR:
         return isl.UnionSet(f"{self._p()} -> {{ {'; '.join(parts)} }}")
 
     def _access(self, storage: bool, kind: str) -> isl.UnionMap:
-        """Reads or writes of every statement; with storage=True, levels map to ring slots."""
+        """Reads or writes of every statement; with storage=True, levels map to ring slots.
+        The reads of one field level are its footprint: the offsets read, as a few boxes."""
         parts: list[str] = []
         for st in self.statements:
             src = self.instance(st)
@@ -88,16 +89,20 @@ class PolyIR:
                 level = self._level(st.target, 1, storage)
                 parts.append(f"{src} -> {st.target}[{level}, {', '.join(self.dims)}] : {cons}")
                 continue
-            accesses = (
-                [(a.name, a.dt, a.offsets) for a in st.stmt.reads]
-                if kind == "read"
-                else [(st.target, 1, (0,) * self.ir.ndim)]
-            )
-            for name, dt, offsets in accesses:
-                space = [_aff(i, o) for i, o in zip(self.dims, offsets)]
-                if dt is not None:
-                    space.insert(0, self._level(name, dt, storage))
-                parts.append(f"{src} -> {name}[{', '.join(space)}] : {cons}")
+            if kind == "read":
+                footprints: dict[tuple[str, int | None], set[tuple[int, ...]]] = {}
+                for a in st.stmt.reads:
+                    footprints.setdefault((a.name, a.dt), set()).add(a.offsets)
+            else:
+                footprints = {(st.target, 1): {(0,) * self.ir.ndim}}
+            outs = [f"j{d}" for d in range(self.ir.ndim)]
+            for (name, dt), offsets in footprints.items():
+                space = list(outs) if dt is None else [self._level(name, dt, storage), *outs]
+                for box in offset_boxes(offsets):
+                    bounds = " and ".join(
+                        f"{i} + {lo} <= {j} <= {i} + {hi}" for i, j, (lo, hi) in zip(self.dims, outs, box)
+                    )
+                    parts.append(f"{src} -> {name}[{', '.join(space)}] : {cons} and {bounds}")
         return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}")
 
     def _level(self, name: str, dt: int, storage: bool) -> str:
@@ -188,6 +193,33 @@ class PolyIR:
             isl.UnionMap(f"[{', '.join(self.params)}] -> {{ [{space}] -> atomic[x] }}")
         )
         return build.node_from_schedule_map(schedule.intersect_domain(self.domain))
+
+
+Box = tuple[tuple[int, int], ...]
+
+
+def offset_boxes(offsets: set[tuple[int, ...]]) -> list[Box]:
+    """An exact cover of a set of integer offsets by disjoint boxes (inclusive
+    bounds per dimension): a box stencil is one box, a 3D star five."""
+    if not offsets:
+        return []
+    if len(next(iter(offsets))) == 0:
+        return [()]
+    rests: dict[int, set[tuple[int, ...]]] = {}
+    for o in offsets:
+        rests.setdefault(o[0], set()).add(o[1:])
+    boxes: list[Box] = []
+    run: tuple[int, int, list[Box]] | None = None  # first coordinates lo..hi sharing one cover of the rest
+    for first in sorted(rests):
+        cover = sorted(offset_boxes(rests[first]))
+        if run is not None and run[1] == first - 1 and run[2] == cover:
+            run = (run[0], first, cover)
+            continue
+        if run is not None:
+            boxes += [((run[0], run[1]), *b) for b in run[2]]
+        run = (first, first, cover)
+    assert run is not None
+    return boxes + [((run[0], run[1]), *b) for b in run[2]]
 
 
 def _out_dims(schedule: isl.UnionMap) -> int:

@@ -275,6 +275,11 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
 
 
 MAX_CACHE_POINTS = 1 << 16
+# A stencil with a statement of this many reads or more is printed for the
+# compiler's sake: no whole-line stores unless asked for (they print each
+# statement three times), and that statement reads through row pointers
+# (codegen/openmp.py).
+LARGE_READS = 64
 
 
 def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
@@ -389,13 +394,16 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
 def _line_dim(poly: PolyIR, lowered: LoweredSchedule, innermost: int) -> int | None:
     """The loop written in whole aligned cache lines: the innermost one, when
     it runs along the last (unit-stride) dimension, is not shared among
-    threads or unrolled, and carries no dependence. stream_stores() and
-    prefetch() need it and say which condition fails."""
+    threads or unrolled, and carries no dependence; for a large stencil
+    (LARGE_READS) only when asked for. stream_stores() and prefetch() need
+    it and say which condition fails."""
     stencil = poly.ir
     last = stencil.dims[-1]
     needs = [name for name, on in (("stream_stores", lowered.schedule.streaming),
                                    ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
     problem = None
+    if not needs and max(len(s.reads) for s in stencil.statements) >= LARGE_READS:
+        return None  # a large stencil is compute-bound: one copy of its statement compiles much faster
     if lowered.names[innermost] != last:
         problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but whole cache lines "
                    f"run only along the last dimension {last!r}; keep {last!r} innermost")

@@ -133,6 +133,11 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def is_intact(lib: Path) -> bool:
+    """Whether the cached library `lib` exists and matches its digest."""
+    return lib.exists() and _damage(lib) is None
+
+
 def _damage(lib: Path) -> str | None:
     """Why the cached library `lib` cannot be trusted, or None when it matches its digest."""
     try:

@@ -128,7 +128,14 @@ class _Tracer:
                 f"two statements write {name}[t+1]: the first at {previous.loc}; "
                 "write each field's next level once (use a temporary field for stages)"
             )
-        expr = as_expr(value)
+        expr = ir.balanced(as_expr(value))
+        levels = ir.depth(expr)
+        if levels > ir.MAX_DEPTH:
+            raise context.definition_error(
+                f"the expression assigned to {where} nests {levels} levels deep, more than the "
+                f"{ir.MAX_DEPTH} msc handles (long sums and products are fine); compute parts of it "
+                "in earlier statements that write temporary fields"
+            )
         self.statements.append(ir.Statement(name, expr, loc))
 
     def scalar(self, name: str) -> ir.Expr:
