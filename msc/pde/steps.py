@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -274,11 +275,13 @@ def implicit(L: Operator, dt: float, method: str = "backward_euler", *, shape: t
     return Implicit(L, dt, method, shape, params)
 
 
-def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, **inputs: Any) -> Any:
+def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_output: bool = False,
+          **inputs: Any) -> Any:
     """Solve L(u) = rhs for the interior unknowns; returns the whole array (a dict for a system).
 
     `rhs` has the interior's shape (a dict by field for a system); the ring comes from the
-    unknown's array given by name (zero without)."""
+    unknown's array given by name (zero without). full_output=True also returns a dict with the
+    solver used ('swCholesky' or 'splu') and the seconds spent assembling, factoring and solving."""
     rhs_by = _split(L, rhs, "rhs")
     if set(rhs_by) != set(L.ir.unknowns):
         raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
@@ -295,12 +298,19 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, **inpu
         if np.shape(rhs_by[u]) != n:
             raise StencilArgumentError(
                 f"operator '{L.name}': rhs for '{u}' must have the interior's shape {n}, got {np.shape(rhs_by[u])}")
+    t0 = time.perf_counter()
     A, g = assemble(L, shape, "float64", inputs)
     assert A is not None
     b = np.concatenate([np.asarray(rhs_by[u], np.float64).reshape(-1) for u in L.ir.unknowns]) - g
+    t1 = time.perf_counter()
     F = _Factorization()
     F.factor(A)
+    t2 = time.perf_counter()
     v = F.solve(b)
+    t3 = time.perf_counter()
     rings = {u: inputs[u] for u in L.ir.unknowns if inputs.get(u) is not None}
     out = _scatter(L, shape, v, rings)
-    return out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
+    result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
+    if not full_output:
+        return result
+    return result, {"solver": F.solver, "assembly_s": t1 - t0, "factor_s": t2 - t1, "solve_s": t3 - t2}
