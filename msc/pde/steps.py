@@ -184,7 +184,7 @@ class _Factorization:
 
     def solve(self, b: np.ndarray) -> np.ndarray:
         assert self._solve is not None
-        return self._solve(self.sign * b)
+        return self._solve(b if self.sign == 1.0 else -b)
 
 
 def _symmetric(M: sp.csr_array) -> bool:
