@@ -39,8 +39,9 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
@@ -156,7 +157,7 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
     t0 = time.perf_counter()
     stepper = msc.implicit(L, dt, "backward_euler", shape=shape, h=h)
     setup = time.perf_counter() - t0
-    res, t = best(lambda: stepper.run(steps=ARGS.steps, u=u0))
+    _res, t = best(lambda: stepper.run(steps=ARGS.steps, u=u0))
     M = sp.csr_array(sp.eye_array(A.shape[0]) - dt * A)
     v0 = u0[(slice(1, -1),) * dim].reshape(-1)
     one = stepper.run(steps=1, u=u0)["u"][(slice(1, -1),) * dim].reshape(-1)

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     c = slice(n // 2 - n // 10, n // 2 + n // 10)
     u0[c, c], v0[c, c] = 0.5, 0.25
     u0 += 0.02 * rng.random((n, n))
-    params = dict(du=0.16, dv=0.08, feed=0.035, kill=0.065)
+    params = {"du": 0.16, "dv": 0.08, "feed": 0.035, "kill": 0.065}
     kernel = msc.explicit(gray_scott, 1.0, "euler").compile(target="openmp")
     out = kernel.run(steps=a.steps, u=u0, v=v0, **params)
     print(f"Gray-Scott {n}x{n}, {a.steps} explicit steps: v in [{out['v'].min():.3f}, {out['v'].max():.3f}]"

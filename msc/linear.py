@@ -15,8 +15,9 @@ NonLinearError naming that term and its file:line.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Callable, Collection
+from typing import Any
 
 import numpy as np
 

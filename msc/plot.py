@@ -4,8 +4,8 @@ axes, a colour bar and a title, written atomically as PNG."""
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

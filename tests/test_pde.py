@@ -276,7 +276,7 @@ def test_poisson_manufactured_solution_converges_second_order(ndim, sizes):
         np.testing.assert_array_equal(u[0], exact[0])  # the ring is the given one
         errors.append(float(np.abs(u - exact).max()))
     slopes = _slopes(errors, hs)
-    print(f"\nPoisson {ndim}D max errors {['%.2e' % e for e in errors]}, slopes {['%.2f' % s for s in slopes]}")
+    print(f"\nPoisson {ndim}D max errors {['{:.2e}'.format(e) for e in errors]}, slopes {['{:.2f}'.format(s) for s in slopes]}")
     assert all(s > 1.8 for s in slopes)
 
 
@@ -295,7 +295,7 @@ def test_crank_nicolson_heat_converges_second_order():
         u = stepper.run(steps=steps, u=u0)["u"]
         errors.append(float(np.abs(u - u0 * np.exp(-2 * np.pi**2 * T)).max()))
     slopes = _slopes(errors, hs)
-    print(f"\nCrank-Nicolson heat max errors {['%.2e' % e for e in errors]}, slopes {['%.2f' % s for s in slopes]}")
+    print(f"\nCrank-Nicolson heat max errors {['{:.2e}'.format(e) for e in errors]}, slopes {['{:.2f}'.format(s) for s in slopes]}")
     assert all(s > 1.8 for s in slopes)
 
 
@@ -427,7 +427,7 @@ def test_explicit_two_field_nonlinear_periodic_compiles():
 
     rng = np.random.default_rng(11)
     u0, v0 = 1 - 0.1 * rng.random((16, 16)), 0.1 * rng.random((16, 16))
-    params = dict(du=0.16, dv=0.08, feed=0.035, kill=0.065)
+    params = {"du": 0.16, "dv": 0.08, "feed": 0.035, "kill": 0.065}
     st = msc.explicit(gray_scott, 1.0, "rk2")
     ref = st.reference(steps=5, u=u0, v=v0, **params)
     out = st.compile(threads=2).run(steps=5, u=u0, v=v0, **params)

@@ -10,8 +10,9 @@ sorted so each row's columns ascend), without per-point Python loops.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp

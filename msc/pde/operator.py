@@ -11,9 +11,10 @@ the linear-form analysis can name where a non-linear term was written.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Mapping, overload
+from typing import Any, overload
 
 import numpy as np
 

@@ -16,7 +16,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -222,12 +223,13 @@ class Implicit:
 
     def run(self, steps: int, **inputs: Any) -> dict[str, np.ndarray]:
         L = self.L
+        if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
+            raise StencilArgumentError(f"operator '{L.name}': steps must be a non-negative integer, got {steps!r}")
         changed = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
-        if changed:
-            if any(not _same(self.params.get(k), v) for k, v in changed.items()):
-                self.params.update(changed)
-                self._assemble()
-                self.refactorizations += 1
+        if changed and any(not _same(self.params.get(k), v) for k, v in changed.items()):
+            self.params.update(changed)
+            self._assemble()
+            self.refactorizations += 1
         missing = [u for u in L.ir.unknowns if u not in inputs]
         if missing:
             raise StencilArgumentError(f"operator '{L.name}': run() needs the initial field(s) {', '.join(missing)}")
