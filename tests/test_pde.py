@@ -438,3 +438,24 @@ def test_explicit_two_field_nonlinear_periodic_compiles():
     with pytest.raises(msc.NonLinearError, match=rf"test_pde.py:{line}: in operator 'gray_scott': "
                        r"non-linear term 'v\[x, y\] \*\* 2'"):
         gray_scott.matrix(shape=(8, 8), **params)
+
+
+@pytest.mark.slow
+def test_pde_benchmark_quick_run(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "pde.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pde.py"
+    run = subprocess.run([sys.executable, str(script), "--quick", "--repeat", "1", "--steps", "2", "--json", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    assert [c["case"] for c in data["cases"]] == ["2D 200^2", "3D 24^3"]
+    for case in data["cases"]:
+        assert case["assembly"]["msc_s"] > 0 and case["assembly"]["scipy_kron_s"] > 0
+        for result in (*case["steady"].values(), *(r for r in case["implicit_step"].values() if isinstance(r, dict))):
+            assert result["residual"] < 1e-8
+        assert case["implicit_step"]["msc"]["solver"] == "swCholesky"
