@@ -70,13 +70,23 @@ def linear_form(expr: ir.Expr, unknowns: Collection[str],
             a = go(e.operand)
             return _map(a, _neg)
         if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
-            a, b = go(e.lhs), go(e.rhs)
-            if e.op == "-":
-                b = _map(b, _neg)
-            terms = dict(a.terms)
-            for k, c in b.terms.items():
-                terms[k] = _add(terms[k], c) if k in terms else c
-            return LinearForm(terms, _add_opt(a.constant, b.constant))
+            # a left-deep chain (s = s + ...) is walked by a loop, not by recursion
+            summands: list[tuple[bool, ir.Expr]] = []
+            node: ir.Expr = e
+            while isinstance(node, ir.BinOp) and node.op in ("+", "-"):
+                summands.append((node.op == "-", node.rhs))
+                node = node.lhs
+            summands.append((False, node))
+            terms: dict[Key, ir.Expr] = {}
+            constant: ir.Expr | None = None
+            for negate, part in reversed(summands):
+                b = go(part)
+                if negate:
+                    b = _map(b, _neg)
+                for k, c in b.terms.items():
+                    terms[k] = _add(terms[k], c) if k in terms else c
+                constant = _add_opt(constant, b.constant)
+            return LinearForm(terms, constant)
         if isinstance(e, ir.BinOp) and e.op == "*":
             a, b = go(e.lhs), go(e.rhs)
             if a.terms and b.terms:

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import msc
-from msc import x, y, z
+from msc import ir, x, y, z
 from msc.linear import linear_form
 
 SYMS = (x, y, z)
@@ -459,3 +459,18 @@ def test_pde_benchmark_quick_run(tmp_path):
         for result in (*case["steady"].values(), *(r for r in case["implicit_step"].values() if isinstance(r, dict))):
             assert result["residual"] < 1e-8
         assert case["implicit_step"]["msc"]["solver"] == "swCholesky"
+
+
+def test_long_sums_are_analysed_without_deep_recursion():
+    @msc.operator
+    def box(u):
+        s = 0
+        for i in range(-4, 5):
+            for j in range(-4, 5):
+                for k in range(-4, 5):
+                    s = s + (i * i + j + 2 * k + 1) * u[x + i, y + j, z + k]
+        return s
+
+    form = box.linear_forms["u"]
+    assert len(form.terms) == 729
+    assert form.terms[("u", None, (4, -1, 2))] == ir.Const(16 - 1 + 4 + 1)
