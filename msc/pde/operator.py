@@ -150,7 +150,6 @@ def trace_operator(func: Callable[..., Any], *, name: str | None = None,
         tracer = _Tracer(op_name)
         proxies = {p: _OpParam(tracer, p, locs) for p in params}
         result = func(*proxies.values())
-        ret_loc = context.user_location()
         if isinstance(result, Mapping):
             exprs: dict[str, ir.Expr] = {}
             for key, value in result.items():
@@ -173,7 +172,7 @@ def trace_operator(func: Callable[..., Any], *, name: str | None = None,
         op = OperatorIR(op_name, tracer.ndim, unknowns, coefficients, scalars, exprs, boundary, def_loc)
 
     def where(node: ir.Expr) -> str:
-        return f"{_locate(node, op, locs) or ret_loc}: in operator '{op_name}'"
+        return f"{_locate(node, op, locs) or def_loc}: in operator '{op_name}'"
 
     return op, where
 
