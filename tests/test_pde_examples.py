@@ -10,7 +10,7 @@ import numpy as np
 
 import msc
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pde"
 
 
 def load(name: str) -> ModuleType:
@@ -27,7 +27,7 @@ def assert_png(path: Path) -> None:
 
 
 def test_poisson_lshape(tmp_path):
-    result = load("pde_poisson_lshape").main(["--n", "48", "--picture", str(tmp_path / "l.png")])
+    result = load("poisson_lshape").main(["--n", "48", "--picture", str(tmp_path / "l.png")])
     assert result["solver"] == "swCholesky"
     assert result["residual"] < 1e-8 and result["outside"] < 1e-12
     assert 0.03 < result["max_u"] < 0.045   # -laplace(u) = 1 on this L shape peaks near 0.037
@@ -35,7 +35,7 @@ def test_poisson_lshape(tmp_path):
 
 
 def test_implicit_heat(tmp_path):
-    result = load("pde_heat_implicit").main(["--n", "40", "--steps", "5", "--picture", str(tmp_path / "h.png")])
+    result = load("heat_implicit").main(["--n", "40", "--steps", "5", "--picture", str(tmp_path / "h.png")])
     u0, u = result["u0"], result["u"]
     assert result["solver"] == "swCholesky" and result["cfl"] > 1
     assert u[1:-1, 1:-1].max() <= u0.max() and u.min() >= -1e-12   # the discrete maximum principle
@@ -44,20 +44,24 @@ def test_implicit_heat(tmp_path):
 
 
 def test_explicit_blows_up_implicit_does_not(tmp_path):
-    result = load("pde_stability").main(["--n", "24", "--steps", "60", "--picture", str(tmp_path / "s.png")])
+    result = load("stability").main(["--n", "24", "--steps", "60", "--picture", str(tmp_path / "s.png")])
     assert result["explicit_max"] > 1e3
     assert result["implicit_max"] <= 1.0
-    stable = load("pde_stability").main(["--n", "24", "--steps", "60", "--factor", "0.9",
+    stable = load("stability").main(["--n", "24", "--steps", "60", "--factor", "0.9",
                                          "--picture", str(tmp_path / "s2.png")])
     assert stable["explicit_max"] <= 1.0
     assert_png(tmp_path / "s.png")
 
 
 def test_gray_scott_explicit(tmp_path):
-    module = load("pde_grayscott")
+    module = load("grayscott")
     result = module.main(["--n", "32", "--steps", "20", "--picture", str(tmp_path / "g.png")])
     ref = msc.explicit(module.gray_scott, 1.0, "euler").reference(steps=20, u=result["u0"], v=result["v0"],
                                                                    **result["params"])
     np.testing.assert_allclose(result["v"], ref["v"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(result["u"], ref["u"], rtol=1e-12, atol=1e-12)
     assert_png(tmp_path / "g.png")
+
+
+def test_every_pde_example_is_exercised():
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == {"poisson_lshape", "heat_implicit", "stability", "grayscott"}

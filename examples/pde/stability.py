@@ -3,7 +3,7 @@ explicit stability limit: explicit Euler (an ordinary compiled msc stencil
 made by msc.explicit) blows up when dt exceeds h^2/4, backward Euler
 (msc.implicit, swCholesky) stays bounded, from the same operator.
 
-    python3 examples/pde_stability.py [--n 64] [--steps 60] [--factor 1.5] [--picture stability.png]
+    python3 examples/pde/stability.py [--n 64] [--steps 60] [--factor 1.5] [--picture stability.png]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ weighted by m[here] * m[there], so the matrix stays symmetric (negative
 definite: msc.solve flips its sign and uses swCholesky), inside points see
 u = 0 across the re-entrant edge, and cut-out points solve -4u = 0.
 
-    python3 examples/pde_poisson_lshape.py [--n 200] [--picture poisson_lshape.png]
+    python3 examples/pde/poisson_lshape.py [--n 200] [--picture poisson_lshape.png]
 """
 
 from __future__ import annotations

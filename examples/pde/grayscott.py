@@ -3,7 +3,7 @@ written once as an operator (a dict {u: ..., v: ...}) and stepped explicitly:
 msc.explicit turns it into an ordinary stencil compiled to OpenMP C.
 The reaction term u*v^2 is non-linear, so the same operator has no matrix.
 
-    python3 examples/pde_grayscott.py [--n 256] [--steps 5000] [--picture grayscott.png]
+    python3 examples/pde/grayscott.py [--n 256] [--steps 5000] [--picture grayscott.png]
 """
 
 from __future__ import annotations

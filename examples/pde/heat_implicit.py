@@ -2,7 +2,7 @@
 Crank-Nicolson: msc assembles I - dt/2 alpha A once, factors it once with
 swCholesky, and every step is two triangular solves.
 
-    python3 examples/pde_heat_implicit.py [--n 256] [--steps 50] [--picture heat_implicit.png]
+    python3 examples/pde/heat_implicit.py [--n 256] [--steps 50] [--picture heat_implicit.png]
 """
 
 from __future__ import annotations
