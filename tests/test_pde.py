@@ -474,3 +474,8 @@ def test_long_sums_are_analysed_without_deep_recursion():
     form = box.linear_forms["u"]
     assert len(form.terms) == 729
     assert form.terms[("u", None, (4, -1, 2))] == ir.Const(16 - 1 + 4 + 1)
+
+
+def test_singular_steady_problem_is_reported():
+    with pytest.raises(msc.MscError, match="msc.solve with operator 'periodic_lap': the matrix is singular"):
+        msc.solve(periodic_lap, np.ones((6, 6)), c=1.0)

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from msc import ir
-from msc.errors import StencilArgumentError
+from msc.errors import MscError, StencilArgumentError
 from msc.pde.assemble import assemble
 from msc.pde.operator import Operator
 from msc.stencil import Stencil
@@ -158,7 +158,8 @@ class _Factorization:
         self.sign = 1.0
         self.analyses = 0
 
-    def factor(self, M: sp.csr_array) -> None:
+    def factor(self, M: sp.csr_array, what: str) -> None:
+        """Factor M; `what` names the problem in the error raised when M is singular."""
         from msc.solvers import InvalidMatrixError, NotPositiveDefiniteError, NotSymmetricError, analyze
 
         diag = M.diagonal()
@@ -166,26 +167,42 @@ class _Factorization:
         if sign != 0.0 and _symmetric(M):
             S = sign * M
             try:
-                F = None
-                if self._symbolic is not None:
-                    try:
-                        F = self._symbolic.factorize(S)  # same pattern: the analysis is reused
-                    except InvalidMatrixError:
-                        F = None
-                if F is None:
+                try:
+                    if self._symbolic is None:
+                        raise InvalidMatrixError("not analysed yet")
+                    F = self._symbolic.factorize(S)  # same pattern: the analysis is reused
+                except InvalidMatrixError:
                     self._symbolic = analyze(S)
                     self.analyses += 1
                     F = self._symbolic.factorize(S)
                 self.solver, self.sign, self._solve = "swCholesky", sign, F.solve
                 return
             except (NotPositiveDefiniteError, NotSymmetricError):
-                pass
-        lu = spla.splu(sp.csc_matrix(M))
+                pass  # symmetric but indefinite (or not quite symmetric): LU below
+        singular = (f"{what}: the matrix is singular{{}}; a periodic or pure-Neumann operator determines u "
+                    "only up to a constant")
+        try:
+            lu = spla.splu(sp.csc_matrix(M))
+        except RuntimeError as err:
+            raise MscError(singular.format(f" ({err})")) from None
+        pivots = np.abs(lu.U.diagonal())
+        if pivots.size and pivots.min() <= 1e-13 * pivots.max():
+            raise MscError(singular.format(f" (LU pivot ratio {pivots.min() / pivots.max():.1e})"))
         self.solver, self.sign, self._solve, self._symbolic = "splu", 1.0, lu.solve, None
 
     def solve(self, b: np.ndarray) -> np.ndarray:
         assert self._solve is not None
         return self._solve(b if self.sign == 1.0 else -b)
+
+
+def _check_residual(A: sp.csr_array, v: np.ndarray, b: np.ndarray, what: str) -> None:
+    """Raise unless A v = b to a normwise backward error of 1e-8 (a singular A fails here)."""
+    scale = float(abs(A).sum(axis=1).max()) * float(np.abs(v).max(initial=0.0)) + float(np.abs(b).max(initial=0.0))
+    error = float(np.abs(A @ v - b).max(initial=0.0))
+    if not np.isfinite(error) or error > 1e-8 * scale:
+        raise MscError(f"{what}: the solution fails its residual check (|A u - b| = {error:.2e}, scale "
+                       f"{scale:.2e}); the matrix is singular or nearly so (a periodic or pure-Neumann operator "
+                       "determines u only up to a constant)")
 
 
 def _symmetric(M: sp.csr_array) -> bool:
@@ -219,7 +236,7 @@ class Implicit:
         self.A = A
         self.M = (sp.identity(A.shape[0], format="csr") - (self.theta * self.dt) * A).tocsr()
         self.M.sort_indices()
-        self._factor.factor(self.M)
+        self._factor.factor(self.M, f"implicit step of operator '{self.L.name}'")
 
     def run(self, steps: int, **inputs: Any) -> dict[str, np.ndarray]:
         L = self.L
@@ -306,10 +323,11 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     b = np.concatenate([np.asarray(rhs_by[u], np.float64).reshape(-1) for u in L.ir.unknowns]) - g
     t1 = time.perf_counter()
     F = _Factorization()
-    F.factor(A)
+    F.factor(A, f"msc.solve with operator '{L.name}'")
     t2 = time.perf_counter()
     v = F.solve(b)
     t3 = time.perf_counter()
+    _check_residual(A, v, b, f"msc.solve with operator '{L.name}'")
     rings = {u: inputs[u] for u in L.ir.unknowns if inputs.get(u) is not None}
     out = _scatter(L, shape, v, rings)
     result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
