@@ -30,12 +30,15 @@ parser.add_argument("--quick", action="store_true", help="small cases (2D 200^2,
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement; the minimum is reported")
 parser.add_argument("--steps", type=int, default=10, help="implicit steps timed per run")
+parser.add_argument("--spsolve-timeout", type=float, default=600,
+                    help="seconds one scipy spsolve may take before it is recorded as not finished")
 ARGS = parser.parse_args()
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(ARGS.threads)  # before numpy / the BLAS libraries load
 os.environ.setdefault("KMP_BLOCKTIME", "0")
 
 import importlib.util  # noqa: E402
+import multiprocessing  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
@@ -83,6 +86,28 @@ def best(fn: Callable[[], Any], repeat: int = ARGS.repeat) -> tuple[Any, float]:
 
 def rel_residual(A: Any, v: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(A @ v - b) / np.linalg.norm(b))
+
+
+def _spsolve_worker(M: sp.csc_matrix, b: np.ndarray, queue: Any) -> None:
+    t0 = time.perf_counter()
+    v = spla.spsolve(M, b)
+    queue.put((v, time.perf_counter() - t0))
+
+
+def timed_spsolve(M: Any, b: np.ndarray) -> dict[str, Any]:
+    """scipy spsolve in a forked process, given up after --spsolve-timeout seconds (SuperLU's fill in 3D)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_spsolve_worker, args=(sp.csc_matrix(M), b, queue))
+    proc.start()
+    try:
+        v, seconds = queue.get(timeout=ARGS.spsolve_timeout)
+    except Exception:  # queue.Empty: still factoring
+        proc.kill()
+        proc.join()
+        return {"finished": False, "gave_up_after_s": ARGS.spsolve_timeout}
+    proc.join()
+    return {"finished": True, "seconds": seconds, "residual": rel_residual(M, v, b)}
 
 
 def importable(name: str) -> bool:
@@ -134,8 +159,8 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
     steady: dict[str, Any] = {}
     (u, info), t = best(lambda: msc.solve(L, f, shape=shape, h=h, full_output=True), 1)
     steady["msc"] = {"total_s": t, **{k: v for k, v in info.items()}, "residual": rel_residual(A, u[(slice(1, -1),) * dim].reshape(-1), b)}
-    v, t = best(lambda: spla.spsolve(sp.csc_matrix(A), b), 1)
-    steady["scipy_spsolve"] = {"total_s": t, "residual": rel_residual(A, v, b)}
+    sps = timed_spsolve(A, b)
+    steady["scipy_spsolve"] = {"total_s": sps.pop("seconds", float("nan")), **sps}
     S = sp.csc_array(-A)
     if peers["cholmod"]:
         F, tf = best(lambda: cholmod_factor(S), 1)
@@ -147,7 +172,8 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
         steady["pardiso"] = {"total_s": tf + ts, "factor_s": tf, "solve_s": ts, "residual": rel_residual(A, v, b)}
         solver.free_memory(everything=True)
     out["steady"] = steady
-    print("  steady: " + ", ".join(f"{k} {r['total_s']:.2f} s (res {r['residual']:.0e})" for k, r in steady.items()))
+    print("  steady: " + ", ".join(f"{k} {r['total_s']:.2f} s (res {r.get('residual', float('nan')):.0e})"
+                                   for k, r in steady.items()))
 
     # implicit backward Euler steps
     dt = 10 * h * h
@@ -163,8 +189,8 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
     one = stepper.run(steps=1, u=u0)["u"][(slice(1, -1),) * dim].reshape(-1)
     step["msc"] = {"setup_s": setup, "per_step_s": t / ARGS.steps, "solver": stepper.solver,
                    "residual": rel_residual(M, one, v0)}
-    v, t = best(lambda: spla.spsolve(sp.csc_matrix(M), v0), 1)
-    step["scipy_spsolve"] = {"per_step_s": t, "residual": rel_residual(M, v, v0)}
+    sps = timed_spsolve(M, v0)
+    step["scipy_spsolve"] = {"per_step_s": sps.pop("seconds", float("nan")), **sps}
     if peers["cholmod"]:
         F, tf = best(lambda: cholmod_factor(sp.csc_array(M)), 1)
         v, ts = best(lambda: F(v0))
@@ -175,7 +201,7 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
         step["pardiso"] = {"setup_s": tf, "per_step_s": ts, "residual": rel_residual(M, v, v0)}
         solver.free_memory(everything=True)
     for peer in ("scipy_spsolve", "cholmod", "pardiso"):
-        if peer in step:
+        if peer in step and step[peer].get("finished", True):
             step[f"ratio_msc_over_{peer}"] = step["msc"]["per_step_s"] / step[peer]["per_step_s"]
     out["implicit_step"] = step
     print("  implicit step: " + ", ".join(f"{k} {r['per_step_s'] * 1e3:.1f} ms" for k, r in step.items()
@@ -189,11 +215,12 @@ def main() -> int:
     print(f"threads={ARGS.threads}, min of {ARGS.repeat} runs, peers missing: {', '.join(missing) or 'none'}")
     cases = [("2D 200^2", lap2, 200, 2), ("3D 24^3", lap3, 24, 3)] if ARGS.quick else \
         [("2D 1000^2", lap2, 1000, 2), ("3D 64^3", lap3, 64, 3)]
-    results = [run_case(name, L, n, dim, peers) for name, L, n, dim in cases]
     data = {"benchmark": "pde", "threads": ARGS.threads, "repeat": ARGS.repeat, "steps": ARGS.steps,
             "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-            "peers_missing": missing, "cases": results}
-    atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))
+            "peers_missing": missing, "cases": []}
+    for name, L, n, dim in cases:
+        data["cases"].append(run_case(name, L, n, dim, peers))
+        atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))  # kept after each case
     print(f"wrote {ARGS.json}")
     return 0
 

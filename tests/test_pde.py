@@ -457,7 +457,7 @@ def test_pde_benchmark_quick_run(tmp_path):
     for case in data["cases"]:
         assert case["assembly"]["msc_s"] > 0 and case["assembly"]["scipy_kron_s"] > 0
         for result in (*case["steady"].values(), *(r for r in case["implicit_step"].values() if isinstance(r, dict))):
-            assert result["residual"] < 1e-8
+            assert result.get("finished", True) and result["residual"] < 1e-8
         assert case["implicit_step"]["msc"]["solver"] == "swCholesky"
 
 
