@@ -164,7 +164,7 @@ class _Factorization:
 
         diag = M.diagonal()
         sign = 1.0 if np.all(diag > 0) else -1.0 if np.all(diag < 0) else 0.0
-        if sign != 0.0 and _symmetric(M):
+        if sign != 0.0:  # swCholesky checks symmetry itself (NotSymmetricError)
             S = sign * M
             try:
                 try:
@@ -178,7 +178,7 @@ class _Factorization:
                 self.solver, self.sign, self._solve = "swCholesky", sign, F.solve
                 return
             except (NotPositiveDefiniteError, NotSymmetricError):
-                pass  # symmetric but indefinite (or not quite symmetric): LU below
+                pass  # not symmetric, or indefinite: LU below
         singular = (f"{what}: the matrix is singular{{}}; a periodic or pure-Neumann operator determines u "
                     "only up to a constant")
         try:
@@ -203,11 +203,6 @@ def _check_residual(A: sp.csr_array, v: np.ndarray, b: np.ndarray, what: str) ->
         raise MscError(f"{what}: the solution fails its residual check (|A u - b| = {error:.2e}, scale "
                        f"{scale:.2e}); the matrix is singular or nearly so (a periodic or pure-Neumann operator "
                        "determines u only up to a constant)")
-
-
-def _symmetric(M: sp.csr_array) -> bool:
-    D = abs(M - M.T)
-    return D.nnz == 0 or float(D.max()) <= 1e-12 * float(abs(M).max())
 
 
 class Implicit:
