@@ -38,12 +38,13 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("KMP_BLOCKTIME", "0")
 
 import importlib.util  # noqa: E402
-import multiprocessing  # noqa: E402
 import json  # noqa: E402
+import multiprocessing  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
+from queue import Empty  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -102,7 +103,7 @@ def timed_spsolve(M: Any, b: np.ndarray) -> dict[str, Any]:
     proc.start()
     try:
         v, seconds = queue.get(timeout=ARGS.spsolve_timeout)
-    except Exception:  # queue.Empty: still factoring
+    except Empty:  # still factoring
         proc.kill()
         proc.join()
         return {"finished": False, "gave_up_after_s": ARGS.spsolve_timeout}

@@ -276,7 +276,7 @@ def test_poisson_manufactured_solution_converges_second_order(ndim, sizes):
         np.testing.assert_array_equal(u[0], exact[0])  # the ring is the given one
         errors.append(float(np.abs(u - exact).max()))
     slopes = _slopes(errors, hs)
-    print(f"\nPoisson {ndim}D max errors {['{:.2e}'.format(e) for e in errors]}, slopes {['{:.2f}'.format(s) for s in slopes]}")
+    print(f"\nPoisson {ndim}D max errors {[f'{e:.2e}' for e in errors]}, slopes {[f'{s:.2f}' for s in slopes]}")
     assert all(s > 1.8 for s in slopes)
 
 
@@ -295,7 +295,7 @@ def test_crank_nicolson_heat_converges_second_order():
         u = stepper.run(steps=steps, u=u0)["u"]
         errors.append(float(np.abs(u - u0 * np.exp(-2 * np.pi**2 * T)).max()))
     slopes = _slopes(errors, hs)
-    print(f"\nCrank-Nicolson heat max errors {['{:.2e}'.format(e) for e in errors]}, slopes {['{:.2f}'.format(s) for s in slopes]}")
+    print(f"\nCrank-Nicolson heat max errors {[f'{e:.2e}' for e in errors]}, slopes {[f'{s:.2f}' for s in slopes]}")
     assert all(s > 1.8 for s in slopes)
 
 
