@@ -240,6 +240,10 @@ def test_operator_errors_point_at_the_line():
         @msc.operator
         def scaled(u):
             return u[2 * x]
+    with pytest.raises(msc.StencilDefinitionError, match=r"test_pde.py:\d+: in stencil 'silent': the operator returns"):
+        @msc.operator
+        def silent(u):
+            u[x] + 1
     with pytest.raises(msc.StencilArgumentError, match="missing argument"):
         lap5.matrix(shape=(5, 5))
 

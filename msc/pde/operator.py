@@ -150,6 +150,10 @@ def trace_operator(func: Callable[..., Any], *, name: str | None = None,
         tracer = _Tracer(op_name)
         proxies = {p: _OpParam(tracer, p, locs) for p in params}
         result = func(*proxies.values())
+        if result is None:
+            raise context.definition_error(
+                "the operator returns nothing: return its expression, or a dict {field: expression} "
+                "for a system", def_loc)
         if isinstance(result, Mapping):
             exprs: dict[str, ir.Expr] = {}
             for key, value in result.items():
