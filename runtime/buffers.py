@@ -51,12 +51,3 @@ def pack(stencil: ir.StencilIR, args: BoundArguments) -> dict[str, np.ndarray]:
         buffers[f.name] = buf
     return buffers
 
-
-def unpack(stencil: ir.StencilIR, buffers: dict[str, np.ndarray], steps: int) -> dict[str, np.ndarray]:
-    """The newest level of each written field after `steps` steps, ghosts stripped."""
-    g = ghost_width(stencil)
-    out = {}
-    for f in stencil.written_fields:
-        level = buffers[f.name][steps % f.slots]
-        out[f.name] = level[tuple(slice(w, level.shape[d] - w) for d, w in enumerate(g))].copy()
-    return out
