@@ -8,6 +8,10 @@ when a test fails. Usage:
 
     python tools/mutate.py [--only NAME ...] [--json mutants.json]
 
+With `--cosmic-ray N` it runs cosmic-ray (pip install -e ".[mutation]")
+instead, as configured in tools/cosmic-ray.toml, on a seeded sample of N of
+the mutants it generates (all of them with N = 0), again in a scratch copy.
+
 Exit status 0 when every mutant is killed, 1 otherwise.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -120,15 +125,59 @@ def run_mutant(mutant: Mutant, timeout: float) -> dict[str, object]:
                 "summary": tail[0] if tail else ""}
 
 
+def cosmic_ray(sample: int, timeout: float) -> list[dict[str, object]]:
+    """cosmic-ray's mutants of the modules in tools/cosmic-ray.toml (a seeded
+    sample of `sample` of them; all with 0), each tested in one scratch copy."""
+    exe = Path(sys.executable).parent / "cosmic-ray"
+    tool = str(exe) if exe.exists() else shutil.which("cosmic-ray")
+    if tool is None:
+        raise SystemExit('cosmic-ray is not installed: pip install -e ".[mutation]"')
+    config = ROOT / "tools" / "cosmic-ray.toml"
+    test_command = next(line.split("=", 1)[1].strip()[1:-1] for line in config.read_text().splitlines()
+                        if line.startswith("test-command"))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="msc-cosmic-ray-") as tmp:
+        repo = scratch_copy(Path(tmp) / "repo")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+                   MSC_CACHE_DIR=str(Path(tmp) / "cache"))
+        session = str(Path(tmp) / "session.sqlite")
+        subprocess.run([tool, "init", str(config), session], cwd=repo, env=env, check=True, capture_output=True)
+        dump = subprocess.run([tool, "dump", session], cwd=repo, env=env, check=True, capture_output=True, text=True)
+        jobs = [json.loads(line)[0]["mutations"][0] for line in dump.stdout.splitlines() if line.strip()]
+        command = sys.executable + test_command.removeprefix("python")  # this interpreter
+        chosen = random.Random(0).sample(jobs, sample) if 0 < sample < len(jobs) else jobs
+        print(f"cosmic-ray: {len(chosen)} of {len(jobs)} mutants", flush=True)
+        for job in chosen:
+            name = f"{job['module_path']}:{job['start_pos'][0]} {job['operator_name']} #{job['occurrence']}"
+            started = time.perf_counter()
+            try:
+                proc = subprocess.run([tool, "mutate-and-test", job["module_path"], job["operator_name"],
+                                       str(job["occurrence"]), command],
+                                      cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+                outcome = json.loads(proc.stdout.strip().splitlines()[-1]).get("test_outcome", "error")
+            except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+                outcome = "error"
+            # an incompetent mutant (one that cannot even be imported) also fails every test
+            outcome = "killed" if outcome == "incompetent" else outcome
+            results.append({"mutant": name, "file": job["module_path"], "outcome": outcome,
+                            "tests": test_command, "seconds": round(time.perf_counter() - started, 1), "summary": ""})
+            print(f"{outcome:>8}  {results[-1]['seconds']:7.1f} s  {name}", flush=True)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="run only the mutants whose name contains one of these words")
     parser.add_argument("--json", type=Path, help="write the outcomes to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per mutant")
+    parser.add_argument("--cosmic-ray", type=int, metavar="N", help="run N of cosmic-ray's mutants instead (0: all)")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTANTS if not args.only or any(w in m.name for w in args.only)]
     results = []
-    for mutant in chosen:
+    if args.cosmic_ray is not None:
+        results = cosmic_ray(args.cosmic_ray, args.timeout)
+    for mutant in [] if args.cosmic_ray is not None else MUTANTS:
+        if args.only and not any(w in mutant.name for w in args.only):
+            continue
         result = run_mutant(mutant, args.timeout)
         results.append(result)
         print(f"{result['outcome']:>8}  {result['seconds']:7.1f} s  {mutant.name}  ({result['summary']})", flush=True)
