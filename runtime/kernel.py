@@ -108,7 +108,6 @@ class CompiledKernel:
             from msc.runtime.distributed import run_distributed
 
             return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
-        bind_arguments(self.ir, steps, inputs)  # steps checked before any copying
         sim = self.start(threads, **inputs)
         sim.advance(steps)
         return {name: level.copy() for name, level in sim.fields.items()}
