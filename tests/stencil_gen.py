@@ -132,7 +132,8 @@ def generate(seed: int, *, ndim: int | None = None, boundary: str | None = None,
             term = TERMS[name].format(v=v, w=w, q=f"msc.minimum(msc.maximum({q}, -1.0), 1.0)")
             expr += f" {rng.choice('+-')} {rng.uniform(0.01, 0.05):.3f} * ({term})"
             used.append(name)
-        expr += " + 0.05 * a" if rng.random() < 0.5 else " - 0.02 / a"
+        # 1e-05 prints in C without a decimal point (c_literal's exponent form)
+        expr += " + 0.05 * a + 1e-05" if rng.random() < 0.5 else " - 0.02 / a"
         body.append(f"    {target}[t+1, {_index(ndim, (0,) * ndim)}] = {expr}")
     decorator = "@msc.stencil" + ("(boundary='periodic')" if boundary == "periodic" else "")
     source = f"{decorator}\ndef gen{seed}({', '.join(params)}):\n" + "\n".join(body) + "\n"
