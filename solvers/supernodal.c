@@ -14,7 +14,10 @@
  * Then the diagonal block is factored (plain C when small, else dpotrf and
  * dtrsm). BLAS/LAPACK come in as function pointers (scipy's OpenBLAS).
  * Independent subtrees (contiguous ranges of postordered supernodes) run on
- * separate OpenMP threads. */
+ * separate OpenMP threads.
+ *
+ * Solves go supernode by supernode on the dense blocks: dtrsv + dgemv for
+ * one right-hand side, dtrsm + dgemm for several; tiny blocks in plain C. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -332,43 +335,121 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
     return fail;
 }
 
-/* Solve L Y = B (forward) then L^T X = Y (backward) in place; X is n x nrhs,
- * row-major. Both sweeps go supernode by supernode. */
-void chol_solve(int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
-                const int64_t *Px, const double *Lx, double *X, int32_t nrhs)
+typedef void (*dtrsv_t)(const char *, const char *, const char *, const int *, const double *,
+                        const int *, double *, const int *);
+typedef void (*dgemv_t)(const char *, const int *, const int *, const double *, const double *,
+                        const int *, const double *, const int *, const double *, double *,
+                        const int *);
+
+/* Below this many entries in a supernode's block the solve stays in plain C
+ * (a BLAS call costs more than the arithmetic). */
+#define SOLVE_BLAS_MIN 256
+
+/* Forward sweep, supernode s: X1 = L11^-1 X1, then X[rows below] -= L21 X1.
+ * X is n x r row-major, so a supernode's own rows X1 are one contiguous
+ * r x nscol column-major block (X1^T) for the BLAS. W: workspace. */
+static void solve_forward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_t *rows,
+                          const double *Ls, double *X, int32_t r, double *W,
+                          dtrsv_t dtrsv, dgemv_t dgemv, dtrsm_t dtrsm, dgemm_t dgemm)
 {
-    for (int32_t s = 0; s < ns; s++) {
-        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
-        const int32_t *rows = Si + Sp[s];
-        const double *Ls = Lx + Px[s];
+    double *X1 = X + k1 * r;
+    const int64_t m = nsrow - nscol;
+    if (nscol * nsrow < SOLVE_BLAS_MIN) {
         for (int64_t c = 0; c < nscol; c++) {
             const double *col = Ls + c * nsrow;
-            double *xj = X + (k1 + c) * nrhs;
+            double *xj = X1 + c * r;
             const double inv = 1.0 / col[c];
-            for (int32_t r = 0; r < nrhs; r++) xj[r] *= inv;
+            for (int32_t q = 0; q < r; q++) xj[q] *= inv;
             for (int64_t i = c + 1; i < nsrow; i++) {
-                double *xi = X + (int64_t)rows[i] * nrhs;
+                double *xi = X + (int64_t)rows[i] * r;
                 const double l = col[i];
-                for (int32_t r = 0; r < nrhs; r++) xi[r] -= l * xj[r];
+                for (int32_t q = 0; q < r; q++) xi[q] -= l * xj[q];
             }
         }
+        return;
     }
-    for (int32_t s = ns - 1; s >= 0; s--) {
-        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
-        const int32_t *rows = Si + Sp[s];
-        const double *Ls = Lx + Px[s];
+    const int nc = (int)nscol, ld = (int)nsrow, mm = (int)m, rr = r, inc = 1;
+    const double one = 1.0, zero = 0.0;
+    if (r == 1) dtrsv("L", "N", "N", &nc, Ls, &ld, X1, &inc);
+    else dtrsm("R", "L", "T", "N", &rr, &nc, &one, Ls, &ld, X1, &rr);
+    if (m == 0) return;
+    if (r == 1) {
+        dgemv("N", &mm, &nc, &one, Ls + nscol, &ld, X1, &inc, &zero, W, &inc);
+        for (int64_t i = 0; i < m; i++) X[rows[nscol + i]] -= W[i];
+    } else {
+        dgemm("N", "T", &rr, &mm, &nc, &one, X1, &rr, Ls + nscol, &ld, &zero, W, &rr);
+        for (int64_t i = 0; i < m; i++) {
+            double *xi = X + (int64_t)rows[nscol + i] * r;
+            const double *wi = W + i * r;
+            for (int32_t q = 0; q < r; q++) xi[q] -= wi[q];
+        }
+    }
+}
+
+/* Backward sweep, supernode s: X1 -= L21^T X[rows below], X1 = L11^-T X1. */
+static void solve_backward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_t *rows,
+                           const double *Ls, double *X, int32_t r, double *W,
+                           dtrsv_t dtrsv, dgemv_t dgemv, dtrsm_t dtrsm, dgemm_t dgemm)
+{
+    double *X1 = X + k1 * r;
+    const int64_t m = nsrow - nscol;
+    if (nscol * nsrow < SOLVE_BLAS_MIN) {
         for (int64_t c = nscol - 1; c >= 0; c--) {
             const double *col = Ls + c * nsrow;
-            double *xj = X + (k1 + c) * nrhs;
+            double *xj = X1 + c * r;
             for (int64_t i = c + 1; i < nsrow; i++) {
-                const double *xi = X + (int64_t)rows[i] * nrhs;
+                const double *xi = X + (int64_t)rows[i] * r;
                 const double l = col[i];
-                for (int32_t r = 0; r < nrhs; r++) xj[r] -= l * xi[r];
+                for (int32_t q = 0; q < r; q++) xj[q] -= l * xi[q];
             }
             const double inv = 1.0 / col[c];
-            for (int32_t r = 0; r < nrhs; r++) xj[r] *= inv;
+            for (int32_t q = 0; q < r; q++) xj[q] *= inv;
         }
+        return;
     }
+    const int nc = (int)nscol, ld = (int)nsrow, mm = (int)m, rr = r, inc = 1;
+    const double one = 1.0, minus = -1.0;
+    if (m > 0) {
+        for (int64_t i = 0; i < m; i++) {
+            const double *xi = X + (int64_t)rows[nscol + i] * r;
+            double *wi = W + i * r;
+            for (int32_t q = 0; q < r; q++) wi[q] = xi[q];
+        }
+        if (r == 1) dgemv("T", &mm, &nc, &minus, Ls + nscol, &ld, W, &inc, &one, X1, &inc);
+        else dgemm("N", "N", &rr, &nc, &mm, &minus, W, &rr, Ls + nscol, &ld, &one, X1, &rr);
+    }
+    if (r == 1) dtrsv("L", "T", "N", &nc, Ls, &ld, X1, &inc);
+    else dtrsm("R", "L", "N", "N", &rr, &nc, &one, Ls, &ld, X1, &rr);
+}
+
+/* Solve A X = B for P A P^T = L L^T (P = I[perm]): X[k] = B[perm[k]], then
+ * L Y = X (forward) and L^T Z = Y (backward) supernode by supernode on the
+ * dense blocks, then out[perm[k]] = Z[k]. B, X (workspace) and out are
+ * n x nrhs row-major. BLAS (dtrsv, dgemv, dtrsm, dgemm) come as pointers.
+ * Returns 0, or -1 when the workspace cannot be allocated. */
+int32_t chol_solve(int32_t n, int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
+                   const int64_t *Px, const double *Lx, const int64_t *perm, const double *B,
+                   double *X, double *out, int32_t nrhs,
+                   void *dtrsv, void *dgemv, void *dtrsm, void *dgemm)
+{
+    const int64_t r = nrhs;
+    int64_t maxm = 1;
+    for (int32_t s = 0; s < ns; s++) {
+        const int64_t m = (Sp[s + 1] - Sp[s]) - (super[s + 1] - super[s]);
+        maxm = imax64(maxm, m);
+    }
+    double *W = malloc((size_t)(maxm * r) * sizeof(double));
+    if (W == NULL) return -1;
+    for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
+    for (int32_t s = 0; s < ns; s++)
+        solve_forward(super[s], super[s + 1] - super[s], Sp[s + 1] - Sp[s], Si + Sp[s], Lx + Px[s],
+                      X, nrhs, W, (dtrsv_t)dtrsv, (dgemv_t)dgemv, (dtrsm_t)dtrsm, (dgemm_t)dgemm);
+    for (int32_t s = ns - 1; s >= 0; s--)
+        solve_backward(super[s], super[s + 1] - super[s], Sp[s + 1] - Sp[s], Si + Sp[s], Lx + Px[s],
+                       X, nrhs, W, (dtrsv_t)dtrsv, (dgemv_t)dgemv, (dtrsm_t)dtrsm, (dgemm_t)dgemm);
+    for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
+    free(W);
+    return 0;
 }
 
 /* Copy the supernodal factor into CSC arrays (lower triangle, sorted rows). */

@@ -45,7 +45,9 @@ def test_many_right_hand_sides(rng: np.random.Generator) -> None:
     assert X.shape == B.shape
     for k in range(5):
         assert relative_residual(A, X[:, k], B[:, k]) < 1e-11
-    np.testing.assert_allclose(F.solve(B[:, :1])[:, 0], X[:, 0], rtol=1e-13)
+    # one column goes through dtrsv/dgemv, five through dtrsm/dgemm: same answer up to rounding
+    np.testing.assert_allclose(F.solve(B[:, :1])[:, 0], X[:, 0], rtol=0, atol=1e-13 * np.abs(X[:, 0]).max())
+    np.testing.assert_allclose(F.solve(B[:, 2]), X[:, 2], rtol=0, atol=1e-13 * np.abs(X[:, 2]).max())
 
 
 def test_analyze_then_factorize_new_values(rng: np.random.Generator) -> None:
