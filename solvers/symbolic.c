@@ -204,3 +204,47 @@ void sym_subtree_sum(int32_t ns, const int32_t *parent, const double *w, double 
         size[parent[s]] += size[s];
     }
 }
+
+/* Lower triangle of P A P^T from the lower triangle of A (CSC, no
+ * duplicates): Cp/Ci with sorted rows, and map[k] = position in A's data of
+ * the k-th entry. Two counting sorts (by row, then by column), O(nnz + n).
+ * work: n + 1 int64 and 2 * nnz int64 slots. */
+void sym_permute(int32_t n, const int64_t *Ap, const int32_t *Ai, const int64_t *pinv,
+                 int64_t *Cp, int32_t *Ci, int64_t *map, int64_t *rowptr, int64_t *tmp)
+{
+    const int64_t nnz = Ap[n];
+    int64_t *tcol = tmp, *tidx = tmp + nnz;
+    for (int32_t i = 0; i <= n; i++) rowptr[i] = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int64_t c = pinv[j];
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++) {
+            const int64_t r = pinv[Ai[p]];
+            rowptr[(r > c ? r : c) + 1]++;
+        }
+    }
+    for (int32_t i = 0; i < n; i++) rowptr[i + 1] += rowptr[i];
+    for (int32_t j = 0; j < n; j++) {
+        const int64_t c = pinv[j];
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++) {
+            const int64_t r = pinv[Ai[p]];
+            const int64_t q = rowptr[r > c ? r : c]++;
+            tcol[q] = r > c ? c : r;
+            tidx[q] = p;
+        }
+    }
+    /* rowptr[i] is now the end of row i; rows run 0..n-1 in order below. */
+    for (int32_t j = 0; j <= n; j++) Cp[j] = 0;
+    for (int64_t q = 0; q < nnz; q++) Cp[tcol[q] + 1]++;
+    for (int32_t j = 0; j < n; j++) Cp[j + 1] += Cp[j];
+    int64_t start = 0;
+    for (int32_t i = 0; i < n; i++) {
+        for (int64_t q = start; q < rowptr[i]; q++) {
+            const int64_t k = Cp[tcol[q]]++;
+            Ci[k] = i;
+            map[k] = tidx[q];
+        }
+        start = rowptr[i];
+    }
+    for (int32_t j = n; j > 0; j--) Cp[j] = Cp[j - 1];
+    Cp[0] = 0;
+}

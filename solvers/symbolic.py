@@ -45,21 +45,19 @@ class PermutedPattern:
 
 
 def permute(lower: sp.csc_array, perm: np.ndarray) -> PermutedPattern:
-    """Lower triangle of A[perm][:, perm] with sorted rows, and the map of values."""
+    """Lower triangle of A[perm][:, perm] with sorted rows, and the map of values
+    (two counting sorts in symbolic.c)."""
     n = lower.shape[0]
-    coo = lower.tocoo()
     pinv = np.empty(n, dtype=np.int64)
     pinv[perm] = np.arange(n, dtype=np.int64)
-    r = pinv[coo.row]
-    c = pinv[coo.col]
-    rows = np.maximum(r, c)
-    cols = np.minimum(r, c)
-    order = np.arange(coo.nnz, dtype=np.float64)  # carried through as exact data
-    M = sp.csc_array((order, (rows, cols)), shape=(n, n))
-    M.sort_indices()
-    return PermutedPattern(
-        M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data.astype(np.int64)
-    )
+    nnz = lower.nnz
+    indptr = np.empty(n + 1, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int32)
+    value_map = np.empty(nnz, dtype=np.int64)
+    native.symbolic_lib().sym_permute(
+        n, lower.indptr.astype(np.int64, copy=False), lower.indices.astype(np.int32, copy=False), pinv,
+        indptr, indices, value_map, np.empty(n + 1, dtype=np.int64), np.empty(max(2 * nnz, 1), dtype=np.int64))
+    return PermutedPattern(indptr, indices, value_map)
 
 
 def tree_and_counts(n: int, pattern: PermutedPattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -145,14 +143,22 @@ def analyze_structure(
     perm: np.ndarray,
     amalgamation: Amalgamation = Amalgamation(),
     max_factor_bytes: int | None = None,
+    counted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> SupernodalStructure:
-    """The full symbolic analysis for a fill-reducing permutation."""
+    """The full symbolic analysis for a fill-reducing permutation. counted:
+    tree_and_counts() of permute(lower, perm), when the caller has it."""
     lib = native.symbolic_lib()
     n = lower.shape[0]
-    _, post, _ = tree_and_counts(n, permute(lower, perm))
-    perm = perm[post].astype(np.int64)  # postorder: subtrees are contiguous
+    parent0, post, colcount0 = counted if counted is not None else tree_and_counts(n, permute(lower, perm))
+    # Relabel in postorder (subtrees become contiguous): the tree and the
+    # column counts of the postordered matrix are those of perm, renumbered.
+    perm = perm[post].astype(np.int64)
     pattern = permute(lower, perm)
-    parent, _, colcount = tree_and_counts(n, pattern)  # tree is now postordered
+    newlabel = np.empty(n + 1, dtype=np.int32)
+    newlabel[post] = np.arange(n, dtype=np.int32)
+    newlabel[n] = -1
+    parent = newlabel[parent0[post]]  # parent -1 indexes newlabel[n] = -1
+    colcount = colcount0[post]
 
     fsuper = fundamental_supernodes(parent, colcount)
     nfs = fsuper.shape[0] - 1
