@@ -187,5 +187,7 @@ def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo
                    threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
     factor = sym.factorize_lower(lower)
     if tuning is not None:
+        if tuning.from_cache and tuner.needs_recheck(tuning, factor.timings["numeric"], factor.flops):
+            tuning = tuner.recheck(lower, ordering, tuning, threads=threads)
         factor.stats["tuning"] = tuning.report()
     return factor
