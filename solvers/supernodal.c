@@ -14,7 +14,7 @@
  * Then the diagonal block is factored (plain C when small, else dpotrf and
  * dtrsm). BLAS/LAPACK come in as function pointers (scipy's OpenBLAS).
  * Independent subtrees (contiguous ranges of postordered supernodes) run on
- * separate OpenMP threads.
+ * the OpenMP threads, each taken by the next free thread.
  *
  * Solves go supernode by supernode on the dense blocks: dtrsv + dgemv for
  * one right-hand side, dtrsm + dgemm for several; tiny blocks in plain C. */
@@ -280,8 +280,10 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
 }
 
 /* Factor the supernode ranges task_lo[t] .. task_hi[t] (inclusive, each a
- * union of whole subtrees or a single supernode whose descendants are done),
- * task t on thread task_thread[t] of nthreads. head/next/lpos persist across
+ * union of whole subtrees or a single supernode whose descendants are done)
+ * on nthreads threads. Threads take the next task in the given order when
+ * they are free (largest first is best): a thread slowed by another process
+ * on its core then holds up only its own task. head/next/lpos persist across
  * calls (head must start as -1). params: inst_max, tpq_max, tpq_batch,
  * diag_small. stats: NSTAT doubles, accumulated. Returns -1, or the smallest
  * failing column found (permuted numbering). */
@@ -290,7 +292,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
                     const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
                     int32_t *head, int32_t *next, int64_t *lpos,
                     int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
-                    const int32_t *task_thread, int32_t nthreads, const int64_t *params,
+                    int32_t nthreads, const int64_t *params,
                     void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
 {
     ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
@@ -299,19 +301,22 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
     int64_t maxrow = 1;
     for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
     int64_t fail = -1;
+    int32_t next_task = 0;
     const int shared = nthreads > 1;
 
 #pragma omp parallel num_threads(nthreads)
     {
-        const int tid = omp_get_thread_num();
         work_t w;
         memset(&w, 0, sizeof w);
         w.map = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
         w.rel = malloc((size_t)maxrow * sizeof(int32_t));
         w.bbuf = malloc((size_t)(c.tpq_batch * c.tpq_max) * sizeof(double));
         w.items = malloc((size_t)c.tpq_batch * sizeof(item_t));
-        for (int32_t t = 0; t < ntask; t++) {
-            if (task_thread[t] != tid) continue;
+        for (;;) {
+            int32_t t;
+#pragma omp atomic capture
+            t = next_task++;
+            if (t >= ntask) break;
             for (int32_t s = task_lo[t]; s <= task_hi[t]; s++) {
                 int64_t failed_now;
 #pragma omp atomic read
