@@ -131,15 +131,20 @@ def backward_error(A: Any, X: Any, B: Any) -> float:
     return float((R / (norm_A * np.abs(X2).max(axis=0) + np.abs(B2).max(axis=0))).max())
 
 
-def measure(A: Any, b: Any, B: Any, repeat: int,
-            steps: Callable[[], tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]]
-            ) -> Result:
-    """Runs analyze -> factorize -> solve(b) -> solve(B) `repeat` times, each
-    time from scratch; medians and spread (max/min) per phase."""
-    times: dict[str, list[float]] = {p: [] for p in PHASES}
-    err = 0.0
-    for _ in range(repeat):
-        analyze, factorize, solve = steps()
+Steps = tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]
+
+
+class Timing:
+    """Times of one solver's runs: analyze -> factorize -> solve(b) -> solve(B),
+    each run from scratch; medians and spread (max/min) per phase."""
+
+    def __init__(self, steps: Callable[[], Steps]) -> None:
+        self.steps = steps
+        self.times: dict[str, list[float]] = {p: [] for p in PHASES}
+        self.error = 0.0
+
+    def run(self, A: Any, b: Any, B: Any) -> None:
+        analyze, factorize, solve = self.steps()
         t0 = time.perf_counter()
         sym = analyze()
         t1 = time.perf_counter()
@@ -150,27 +155,29 @@ def measure(A: Any, b: Any, B: Any, repeat: int,
         X = solve(fac, B)
         t4 = time.perf_counter()
         for phase, t in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t3 - t0)):
-            times[phase].append(t)
-        err = max(err, backward_error(A, x, b), backward_error(A, X, B))
-        del sym, fac
-    return {"median_s": {p: statistics.median(v) for p, v in times.items()},
-            "spread": {p: max(v) / min(v) if min(v) > 0 else float("nan") for p, v in times.items()},
-            "runs_s": times, "backward_error": err}
+            self.times[phase].append(t)
+        self.error = max(self.error, backward_error(A, x, b), backward_error(A, X, B))
+
+    def result(self) -> Result:
+        return {"median_s": {p: statistics.median(v) for p, v in self.times.items()},
+                "spread": {p: max(v) / min(v) if min(v) > 0 else float("nan") for p, v in self.times.items()},
+                "runs_s": self.times, "backward_error": self.error}
 
 
-def run_msc(A: Any, b: Any, B: Any, repeat: int, threads: int) -> Result:
+def msc_steps(A: Any, threads: int) -> Callable[[], Steps]:
     from msc.solvers import analyze
 
-    def steps():  # type: ignore[no-untyped-def]
-        return (lambda: analyze(A, threads=threads), lambda S: S.factorize(A), lambda F, rhs: F.solve(rhs))
-
-    out = measure(A, b, B, repeat, steps)
-    F = analyze(A, threads=threads).factorize(A)
-    out.update({"nnz_L": F.nnz, "ordering": F.stats["ordering"], "flops": F.flops})
-    return out
+    return lambda: (lambda: analyze(A, threads=threads), lambda S: S.factorize(A), lambda F, rhs: F.solve(rhs))
 
 
-def run_cholmod(A: Any, b: Any, B: Any, repeat: int) -> Result:
+def msc_info(A: Any, threads: int) -> Result:
+    from msc.solvers import analyze
+
+    S = analyze(A, threads=threads)
+    return {"nnz_L": S.nnz, "ordering": S.ordering, "flops": S.flops}
+
+
+def cholmod_steps(A: Any) -> Callable[[], Steps]:
     import warnings
 
     import scipy.sparse as sp
@@ -178,27 +185,26 @@ def run_cholmod(A: Any, b: Any, B: Any, repeat: int) -> Result:
 
     M = sp.csc_matrix(A)
     warnings.filterwarnings("ignore", message=".*converting matrix.*")
-
-    def steps():  # type: ignore[no-untyped-def]
-        return (lambda: analyze(M, mode="supernodal"), lambda S: S.cholesky(M), lambda F, rhs: F(rhs))
-
-    out = measure(A, b, B, repeat, steps)
-    F = analyze(M, mode="supernodal").cholesky(M)
-    L = F.L()
-    out.update({"nnz_L": int(L.nnz)})
-    return out
+    return lambda: (lambda: analyze(M, mode="supernodal"), lambda S: S.cholesky(M), lambda F, rhs: F(rhs))
 
 
-def run_pardiso(A: Any, b: Any, B: Any, repeat: int) -> Result:
+def cholmod_info(A: Any) -> Result:
+    import scipy.sparse as sp
+    from sksparse.cholmod import analyze
+
+    M = sp.csc_matrix(A)
+    return {"nnz_L": int(analyze(M, mode="supernodal").cholesky(M).L().nnz)}
+
+
+def pardiso_steps(A: Any, b: Any) -> Callable[[], Steps]:
     import numpy as np
     import pypardiso
     import scipy.sparse as sp
 
     upper = sp.csr_matrix(sp.triu(A, format="csr"))
 
-    def steps():  # type: ignore[no-untyped-def]
+    def steps() -> Steps:
         solver = pypardiso.PyPardisoSolver(mtype=2)
-        solver.set_iparm(18, -1)  # report nnz(L) (iparm 18, 1-based)
 
         def phase(p: int, rhs: Any) -> Any:
             solver.set_phase(p)
@@ -207,27 +213,18 @@ def run_pardiso(A: Any, b: Any, B: Any, repeat: int) -> Result:
         def solve(_: Any, rhs: Any) -> Any:
             return phase(33, rhs)
 
-        steps.solver = solver  # type: ignore[attr-defined]
         return (lambda: phase(11, b), lambda _: phase(22, b), solve)
 
-    out = measure(A, b, B, repeat, steps)
-    out["nnz_L"] = int(steps.solver.get_iparm(18))  # type: ignore[attr-defined]
-    steps.solver.free_memory(everything=True)  # type: ignore[attr-defined]
-    return out
+    return steps
 
 
-def run_splu(A: Any, b: Any, B: Any, repeat: int) -> Result:
+def splu_steps(A: Any) -> Callable[[], Steps]:
     import scipy.sparse.linalg as spla
 
-    def steps():  # type: ignore[no-untyped-def]
-        return (lambda: None,
-                lambda _: spla.splu(A, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True},
-                                    diag_pivot_thresh=0.0),
-                lambda lu, rhs: lu.solve(rhs))
-
-    out = measure(A, b, B, repeat, steps)
-    out["note"] = "analysis is part of factorize (splu)"
-    return out
+    return lambda: (lambda: None,
+                    lambda _: spla.splu(A, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True},
+                                        diag_pivot_thresh=0.0),
+                    lambda lu, rhs: lu.solve(rhs))
 
 
 def importable(module: str) -> bool:
@@ -252,13 +249,22 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
         n = A.shape[0]
         rng = np.random.default_rng(0)
         b, B = rng.standard_normal(n), rng.standard_normal((n, 16))
-        rows: dict[str, Result] = {"msc swCholesky": run_msc(A, b, B, args.repeat, threads)}
+        timings = {"msc swCholesky": Timing(msc_steps(A, threads))}
         if peers["CHOLMOD"]:
-            rows["CHOLMOD"] = run_cholmod(A, b, B, args.repeat)
+            timings["CHOLMOD"] = Timing(cholmod_steps(A))
         if peers["MKL PARDISO"]:
-            rows["MKL PARDISO"] = run_pardiso(A, b, B, args.repeat)
+            timings["MKL PARDISO"] = Timing(pardiso_steps(A, b))
         if n <= SUPERLU_MAX_N:
-            rows["SuperLU"] = run_splu(A, b, B, args.repeat)
+            timings["SuperLU"] = Timing(splu_steps(A))
+        for _ in range(args.repeat):  # solvers interleaved: a busy moment hits them all alike
+            for timing in timings.values():
+                timing.run(A, b, B)
+        rows = {name: t.result() for name, t in timings.items()}
+        rows["msc swCholesky"].update(msc_info(A, threads))
+        if "CHOLMOD" in rows:
+            rows["CHOLMOD"].update(cholmod_info(A))
+        if "SuperLU" in rows:
+            rows["SuperLU"]["note"] = "analysis is part of factorize (splu)"
         for solver, r in rows.items():
             med = r["median_s"]
             print(f"{name:22s} {solver:15s} " + " ".join(f"{p} {med[p]:8.4f}" for p in PHASES)

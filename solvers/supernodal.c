@@ -347,8 +347,13 @@ typedef void (*dgemv_t)(const char *, const int *, const int *, const double *, 
                         const int *);
 
 /* Below this many entries in a supernode's block the solve stays in plain C
- * (a BLAS call costs more than the arithmetic). */
+ * (a BLAS call costs more than the arithmetic); _1: for one right-hand side. */
+#ifndef SOLVE_BLAS_MIN
 #define SOLVE_BLAS_MIN 256
+#endif
+#ifndef SOLVE_BLAS_MIN_1
+#define SOLVE_BLAS_MIN_1 1024
+#endif
 
 /* Forward sweep, supernode s: X1 = L11^-1 X1, then X[rows below] -= L21 X1.
  * X is n x r row-major, so a supernode's own rows X1 are one contiguous
@@ -359,6 +364,16 @@ static void solve_forward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_
 {
     double *X1 = X + k1 * r;
     const int64_t m = nsrow - nscol;
+    if (r == 1 && nscol * nsrow < SOLVE_BLAS_MIN_1) {
+        for (int64_t c = 0; c < nscol; c++) {
+            const double *col = Ls + c * nsrow;
+            const double xj = X1[c] / col[c];
+            X1[c] = xj;
+            for (int64_t i = c + 1; i < nscol; i++) X1[i] -= col[i] * xj;
+            for (int64_t i = nscol; i < nsrow; i++) X[rows[i]] -= col[i] * xj;
+        }
+        return;
+    }
     if (nscol * nsrow < SOLVE_BLAS_MIN) {
         for (int64_t c = 0; c < nscol; c++) {
             const double *col = Ls + c * nsrow;
@@ -398,6 +413,16 @@ static void solve_backward(int64_t k1, int64_t nscol, int64_t nsrow, const int32
 {
     double *X1 = X + k1 * r;
     const int64_t m = nsrow - nscol;
+    if (r == 1 && nscol * nsrow < SOLVE_BLAS_MIN_1) {
+        for (int64_t c = nscol - 1; c >= 0; c--) {
+            const double *col = Ls + c * nsrow;
+            double sum = X1[c];
+            for (int64_t i = c + 1; i < nscol; i++) sum -= col[i] * X1[i];
+            for (int64_t i = nscol; i < nsrow; i++) sum -= col[i] * X[rows[i]];
+            X1[c] = sum / col[c];
+        }
+        return;
+    }
     if (nscol * nsrow < SOLVE_BLAS_MIN) {
         for (int64_t c = nscol - 1; c >= 0; c--) {
             const double *col = Ls + c * nsrow;
