@@ -42,7 +42,8 @@ def symbolic_lib() -> ctypes.CDLL:
              I32, I32, F64)
     _declare(lib, "sym_structure", i32, i32, i32, I32, I32, I32, I64, I32, I64, I32, I64, I32)
     _declare(lib, "sym_subtree_sum", None, i32, I32, F64, F64, I32)
-    _declare(lib, "sym_permute", None, i32, I64, I32, I64, I64, I32, I64, I64, I64)
+    _declare(lib, "sym_permute", None, i32, I64, I32, I64, I64, I32, I64, I64, I32, I64)
+    _declare(lib, "sym_adjacency32", i64, i32, I64, I32, I32, I32, I64)
     return lib
 
 

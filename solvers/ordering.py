@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from msc.solvers import native
 from msc.solvers.errors import OrderingError
 
 METHODS = ("auto", "amd", "metis", "natural")
@@ -31,12 +32,21 @@ def natural(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
 
 
-def _adjacency(lower: sp.csc_array) -> sp.csr_array:
-    """The symmetric graph of the matrix, without self loops."""
+def _adjacency(lower: sp.csc_array) -> tuple[np.ndarray, np.ndarray]:
+    """The symmetric graph of the matrix without self loops, columns sorted:
+    (indptr, indices), int32 (built in symbolic.c) when it fits, else int64."""
+    n = lower.shape[0]
+    if 2 * lower.nnz < AMD_INT32_MAX_NNZ:
+        Gp = np.empty(n + 1, dtype=np.int32)
+        Gi = np.empty(2 * lower.nnz, dtype=np.int32)
+        count = native.symbolic_lib().sym_adjacency32(
+            n, lower.indptr.astype(np.int64, copy=False), lower.indices.astype(np.int32, copy=False), Gp, Gi,
+            np.empty(n + 1, dtype=np.int64))
+        return Gp, Gi[:count]
     strict = sp.tril(lower, k=-1, format="csr")
     graph = (strict + strict.T).tocsr()
     graph.sort_indices()
-    return graph
+    return graph.indptr.astype(np.int64), graph.indices.astype(np.int64)
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,13 +98,10 @@ def amd(lower: sp.csc_array) -> np.ndarray:
     lib = _libamd()
     if lib is None:  # pragma: no cover - depends on the installation
         return _amd_cvxopt(lower)
-    graph = _adjacency(lower)  # A + A^T without the diagonal, sorted: AMD uses it as is
-    # 32-bit AMD runs about twice as fast as the 64-bit one; it needs ~1.2 nnz + 8 n ints
-    small = graph.nnz < AMD_INT32_MAX_NNZ and n < AMD_INT32_MAX_NNZ
-    integer = np.int32 if small else np.int64
-    Ap = graph.indptr.astype(integer)
-    Ai = graph.indices.astype(integer)
-    perm = np.empty(n, dtype=integer)
+    Ap, Ai = _adjacency(lower)  # A + A^T without the diagonal, sorted: AMD uses it as is
+    # 32-bit AMD runs about twice as fast as the 64-bit one
+    small = Ap.dtype == np.int32
+    perm = np.empty(n, dtype=Ap.dtype)
     order = lib.amd_order if small else lib.amd_l_order
     status = order(n, Ap.ctypes.data, Ai.ctypes.data, perm.ctypes.data, None, None)
     if status < 0:
@@ -109,10 +116,10 @@ def metis(lower: sp.csc_array) -> np.ndarray:
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise OrderingError("ordering='metis' needs the pymetis package (pip install pymetis)") from exc
     n = lower.shape[0]
-    graph = _adjacency(lower)
-    if graph.nnz == 0:
+    Gp, Gi = _adjacency(lower)
+    if Gi.shape[0] == 0:
         return natural(n)
-    adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
+    adjacency = pymetis.CSRAdjacency(Gp.astype(np.int64), Gi.astype(np.int64))
     perm, _ = pymetis.nested_dissection(adjacency)
     return np.asarray(perm, dtype=np.int64)
 

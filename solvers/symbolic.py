@@ -31,44 +31,41 @@ class Amalgamation:
 
 @dataclass(frozen=True)
 class PermutedPattern:
-    """Lower triangle of P A P^T in CSC; value_map[k] is the position in the
-    input's lower-CSC data of the k-th stored entry."""
+    """Lower triangle of P A P^T in CSC (sorted rows); value_map[k] is the
+    position in the input's lower-CSC data of the k-th stored entry. rowptr /
+    rowind: the same pattern by rows (row i lists its columns j <= i, unsorted)."""
 
     indptr: np.ndarray  # int64, n+1
     indices: np.ndarray  # int32
     value_map: np.ndarray  # int64
-
-    def csr(self, n: int) -> sp.csr_array:
-        """Same pattern in CSR: row i lists the columns j <= i (upper CSC)."""
-        ones = np.ones(self.indices.shape[0])
-        return sp.csc_array((ones, self.indices, self.indptr), shape=(n, n)).tocsr()
+    rowptr: np.ndarray  # int64, n+1
+    rowind: np.ndarray  # int32
 
 
 def permute(lower: sp.csc_array, perm: np.ndarray) -> PermutedPattern:
-    """Lower triangle of A[perm][:, perm] with sorted rows, and the map of values
-    (two counting sorts in symbolic.c)."""
+    """Lower triangle of A[perm][:, perm] by columns and by rows, and the map
+    of values (two counting sorts in symbolic.c)."""
     n = lower.shape[0]
     pinv = np.empty(n, dtype=np.int64)
     pinv[perm] = np.arange(n, dtype=np.int64)
     nnz = lower.nnz
-    indptr = np.empty(n + 1, dtype=np.int64)
-    indices = np.empty(nnz, dtype=np.int32)
-    value_map = np.empty(nnz, dtype=np.int64)
+    out = PermutedPattern(np.empty(n + 1, dtype=np.int64), np.empty(nnz, dtype=np.int32),
+                          np.empty(nnz, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
+                          np.empty(nnz, dtype=np.int32))
     native.symbolic_lib().sym_permute(
         n, lower.indptr.astype(np.int64, copy=False), lower.indices.astype(np.int32, copy=False), pinv,
-        indptr, indices, value_map, np.empty(n + 1, dtype=np.int64), np.empty(max(2 * nnz, 1), dtype=np.int64))
-    return PermutedPattern(indptr, indices, value_map)
+        out.indptr, out.indices, out.value_map, out.rowptr, out.rowind, np.empty(max(nnz, 1), dtype=np.int64))
+    return out
 
 
 def tree_and_counts(n: int, pattern: PermutedPattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(parent, post, colcount) of the permuted matrix; colcount includes the diagonal."""
     lib = native.symbolic_lib()
-    upper = pattern.csr(n)
     parent = np.empty(n, dtype=np.int32)
     post = np.empty(n, dtype=np.int32)
     colcount = np.empty(n, dtype=np.int32)
     work = np.empty(max(4 * n, 1), dtype=np.int32)
-    lib.sym_etree(n, upper.indptr.astype(np.int64), upper.indices.astype(np.int32), parent, work)
+    lib.sym_etree(n, pattern.rowptr, pattern.rowind, parent, work)
     lib.sym_postorder(n, parent, post, work)
     lib.sym_colcounts(n, pattern.indptr, pattern.indices, parent, post, colcount, work)
     return parent, post, colcount
@@ -191,10 +188,8 @@ def analyze_structure(
             limit_bytes=limit,
         )
 
-    upper = pattern.csr(n)
     Si = np.empty(int(Sp[-1]), dtype=np.int32)
-    status = lib.sym_structure(n, ns, super_, sparent, snode_of, upper.indptr.astype(np.int64),
-                               upper.indices.astype(np.int32), Sp, Si,
+    status = lib.sym_structure(n, ns, super_, sparent, snode_of, pattern.rowptr, pattern.rowind, Sp, Si,
                                np.empty(max(ns, 1), dtype=np.int64), np.empty(max(ns, 1), dtype=np.int32))
     if status != 0:
         raise SolverError(f"internal error: supernode {-status - 1} structure disagrees with its column count")
