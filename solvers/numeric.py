@@ -60,7 +60,7 @@ class QueueParams:
 
 
 @functools.lru_cache(maxsize=1)
-def _blas_threads() -> ThreadpoolController:
+def blas_threads() -> ThreadpoolController:
     """Controls the BLAS thread count (inspecting the loaded libraries once)."""
     return ThreadpoolController()
 
@@ -95,13 +95,13 @@ def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
              np.zeros(max(ns, 1), dtype=np.int64))
     stats = np.zeros(len(STAT_NAMES))
     t0 = time.perf_counter()
-    with _blas_threads().limit(limits=1, user_api="blas"):
+    with blas_threads().limit(limits=1, user_api="blas"):
         fail = _run(S, Ax, Lx, lists, schedule.phase1_lo, schedule.phase1_hi, schedule.nthreads, params, stats)
     t1 = time.perf_counter()
     for segment, threaded in top_segments(S, schedule.top):
         if fail >= 0:
             break
-        with _blas_threads().limit(limits=schedule.nthreads if threaded else 1, user_api="blas"):
+        with blas_threads().limit(limits=schedule.nthreads if threaded else 1, user_api="blas"):
             fail = _run(S, Ax, Lx, lists, segment, segment, 1, params, stats)
     t2 = time.perf_counter()
     out = dict(zip(STAT_NAMES, (float(v) for v in stats)))
