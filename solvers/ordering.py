@@ -127,7 +127,11 @@ def metis(lower: sp.csc_array) -> np.ndarray:
 def available() -> list[str]:
     """The fill-reducing methods whose library can be imported here."""
     found = ["natural"]
+    if _libamd() is not None:
+        found.append("amd")
     for method, module in (("amd", "cvxopt.amd"), ("metis", "pymetis")):
+        if method in found:
+            continue
         try:
             __import__(module)
             found.append(method)
