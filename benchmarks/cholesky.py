@@ -83,10 +83,10 @@ def main() -> int:
                 busy.wait()
         runs.append(json.loads(part.read_text()))
         part.unlink()
-    out = {"quick": args.quick, "repeat": repeat, "machine": platform.processor() or platform.machine(),
-           "cpus": os.cpu_count(), "runs": runs}
-    Path(args.json).write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.json}")
+        out = {"quick": args.quick, "repeat": repeat, "machine": platform.processor() or platform.machine(),
+               "cpus": os.cpu_count(), "runs": runs}
+        Path(args.json).write_text(json.dumps(out, indent=1))  # after each configuration: a stopped run keeps them
+        print(f"wrote {args.json}")
     print(tables(out))
     return 0
 
