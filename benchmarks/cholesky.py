@@ -60,7 +60,11 @@ def main() -> int:
     configs = [(int(t), False) for t in args.threads.split(",") if t]
     if args.loaded_threads > 0:
         configs.append((args.loaded_threads, True))
+    if not configs:
+        print("nothing to run: give --threads or --loaded-threads")
+        return 2
     runs = []
+    out: dict[str, Any] = {}
     for threads, loaded in configs:
         part = Path(args.json).with_suffix(f".part-{threads}-{int(loaded)}.json")
         cmd = [sys.executable, __file__, "--worker", f"{threads},{int(loaded)}", "--json", str(part),
