@@ -276,7 +276,9 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
                   + f"  spread(total) {r['spread']['total']:.2f}  backward error {r['backward_error']:.1e}", flush=True)
         results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "solvers": rows})
         del A
-    blas = [{k: lib.get(k) for k in ("internal_api", "version", "num_threads", "filepath")} for lib in threadpool_info()]
+    blas = [{"internal_api": lib.get("internal_api"), "version": lib.get("version"),
+             "num_threads": lib.get("num_threads"), "library": Path(str(lib.get("filepath"))).name}
+            for lib in threadpool_info()]
     Path(args.json).write_text(json.dumps({"threads": threads, "loaded": loaded, "repeat": args.repeat,
                                            "peers_missing": missing, "blas": blas, "cases": results}, indent=1))
     return 0
