@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, cast
 
 import numpy as np
 
@@ -57,10 +57,13 @@ class MmaShape:
     min_arch: int  # the first sm_XY that has it
 
 
+# nvcuda::wmma shapes (a printer that goes through load/store_matrix_sync never
+# depends on the fragment element order). For fp16 the narrow m32n8k16 wastes
+# least: a column line's window of 8 + 2r columns fits one k=16 chunk.
 MMA_SHAPES: dict[str, MmaShape] = {
     "fp64": MmaShape("m8n8k4", 8, 8, 4, "double", "double", 80),
-    "tf32": MmaShape("m16n8k8", 16, 8, 8, "tf32", "float", 80),
-    "fp16": MmaShape("m16n8k16", 16, 8, 16, "half", "float", 70),
+    "tf32": MmaShape("m16n16k8", 16, 16, 8, "tf32", "float", 80),
+    "fp16": MmaShape("m32n8k16", 32, 8, 16, "half", "float", 70),
 }
 
 
@@ -188,8 +191,8 @@ def tensor_core_plan(stencil_ir: ir.StencilIR, statement_index: int, precision: 
         terms.setdefault((name, dt), {})[offsets] = coeff
     shape = MMA_SHAPES[precision]
     lines = tuple(line for source, points in terms.items() for line in _lines(source, points, shape))
-    return TensorCorePlan(statement_index, stmt.target, precision, shape, stencil_ir.ndim, lines,  # type: ignore[arg-type]
-                          form.constant)
+    return TensorCorePlan(statement_index, stmt.target, cast(Precision, precision), shape, stencil_ir.ndim,
+                          lines, form.constant)
 
 
 def _explain_nonlinear(stencil_ir: ir.StencilIR, stmt: ir.Statement, where: str, error: NonLinearError) -> NoReturn:
@@ -274,8 +277,9 @@ def replay(plan: TensorCorePlan, read: Callable[[str, "int | None"], np.ndarray]
         if line.source not in padded:
             arr = np.asarray(read(*line.source))
             ring = tuple((a - i) // 2 for a, i in zip(arr.shape, interior))
-            extra = [(0, 0)] * (plan.ndim - 2) + [(0, rows - interior[-2] + 2 * m), (0, cols - interior[-1] + 2 * n + k)]
-            extra[-2] = (0, extra[-2][1] + k)
+            # zeros past the interior: the tail tiles and the zero-weight edges of the last chunks
+            extra = [(0, 0)] * (plan.ndim - 2) + [(0, rows - interior[-2] + 2 * m + k),
+                                                  (0, cols - interior[-1] + 2 * n + k)]
             padded[line.source] = (round_operand(np.pad(arr, extra), prec), ring)
         src, ring = padded[line.source]
         blocks = round_operand(line.band(shape, params), prec)
