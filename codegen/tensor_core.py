@@ -17,8 +17,8 @@ levels, and with a second product orientation for star stencils):
   k consecutive input rows. The band's window (`n` or `m` plus the line's
   extent) is cut into k-chunks; chunks whose block is all zero are skipped.
 * Box stencils use only column lines; for star stencils the single points
-  off the centre row are gathered into one row line, so a 2D star costs two
-  banded products instead of one per row offset.
+  off the centre row are gathered into one row line where that issues fewer
+  MMAs (fp64: a 2D star costs two banded products instead of one per row).
 
 `tensor_core_plan(stencil_ir, statement_index, precision)` builds the plan a
 code generator consumes; `replay(plan, read, params)` executes exactly that
@@ -212,18 +212,23 @@ def _explain_nonlinear(stencil_ir: ir.StencilIR, stmt: ir.Statement, where: str,
 
 
 def _lines(source: Source, points: dict[tuple[int, ...], ir.Expr], shape: MmaShape) -> list[Line]:
-    """Column lines per row offset; single points off a column line gather into row lines when they share one."""
+    """A column line per row offset; single points off them that share a column gather into
+    a row line when that costs fewer MMAs than their column lines."""
     by_row: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for o in points:
         by_row.setdefault(o[:-1], []).append(o)
-    singles = [group[0] for group in by_row.values() if len(group) == 1]
     by_col: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for o in singles:
-        by_col.setdefault(o[:-2] + o[-1:], []).append(o)
-    moved = {o for group in by_col.values() if len(group) > 1 for o in group}
-    out = [_line(source, "cols", [o for o in group if o not in moved], points, shape)
-           for group in by_row.values() if any(o not in moved for o in group)]
-    out += [_line(source, "rows", group, points, shape) for group in by_col.values() if len(group) > 1]
+    for group in by_row.values():
+        if len(group) == 1:
+            by_col.setdefault(group[0][:-2] + group[0][-1:], []).append(group[0])
+    out: list[Line] = []
+    moved: set[tuple[int, ...]] = set()
+    for group in by_col.values():
+        row_line = _line(source, "rows", group, points, shape)
+        if len(row_line.chunks) < sum(len(_line(source, "cols", [o], points, shape).chunks) for o in group):
+            out.append(row_line)
+            moved.update(group)
+    out += [_line(source, "cols", group, points, shape) for group in by_row.values() if group[0] not in moved]
     return out
 
 
