@@ -94,7 +94,7 @@ class Line:
 
     def band(self, shape: MmaShape, params: Mapping[str, float]) -> np.ndarray:
         """The weight blocks, one per chunk in `chunks`: (chunks, k, n) for "cols", (chunks, m, k) for "rows"."""
-        w = [_weight(c, params) for c in self.coefficients]
+        w = [weight_value(c, params) for c in self.coefficients]
         out_len = shape.n if self.axis == "cols" else shape.m
         window = _window(out_len, self)
         full = np.zeros((math.ceil(window / shape.k) * shape.k, out_len))
@@ -164,7 +164,8 @@ def _window(out_len: int, line: Line) -> int:
     return out_len + len(line.coefficients) - 1
 
 
-def _weight(c: ir.Expr, params: Mapping[str, float]) -> float:
+def weight_value(c: ir.Expr, params: Mapping[str, float]) -> float:
+    """The value of a weight (or the constant part) for these scalar parameters."""
     return float(evaluate(c, _no_read, dict(params), np.dtype("float64")))
 
 
@@ -260,14 +261,26 @@ def round_operand(a: np.ndarray, precision: str) -> np.ndarray:
     return np.where(np.isfinite(rounded), rounded, np.asarray(a, dtype=np.float32)).astype(np.float64)
 
 
-def replay(plan: TensorCorePlan, read: Callable[[str, "int | None"], np.ndarray],
+def _reach(plan: TensorCorePlan, source: Source) -> tuple[int, ...]:
+    """Per dimension, the largest |offset| of a weighted read of `source`."""
+    reach = [0] * plan.ndim
+    for line in plan.lines:
+        if line.source == source:
+            axis = plan.ndim - 1 if line.axis == "cols" else plan.ndim - 2
+            for d, s in enumerate(line.shift):
+                reach[d] = max(reach[d], max(-line.lo, line.hi) if d == axis else abs(s))
+    return tuple(reach)
+
+
+def replay(plan: TensorCorePlan, read: Callable[[str, int | None], np.ndarray],
            params: Mapping[str, float], interior: tuple[int, ...], dtype: str) -> np.ndarray:
     """Execute `plan` over an output of `interior` points.
 
     `read(field, dt)` is the source level holding the interior plus a ring of
     the stencil's radius `r` per dimension (the reference interpreter's
     layout: output point p reads `array[p + r + offset]`). The interior is
-    covered by whole tiles (the tail reads zeros, and its results are cut).
+    covered by whole tiles (reads past the array see zeros; the tail's results
+    are cut).
     Each MMA block is one `A @ B` of rounded operands whose exact sum is
     rounded once to the accumulator type and added to the accumulator.
     """
@@ -282,6 +295,10 @@ def replay(plan: TensorCorePlan, read: Callable[[str, "int | None"], np.ndarray]
         if line.source not in padded:
             arr = np.asarray(read(*line.source))
             ring = tuple((a - i) // 2 for a, i in zip(arr.shape, interior))
+            reach = _reach(plan, line.source)
+            if any(have < need for have, need in zip(ring, reach)):
+                raise ValueError(f"replay: source {line.source} has a ring of {ring} around the interior "
+                                 f"{interior}, the plan reads {reach} beyond it")
             # zeros past the interior: the tail tiles and the zero-weight edges of the last chunks
             extra = [(0, 0)] * (plan.ndim - 2) + [(0, rows - interior[-2] + 2 * m + k),
                                                   (0, cols - interior[-1] + 2 * n + k)]
@@ -306,5 +323,5 @@ def replay(plan: TensorCorePlan, read: Callable[[str, "int | None"], np.ndarray]
             acc += product.astype(acc_t)
     out = acc[(..., slice(0, interior[-2]), slice(0, interior[-1]))]
     if plan.constant is not None:
-        out = out + acc_t(_weight(plan.constant, params))
+        out = out + acc_t(weight_value(plan.constant, params))
     return out.astype(dtype)

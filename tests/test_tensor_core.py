@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from stencil_gen import TERMS, generate
 
 import msc
 from msc import ir
+from msc.codegen.tensor_core import MMA_SHAPES, TensorCorePlan, replay, round_operand, tensor_core_plan, weight_value
 from msc.errors import ScheduleError
-from msc.linear import evaluate, linear_form
-from msc.codegen.tensor_core import MMA_SHAPES, TensorCorePlan, replay, round_operand, tensor_core_plan
+from msc.linear import linear_form
 
 DIMS = ("x", "y", "z")
 U = 2.0 ** -11  # unit roundoff of fp16 and tf32 operands (10 stored mantissa bits)
@@ -103,8 +104,7 @@ def magnitude(st: msc.Stencil, inputs: dict[str, Any], precision: str) -> tuple[
             arr = np.pad(arr, [(rr, rr) for rr in r], mode="wrap")
         n = tuple(a - 2 * rr for a, rr in zip(arr.shape, r))
         x = np.abs(round_operand(arr[tuple(slice(rr + o, rr + o + m) for rr, o, m in zip(r, offs, n))], precision))
-        w = abs(float(round_operand(np.array(evaluate(coeff, lambda _: None, {"alpha": 0.3}, np.dtype("float64"))),
-                                    precision)))
+        w = abs(float(round_operand(np.array(weight_value(coeff, {"alpha": 0.3})), precision)))
         total = total + w * x
         weights = weights + w + x
     return np.asarray(total), np.asarray(weights)
@@ -167,7 +167,7 @@ def test_fragment_blocks_are_banded_toeplitz() -> None:
     line = next(line for line in plan.lines if line.source == ("u", 0) and line.shift == (0, 0))
     blocks = line.band(plan.shape, {"alpha": 0.3})
     full = np.concatenate(list(blocks))  # chunks stacked along k: (window, n)
-    w = [evaluate(c, lambda _: None, {"alpha": 0.3}, np.dtype("float64")) for c in line.coefficients]
+    w = [weight_value(c, {"alpha": 0.3}) for c in line.coefficients]
     assert blocks.shape == (3, 4, 8) and line.chunks == (0, 1, 2)  # 8 + 2 columns in three k=4 chunks
     for q, j in itertools.product(range(full.shape[0]), range(8)):
         assert full[q, j] == (w[q - j] if 0 <= q - j < 3 else 0.0)
@@ -181,6 +181,27 @@ def test_useful_fraction_counts_issued_multiply_adds() -> None:
     assert plan.mmas_per_tile == 9 + 2 + 2
     assert plan.useful_fraction == pytest.approx(11 / (13 * 4))
     assert MMA_SHAPES["tf32"].k == 8 and plan.tile == (8, 8)
+
+
+@msc.stencil(boundary="dirichlet")
+def _two(a, b, beta):
+    a[msc.t + 1, msc.x, msc.y] = 0.5 * a[msc.t, msc.x - 1, msc.y] + 0.5 * a[msc.t, msc.x, msc.y + 1]
+    b[msc.t + 1, msc.x, msc.y] = (0.25 * a[msc.t + 1, msc.x + 1, msc.y] + beta * b[msc.t, msc.x, msc.y - 1]
+                                  + 0.5 * b[msc.t, msc.x, msc.y] - beta * a[msc.t + 1, msc.x, msc.y + 1])
+
+
+def test_second_statement_reads_the_first_ones_new_level() -> None:
+    rng = np.random.default_rng(7)
+    inputs: dict[str, Any] = {"a": rng.random((19, 12)), "b": rng.random((19, 12)), "beta": 0.4}
+    ref = _two.reference(steps=1, **inputs)
+    new = {("a", 0): inputs["a"], ("b", 0): inputs["b"], ("a", 1): ref["a"]}
+    for index, target in enumerate("ab"):
+        plan = tensor_core_plan(_two.ir, index, "fp64")
+        got = replay(plan, lambda name, dt: new[(name, dt)], {"beta": 0.4}, (17, 10), "float64")
+        np.testing.assert_allclose(got, ref[target][1:-1, 1:-1], rtol=0, atol=1e-12)
+    assert {line.source for line in plan.lines} == {("a", 1), ("b", 0)}
+    with pytest.raises(ValueError, match="ring"):
+        replay(plan, lambda name, dt: new[(name, dt)][1:-1, 1:-1], {"beta": 0.4}, (17, 10), "float64")
 
 
 @msc.stencil
@@ -209,6 +230,14 @@ def test_refusals_name_the_term() -> None:
         tensor_core_plan(_variable.ir, 0, "bf16")
     with pytest.raises(ScheduleError, match="no statement 1"):
         tensor_core_plan(_variable.ir, 1, "fp64")
+
+
+@pytest.mark.parametrize("seed", range(0, len(TERMS), 5))
+def test_the_differential_suites_stencils_are_refused(seed: int) -> None:
+    """Their statements mix non-linear terms (every operator of the language) into the weighted sums."""
+    case = generate(seed, ndim=2)
+    with pytest.raises(ScheduleError, match="tensor_cores: .*(non-linear term|variable coefficient) '"):
+        tensor_core_plan(case.stencil.ir, 0, "fp64")
 
 
 def test_plan_is_immutable_and_keyed_by_ir() -> None:

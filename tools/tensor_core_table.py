@@ -14,10 +14,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from test_tensor_core import CASES, _offsets, magnitude, make_inputs, make_stencil, run_replay  # noqa: E402
+from test_tensor_core import CASES, _offsets, magnitude, make_inputs, make_stencil, run_replay
 
-from msc import ir  # noqa: E402
-from msc.codegen.tensor_core import MMA_SHAPES, tensor_core_plan  # noqa: E402
+from msc import ir
+from msc.codegen.tensor_core import MMA_SHAPES, tensor_core_plan
 
 
 def shape_table() -> None:
