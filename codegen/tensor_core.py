@@ -92,6 +92,12 @@ class Line:
     def points(self) -> int:
         return sum(1 for c in self.coefficients if c != _ZERO)
 
+    def input_origin(self, chunk: int, k: int) -> tuple[int, ...]:
+        """Per dimension, where the input operand of `chunk` starts relative to the output tile's first
+        point: A's (row, column) for "cols", X's for "rows" (the load_matrix_sync pointer offset)."""
+        axis = len(self.shift) - (1 if self.axis == "cols" else 2)
+        return tuple(self.lo + chunk * k if d == axis else s for d, s in enumerate(self.shift))
+
     def band(self, shape: MmaShape, params: Mapping[str, float]) -> np.ndarray:
         """The weight blocks, one per chunk in `chunks`: (chunks, k, n) for "cols", (chunks, m, k) for "rows"."""
         w = [weight_value(c, params) for c in self.coefficients]
@@ -305,19 +311,18 @@ def replay(plan: TensorCorePlan, read: Callable[[str, int | None], np.ndarray],
             padded[line.source] = (round_operand(np.pad(arr, extra), prec), ring)
         src, ring = padded[line.source]
         blocks = round_operand(line.band(shape, params), prec)
-        lead_idx = tuple(slice(ring[d] + line.shift[d], ring[d] + line.shift[d] + lead[d]) for d in range(len(lead)))
         for block, chunk in zip(blocks, line.chunks):
+            o = [r + v for r, v in zip(ring, line.input_origin(chunk, k))]
+            lead_idx = tuple(slice(o[d], o[d] + lead[d]) for d in range(len(lead)))
             if line.axis == "cols":
-                y0 = ring[-2] + line.shift[-2]
-                slab = src[(*lead_idx, slice(y0, y0 + rows))]
-                # A fragments: k input columns per tile, starting at lo + chunk*k from the tile's first column
-                idx = (np.arange(cols // n)[:, None] * n + ring[-1] + line.lo + chunk * k + np.arange(k)[None, :])
+                slab = src[(*lead_idx, slice(o[-2], o[-2] + rows))]
+                # A fragments: each tile's k input columns from its origin
+                idx = np.arange(cols // n)[:, None] * n + o[-1] + np.arange(k)[None, :]
                 a = slab[..., idx]  # (*lead, rows, tiles, k)
                 product = (a @ block).reshape(*lead, rows, cols)
             else:
-                x0 = ring[-1] + line.shift[-1]
-                slab = src[(*lead_idx, slice(None), slice(x0, x0 + cols))]
-                idx = (np.arange(rows // m)[:, None] * m + ring[-2] + line.lo + chunk * k + np.arange(k)[None, :])
+                slab = src[(*lead_idx, slice(None), slice(o[-1], o[-1] + cols))]
+                idx = np.arange(rows // m)[:, None] * m + o[-2] + np.arange(k)[None, :]
                 x = slab[..., idx, :]  # (*lead, tiles, k, cols)
                 product = (block @ x).reshape(*lead, rows, cols)
             acc += product.astype(acc_t)

@@ -171,6 +171,7 @@ def test_fragment_blocks_are_banded_toeplitz() -> None:
     assert blocks.shape == (3, 4, 8) and line.chunks == (0, 1, 2)  # 8 + 2 columns in three k=4 chunks
     for q, j in itertools.product(range(full.shape[0]), range(8)):
         assert full[q, j] == (w[q - j] if 0 <= q - j < 3 else 0.0)
+    assert [line.input_origin(c, 4) for c in line.chunks] == [(0, -1), (0, 3), (0, 7)]
     assert plan.halo(("u", 0)) == ((1, 1), (1, 3))  # the third chunk reads two zero-weight columns
 
 
