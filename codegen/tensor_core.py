@@ -195,7 +195,8 @@ def tensor_core_plan(stencil_ir: ir.StencilIR, statement_index: int, precision: 
         _explain_nonlinear(stencil_ir, stmt, where, e)
     terms: dict[Source, dict[tuple[int, ...], ir.Expr]] = {}
     for (name, dt, offsets), coeff in form.terms.items():
-        terms.setdefault((name, dt), {})[offsets] = coeff
+        if coeff != _ZERO:  # terms that cancel (u - u) issue nothing
+            terms.setdefault((name, dt), {})[offsets] = coeff
     shape = MMA_SHAPES[precision]
     lines = tuple(line for source, points in terms.items() for line in _lines(source, points, shape))
     return TensorCorePlan(statement_index, stmt.target, cast(Precision, precision), shape, stencil_ir.ndim,

@@ -206,6 +206,19 @@ def test_second_statement_reads_the_first_ones_new_level() -> None:
 
 
 @msc.stencil
+def _cancelling(u):
+    u[msc.t + 1, msc.x, msc.y] = u[msc.t, msc.x, msc.y + 1] - u[msc.t, msc.x, msc.y + 1] + 0.5 * u[msc.t, msc.x + 1, msc.y]
+
+
+def test_cancelled_terms_issue_nothing() -> None:
+    plan = tensor_core_plan(_cancelling.ir, 0, "fp64")
+    assert plan.points == 1 and plan.mmas_per_tile == 2  # one weight, its 8 columns in two k=4 chunks
+    u = np.random.default_rng(3).random((12, 20))
+    got = replay(plan, lambda name, dt: u, {}, (10, 18), "float64")
+    np.testing.assert_allclose(got, _cancelling.reference(steps=1, u=u)["u"][1:-1, 1:-1], rtol=0, atol=1e-12)
+
+
+@msc.stencil
 def _nonlinear(u):
     u[msc.t + 1, msc.x, msc.y] = u[msc.t, msc.x, msc.y] * u[msc.t, msc.x + 1, msc.y]
 
