@@ -1,0 +1,22 @@
+/* Arguments of the fault kernel (shared by host and slave). */
+#ifndef FAULTS_H
+#define FAULTS_H
+
+enum {
+    LDM_MALLOC = 0,      /* ldm_malloc(BYTES) and a DMA into it: legal when BYTES fits */
+    MISALIGNED_DMA = 1,  /* main-memory address 2 bytes off */
+    BAD_LENGTH = 2,      /* DMA of BYTES bytes, not a multiple of the granule */
+    BAD_BLOCKS = 3,      /* strided DMA whose length is not a whole number of blocks */
+    DMA_TO_MEMORY = 4,   /* DMA whose "LDM" side is main memory */
+    DIRECT_ACCESS = 5,   /* LDM_ACCESS of a main-memory pointer */
+    WAIT_TOO_LONG = 6,   /* waits for more transfers than were issued */
+    STATIC_LDM = 7       /* only touches the __thread_local array (its size is a -D at build time) */
+};
+
+typedef struct {
+    double *memory;
+    int mode;
+    int bytes;
+} faults_args;
+
+#endif

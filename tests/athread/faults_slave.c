@@ -1,0 +1,55 @@
+/* CPE side of the fault programs, SW26010-Pro (CRTS) names: CPE 5 breaks
+ * one rule, the others do the legal version of the same thing. */
+#include <crts.h>
+
+#include "faults.h"
+
+#ifndef STATIC_DOUBLES
+#define STATIC_DOUBLES 16
+#endif
+__thread_local double fixed[STATIC_DOUBLES];
+
+void faults(void *raw) {
+    faults_args a = *(faults_args *)raw;
+    const int culprit = CRTS_tid == 5;
+    crts_rply_t reply = 0;
+    char *memory = (char *)a.memory + 64 * CRTS_tid;
+    switch (a.mode) {
+    case LDM_MALLOC: {
+        double *buf = ldm_malloc((size_t)a.bytes);
+        CRTS_dma_iget(buf, memory, 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        ldm_free(buf, (size_t)a.bytes);
+        break;
+    }
+    case MISALIGNED_DMA:
+        CRTS_dma_iget(fixed, memory + (culprit ? 2 : 0), 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case BAD_LENGTH:
+        CRTS_dma_iget(fixed, memory, culprit ? a.bytes : 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case BAD_BLOCKS:
+        CRTS_dma_iget_stride(fixed, memory, culprit ? 40 : 48, 16, 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case DMA_TO_MEMORY:
+        CRTS_dma_iget(culprit ? (void *)(memory + 4096) : (void *)fixed, memory, 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case DIRECT_ACCESS: {
+        double *p = culprit ? a.memory : fixed;
+        double *checked = LDM_ACCESS(p, sizeof(double));
+        checked[0] = 1.0;
+        break;
+    }
+    case WAIT_TOO_LONG:
+        CRTS_dma_iget(fixed, memory, 64, &reply);
+        CRTS_dma_wait_value(&reply, culprit ? 2 : 1);
+        break;
+    case STATIC_LDM:
+        fixed[0] = CRTS_tid;
+        break;
+    }
+}
