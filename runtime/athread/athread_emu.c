@@ -132,7 +132,7 @@ int athread_init(void) {
         pthread_barrier_init(&row_barrier[i], NULL, ATHREAD_EMU_MESH);
         pthread_barrier_init(&col_barrier[i], NULL, ATHREAD_EMU_MESH);
     }
-    static_ldm = module_tls().memsz;
+    static_ldm = module_tls().memsz - sizeof tls_anchor; /* the segment holds the anchor too */
     for (int i = 0; i < ATHREAD_EMU_CPES; i++) {
         cpes[i].id = i;
         cpes[i].arena_size = ATHREAD_EMU_LDM_BYTES;
@@ -253,7 +253,7 @@ static int in_range(const char *p, size_t len, const char *base, size_t size) {
 
 /* Whether [p, p+len) lies in this CPE's LDM: its heap or its __thread_local block. */
 static int in_own_ldm(const cpe_t *c, const char *p, size_t len) {
-    return in_range(p, len, c->arena, c->arena_size) || in_range(p, len, c->tls_base, static_ldm);
+    return in_range(p, len, c->arena, c->arena_size) || in_range(p, len, c->tls_base, static_ldm + sizeof tls_anchor);
 }
 
 static int overlaps_any_ldm(const char *p, size_t len) {
@@ -377,27 +377,27 @@ static void issue(int put, const char *call, void *ldm, void *mem, int len, void
     }
 }
 
-int athread_get(dma_mode mode, void *src_mem, void *dst_ldm, int len, void *reply, int mask, int stride,
-                int bsize) {
-    (void)mask;
-    issue(0, "athread_get", dst_ldm, src_mem, len, reply, stride, bsize, mode);
+int athread_emu_get(const char *call, dma_mode mode, void *src_mem, void *dst_ldm, int len, void *reply, int stride,
+                    int bsize) {
+    issue(0, call, dst_ldm, src_mem, len, reply, stride, bsize, mode);
     return 0;
 }
 
-int athread_put(dma_mode mode, void *src_ldm, void *dst_mem, int len, void *reply, int stride, int bsize) {
-    issue(1, "athread_put", src_ldm, dst_mem, len, reply, stride, bsize, mode);
+int athread_emu_put(const char *call, dma_mode mode, void *src_ldm, void *dst_mem, int len, void *reply, int stride,
+                    int bsize) {
+    issue(1, call, src_ldm, dst_mem, len, reply, stride, bsize, mode);
     return 0;
 }
 
-void athread_dma_wait_value(void *reply, int n) {
-    cpe_t *c = need_cpe("dma_wait_value");
+void athread_emu_wait(const char *call, void *reply, int n) {
+    cpe_t *c = need_cpe(call);
     volatile int *r = (volatile int *)reply;
     while (*r < n) {
         int k = 0;
         while (k < c->npending && c->pending[k].reply != r) k++;
         if (k == c->npending)
-            fail("dma_wait_value", "waits for the reply counter to reach %d, but it is %d and no transfer on it "
-                 "is outstanding (this would hang on the chip)", n, *r);
+            fail(call, "waits for the reply counter to reach %d, but it is %d and no transfer on it is outstanding "
+                 "(this would hang on the chip)", n, *r);
         transfer_t t = c->pending[k];
         memmove(&c->pending[k], &c->pending[k + 1], (size_t)(c->npending - k - 1) * sizeof(transfer_t));
         c->npending--;
@@ -410,5 +410,5 @@ void athread_emu_dma_blocking(int put, void *dst, void *src, int len) {
     volatile int reply = 0;
     if (put) issue(1, "CRTS_dma_put", src, dst, len, (void *)&reply, 0, 0, PE_MODE);
     else issue(0, "CRTS_dma_get", dst, src, len, (void *)&reply, 0, 0, PE_MODE);
-    athread_dma_wait_value((void *)&reply, 1);
+    athread_emu_wait(put ? "CRTS_dma_put" : "CRTS_dma_get", (void *)&reply, 1);
 }

@@ -11,13 +11,15 @@ typedef volatile int crts_rply_t;
 #define CRTS_rid (athread_emu_myid() / ATHREAD_EMU_MESH)
 #define CRTS_cid (athread_emu_myid() % ATHREAD_EMU_MESH)
 
-#define CRTS_dma_iget(dst, src, len, reply) athread_get(PE_MODE, (src), (dst), (len), (reply), 0, 0, 0)
-#define CRTS_dma_iput(dst, src, len, reply) athread_put(PE_MODE, (src), (dst), (len), (reply), 0, 0)
+#define CRTS_dma_iget(dst, src, len, reply) \
+    athread_emu_get("CRTS_dma_iget", PE_MODE, (src), (dst), (len), (void *)(reply), 0, 0)
+#define CRTS_dma_iput(dst, src, len, reply) \
+    athread_emu_put("CRTS_dma_iput", PE_MODE, (src), (dst), (len), (void *)(reply), 0, 0)
 #define CRTS_dma_iget_stride(dst, src, len, bsize, stride, reply) \
-    athread_get(PE_MODE, (src), (dst), (len), (reply), 0, (stride), (bsize))
+    athread_emu_get("CRTS_dma_iget_stride", PE_MODE, (src), (dst), (len), (void *)(reply), (stride), (bsize))
 #define CRTS_dma_iput_stride(dst, src, len, bsize, stride, reply) \
-    athread_put(PE_MODE, (src), (dst), (len), (reply), (stride), (bsize))
-#define CRTS_dma_wait_value(reply, n) athread_dma_wait_value((reply), (n))
+    athread_emu_put("CRTS_dma_iput_stride", PE_MODE, (src), (dst), (len), (void *)(reply), (stride), (bsize))
+#define CRTS_dma_wait_value(reply, n) athread_emu_wait("CRTS_dma_wait_value", (void *)(reply), (n))
 #define CRTS_ssync_array() athread_syn(ARRAY_SCOPE, 0xffff)
 #define CRTS_ssync_row() athread_syn(ROW_SCOPE, 0xff)
 #define CRTS_ssync_col() athread_syn(COL_SCOPE, 0xff)

@@ -24,11 +24,19 @@ int athread_emu_myid(void);
 #define _COL (athread_emu_myid() % ATHREAD_EMU_MESH)
 int athread_get_id(int core);
 
-int athread_get(dma_mode mode, void *src_mem, void *dst_ldm, int len, void *reply, int mask, int stride,
-                int bsize);
-int athread_put(dma_mode mode, void *src_ldm, void *dst_mem, int len, void *reply, int stride, int bsize);
+/* The DMA calls carry the name the program used, for the emulator's messages. */
+int athread_emu_get(const char *call, dma_mode mode, void *src_mem, void *dst_ldm, int len, void *reply, int stride,
+                    int bsize);
+int athread_emu_put(const char *call, dma_mode mode, void *src_ldm, void *dst_mem, int len, void *reply, int stride,
+                    int bsize);
+void athread_emu_wait(const char *call, void *reply, int n);
+
+#define athread_get(mode, src_mem, dst_ldm, len, reply, mask, stride, bsize) \
+    athread_emu_get("athread_get", (mode), (src_mem), (dst_ldm), (len), (reply), (stride), (bsize))
+#define athread_put(mode, src_ldm, dst_mem, len, reply, stride, bsize) \
+    athread_emu_put("athread_put", (mode), (src_ldm), (dst_mem), (len), (reply), (stride), (bsize))
 /* Wait until the reply counter has reached n (on the chip: while (reply < n);). */
-void athread_dma_wait_value(void *reply, int n);
+#define athread_dma_wait_value(reply, n) athread_emu_wait("athread_dma_wait_value", (reply), (n))
 int athread_syn(scope scope, int mask);
 
 void *ldm_malloc(size_t size);

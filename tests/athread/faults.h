@@ -17,6 +17,7 @@ typedef struct {
     double *memory;
     int mode;
     int bytes;
+    int culprit; /* the CPE that breaks the rule, -1 for none */
 } faults_args;
 
 #endif

@@ -1,5 +1,6 @@
-/* MPE side of the fault programs: usage  faults MODE BYTES
- * spawns the `faults` kernel, which breaks one hardware rule chosen by MODE. */
+/* MPE side of the fault programs: usage  faults MODE BYTES [CULPRIT]
+ * spawns the `faults` kernel, in which CPE CULPRIT (default 5; -1: none)
+ * breaks the hardware rule chosen by MODE. */
 #include <athread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,13 +10,13 @@
 extern void SLAVE_FUN(faults)(void *);
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s MODE BYTES\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s MODE BYTES [CULPRIT]\n", argv[0]);
         return 2;
     }
     static double memory[64 * 1024] __attribute__((aligned(64)));
     for (int i = 0; i < 64 * 1024; i++) memory[i] = i;
-    faults_args args = {memory, atoi(argv[1]), atoi(argv[2])};
+    faults_args args = {memory, atoi(argv[1]), atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 5};
     athread_init();
     athread_spawn(faults, &args);
     athread_join();

@@ -1,5 +1,5 @@
-/* CPE side of the fault programs, SW26010-Pro (CRTS) names: CPE 5 breaks
- * one rule, the others do the legal version of the same thing. */
+/* CPE side of the fault programs, SW26010-Pro (CRTS) names: one CPE breaks
+ * a rule, the others do the legal version of the same thing. */
 #include <crts.h>
 
 #include "faults.h"
@@ -11,7 +11,7 @@ __thread_local double fixed[STATIC_DOUBLES];
 
 void faults(void *raw) {
     faults_args a = *(faults_args *)raw;
-    const int culprit = CRTS_tid == 5;
+    const int culprit = CRTS_tid == a.culprit;
     crts_rply_t reply = 0;
     char *memory = (char *)a.memory + 64 * CRTS_tid;
     switch (a.mode) {
