@@ -21,6 +21,13 @@ int main(int argc, char **argv) {
     athread_spawn(faults, &args);
     athread_join();
     athread_halt();
+    if (args.mode == SYNC)
+        for (int id = 0; id < 64; id++)
+            if (memory[SYNC_READ + id] != sync_neighbour(id, args.bytes) + 1) {
+                printf("CPE %d read %g from CPE %d before it was published\n", id, memory[SYNC_READ + id],
+                       sync_neighbour(id, args.bytes));
+                return 1;
+            }
     puts("finished");
     return 0;
 }

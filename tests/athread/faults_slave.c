@@ -51,5 +51,18 @@ void faults(void *raw) {
     case STATIC_LDM:
         fixed[0] = CRTS_tid;
         break;
+    case SYNC: {
+        const int id = CRTS_tid;
+        for (volatile long spin = 0; spin < 20000L * (63 - id); spin++) {
+        } /* the late publishers are the low ids, whose neighbours read early */
+        fixed[0] = id + 1;
+        CRTS_dma_put(a.memory + SYNC_PUBLISHED + id, fixed, 8);
+        if (a.bytes == 0) CRTS_ssync_array();
+        else if (a.bytes == 1) CRTS_ssync_row();
+        else CRTS_ssync_col();
+        CRTS_dma_get(fixed, a.memory + SYNC_PUBLISHED + sync_neighbour(id, a.bytes), 8);
+        CRTS_dma_put(a.memory + SYNC_READ + id, fixed, 8);
+        break;
+    }
     }
 }
