@@ -35,7 +35,8 @@ void athread_emu_wait(const char *call, void *reply, int n);
     athread_emu_get("athread_get", (mode), (src_mem), (dst_ldm), (len), (reply), (stride), (bsize))
 #define athread_put(mode, src_ldm, dst_mem, len, reply, stride, bsize) \
     athread_emu_put("athread_put", (mode), (src_ldm), (dst_mem), (len), (reply), (stride), (bsize))
-/* Wait until the reply counter has reached n (on the chip: while (reply < n);). */
+/* Wait until the reply counter has reached n.  Not a vendor name: code for the
+ * SW26010 defines it as the spin while (reply < n); */
 #define athread_dma_wait_value(reply, n) athread_emu_wait("athread_dma_wait_value", (reply), (n))
 int athread_syn(scope scope, int mask);
 
