@@ -41,8 +41,10 @@ def build(
     target: str = "stencil",
     chip: str = "sw26010pro",
     defs: Iterable[str] = (),
+    shared: bool = False,
 ) -> Path:
-    """Copy `sources` into `workdir` and build them there with `make EMULATE=1`; return the program."""
+    """Copy `sources` into `workdir` and build them there with `make EMULATE=1`; return the program,
+    or with `shared` the library `lib<target>.so` (host entry points are then the caller's to name)."""
     if chip not in LDM_BYTES:
         raise CompileError(f"athread chip must be one of {sorted(LDM_BYTES)}, not {chip!r}")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -52,12 +54,12 @@ def build(
         "make", "-s", "-f", str(MAKEFILE), "-C", str(workdir), "EMULATE=1",
         f"CHIP={chip}", f"TARGET={target}",
         "HOST_SRCS=" + " ".join(host_srcs), "SLAVE_SRCS=" + " ".join(slave_srcs),
-        "DEFS=" + " ".join(defs),
+        "DEFS=" + " ".join(defs), f"SHARED={int(shared)}",
     ]  # fmt: skip
     done = subprocess.run(command, check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise CompileError(f"athread emulator build in {workdir} failed:\n{done.stdout}{done.stderr}")
-    return workdir / target
+    return workdir / (f"lib{target}.so" if shared else target)
 
 
 def parse_stats(stderr: str) -> dict[str, int | str]:

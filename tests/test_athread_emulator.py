@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ JACOBI = [DATA / "jacobi_host.c", DATA / "jacobi_slave.c", DATA / "jacobi.h"]
 FAULTS = [DATA / "faults_host.c", DATA / "faults_slave.c", DATA / "faults.h"]
 CHIPS = sorted(athread_emu.LDM_BYTES)
 # modes of tests/athread/faults.h
-LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG, STATIC_LDM, SYNC = range(9)
+LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG = range(7)
+STATIC_LDM, SYNC = 7, 8
 OMIT_NOTHING, OMIT_FIRST_GET_WAIT, OMIT_FINAL_PUT_WAIT = range(3)
 
 
@@ -164,6 +166,32 @@ def test_legal_versions_run(programs, mode):
     # no culprit: all 64 CPEs do the legal twin of the faulty call
     done = run_faults(programs["faults", "sw26010pro"], mode, 64, culprit=-1)
     assert done.returncode == 0 and "finished" in done.stdout, done.stderr
+
+
+LOAD_AND_CALL = """
+import ctypes, sys
+library = ctypes.CDLL(sys.argv[1])
+argv = (ctypes.c_char_p * 4)(*(a.encode() for a in ["faults", *sys.argv[2:]]))
+sys.exit(library.faults_main(4, argv))
+"""
+
+
+def test_loaded_library(tmp_path):
+    # a library loaded into a process (the in-process path): the __thread_local
+    # block of a loaded module is found, counted and accepted as LDM
+    doubles = 60 * 1024 // 8
+    for chip, fits in (("sw26010pro", True), ("sw26010", False)):
+        library = athread_emu.build(FAULTS, tmp_path / chip, host_srcs=["faults_host.c"],
+                                    slave_srcs=["faults_slave.c"], target="faults", chip=chip, shared=True,
+                                    defs=("-Dmain=faults_main", f"-DSTATIC_DOUBLES={doubles}"))  # fmt: skip
+        for mode in (STATIC_LDM, DMA_TO_MEMORY):
+            command = [sys.executable, "-c", LOAD_AND_CALL, str(library), str(mode), "0", "-1"]
+            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
+            if fits:
+                assert done.returncode == 0 and "finished" in done.stdout, done.stderr
+            else:
+                assert done.returncode != 0
+                assert f"__thread_local variables {8 * doubles} + stack reserve" in done.stderr
 
 
 @pytest.mark.parametrize("scope", [0, 1, 2], ids=["array", "row", "column"])
