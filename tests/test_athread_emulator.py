@@ -21,7 +21,7 @@ FAULTS = [DATA / "faults_host.c", DATA / "faults_slave.c", DATA / "faults.h"]
 CHIPS = sorted(athread_emu.LDM_BYTES)
 # modes of tests/athread/faults.h
 LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG = range(7)
-STATIC_LDM, SYNC = 7, 8
+STATIC_LDM, SYNC, DIRECT_LOAD = 7, 8, 9
 OMIT_NOTHING, OMIT_FIRST_GET_WAIT, OMIT_FINAL_PUT_WAIT = range(3)
 
 
@@ -70,6 +70,7 @@ def test_jacobi_matches_numpy(programs, tmp_path, chip, shape, tile):
     steps = 3
     grid, result, done = run_jacobi(programs["jacobi", chip], tmp_path, shape, tile, steps)
     assert done.returncode == 0, done.stderr
+    assert "unguarded" not in done.stderr  # the grids are guarded: the slave reads them only by DMA
     np.testing.assert_allclose(result, jacobi_reference(grid, steps), rtol=1e-13, atol=0)
     # the counters: one strided get (tile plus halo) and one strided put (tile) per tile and step
     stats = athread_emu.parse_stats(done.stderr)
@@ -151,6 +152,7 @@ def test_static_ldm_over_capacity(tmp_path):
         (DMA_TO_MEMORY, 0, "CRTS_dma_iget: LDM side 0x"),
         (DIRECT_ACCESS, 0, "LDM_ACCESS: p = 0x"),
         (WAIT_TOO_LONG, 0, "CRTS_dma_wait_value: waits for the reply counter to reach 2, but it is 1"),
+        (DIRECT_LOAD, 0, "direct access to main memory at byte 8000 of the guarded buffer 0x"),
     ],
 )
 def test_rule_violations_name_cpe_call_and_sizes(programs, mode, size, message):
@@ -161,7 +163,9 @@ def test_rule_violations_name_cpe_call_and_sizes(programs, mode, size, message):
     assert "finished" not in done.stdout
 
 
-@pytest.mark.parametrize("mode", [MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG])
+@pytest.mark.parametrize(
+    "mode", [MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG, DIRECT_LOAD]
+)
 def test_legal_versions_run(programs, mode):
     # no culprit: all 64 CPEs do the legal twin of the faulty call
     done = run_faults(programs["faults", "sw26010pro"], mode, 64, culprit=-1)

@@ -36,6 +36,12 @@ int __real_athread_spawn(void *func, void *arg, const char *name);
 int athread_join(void);
 #define athread_spawn(func, arg) __real_athread_spawn((void *)(func), (void *)(arg), #func)
 
+/* Guard a main-memory buffer while kernels run: a CPE that loads or stores
+ * it directly (not by DMA) is reported and aborted.  Whole pages inside the
+ * buffer are guarded.  Returns 0, or -1 where this system cannot guard (the
+ * emulator then copies through /proc/self/mem and that is refused). */
+int athread_emu_guard(void *ptr, size_t bytes);
+
 /* What the emulator counted since the last reset (all CPEs together). */
 typedef struct {
     unsigned long long get_bytes;  /* main memory -> LDM */

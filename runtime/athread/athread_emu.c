@@ -2,13 +2,17 @@
  * DMA as deferred copies that complete at a wait.  See docs/athread.md. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "slave.h"
 
@@ -19,6 +23,7 @@
 #define MAX_PENDING 256
 #define MAX_ALLOCS 64
 #define HEAP_ALIGN 32
+#define MAX_GUARDS 16
 
 typedef struct {
     int put;
@@ -57,6 +62,17 @@ static const char *spawned_name = "?";
 static int running;
 static size_t static_ldm; /* bytes of __thread_local variables in the slave's module */
 static unsigned long long spawns;
+
+/* Guarded main memory: whole pages made inaccessible while a kernel runs;
+ * DMA reaches them through /proc/self/mem, which ignores page protection. */
+typedef struct {
+    char *user, *start;
+    size_t user_bytes, bytes;
+} guard_t;
+static guard_t guards[MAX_GUARDS];
+static int nguards;
+static int self_mem = -1;
+static struct sigaction previous_segv; /* restored at athread_halt, and for faults not ours */
 
 /* One byte of thread-local storage in the slave's module: touching it makes
  * the loader allocate the module's thread-local block for a CPE thread. */
@@ -122,6 +138,76 @@ static tls_query_t module_tls(void) {
     return q;
 }
 
+/* ---- guarded main memory -------------------------------------------- */
+
+static const guard_t *guard_of(const char *p) {
+    for (int i = 0; i < nguards; i++)
+        if (p >= guards[i].start && p < guards[i].start + guards[i].bytes) return &guards[i];
+    return NULL;
+}
+
+static int overlaps_guard(const char *p, size_t len) {
+    for (int i = 0; i < nguards; i++)
+        if (p < guards[i].start + guards[i].bytes && p + len > guards[i].start) return 1;
+    return 0;
+}
+
+static void on_fault(int sig, siginfo_t *info, void *context) {
+    const guard_t *g = guard_of((const char *)info->si_addr);
+    (void)context;
+    if (g) {
+        cpe_t *c = self();
+        char line[320];
+        int n = c ? snprintf(line, sizeof line, "athread emulator: CPE %d (row %d, col %d) in kernel '%s': direct "
+                             "access to main memory at byte %td of the guarded buffer %p (%zu bytes); CPE code "
+                             "reaches main memory only through DMA\n", c->id, c->id / ATHREAD_EMU_MESH,
+                             c->id % ATHREAD_EMU_MESH, spawned_name, (char *)info->si_addr - g->user, (void *)g->user,
+                             g->user_bytes)
+                  : snprintf(line, sizeof line, "athread emulator: MPE: access to the guarded buffer %p while kernel "
+                             "'%s' runs\n", (void *)g->user, spawned_name);
+        if (write(2, line, (size_t)n) < 0) _exit(134);
+        abort();
+    }
+    sigaction(sig, &previous_segv, NULL); /* not ours: whatever handled it before */
+    raise(sig);
+}
+
+int athread_emu_guard(void *ptr, size_t bytes) {
+    if (!initialised) fail("athread_emu_guard", "athread_init was not called");
+    if (running) fail("athread_emu_guard", "called while a kernel runs");
+    if (self_mem < 0) return -1;
+    if (nguards == MAX_GUARDS) fail("athread_emu_guard", "more than %d guarded buffers", MAX_GUARDS);
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)ptr + page - 1) / page * page, end = ((uintptr_t)ptr + bytes) / page * page;
+    if (end <= start) return 0; /* not a whole page: nothing to guard */
+    guard_t g = {(char *)ptr, (char *)start, bytes, end - start};
+    guards[nguards++] = g;
+    return 0;
+}
+
+static void protect_guards(int prot) {
+    for (int i = 0; i < nguards; i++)
+        if (mprotect(guards[i].start, guards[i].bytes, prot) != 0)
+            fail("athread_spawn", "mprotect of the guarded buffer %p failed", (void *)guards[i].user);
+}
+
+/* Whether /proc/self/mem reads memory that is protected (it may be restricted). */
+static int open_self_mem(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    char *probe = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    char byte = 0;
+    if (probe == MAP_FAILED) return -1;
+    probe[0] = 42;
+    mprotect(probe, (size_t)page, PROT_NONE);
+    if (fd >= 0 && (pread(fd, &byte, 1, (off_t)(uintptr_t)probe) != 1 || byte != 42)) {
+        close(fd);
+        fd = -1;
+    }
+    munmap(probe, (size_t)page);
+    return fd;
+}
+
 /* ---- MPE side ----------------------------------------------------------- */
 
 int athread_init(void) {
@@ -133,6 +219,12 @@ int athread_init(void) {
         pthread_barrier_init(&col_barrier[i], NULL, ATHREAD_EMU_MESH);
     }
     static_ldm = module_tls().memsz - sizeof tls_anchor; /* the segment holds the anchor too */
+    self_mem = open_self_mem();
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_fault;
+    action.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &action, &previous_segv);
     for (int i = 0; i < ATHREAD_EMU_CPES; i++) {
         cpes[i].id = i;
         cpes[i].arena_size = ATHREAD_EMU_LDM_BYTES;
@@ -164,6 +256,10 @@ int athread_halt(void) {
         pthread_barrier_destroy(&col_barrier[i]);
     }
     pthread_key_delete(cpe_key);
+    sigaction(SIGSEGV, &previous_segv, NULL);
+    if (self_mem >= 0) close(self_mem);
+    self_mem = -1;
+    nguards = 0;
     initialised = 0;
     return 0;
 }
@@ -196,6 +292,7 @@ int __real_athread_spawn(void *func, void *arg, const char *name) {
     spawned_name = name;
     running = 1;
     spawns++;
+    protect_guards(PROT_NONE);
     for (int i = 0; i < ATHREAD_EMU_CPES; i++)
         if (pthread_create(&cpes[i].thread, NULL, cpe_main, &cpes[i]) != 0)
             fail("athread_spawn", "could not start the thread of CPE %d", i);
@@ -205,6 +302,7 @@ int __real_athread_spawn(void *func, void *arg, const char *name) {
 int athread_join(void) {
     if (!running) fail("athread_join", "no kernel is running");
     for (int i = 0; i < ATHREAD_EMU_CPES; i++) pthread_join(cpes[i].thread, NULL);
+    protect_guards(PROT_READ | PROT_WRITE);
     running = 0;
     return 0;
 }
@@ -330,7 +428,11 @@ static void do_copy(const transfer_t *t) {
     for (size_t b = 0; b < nblocks; b++) {
         char *mem = t->mem + b * (block + t->stride);
         char *ldm = t->ldm + b * block;
-        if (t->put) memcpy(mem, ldm, block);
+        if (overlaps_guard(mem, block)) {
+            ssize_t done = t->put ? pwrite(self_mem, ldm, block, (off_t)(uintptr_t)mem)
+                                  : pread(self_mem, ldm, block, (off_t)(uintptr_t)mem);
+            if (done != (ssize_t)block) fail(t->call, "copy through /proc/self/mem failed (%zu bytes)", block);
+        } else if (t->put) memcpy(mem, ldm, block);
         else memcpy(ldm, mem, block);
     }
 }

@@ -11,7 +11,8 @@ enum {
     DIRECT_ACCESS = 5,   /* LDM_ACCESS of a main-memory pointer */
     WAIT_TOO_LONG = 6,   /* waits for more transfers than were issued */
     STATIC_LDM = 7,      /* only touches the __thread_local array (its size is a -D at build time) */
-    SYNC = 8             /* legal: each CPE publishes its id, syncs (BYTES = scope), reads a neighbour's */
+    SYNC = 8,            /* legal: each CPE publishes its id, syncs (BYTES = scope), reads a neighbour's */
+    DIRECT_LOAD = 9      /* loads main memory directly instead of by DMA */
 };
 
 /* SYNC: where CPE i publishes and what it read from its neighbour (doubles into memory). */

@@ -51,6 +51,11 @@ void faults(void *raw) {
     case STATIC_LDM:
         fixed[0] = CRTS_tid;
         break;
+    case DIRECT_LOAD: {
+        volatile double *p = culprit ? a.memory + 1000 : fixed;
+        fixed[1] = p[0];
+        break;
+    }
     case SYNC: {
         const int id = CRTS_tid;
         for (volatile long spin = 0; spin < 20000L * (63 - id); spin++) {

@@ -39,6 +39,10 @@ int main(int argc, char **argv) {
     memcpy(b, a, n * sizeof(double)); /* the ring is fixed in time: both levels carry it */
 
     athread_init();
+#ifdef MSC_ATHREAD_EMU_H
+    if (athread_emu_guard(a, n * sizeof(double)) != 0 || athread_emu_guard(b, n * sizeof(double)) != 0)
+        fputs("unguarded\n", stderr);
+#endif
     for (int t = 0; t < steps; t++) {
         args.in = a;
         args.out = b;
