@@ -110,7 +110,6 @@ typedef struct {
     uintptr_t code;
     size_t memsz;
     void *data;
-    int found;
 } tls_query_t;
 
 static int find_tls(struct dl_phdr_info *info, size_t size, void *data) {
@@ -127,12 +126,11 @@ static int find_tls(struct dl_phdr_info *info, size_t size, void *data) {
     if (!holds_code) return 0;
     q->memsz = memsz;
     q->data = info->dlpi_tls_data;
-    q->found = 1;
     return 1;
 }
 
 static tls_query_t module_tls(void) {
-    tls_query_t q = {(uintptr_t)&find_tls, 0, NULL, 0};
+    tls_query_t q = {(uintptr_t)&find_tls, 0, NULL};
     tls_anchor = 1;
     dl_iterate_phdr(find_tls, &q);
     return q;
@@ -165,6 +163,7 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
                              g->user_bytes)
                   : snprintf(line, sizeof line, "athread emulator: MPE: access to the guarded buffer %p while kernel "
                              "'%s' runs\n", (void *)g->user, spawned_name);
+        if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
         if (write(2, line, (size_t)n) < 0) _exit(134);
         abort();
     }
