@@ -232,10 +232,10 @@ def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys
     assert_matches(kernel.run(steps=7, u=u0), heat.reference(steps=7, u=u0))
     report = kernel.report
     assert not report.from_cache and report.trials and report.trials[0].schedule == "Schedule()"
-    # the report is what the trials measured: the default's figure is its last (interleaved, median)
-    # timing, and the chosen schedule's figure is a timing of that same schedule
+    # the report is what the trials measured: the default's figure is one of its interleaved (median)
+    # re-timings after the first pass, and the chosen schedule's figure is a timing of that schedule
     defaults = [trial.ms_per_step for trial in report.trials if trial.schedule == "Schedule()"]
-    assert len(defaults) >= 2 and report.default_ms_per_step == defaults[-1]
+    assert report.default_ms_per_step in defaults[1:]
     chosen = [trial for trial in report.trials if trial.ms_per_step == report.ms_per_step]
     assert chosen, "the chosen figure is one of the recorded timings"
     assert report.speedup == pytest.approx(report.default_ms_per_step / report.ms_per_step)
