@@ -138,6 +138,13 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Barrier:
+    """Every worker waits here until all have arrived (what one wrote before
+    it, all may read after it). A target's passes remove the barriers its
+    hardware already implies; a printer refuses any left that it cannot print."""
+
+
+@dataclass(frozen=True)
 class Block:
     """Statements in order; `scoped`: its declarations end with it."""
 
@@ -174,7 +181,7 @@ class If:
     otherwise: Block | None = None
 
 
-Node = Union[Block, Loop, If, Assign, Decl, Buffer, Copy, Call]
+Node = Union[Block, Loop, If, Assign, Decl, Buffer, Copy, Call, Barrier]
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,11 @@ class _Lowering:
                 out += self.node(children.get_at(i)).body
             return k.Block(tuple(out))
         if kind == isl.ast_node_type.for_:
-            return k.Block((self._for(node),))
+            loop = self._for(node)
+            inner = loop.body[-1] if isinstance(loop, k.Block) else loop  # (after its row pointers)
+            shared = isinstance(inner, k.Loop) and inner.parallel and not inner.degenerate
+            # the workers' shares of a parallel loop are all done before anything after it
+            return k.Block((loop, k.Barrier()) if shared else (loop,))
         if kind == isl.ast_node_type.if_:
             other = self.node(node.if_get_else_node()) if node.if_has_else_node() else None
             return k.Block((k.If(c_of(node.if_get_cond()), self.node(node.if_get_then_node()), other),))

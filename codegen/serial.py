@@ -5,6 +5,7 @@ what a new target is: a platform, a template and a registration."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from msc.codegen import ctarget
@@ -28,7 +29,14 @@ class SerialPlatform(ctarget.Platform):
                             ("prefetch", schedule.schedule.prefetch_distance > 0)):
             if asked:
                 raise ScheduleError(f"target '{NAME}' has no {name}() (an x86 primitive of target 'openmp')")
-        return kernel, {}
+        return k.transform_kernel(kernel, _one_worker), {}
+
+
+def _one_worker(node: k.Node) -> k.Node:
+    """One worker never waits for others: no barriers."""
+    if isinstance(node, k.Block) and any(isinstance(n, k.Barrier) for n in node.body):
+        return replace(node, body=tuple(n for n in node.body if not isinstance(n, k.Barrier)))
+    return node
 
 
 class SerialTarget(ctarget.CTarget):

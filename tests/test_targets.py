@@ -78,3 +78,24 @@ def test_cache_buffers_over_capacity_name_field_tile_and_sizes():
         assert words in text, (words, text)
     small = msc.Schedule().tile(x=64, y=64).cache_read("u")
     assert "cr_f_u_t0[4224]" in get_target("openmp").source(heat.poly(), small)
+
+
+def test_kernel_ir_orders_workers_with_barriers_each_target_implements():
+    from msc.codegen import kernel_ir as k
+    from msc.codegen.lower import lower_kernel
+    from msc.codegen.passes.openmp import map_loops
+    from msc.codegen.printers.c import CPrinter
+    from msc.schedule import lower
+
+    st = generate(3).stencil
+    poly = st.poly()
+    schedule = lower(msc.Schedule().tile(x=8).parallel("x_tile"), poly)
+    kernel = lower_kernel(poly, schedule, "msc_run")
+    barriers = [n for n in k.walk(kernel.body) if isinstance(n, k.Barrier)]
+    shared = [n for n in k.walk(kernel.body) if isinstance(n, k.Loop) and n.parallel]
+    assert barriers and len(barriers) == len(shared) == len(st.ir.statements)
+    with pytest.raises(TypeError, match="barrier is left"):
+        CPrinter(st.ir.dtype).lines(kernel.body)
+    mapped = map_loops(kernel)  # `omp for` implies them
+    assert not any(isinstance(n, k.Barrier) for n in k.walk(mapped.body))
+    assert all(n.mapping == "omp for schedule(static)" for n in k.walk(mapped.body) if isinstance(n, k.Loop) and n.parallel)

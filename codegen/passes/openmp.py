@@ -23,5 +23,21 @@ def _map(node: k.Node) -> k.Node:
     return node
 
 
+def _work_shared(node: k.Node) -> bool:
+    """An `omp for` loop (or a block ending with one): it ends with an implicit barrier."""
+    if isinstance(node, k.Block) and node.body:
+        return _work_shared(node.body[-1])
+    return isinstance(node, k.Loop) and node.mapping in (FOR, FOR_SIMD)
+
+
+def _implied_barriers(node: k.Node) -> k.Node:
+    """Drop a barrier right after an `omp for` loop: the loop's implicit barrier is it."""
+    if not isinstance(node, k.Block):
+        return node
+    body = tuple(n for i, n in enumerate(node.body)
+                 if not (isinstance(n, k.Barrier) and i > 0 and _work_shared(node.body[i - 1])))
+    return node if len(body) == len(node.body) else replace(node, body=body)
+
+
 def map_loops(kernel: k.Kernel) -> k.Kernel:
-    return k.transform_kernel(kernel, _map)
+    return k.transform_kernel(k.transform_kernel(kernel, _map), _implied_barriers)

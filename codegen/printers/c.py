@@ -65,6 +65,8 @@ class CPrinter:
             return out + [f"{pad}{INDENT * len(node.iterators)}{c_ref(node.dst)} = {c_ref(node.src)};"]
         if isinstance(node, k.Call):
             return [f"{pad}{node.func}({', '.join(_arg(a) for a in node.args)});"]
+        if isinstance(node, k.Barrier):
+            raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
         raise TypeError(f"not a kernel IR node: {node!r}")
 
     def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
