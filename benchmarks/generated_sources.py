@@ -18,12 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import msc  # noqa: E402
-from benchmarks.stencils import CASES, msc_stencil  # noqa: E402
-from msc.codegen import get_target  # noqa: E402
-from msc.errors import ScheduleError  # noqa: E402
-from stencil_gen import generate  # noqa: E402
-from test_schedules import random_schedule  # noqa: E402
+from stencil_gen import generate
+from test_schedules import random_schedule
+
+import msc
+from benchmarks.stencils import CASES, msc_stencil
+from msc.codegen import get_target
+from msc.errors import ScheduleError
 
 SCHEDULES = {
     "default": msc.Schedule(),

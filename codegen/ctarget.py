@@ -21,7 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msc
 from msc import ir
@@ -32,7 +32,15 @@ from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
-from msc.runtime.build import DEFAULT_CC, DEFAULT_CFLAGS, atomic_write_text, cache_dir, host_identity, is_intact, write_tree
+from msc.runtime.build import (
+    DEFAULT_CC,
+    DEFAULT_CFLAGS,
+    atomic_write_text,
+    cache_dir,
+    host_identity,
+    is_intact,
+    write_tree,
+)
 from msc.runtime.kernel import BOX_ENTRY, ENTRY, CompiledKernel
 from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
 
@@ -70,7 +78,7 @@ class Platform:
 
     name = ""
     kernel_template = ""  # the C file around the entry points
-    capacity: dict[k.Space, int] = {}  # bytes of each per-worker memory space
+    capacity: ClassVar[dict[k.Space, int]] = {}  # bytes of each per-worker memory space
     tunes = False  # schedule="auto" tunes on this platform
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
@@ -120,7 +128,8 @@ class CTarget:
 
     def kernels(self, poly: PolyIR, schedule: LoweredSchedule, box: bool) -> tuple[list[k.Kernel], dict[str, Any]]:
         """The entry points' kernel IR after the platform's passes (checked against its capacities)."""
-        out, values = [], {}
+        out: list[k.Kernel] = []
+        values: dict[str, Any] = {}
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):
             kernel = lower_kernel(poly, schedule, name, is_box)
             check_capacity(kernel, poly, schedule, self.platform, self.name)

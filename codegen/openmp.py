@@ -10,12 +10,11 @@ once per time step, so no level is ever copied.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from msc import ir
-from msc.codegen import ctarget
+from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
-from msc.codegen import register
 from msc.codegen.passes import openmp, x86
 from msc.poly import PolyIR
 from msc.schedule import LoweredSchedule, Schedule
@@ -29,7 +28,7 @@ STACK_BYTES = 512 << 10
 class CPUPlatform(ctarget.Platform):
     name = "x86 (OpenMP)"
     kernel_template = "openmp_kernel.c.j2"
-    capacity = {k.Space.STACK: STACK_BYTES}
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: STACK_BYTES}
     tunes = True
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:

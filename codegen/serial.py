@@ -6,11 +6,10 @@ what a new target is: a platform, a template and a registration."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
-from msc.codegen import ctarget
+from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
-from msc.codegen import register
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import DEFAULT_CFLAGS
@@ -22,7 +21,7 @@ NAME = "serial"
 class SerialPlatform(ctarget.Platform):
     name = "one core"
     kernel_template = "serial_kernel.c.j2"
-    capacity = {k.Space.STACK: 512 << 10}  # as target 'openmp'
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: 512 << 10}  # as target 'openmp'
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         for name, asked in (("stream_stores", schedule.schedule.streaming),

@@ -50,7 +50,7 @@ def test_serial_source_has_no_openmp_and_openmp_source_does():
     assert "omp" not in serial and "msc_line" not in serial
     assert "#pragma omp for schedule(static)" in openmp
     # the same loops, statements and addressing: only pragmas and line stores differ
-    body = re.compile(r"^\s*(#pragma|\{|\}).*$", re.M)
+    body = re.compile(r"^\s*(#pragma|\{|\}).*$", re.MULTILINE)
     assert "f_" in serial and body.sub("", serial).count("for (") <= body.sub("", openmp).count("for (")
 
 
