@@ -19,11 +19,14 @@ from msc.errors import (
     TargetError,
 )
 from msc.frontend.symbols import abs, cos, exp, log, maximum, minimum, sin, sqrt, t, where, x, y, z
+from msc.linear import NonLinearError
+from msc.pde import Implicit, Operator, explicit, implicit, operator, solve
 from msc.schedule import Schedule
 from msc.stencil import Stencil, stencil
 
 __all__ = [
     "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
-    "TargetError", "Schedule", "Stencil", "stencil", "t", "x", "y", "z",
+    "TargetError", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
+    "Schedule", "Stencil", "stencil", "t", "x", "y", "z",
     "sqrt", "exp", "log", "sin", "cos", "abs", "minimum", "maximum", "where", "__version__",
 ]

@@ -1,0 +1,231 @@
+"""Benchmark the PDE layer against peers, side by side in one run (JSON out).
+
+For the 2D 5-point and 3D 7-point Laplacians (2D 1000^2 and 3D 64^3
+interiors; --quick: 200^2 and 24^3):
+
+- assembly: `L.matrix` (msc, from the operator) against scipy's kron
+  assembly of the same matrix (checked equal);
+- one steady solve L(u) = f: `msc.solve` (assemble, swCholesky factor,
+  solve) against scipy `spsolve`, CHOLMOD (scikit-sparse) and MKL PARDISO
+  (pypardiso) on the same matrix;
+- one implicit (backward Euler) step: msc.implicit (factored once; the
+  per-step time is a run of --steps steps divided by the steps) against
+  `spsolve` per step (what a hand-written scipy stepper does) and against
+  CHOLMOD / PARDISO solves with their factor reused.
+
+Every solution is checked by its residual. Peers run only when importable;
+the missing ones are listed. Timings are the minimum of --repeat runs.
+
+    python3 benchmarks/pde.py --json out.json [--quick] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("--json", required=True, help="write the results here")
+parser.add_argument("--quick", action="store_true", help="small cases (2D 200^2, 3D 24^3)")
+parser.add_argument("--threads", type=int, default=2)
+parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement; the minimum is reported")
+parser.add_argument("--steps", type=int, default=10, help="implicit steps timed per run")
+parser.add_argument("--spsolve-timeout", type=float, default=600,
+                    help="seconds one scipy spsolve may take before it is recorded as not finished")
+ARGS = parser.parse_args()
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(ARGS.threads)  # before numpy / the BLAS libraries load
+os.environ.setdefault("KMP_BLOCKTIME", "0")
+
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from queue import Empty  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+import scipy.sparse.linalg as spla  # noqa: E402
+
+import msc  # noqa: E402
+from msc import x, y, z  # noqa: E402
+from msc.runtime.build import atomic_write_text  # noqa: E402
+
+
+@msc.operator
+def lap2(u, h):
+    return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2
+
+
+@msc.operator
+def lap3(u, h):
+    return (u[x - 1, y, z] + u[x + 1, y, z] + u[x, y - 1, z] + u[x, y + 1, z] + u[x, y, z - 1] + u[x, y, z + 1]
+            - 6 * u[x, y, z]) / h**2
+
+
+def kron_assembly(n: int, dim: int, h: float) -> sp.csr_array:
+    """The hand-written scipy assembly (as examples/cholesky_poisson.py does it)."""
+    T = sp.diags_array([np.ones(n - 1), -2 * np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1], format="csr") / h**2
+    I = sp.eye_array(n, format="csr")
+    if dim == 2:
+        return sp.csr_array(sp.kron(T, I) + sp.kron(I, T))
+    return sp.csr_array(sp.kron(sp.kron(T, I), I) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(I, I), T))
+
+
+def best(fn: Callable[[], Any], repeat: int = ARGS.repeat) -> tuple[Any, float]:
+    out, times = None, []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, min(times)
+
+
+def rel_residual(A: Any, v: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(A @ v - b) / np.linalg.norm(b))
+
+
+def _spsolve_worker(M: sp.csc_matrix, b: np.ndarray, queue: Any) -> None:
+    t0 = time.perf_counter()
+    v = spla.spsolve(M, b)
+    queue.put((v, time.perf_counter() - t0))
+
+
+def timed_spsolve(M: Any, b: np.ndarray) -> dict[str, Any]:
+    """scipy spsolve in a forked process, given up after --spsolve-timeout seconds (SuperLU's fill in 3D)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_spsolve_worker, args=(sp.csc_matrix(M), b, queue))
+    proc.start()
+    try:
+        v, seconds = queue.get(timeout=ARGS.spsolve_timeout)
+    except Empty:  # still factoring
+        proc.kill()
+        proc.join()
+        return {"finished": False, "gave_up_after_s": ARGS.spsolve_timeout}
+    proc.join()
+    return {"finished": True, "seconds": seconds, "residual": rel_residual(M, v, b)}
+
+
+def importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def cholmod_factor(S: sp.csc_array) -> Any:
+    from sksparse.cholmod import cholesky
+
+    return cholesky(sp.csc_matrix(S))
+
+
+def pardiso_factor(S: sp.csr_array) -> Any:
+    """PARDISO analysis + factorization once (phase 12); solves are phase 33 only."""
+    import pypardiso
+
+    solver = pypardiso.PyPardisoSolver(mtype=2)  # real SPD
+    upper = sp.csr_matrix(sp.triu(S, format="csr"))
+    solver.set_phase(12)
+    solver._call_pardiso(upper, np.zeros(S.shape[0]))
+
+    def solve(b: np.ndarray) -> np.ndarray:
+        solver.set_phase(33)
+        return np.asarray(solver._call_pardiso(upper, b))
+
+    return solve, solver
+
+
+def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool]) -> dict[str, Any]:
+    h = 1.0 / (n + 1)
+    shape = (n + 2,) * dim
+    out: dict[str, Any] = {"case": name, "unknowns": n**dim}
+    print(f"{name}: {n**dim} unknowns")
+
+    # assembly
+    (A, _), t_msc = best(lambda: L.matrix(shape=shape, h=h))
+    K, t_kron = best(lambda: kron_assembly(n, dim, h))
+    assert abs(A - K).max() <= 1e-9 * abs(K).max(), "msc and kron matrices differ"
+    out["assembly"] = {"msc_s": t_msc, "scipy_kron_s": t_kron, "ratio_msc_over_kron": t_msc / t_kron, "nnz": A.nnz}
+    print(f"  assembly: msc {t_msc:.3f} s, scipy kron {t_kron:.3f} s (ratio {t_msc / t_kron:.2f})")
+
+    # steady solve L(u) = f
+    rng = np.random.default_rng(0)
+    f = rng.random((n,) * dim)
+    b = f.reshape(-1)
+    steady: dict[str, Any] = {}
+    (u, info), t = best(lambda: msc.solve(L, f, shape=shape, h=h, full_output=True), 1)
+    steady["msc"] = {"total_s": t, **{k: v for k, v in info.items()}, "residual": rel_residual(A, u[(slice(1, -1),) * dim].reshape(-1), b)}
+    sps = timed_spsolve(A, b)
+    steady["scipy_spsolve"] = {"total_s": sps.pop("seconds", None), **sps}
+    S = sp.csc_array(-A)
+    if peers["cholmod"]:
+        F, tf = best(lambda: cholmod_factor(S), 1)
+        v, ts = best(lambda: -F(b))
+        steady["cholmod"] = {"total_s": tf + ts, "factor_s": tf, "solve_s": ts, "residual": rel_residual(A, v, b)}
+    if peers["pardiso"]:
+        (solve, solver), tf = best(lambda: pardiso_factor(sp.csr_array(S)), 1)
+        v, ts = best(lambda: -solve(b))
+        steady["pardiso"] = {"total_s": tf + ts, "factor_s": tf, "solve_s": ts, "residual": rel_residual(A, v, b)}
+        solver.free_memory(everything=True)
+    out["steady"] = steady
+    print("  steady: " + ", ".join(f"{k} {r['total_s']:.2f} s (residual {r['residual']:.0e})" if r.get("finished", True)
+                                   else f"{k} not finished in {r['gave_up_after_s']:.0f} s" for k, r in steady.items()))
+
+    # implicit backward Euler steps
+    dt = 10 * h * h
+    u0 = np.zeros(shape)
+    u0[(slice(1, -1),) * dim] = rng.random((n,) * dim)
+    step: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    stepper = msc.implicit(L, dt, "backward_euler", shape=shape, h=h)
+    setup = time.perf_counter() - t0
+    _res, t = best(lambda: stepper.run(steps=ARGS.steps, u=u0))
+    M = sp.csr_array(sp.eye_array(A.shape[0]) - dt * A)
+    v0 = u0[(slice(1, -1),) * dim].reshape(-1)
+    one = stepper.run(steps=1, u=u0)["u"][(slice(1, -1),) * dim].reshape(-1)
+    step["msc"] = {"setup_s": setup, "per_step_s": t / ARGS.steps, "solver": stepper.solver,
+                   "residual": rel_residual(M, one, v0)}
+    sps = timed_spsolve(M, v0)
+    step["scipy_spsolve"] = {"per_step_s": sps.pop("seconds", None), **sps}
+    if peers["cholmod"]:
+        F, tf = best(lambda: cholmod_factor(sp.csc_array(M)), 1)
+        v, ts = best(lambda: F(v0))
+        step["cholmod"] = {"setup_s": tf, "per_step_s": ts, "residual": rel_residual(M, v, v0)}
+    if peers["pardiso"]:
+        (solve, solver), tf = best(lambda: pardiso_factor(M), 1)
+        v, ts = best(lambda: solve(v0))
+        step["pardiso"] = {"setup_s": tf, "per_step_s": ts, "residual": rel_residual(M, v, v0)}
+        solver.free_memory(everything=True)
+    for peer in ("scipy_spsolve", "cholmod", "pardiso"):
+        if peer in step and step[peer].get("finished", True):
+            step[f"ratio_msc_over_{peer}"] = step["msc"]["per_step_s"] / step[peer]["per_step_s"]
+    out["implicit_step"] = step
+    print("  implicit step: " + ", ".join(f"{k} {r['per_step_s'] * 1e3:.1f} ms" if r.get("finished", True)
+                                           else f"{k} not finished in {r['gave_up_after_s']:.0f} s"
+                                           for k, r in step.items() if isinstance(r, dict)))
+    return out
+
+
+def main() -> int:
+    peers = {"cholmod": importable("sksparse"), "pardiso": importable("pypardiso")}
+    missing = [k for k, ok in peers.items() if not ok]
+    print(f"threads={ARGS.threads}, min of {ARGS.repeat} runs, peers missing: {', '.join(missing) or 'none'}")
+    cases = [("2D 200^2", lap2, 200, 2), ("3D 24^3", lap3, 24, 3)] if ARGS.quick else \
+        [("2D 1000^2", lap2, 1000, 2), ("3D 64^3", lap3, 64, 3)]
+    data = {"benchmark": "pde", "threads": ARGS.threads, "repeat": ARGS.repeat, "steps": ARGS.steps,
+            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "peers_missing": missing, "cases": []}
+    for name, L, n, dim in cases:
+        data["cases"].append(run_case(name, L, n, dim, peers))
+        atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))  # kept after each case
+    print(f"wrote {ARGS.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

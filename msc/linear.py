@@ -1,0 +1,210 @@
+"""Linear-form analysis of StencilIR expressions.
+
+`linear_form(expr, unknowns)` splits an expression that is affine in the
+reads of the `unknowns` fields into
+
+    sum over reads (field, dt, offsets) of coefficient * read  +  constant
+
+where each coefficient and the constant are IR expressions free of unknown
+reads (scalar parameters, constants, coefficient fields, math on those), so
+variable coefficients such as `k[x+1, y]` in div(k grad u) stay symbolic and
+are evaluated per point by whoever uses the form (matrix assembly, a
+tensor-core path). A term that is not affine in the unknowns raises
+NonLinearError naming that term and its file:line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from msc import ir
+from msc.errors import StencilDefinitionError
+
+Key = tuple[str, "int | None", tuple[int, ...]]
+
+
+class NonLinearError(StencilDefinitionError):
+    """An expression is not affine in its unknowns."""
+
+
+@dataclass(frozen=True)
+class LinearForm:
+    """`terms[(field, dt, offsets)]` is the coefficient of that read; `constant` the rest (None: 0)."""
+
+    terms: dict[Key, ir.Expr]
+    constant: ir.Expr | None
+
+    @property
+    def keys(self) -> list[Key]:
+        return list(self.terms)
+
+
+ZERO = ir.Const(0.0)
+ONE = ir.Const(1.0)
+
+
+def linear_form(expr: ir.Expr, unknowns: Collection[str],
+                where: Callable[[ir.Expr], str] | None = None) -> LinearForm:
+    """The affine decomposition of `expr` in the reads of `unknowns`.
+
+    `where(node)` names the source location of a node for error messages
+    (for example "file.py:12: in operator 'lap'").
+    """
+    unknown = frozenset(unknowns)
+    locate = where or (lambda _node: "")
+
+    def nonlinear(node: ir.Expr, why: str) -> NonLinearError:
+        prefix = locate(node)
+        return NonLinearError(f"{prefix + ': ' if prefix else ''}non-linear term '{show(node)}': {why}")
+
+    def go(e: ir.Expr) -> LinearForm:
+        if isinstance(e, ir.FieldRead) and e.name in unknown:
+            return LinearForm({(e.name, e.dt, e.offsets): ONE}, None)
+        if isinstance(e, (ir.Const, ir.ParamRef, ir.FieldRead)):
+            return LinearForm({}, e)
+        if isinstance(e, ir.Neg):
+            a = go(e.operand)
+            return _map(a, _neg)
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+            # a left-deep chain (s = s + ...) is walked by a loop, not by recursion
+            summands: list[tuple[bool, ir.Expr]] = []
+            node: ir.Expr = e
+            while isinstance(node, ir.BinOp) and node.op in ("+", "-"):
+                summands.append((node.op == "-", node.rhs))
+                node = node.lhs
+            summands.append((False, node))
+            terms: dict[Key, ir.Expr] = {}
+            constant: ir.Expr | None = None
+            for negate, part in reversed(summands):
+                b = go(part)
+                if negate:
+                    b = _map(b, _neg)
+                for k, c in b.terms.items():
+                    terms[k] = _add(terms[k], c) if k in terms else c
+                constant = _add_opt(constant, b.constant)
+            return LinearForm(terms, constant)
+        if isinstance(e, ir.BinOp) and e.op == "*":
+            a, b = go(e.lhs), go(e.rhs)
+            if a.terms and b.terms:
+                raise nonlinear(e, "a product of two factors that both depend on the unknowns")
+            if a.terms:
+                a, b = b, a
+            factor = a.constant or ZERO  # a is free of unknowns: scale b by it
+            return _map(b, lambda c: _mul(factor, c))
+        if isinstance(e, ir.BinOp) and e.op == "/":
+            a, b = go(e.lhs), go(e.rhs)
+            if b.terms:
+                raise nonlinear(e, "division by an expression that depends on the unknowns")
+            divisor = b.constant or ZERO
+            return _map(a, lambda c: _div(c, divisor))
+        parts = [go(c) for c in ir.children(e)]
+        if any(p.terms for p in parts):
+            kind = f"'{e.op}'" if isinstance(e, ir.BinOp) else (
+                f"{e.func}(...)" if isinstance(e, ir.Call) else type(e).__name__.lower())
+            raise nonlinear(e, f"{kind} applied to the unknowns")
+        return LinearForm({}, e)
+
+    return go(expr)
+
+
+def _map(f: LinearForm, fn: Callable[[ir.Expr], ir.Expr]) -> LinearForm:
+    return LinearForm({k: fn(c) for k, c in f.terms.items()},
+                      None if f.constant is None else fn(f.constant))
+
+
+def _neg(a: ir.Expr) -> ir.Expr:
+    if isinstance(a, ir.Const):
+        return ir.Const(-a.value)
+    if isinstance(a, ir.Neg):
+        return a.operand
+    return ir.Neg(a)
+
+
+def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if isinstance(a, ir.Const) and isinstance(b, ir.Const):
+        return ir.Const(a.value + b.value)
+    return ir.BinOp("+", a, b)
+
+
+def _add_opt(a: ir.Expr | None, b: ir.Expr | None) -> ir.Expr | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return _add(a, b)
+
+
+def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if isinstance(a, ir.Const) and isinstance(b, ir.Const):
+        return ir.Const(a.value * b.value)
+    if a == ONE:
+        return b
+    if b == ONE:
+        return a
+    return ir.BinOp("*", a, b)
+
+
+def _div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if isinstance(a, ir.Const) and isinstance(b, ir.Const) and b.value != 0:
+        return ir.Const(a.value / b.value)
+    return ir.BinOp("/", a, b)
+
+
+def show(e: ir.Expr) -> str:
+    """A short Python-like rendering of an expression for messages."""
+    if isinstance(e, ir.Const):
+        return f"{e.value:g}"
+    if isinstance(e, ir.ParamRef):
+        return e.name
+    if isinstance(e, ir.FieldRead):
+        idx = [] if e.dt is None else ["t" if e.dt == 0 else f"t{e.dt:+d}"]
+        idx += [d if o == 0 else f"{d}{o:+d}" for d, o in zip(ir.DIM_NAMES, e.offsets)]
+        return f"{e.name}[{', '.join(idx)}]"
+    if isinstance(e, ir.Neg):
+        return f"-{_paren(e.operand)}"
+    if isinstance(e, ir.Not):
+        return f"~{_paren(e.operand)}"
+    if isinstance(e, ir.BinOp):
+        return f"{_paren(e.lhs)} {e.op} {_paren(e.rhs)}"
+    if isinstance(e, ir.Call):
+        return f"{e.func}({', '.join(show(a) for a in e.args)})"
+    if isinstance(e, ir.Where):
+        return f"where({show(e.cond)}, {show(e.then)}, {show(e.otherwise)})"
+    raise TypeError(f"unknown expression node {e!r}")
+
+
+def _paren(e: ir.Expr) -> str:
+    s = show(e)
+    return f"({s})" if isinstance(e, (ir.BinOp, ir.Neg)) else s
+
+
+def evaluate(e: ir.Expr, read: Callable[[ir.FieldRead], np.ndarray], params: dict[str, float],
+             dtype: np.dtype[Any]) -> Any:
+    """Evaluate an expression with numpy: `read` gives each field read's array, `params` the scalars."""
+    from msc.reference import _BINARY, _UNARY
+
+    def go(n: ir.Expr) -> Any:
+        if isinstance(n, ir.Const):
+            return dtype.type(n.value)
+        if isinstance(n, ir.ParamRef):
+            return dtype.type(params[n.name])
+        if isinstance(n, ir.FieldRead):
+            return read(n)
+        if isinstance(n, ir.Neg):
+            return np.negative(go(n.operand))
+        if isinstance(n, ir.Not):
+            return np.logical_not(go(n.operand))
+        if isinstance(n, ir.BinOp):
+            return _BINARY[n.op](go(n.lhs), go(n.rhs))
+        if isinstance(n, ir.Call):
+            fn = _UNARY.get(n.func) or _BINARY[n.func]
+            return fn(*[go(a) for a in n.args])
+        if isinstance(n, ir.Where):
+            return np.where(go(n.cond), go(n.then), go(n.otherwise)).astype(dtype)
+        raise TypeError(f"unknown expression node {n!r}")
+
+    return go(e)

@@ -1,0 +1,485 @@
+"""The PDE layer: operator matrices against hand-assembled ones and the reference
+interpreter, non-linear errors, convergence orders, implicit steps against a
+scipy stepper, explicit kernels compiled against the reference."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import msc
+from msc import ir, x, y, z
+from msc.linear import linear_form
+
+SYMS = (x, y, z)
+
+
+def at(f, off):
+    return f[tuple(s + o for s, o in zip(SYMS, off))]
+
+
+def tridiag(n: int, h: float = 1.0) -> sp.csr_array:
+    return sp.diags_array([np.ones(n - 1), -2 * np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1]).tocsr() / h**2
+
+
+def kron_laplacian(ns: tuple[int, ...], h: float = 1.0) -> sp.csr_array:
+    A = None
+    for d in range(len(ns)):
+        parts = [tridiag(n, h) if e == d else sp.identity(n) for e, n in enumerate(ns)]
+        term = parts[0]
+        for p in parts[1:]:
+            term = sp.kron(term, p)
+        A = term if A is None else A + term
+    return sp.csr_array(A)
+
+
+def assert_same_matrix(A, B, tol=1e-12):
+    assert isinstance(A, sp.csr_array)
+    assert A.shape == B.shape
+    diff = abs(A - B)
+    assert diff.nnz == 0 or diff.max() <= tol * max(1.0, abs(B).max())
+
+
+@msc.operator
+def lap5(u, h):
+    return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2
+
+
+@msc.operator
+def lap9(u):
+    s = 0
+    for i in (-1, 0, 1):
+        for j in (-1, 0, 1):
+            s = s + (-8 if i == j == 0 else 1) * u[x + i, y + j]
+    return s
+
+
+@msc.operator
+def lap7(u):
+    return (u[x - 1, y, z] + u[x + 1, y, z] + u[x, y - 1, z] + u[x, y + 1, z]
+            + u[x, y, z - 1] + u[x, y, z + 1] - 6 * u[x, y, z])
+
+
+@msc.operator
+def divkgrad(u, k):
+    kxp = 0.5 * (k[x, y] + k[x + 1, y])
+    kxm = 0.5 * (k[x, y] + k[x - 1, y])
+    kyp = 0.5 * (k[x, y] + k[x, y + 1])
+    kym = 0.5 * (k[x, y] + k[x, y - 1])
+    return kxp * (u[x + 1, y] - u[x, y]) - kxm * (u[x, y] - u[x - 1, y]) \
+        + kyp * (u[x, y + 1] - u[x, y]) - kym * (u[x, y] - u[x, y - 1])
+
+
+@msc.operator(boundary="periodic")
+def periodic_lap(u, c):
+    return c * (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y])
+
+
+@msc.operator
+def coupled(u, v, a):
+    return {u: u[x - 1, y] + u[x + 1, y] - 2 * u[x, y] + a * v[x, y],
+            v: v[x, y - 1] + v[x, y + 1] - 2 * v[x, y] - a * u[x, y] + 1.0}
+
+
+def test_five_point_laplacian_matches_kron():
+    h = 0.1
+    A, g = lap5.matrix(shape=(9, 7), h=h)
+    assert_same_matrix(A, kron_laplacian((7, 5), h))
+    assert np.all(g == 0)
+
+
+def test_nine_point_laplacian_matches_hand_assembly():
+    n, m = 6, 5
+    T = sp.diags_array([np.ones(n - 1), np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1])
+    S = sp.diags_array([np.ones(m - 1), np.ones(m), np.ones(m - 1)], offsets=[-1, 0, 1])
+    B = sp.kron(T, S) - 9 * sp.identity(n * m)
+    A, _ = lap9.matrix(shape=(n + 2, m + 2))
+    assert_same_matrix(A, B)
+
+
+def test_seven_point_3d_laplacian_matches_kron():
+    A, _ = lap7.matrix(shape=(6, 5, 7))
+    assert_same_matrix(A, kron_laplacian((4, 3, 5)))
+
+
+def test_variable_coefficient_matches_hand_assembly():
+    rng = np.random.default_rng(1)
+    shape = (7, 6)
+    k = 1 + rng.random(shape)
+    A, g = divkgrad.matrix(shape=shape, k=k)
+    n, m = shape[0] - 2, shape[1] - 2
+    B = sp.lil_array((n * m, n * m))
+    for i, j in itertools.product(range(n), range(m)):
+        row = i * m + j
+        for di, dj in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            kf = 0.5 * (k[i + 1, j + 1] + k[i + 1 + di, j + 1 + dj])
+            B[row, row] -= kf
+            ii, jj = i + di, j + dj
+            if 0 <= ii < n and 0 <= jj < m:
+                B[row, ii * m + jj] += kf
+    assert_same_matrix(A, B.tocsr())
+    assert np.all(g == 0)
+
+
+def test_periodic_operator_wraps():
+    n, m = 5, 4
+    A, _ = periodic_lap.matrix(shape=(n, m), c=2.0)
+    def ring(k):
+        return sp.diags_array([np.ones(k - 1), -2 * np.ones(k), np.ones(k - 1), [1.0], [1.0]],
+                              offsets=[-1, 0, 1, k - 1, -(k - 1)])
+    B = 2.0 * (sp.kron(ring(n), sp.identity(m)) + sp.kron(sp.identity(n), ring(m)))
+    assert_same_matrix(A, B)
+
+
+def test_two_field_system_is_a_block_matrix():
+    n, m, a = 4, 3, 0.7
+    A, g = coupled.matrix(shape=(n + 2, m + 2), a=a)
+    Ix, Iy = sp.identity(n), sp.identity(m)
+    Luu = sp.kron(tridiag(n), Iy)
+    Lvv = sp.kron(Ix, tridiag(m))
+    B = sp.block_array([[Luu, a * sp.identity(n * m)], [-a * sp.identity(n * m), Lvv]])
+    assert_same_matrix(A, B)
+    assert np.all(g[: n * m] == 0) and np.all(g[n * m:] == 1.0)
+
+
+def test_ring_values_go_into_g():
+    rng = np.random.default_rng(2)
+    u = rng.random((6, 5))
+    A, g = lap5.matrix(shape=u.shape, h=0.5, u=u)
+    ref = lap5.apply(u=u, h=0.5)["u"]
+    np.testing.assert_allclose(A @ u[1:-1, 1:-1].ravel() + g, ref.ravel(), rtol=1e-12, atol=1e-12)
+    assert np.abs(g).max() > 0
+
+
+def _random_operator(rng: np.random.Generator, ndim: int, radius: int, periodic: bool):
+    """A linear operator with random offsets (up to `radius`), scalar and field coefficients."""
+    offsets = {tuple(rng.integers(-radius, radius + 1, ndim)) for _ in range(6)}
+    offsets.add(tuple([radius] + [0] * (ndim - 1)))
+    terms = [(off, float(rng.normal()), rng.integers(3)) for off in sorted(offsets)]
+    koff = tuple(rng.integers(-radius, radius + 1, ndim))
+
+    def gen(u, k, a):
+        e = 0.25 * k[SYMS[:ndim]] + 1.5
+        for off, c, kind in terms:
+            if kind == 0:
+                e = e + c * at(u, off)
+            elif kind == 1:
+                e = e - a * c * at(u, off) / 2
+            else:
+                e = e + at(k, koff) * at(u, off) * c
+        return e
+
+    return msc.operator(gen, boundary="periodic" if periodic else "dirichlet")
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("radius", [1, 2, 3, 4])
+def test_generated_linear_operators_match_reference(ndim, radius):
+    rng = np.random.default_rng(100 * ndim + radius)
+    for periodic in (False, True):
+        L = _random_operator(rng, ndim, radius, periodic)
+        base = {1: 11, 2: 7, 3: 4}[ndim]
+        shape = tuple(base + (0 if periodic else 2 * r) + d for d, r in enumerate(L.radius))
+        u, k = rng.normal(size=shape), rng.normal(size=shape)
+        A, g = L.matrix(shape=shape, u=u, k=k, a=0.3)
+        inner = tuple(slice(None) if periodic else slice(r, n - r) for r, n in zip(L.radius, shape))
+        ref = L.apply(u=u, k=k, a=0.3)["u"]
+        np.testing.assert_allclose(A @ u[inner].ravel() + g, ref.ravel(), rtol=1e-11, atol=1e-11)
+
+
+def test_float32_matrix():
+    A, _ = lap5.matrix(shape=(6, 6), dtype="float32", h=1.0)
+    assert A.dtype == np.float32
+
+
+def test_nonlinear_term_is_named_with_its_line():
+    @msc.operator
+    def burgers(u, nu):
+        diffusion = nu * (u[x - 1] - 2 * u[x] + u[x + 1])
+        advection = u[x] * (u[x + 1] - u[x - 1])
+        return diffusion - advection
+
+    src, first = inspect.getsourcelines(burgers.func)
+    line = first + next(i for i, text in enumerate(src) if "advection = " in text)
+
+    with pytest.raises(msc.NonLinearError) as err:
+        burgers.matrix(shape=(8,), nu=0.1)
+    msg = str(err.value)
+    assert f"test_pde.py:{line}:" in msg and "burgers" in msg
+    assert "u[x] * (u[x+1] - u[x-1])" in msg
+
+    @msc.operator
+    def wrapped(u):
+        return msc.sqrt(u[x]) + u[x + 1]
+
+    with pytest.raises(msc.NonLinearError, match=r"sqrt\(u\[x\]\)"):
+        wrapped.matrix(shape=(5,))
+
+
+def test_linear_form_on_stencil_ir_keeps_time_levels():
+    @msc.stencil
+    def wave(u, c, dt2):
+        u[msc.t + 1, x] = 2 * u[msc.t, x] - u[msc.t - 1, x] + dt2 * c[x] * (u[msc.t, x - 1] - 2 * u[msc.t, x])
+
+    form = linear_form(wave.ir.statements[0].expr, {"u"})
+    assert set(form.terms) == {("u", 0, (0,)), ("u", -1, (0,)), ("u", 0, (-1,))}
+    assert form.constant is None
+
+
+def test_operator_errors_point_at_the_line():
+    with pytest.raises(msc.StencilDefinitionError, match=r"test_pde.py:\d+: .*indexed with t"):
+        @msc.operator
+        def timed(u):
+            return u[msc.t, x]
+    with pytest.raises(msc.StencilDefinitionError, match=r"test_pde.py:\d+: .*not an affine index"):
+        @msc.operator
+        def scaled(u):
+            return u[2 * x]
+    with pytest.raises(msc.StencilDefinitionError, match=r"test_pde.py:\d+: in stencil 'silent': the operator returns"):
+        @msc.operator
+        def silent(u):
+            u[x] + 1
+    with pytest.raises(msc.StencilArgumentError, match="missing argument"):
+        lap5.matrix(shape=(5, 5))
+
+
+# ---------------------------------------------------------------- convergence
+
+
+def _slopes(errors: list[float], hs: list[float]) -> list[float]:
+    """Observed orders of accuracy between successive refinements."""
+    return [float(np.log(e0 / e1) / np.log(h0 / h1)) for e0, e1, h0, h1 in zip(errors, errors[1:], hs, hs[1:])]
+
+
+@pytest.mark.parametrize("ndim,sizes", [(2, (7, 15, 31, 63)), (3, (3, 7, 15, 31))])
+def test_poisson_manufactured_solution_converges_second_order(ndim, sizes):
+    @msc.operator
+    def lap(u, h):
+        return sum((at(u, tuple(s if e == d else 0 for e in range(ndim))) for d in range(ndim) for s in (-1, 1)),
+                   -2 * ndim * at(u, (0,) * ndim)) / h**2
+
+    errors, hs = [], []
+    for n in sizes:
+        h = 1.0 / (n + 1)
+        hs.append(h)
+        grid = np.linspace(0, 1, n + 2)
+        X = np.meshgrid(*[grid] * ndim, indexing="ij")
+        exact = np.prod([np.sin(np.pi * c) for c in X], axis=0) + X[0]  # the linear part lives on the ring
+        rhs = -ndim * np.pi**2 * np.prod([np.sin(np.pi * c) for c in X], axis=0)
+        ring = exact.copy()
+        ring[(slice(1, -1),) * ndim] = 0
+        u = msc.solve(lap, rhs[(slice(1, -1),) * ndim], h=h, u=ring)
+        A, g = lap.matrix(shape=u.shape, h=h, u=u)
+        residual = A @ u[(slice(1, -1),) * ndim].ravel() + g - rhs[(slice(1, -1),) * ndim].ravel()
+        assert np.abs(residual).max() <= 1e-8 * np.abs(rhs).max()
+        np.testing.assert_array_equal(u[0], exact[0])  # the ring is the given one
+        errors.append(float(np.abs(u - exact).max()))
+    slopes = _slopes(errors, hs)
+    print(f"\nPoisson {ndim}D max errors {[f'{e:.2e}' for e in errors]}, slopes {[f'{s:.2f}' for s in slopes]}")
+    assert all(s > 1.8 for s in slopes)
+
+
+def test_crank_nicolson_heat_converges_second_order():
+    errors, hs = [], []
+    T = 0.05
+    for n in (7, 15, 31, 63):
+        h = 1.0 / (n + 1)
+        hs.append(h)
+        steps = (n + 1) // 2
+        grid = np.linspace(0, 1, n + 2)
+        X, Y = np.meshgrid(grid, grid, indexing="ij")
+        u0 = np.sin(np.pi * X) * np.sin(np.pi * Y)
+        stepper = msc.implicit(lap5, T / steps, "crank_nicolson", shape=u0.shape, h=h)
+        assert stepper.solver == "swCholesky"
+        u = stepper.run(steps=steps, u=u0)["u"]
+        errors.append(float(np.abs(u - u0 * np.exp(-2 * np.pi**2 * T)).max()))
+    slopes = _slopes(errors, hs)
+    print(f"\nCrank-Nicolson heat max errors {[f'{e:.2e}' for e in errors]}, slopes {[f'{s:.2f}' for s in slopes]}")
+    assert all(s > 1.8 for s in slopes)
+
+
+# ---------------------------------------------------------------- implicit
+
+
+def _scipy_stepper(A, g, dt, theta, v, steps):
+    M = sp.csc_matrix(sp.identity(A.shape[0]) - theta * dt * A)
+    for _ in range(steps):
+        v = spla.spsolve(M, v + dt * g + (1 - theta) * dt * (A @ v))
+    return v
+
+
+@pytest.mark.parametrize("method,theta", [("backward_euler", 1.0), ("crank_nicolson", 0.5)])
+def test_implicit_steps_match_a_spsolve_stepper(method, theta):
+    rng = np.random.default_rng(5)
+    k = 1 + rng.random((12, 10))
+    u0 = rng.random((12, 10))
+    stepper = msc.implicit(divkgrad, 0.3, method, shape=u0.shape, k=k)
+    assert stepper.solver == "swCholesky"
+    out = stepper.run(steps=4, u=u0)["u"]
+    A, g = divkgrad.matrix(shape=u0.shape, k=k, u=u0)
+    v = _scipy_stepper(A, g, 0.3, theta, u0[1:-1, 1:-1].ravel(), 4)
+    np.testing.assert_allclose(out[1:-1, 1:-1].ravel(), v, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(out[0], u0[0])  # ring carried through
+
+
+def test_implicit_refactorizes_with_the_saved_analysis():
+    u0 = np.random.default_rng(6).random((9, 9))
+    stepper = msc.implicit(lap5, 0.01, "backward_euler", shape=u0.shape, h=0.1)
+    first = stepper.run(steps=2, u=u0)["u"]
+    again = stepper.run(steps=2, u=u0, h=0.1)
+    assert stepper.refactorizations == 0
+    np.testing.assert_array_equal(first, again["u"])
+    second = stepper.run(steps=2, u=u0, h=0.2)["u"]
+    assert stepper.refactorizations == 1 and stepper._factor.analyses == 1
+    A, g = lap5.matrix(shape=u0.shape, h=0.2, u=u0)
+    v = _scipy_stepper(A, g, 0.01, 1.0, u0[1:-1, 1:-1].ravel(), 2)
+    np.testing.assert_allclose(second[1:-1, 1:-1].ravel(), v, atol=1e-10)
+
+
+def test_nonsymmetric_operator_falls_back_to_lu():
+    @msc.operator
+    def advect_diffuse(u):
+        return u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y] - 0.8 * (u[x + 1, y] - u[x - 1, y])
+
+    u0 = np.random.default_rng(7).random((8, 9))
+    stepper = msc.implicit(advect_diffuse, 0.1, "crank_nicolson", shape=u0.shape)
+    assert stepper.solver == "splu"
+    out = stepper.run(steps=3, u=u0)["u"]
+    A, g = advect_diffuse.matrix(shape=u0.shape, u=u0)
+    v = _scipy_stepper(A, g, 0.1, 0.5, u0[1:-1, 1:-1].ravel(), 3)
+    np.testing.assert_allclose(out[1:-1, 1:-1].ravel(), v, atol=1e-10)
+
+
+def test_two_field_system_implicit_and_steady():
+    @msc.operator
+    def pair(u, v):
+        return {u: u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y] + 0.5 * v[x, y],
+                v: v[x - 1, y] + v[x + 1, y] + v[x, y - 1] + v[x, y + 1] - 4 * v[x, y] + 0.5 * u[x, y]}
+
+    rng = np.random.default_rng(8)
+    u0, v0 = rng.random((8, 7)), rng.random((8, 7))
+    stepper = msc.implicit(pair, 0.2, "backward_euler", shape=u0.shape)
+    assert stepper.solver == "swCholesky"
+    out = stepper.run(steps=3, u=u0, v=v0)
+    A, g = pair.matrix(shape=u0.shape, u=u0, v=v0)
+    w = np.concatenate([u0[1:-1, 1:-1].ravel(), v0[1:-1, 1:-1].ravel()])
+    w = _scipy_stepper(A, g, 0.2, 1.0, w, 3)
+    np.testing.assert_allclose(np.concatenate([out["u"][1:-1, 1:-1].ravel(), out["v"][1:-1, 1:-1].ravel()]),
+                               w, atol=1e-10)
+    rhs = {"u": rng.random((6, 5)), "v": rng.random((6, 5))}
+    sol = msc.solve(pair, rhs, u=u0, v=v0)  # negative definite: solved by swCholesky after a sign flip
+    applied = pair.apply(u=sol["u"], v=sol["v"])
+    for f in ("u", "v"):
+        np.testing.assert_allclose(applied[f], rhs[f], atol=1e-10)
+
+
+# ---------------------------------------------------------------- explicit
+
+
+def _rk_by_matrix(A, g, v, dt, method):
+    def L(w):
+        return A @ w + g
+    if method == "euler":
+        return v + dt * L(v)
+    if method == "rk2":
+        return v + dt * L(v + dt / 2 * L(v))
+    k1 = L(v)
+    k2 = L(v + dt / 2 * k1)
+    k3 = L(v + dt / 2 * k2)
+    k4 = L(v + dt * k3)
+    return v + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+@pytest.mark.parametrize("method", ["euler", "rk2", "rk4"])
+def test_explicit_methods_match_the_matrix_form(method):
+    rng = np.random.default_rng(9)
+    k = 1 + rng.random((9, 8))
+    u0 = rng.random((9, 8))
+    st = msc.explicit(divkgrad, 0.05, method)
+    assert isinstance(st, msc.Stencil)
+    out = st.reference(steps=1, u=u0, k=k)
+    assert set(out) == {"u"}
+    A, g = divkgrad.matrix(shape=u0.shape, k=k, u=u0)
+    expected = _rk_by_matrix(A, g, u0[1:-1, 1:-1].ravel(), 0.05, method)
+    np.testing.assert_allclose(out["u"][1:-1, 1:-1].ravel(), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["euler", "rk4"])
+def test_explicit_compiled_with_openmp_matches_reference(method):
+    rng = np.random.default_rng(10)
+    k = 1 + rng.random((20, 18))
+    u0 = rng.random((20, 18))
+    st = msc.explicit(divkgrad, 0.02, method)
+    ref = st.reference(steps=7, u=u0, k=k)["u"]
+    out = st.compile(target="openmp", threads=2).run(steps=7, u=u0, k=k)["u"]
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_explicit_two_field_nonlinear_periodic_compiles():
+    @msc.operator(boundary="periodic")
+    def gray_scott(u, v, du, dv, feed, kill):
+        def lap(f):
+            return f[x - 1, y] + f[x + 1, y] + f[x, y - 1] + f[x, y + 1] - 4 * f[x, y]
+        reaction = u[x, y] * v[x, y] ** 2
+        return {u: du * lap(u) - reaction + feed * (1 - u[x, y]),
+                v: dv * lap(v) + reaction - (feed + kill) * v[x, y]}
+
+    rng = np.random.default_rng(11)
+    u0, v0 = 1 - 0.1 * rng.random((16, 16)), 0.1 * rng.random((16, 16))
+    params = {"du": 0.16, "dv": 0.08, "feed": 0.035, "kill": 0.065}
+    st = msc.explicit(gray_scott, 1.0, "rk2")
+    ref = st.reference(steps=5, u=u0, v=v0, **params)
+    out = st.compile(threads=2).run(steps=5, u=u0, v=v0, **params)
+    for f in ("u", "v"):
+        np.testing.assert_allclose(out[f], ref[f], rtol=1e-12, atol=1e-12)
+    src, first = inspect.getsourcelines(gray_scott.func)
+    line = first + next(i for i, text in enumerate(src) if "reaction = " in text)
+    with pytest.raises(msc.NonLinearError, match=rf"test_pde.py:{line}: in operator 'gray_scott': "
+                       r"non-linear term 'v\[x, y\] \*\* 2'"):
+        gray_scott.matrix(shape=(8, 8), **params)
+
+
+@pytest.mark.slow
+def test_pde_benchmark_quick_run(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "pde.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pde.py"
+    run = subprocess.run([sys.executable, str(script), "--quick", "--repeat", "1", "--steps", "2", "--json", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    assert [c["case"] for c in data["cases"]] == ["2D 200^2", "3D 24^3"]
+    for case in data["cases"]:
+        assert case["assembly"]["msc_s"] > 0 and case["assembly"]["scipy_kron_s"] > 0
+        for result in (*case["steady"].values(), *(r for r in case["implicit_step"].values() if isinstance(r, dict))):
+            assert result.get("finished", True) and result["residual"] < 1e-8
+        assert case["implicit_step"]["msc"]["solver"] == "swCholesky"
+
+
+def test_long_sums_are_analysed_without_deep_recursion():
+    @msc.operator
+    def box(u):
+        s = 0
+        for i in range(-4, 5):
+            for j in range(-4, 5):
+                for k in range(-4, 5):
+                    s = s + (i * i + j + 2 * k + 1) * u[x + i, y + j, z + k]
+        return s
+
+    form = box.linear_forms["u"]
+    assert len(form.terms) == 729
+    assert form.terms[("u", None, (4, -1, 2))] == ir.Const(16 - 1 + 4 + 1)
+
+
+def test_singular_steady_problem_is_reported():
+    with pytest.raises(msc.MscError, match="msc.solve with operator 'periodic_lap': the matrix is singular"):
+        msc.solve(periodic_lap, np.ones((6, 6)), c=1.0)
