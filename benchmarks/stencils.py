@@ -1,17 +1,26 @@
 """Side-by-side CPU stencil benchmark: msc against hand-written C, pystencils
-and Devito, measured in one process on the same data, with a STREAM copy
-figure from the same run. Writes JSON.
+and Devito, measured in one process on the same data, with STREAM copy
+figures measured in the same rounds. Writes JSON.
 
-    python3 benchmarks/stencils.py --json results.json [--threads 2] [--quick]
+    python3 benchmarks/stencils.py --json results.json [--threads 2] [--quick | --reduced]
         [--peers c,pystencils,devito] [--only heat2d,box3d27p] [--tune-budget 40]
 
 msc runs three ways: the default schedule, the best single-sweep schedule and
 the best temporally tiled schedule (both found by the auto-tuner within the
-budget; its choices are in the JSON).
+budget; its choices are in the JSON). Time tiles are tuned for an eighth of
+the measured run, so the measured run is at least 8 tiles deep: steady state,
+not one or two tiles over the whole run. No peer gets temporal blocking:
+Devito has none on CPU and pystencils none in its kernel generator.
 
-Every peer's final field is compared with msc's, so a fast wrong answer shows.
-Tools are timed round robin (one run each per round, best of the rounds).
-Effective bandwidth counts 16 bytes per point and step (one read, one write).
+Every tool starts from the same 64-byte-aligned arrays (msc's own buffers
+are aligned too; Devito allocates its own). Every peer's final field is
+compared with msc's, so a fast wrong answer shows. Tools and the STREAM
+copies are timed round robin (one run each per round, best of the rounds).
+Per tool: kernel time (the time loop alone) and wall time per call, for a
+one-shot run (msc: `run`, inputs copied in and out) and for a loop of 10
+calls of 10 steps that looks at the field after each call (msc: `start`
+once, then `advance`). Effective bandwidth counts 16 bytes per point and
+step (one read, one write).
 """
 
 from __future__ import annotations
@@ -21,7 +30,6 @@ import itertools
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -42,6 +50,7 @@ os.environ.setdefault("DEVITO_LOGGING", "ERROR")
 
 import msc  # noqa: E402
 from msc.runtime import build_shared_library, load_library  # noqa: E402
+from msc.runtime.buffers import aligned_copy  # noqa: E402
 from msc.tuner import AutoKernel  # noqa: E402
 
 
@@ -66,11 +75,12 @@ class Case:
         return out
 
 
+# 128 steps: 8 tiles of the tuner's deepest fixed time tile (16)
 CASES = [
-    Case("heat2d", 2, False, (0.5, 0.125), 4096, 50),
-    Case("box2d9p", 2, True, (0.25, 0.125, 0.0625), 4096, 50),
-    Case("heat3d", 3, False, (0.25, 0.125), 256, 20),
-    Case("box3d27p", 3, True, (0.125, 0.0625, 0.03125, 0.015625), 256, 10),
+    Case("heat2d", 2, False, (0.5, 0.125), 4096, 128),
+    Case("box2d9p", 2, True, (0.25, 0.125, 0.0625), 4096, 128),
+    Case("heat3d", 3, False, (0.25, 0.125), 256, 128),
+    Case("box3d27p", 3, True, (0.125, 0.0625, 0.03125, 0.015625), 256, 128),
 ]
 
 
@@ -86,72 +96,85 @@ def msc_stencil(case: Case) -> msc.Stencil:
     return msc.stencil(name=case.name)(body)
 
 
-# A runner takes the initial field and a step count and returns the final
-# field and the seconds spent in the time loop alone: setting up buffers
-# (copies of the input) is left out for every tool alike.
-Runner = Callable[[np.ndarray, int], tuple[np.ndarray, float]]
+@dataclass
+class Timing:
+    """One timed call (or loop of calls): the final field, seconds in the time
+    loops alone, and wall seconds of the calls as the user makes them."""
+
+    final: np.ndarray
+    kernel_s: float
+    wall_s: float
+
+
+@dataclass
+class Tool:
+    """`one_shot(u0, steps)`: one call from the initial field to the result;
+    `loop(u0, calls, steps)`: set up once (not timed), then `calls` calls of
+    `steps` steps, reading one value of the field after each."""
+
+    one_shot: Callable[[np.ndarray, int], Timing]
+    loop: Callable[[np.ndarray, int, int], Timing]
+
+
+def _look(u: np.ndarray) -> float:
+    """What a user's loop does between calls, at the least: read the field."""
+    return float(u[tuple(n // 2 for n in u.shape)])
 
 
 # ------------------------------------------------------------------ peers
 
 
-def _aligned(n: int, fill: float) -> np.ndarray:
-    """n doubles starting on a 64-byte boundary."""
-    raw = np.full(n + 8, fill)
-    skip = (-raw.ctypes.data % 64) // 8
-    return raw[skip:skip + n]
+STREAM_SOURCE = """
+#include <omp.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+double msc_stream_copy(double *restrict a, const double *restrict b, long n, int threads) {
+    double t0 = omp_get_wtime();
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (long i = 0; i < n; i++) a[i] = b[i];
+    return omp_get_wtime() - t0;
+}
+double msc_stream_copy_nt(double *restrict a, const double *restrict b, long n, int threads) {
+    double t0 = omp_get_wtime();
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (long i = 0; i < n; i += 8) {
+#if defined(__AVX512F__)
+        _mm512_stream_pd(a + i, _mm512_load_pd(b + i));
+#elif defined(__SSE2__)
+        for (int k = 0; k < 8; k += 2) _mm_stream_pd(a + i + k, _mm_load_pd(b + i + k));
+#else
+        for (int k = 0; k < 8; k++) a[i + k] = b[i + k];
+#endif
+    }
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+    return omp_get_wtime() - t0;
+}
+"""
 
 
-def stream_copy_gbs(threads: int, mbytes: int = 200, repeat: int = 10) -> dict[str, float]:
-    """STREAM-like copy a[i] = b[i] with OpenMP, 16 bytes per element moved:
-    with ordinary stores (as STREAM is usually built: each written line is
-    read first) and with non-temporal ones (stream_stores())."""
-    src = """
-    #include <omp.h>
-    #if defined(__SSE2__)
-    #include <immintrin.h>
-    #endif
-    double msc_stream_copy(double *restrict a, const double *restrict b, long n, int threads) {
-        double t0 = omp_get_wtime();
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (long i = 0; i < n; i++) a[i] = b[i];
-        return omp_get_wtime() - t0;
-    }
-    double msc_stream_copy_nt(double *restrict a, const double *restrict b, long n, int threads) {
-        double t0 = omp_get_wtime();
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (long i = 0; i < n; i += 8) {
-    #if defined(__AVX512F__)
-            _mm512_stream_pd(a + i, _mm512_load_pd(b + i));
-    #elif defined(__SSE2__)
-            for (int k = 0; k < 8; k += 2) _mm_stream_pd(a + i + k, _mm_load_pd(b + i + k));
-    #else
-            for (int k = 0; k < 8; k++) a[i + k] = b[i + k];
-    #endif
-        }
-    #if defined(__SSE2__)
-        _mm_sfence();
-    #endif
-        return omp_get_wtime() - t0;
-    }
-    """
+def stream_copies(threads: int, mbytes: int) -> dict[str, Callable[[], float]]:
+    """STREAM-like copies a[i] = b[i] with OpenMP over `mbytes` MB arrays, each a
+    function that runs once and returns GB/s (16 bytes moved per element): with
+    ordinary stores (as STREAM is usually built: each written line is read
+    first) and with non-temporal ones (as msc's stream_stores())."""
     import ctypes
 
-    lib = load_library(build_shared_library(src, "stream_copy"))
+    lib = load_library(build_shared_library(STREAM_SOURCE, "stream_copy"))
     n = mbytes * 1_000_000 // 64 * 8
-    a, b = _aligned(n, 0.0), _aligned(n, 1.0)
-    out: dict[str, float] = {}
-    for label, fn in (("", lib.msc_stream_copy), ("nt_", lib.msc_stream_copy_nt)):
+    a, b = aligned_copy(np.zeros(n)), aligned_copy(np.ones(n))
+    out = {}
+    for label, fn in (("stream_copy", lib.msc_stream_copy), ("stream_copy_nt", lib.msc_stream_copy_nt)):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
         fn.restype = ctypes.c_double
         fn(a.ctypes.data, b.ctypes.data, n, threads)  # first touch
-        rates = [16 * n / fn(a.ctypes.data, b.ctypes.data, n, threads) / 1e9 for _ in range(repeat)]
-        out.update({f"{label}median_gbs": statistics.median(rates), f"{label}max_gbs": max(rates),
-                    f"{label}min_gbs": min(rates)})
+        out[label] = (lambda f: lambda: 16 * n / f(a.ctypes.data, b.ctypes.data, n, threads) / 1e9)(fn)
     return out
 
 
-def handwritten_c(case: Case, threads: int) -> Runner:
+def handwritten_c(case: Case, threads: int) -> Tool:
     """Plain C + OpenMP with two buffers, the way one writes it by hand."""
     idx = {2: "(i{0})*n + (j{1})", 3: "((i{0})*n + (j{1}))*n + (k{2})"}[case.ndim]
     terms = " + ".join(
@@ -177,16 +200,30 @@ def handwritten_c(case: Case, threads: int) -> Runner:
     fn = load_library(build_shared_library(src, f"hand_{case.name}")).msc_hand
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
 
-    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
-        a, b = u0.copy(), u0.copy()
+    def call(a: np.ndarray, b: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, float]:
         start = time.perf_counter()
-        fn(a.ctypes.data, b.ctypes.data, u0.shape[0], steps, threads)
-        return (b if steps % 2 else a), time.perf_counter() - start
+        fn(a.ctypes.data, b.ctypes.data, a.shape[0], steps, threads)
+        return (b, a, time.perf_counter() - start) if steps % 2 else (a, b, time.perf_counter() - start)
 
-    return run
+    def one_shot(u0: np.ndarray, steps: int) -> Timing:
+        start = time.perf_counter()
+        a, b, kernel_s = call(aligned_copy(u0), aligned_copy(u0), steps)
+        return Timing(a, kernel_s, time.perf_counter() - start)
+
+    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
+        a, b = aligned_copy(u0), aligned_copy(u0)
+        kernel_s = 0.0
+        start = time.perf_counter()
+        for _ in range(calls):
+            a, b, secs = call(a, b, steps)
+            kernel_s += secs
+            _look(a)
+        return Timing(a, kernel_s, time.perf_counter() - start)
+
+    return Tool(one_shot, loop)
 
 
-def pystencils_kernel(case: Case, threads: int, simd: bool) -> Runner:
+def pystencils_kernel(case: Case, threads: int, simd: bool) -> Tool:
     import pystencils as ps
 
     src, dst = ps.fields(f"src, dst: double[{case.ndim}D]", layout="c")
@@ -199,18 +236,32 @@ def pystencils_kernel(case: Case, threads: int, simd: bool) -> Runner:
         cfg.cpu.vectorize.assume_inner_stride_one = True
     kernel = ps.create_kernel(ps.Assignment(dst.center, rhs), cfg).compile()
 
-    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
-        a, b = u0.copy(), u0.copy()
+    def steps_on(a: np.ndarray, b: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, float]:
         start = time.perf_counter()
         for _ in range(steps):
             kernel(src=a, dst=b)
             a, b = b, a
-        return a, time.perf_counter() - start
+        return a, b, time.perf_counter() - start
 
-    return run
+    def one_shot(u0: np.ndarray, steps: int) -> Timing:
+        start = time.perf_counter()
+        a, _, kernel_s = steps_on(aligned_copy(u0), aligned_copy(u0), steps)
+        return Timing(a, kernel_s, time.perf_counter() - start)
+
+    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
+        a, b = aligned_copy(u0), aligned_copy(u0)
+        kernel_s = 0.0
+        start = time.perf_counter()
+        for _ in range(calls):
+            a, b, secs = steps_on(a, b, steps)
+            kernel_s += secs
+            _look(a)
+        return Timing(a, kernel_s, time.perf_counter() - start)
+
+    return Tool(one_shot, loop)
 
 
-def devito_kernel(case: Case, autotune: bool) -> Runner:
+def devito_kernel(case: Case, autotune: bool) -> Tool:
     """Devito's Operator; with autotune, block sizes are tuned once ("aggressive")
     on the first call and reused, as a Devito user would keep them."""
     from devito import Eq, Grid, Operator, TimeFunction
@@ -224,8 +275,14 @@ def devito_kernel(case: Case, autotune: bool) -> Runner:
     op.cfunction  # noqa: B018 - compile now, not inside the timed run
     tuned: dict[str, Any] = {}
 
-    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
-        interior = tuple(slice(1, -1) for _ in range(case.ndim))
+    interior = tuple(slice(1, -1) for _ in range(case.ndim))
+
+    def apply(first: int, steps: int) -> float:
+        start = time.perf_counter()
+        op.apply(time_m=first, time_M=first + steps - 1, **tuned)
+        return time.perf_counter() - start
+
+    def fill(u0: np.ndarray, steps: int) -> None:
         u.data_with_halo[:] = 0.0
         u.data[0] = u0[interior]
         u.data[1] = u0[interior]
@@ -235,36 +292,67 @@ def devito_kernel(case: Case, autotune: bool) -> Runner:
             tuned.setdefault("nthreads", int(_THREADS))
             u.data[0] = u0[interior]
             u.data[1] = u0[interior]
-        start = time.perf_counter()
-        op.apply(time_M=steps - 1, **tuned)
-        seconds = time.perf_counter() - start
+
+    def result(u0: np.ndarray, steps: int) -> np.ndarray:
         out = u0.copy()
         out[interior] = u.data[steps % 2]
-        return out, seconds
+        return out
 
-    return run
+    def one_shot(u0: np.ndarray, steps: int) -> Timing:
+        start = time.perf_counter()
+        fill(u0, steps)
+        kernel_s = apply(0, steps)
+        return Timing(result(u0, steps), kernel_s, time.perf_counter() - start)
+
+    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
+        fill(u0, steps)
+        kernel_s = 0.0
+        start = time.perf_counter()
+        for k in range(calls):
+            kernel_s += apply(k * steps, steps)
+            _look(u.data[(k + 1) * steps % 2])
+        return Timing(result(u0, calls * steps), kernel_s, time.perf_counter() - start)
+
+    return Tool(one_shot, loop)
 
 
 # ------------------------------------------------------------------ driver
 
+LOOP_CALLS, LOOP_STEPS = 10, 10
 
-def _msc_runner(kernel: Any) -> Runner:
-    def run(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
+
+def msc_tool(kernel: Any) -> Tool:
+    def one_shot(u0: np.ndarray, steps: int) -> Timing:
+        start = time.perf_counter()
         out = kernel.run(steps=steps, u=u0)["u"]
-        return out, kernel.last_run.seconds
+        wall = time.perf_counter() - start
+        return Timing(out, kernel.last_run.seconds, wall)
 
-    return run
+    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
+        sim = kernel.start(u=u0)
+        kernel_s = 0.0
+        start = time.perf_counter()
+        for _ in range(calls):
+            sim.advance(steps)
+            kernel_s += kernel.last_run.seconds
+            _look(sim.fields["u"])
+        wall = time.perf_counter() - start
+        return Timing(sim.fields["u"].copy(), kernel_s, wall)
+
+    return Tool(one_shot, loop)
 
 
-def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budget: float) -> dict[str, Any]:
+def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budget: float,
+             stream: dict[str, Callable[[], float]]) -> dict[str, Any]:
     stencil = msc_stencil(case)
     shape = (case.n,) * case.ndim
     points = (case.n - 2) ** case.ndim
     rng = np.random.default_rng(0)
-    u0 = np.zeros(shape)  # a zero ring: what Devito's halo holds
+    u0 = aligned_copy(np.zeros(shape))  # a zero ring: what Devito's halo holds
     u0[tuple(slice(1, -1) for _ in shape)] = rng.random((case.n - 2,) * case.ndim)
     result: dict[str, Any] = {"stencil": case.name, "shape": list(shape), "steps": case.steps, "tools": {},
-                              "msc_schedules": {"msc": "Schedule() (default)"}}
+                              "msc_schedules": {"msc": "Schedule() (default)"},
+                              "loop": {"calls": LOOP_CALLS, "steps_per_call": LOOP_STEPS}}
 
     with tempfile.TemporaryDirectory() as cold_cache:
         saved = os.environ.get("MSC_CACHE_DIR")
@@ -282,48 +370,65 @@ def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budge
     result["msc_compile_cold_s"] = cold
     result["msc_compile_warm_s"] = warm
 
-    runners: dict[str, Runner] = {"msc": _msc_runner(kernel)}
+    tools: dict[str, Tool] = {"msc": msc_tool(kernel)}
+    # tuned for an eighth of the run: a time tile found here is at most steps / 8 deep
     for label, kinds in (("msc_sweep_tuned", "sweep"), ("msc_time_tiled", "temporal")):
         auto = AutoKernel(stencil.poly(), lambda s, n: stencil.compile(schedule=s, threads=n), threads,
                           budget_s=tune_budget, kinds=kinds)
-        auto.run(steps=case.steps, u=u0)  # tunes for this size and step count
+        auto.run(steps=max(case.steps // 8, 1), u=u0)
         assert auto.report is not None
-        result["msc_schedules"][label] = str(auto.report.schedule)
-        runners[label] = _msc_runner(auto)
+        chosen = auto.report.schedule
+        result["msc_schedules"][label] = str(chosen)
+        if chosen.time_depth:
+            result["time_tiles_per_run"] = case.steps / chosen.time_depth
+        tools[label] = msc_tool(stencil.compile(schedule=chosen, threads=chosen.threads or threads))
     if "c" in peers:
-        runners["c_handwritten"] = handwritten_c(case, threads)
+        tools["c_handwritten"] = handwritten_c(case, threads)
     if "pystencils" in peers:
         try:
-            runners["pystencils"] = pystencils_kernel(case, threads, simd=False)
-            runners["pystencils_simd"] = pystencils_kernel(case, threads, simd=True)
+            tools["pystencils"] = pystencils_kernel(case, threads, simd=False)
         except ImportError:
             result["pystencils"] = "not installed"
+        else:
+            try:
+                tools["pystencils_simd"] = pystencils_kernel(case, threads, simd=True)
+            except Exception as e:  # e.g. pystencils finds no vector target on this CPU: say so in the JSON
+                result["pystencils_simd"] = f"not run: {type(e).__name__}: {e}"
     if "devito" in peers:
         try:
-            runners["devito"] = devito_kernel(case, autotune=False)
-            runners["devito_autotuned"] = devito_kernel(case, autotune=True)
+            tools["devito"] = devito_kernel(case, autotune=False)
+            tools["devito_autotuned"] = devito_kernel(case, autotune=True)
         except ImportError:
             result["devito"] = "not installed"
 
-    # round robin: every tool once per round, so a drifting machine load is shared alike
-    for run in runners.values():
-        run(u0, 1)  # warm-up
-    seconds: dict[str, list[float]] = {tool: [] for tool in runners}
-    finals: dict[str, np.ndarray] = {}
+    # round robin: every tool and STREAM once per round, so a drifting machine load is shared alike
+    for tool in tools.values():
+        tool.one_shot(u0, 1)  # warm-up
+    timings: dict[str, dict[str, list[Timing]]] = {name: {"one_shot": [], "loop": []} for name in tools}
+    rates: dict[str, list[float]] = {label: [] for label in stream}
     for _ in range(repeat):
-        for tool, run in runners.items():
-            finals[tool], secs = run(u0, case.steps)
-            seconds[tool].append(secs)
-    for tool, secs in seconds.items():
-        ms = min(secs) / case.steps * 1e3
+        for name, tool in tools.items():
+            timings[name]["one_shot"].append(tool.one_shot(u0, case.steps))
+            timings[name]["loop"].append(tool.loop(u0, LOOP_CALLS, LOOP_STEPS))
+        for label, copy in stream.items():
+            rates[label].append(copy())
+    result["stream_copy_best_gbs"] = {label: max(r) for label, r in rates.items()}
+    msc_final = timings["msc"]["one_shot"][-1].final
+    for name, runs in timings.items():
+        one, loop = runs["one_shot"], runs["loop"]
+        ms = min(t.kernel_s for t in one) / case.steps * 1e3
+        loop_steps = LOOP_CALLS * LOOP_STEPS
         entry = {
             "ms_per_step": ms,
             "gstencils_per_s": points / (ms * 1e-3) / 1e9,
             "effective_gbs": 16 * points / (ms * 1e-3) / 1e9,
+            "one_shot_wall_ms_per_step": min(t.wall_s for t in one) / case.steps * 1e3,
+            "loop_kernel_ms_per_step": min(t.kernel_s for t in loop) / loop_steps * 1e3,
+            "loop_wall_ms_per_step": min(t.wall_s for t in loop) / loop_steps * 1e3,
         }
-        if tool != "msc":
-            entry["max_abs_diff_vs_msc"] = float(np.max(np.abs(finals[tool] - finals["msc"])))
-        result["tools"][tool] = entry
+        if name != "msc":
+            entry["max_abs_diff_vs_msc"] = float(np.max(np.abs(one[-1].final - msc_final)))
+        result["tools"][name] = entry
     return result
 
 
@@ -332,7 +437,9 @@ def main() -> None:
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--threads", type=int, default=int(_THREADS))
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a measurement")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    size.add_argument("--reduced", action="store_true", help="2048^2 and 128^3 grids, for a loaded machine")
     ap.add_argument("--peers", default="c,pystencils,devito")
     ap.add_argument("--only", default="", help="comma-separated stencil names")
     ap.add_argument("--tune-budget", type=float, default=40.0, help="seconds of tuning per stencil and kind")
@@ -342,27 +449,33 @@ def main() -> None:
     peers = [p for p in args.peers.split(",") if p]
     cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
     if args.quick:
-        cases = [Case(c.name, c.ndim, c.box, c.weights, 130 if c.ndim == 2 else 34, 4) for c in cases]
+        cases = [Case(c.name, c.ndim, c.box, c.weights, 130 if c.ndim == 2 else 34, 16) for c in cases]
+    elif args.reduced:
+        cases = [Case(c.name, c.ndim, c.box, c.weights, 2048 if c.ndim == 2 else 128, c.steps) for c in cases]
+    stream = stream_copies(args.threads, mbytes=8 if args.quick else 200)
     report: dict[str, Any] = {
         "msc_version": msc.__version__,
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
         "threads": args.threads,
         "quick": args.quick,
-        "stream_copy": stream_copy_gbs(args.threads, mbytes=8 if args.quick else 200),
+        "reduced": args.reduced,
+        "repeat": args.repeat,
         "cases": [],
     }
-    copy = report["stream_copy"]
-    print(f"STREAM copy, {args.threads} threads: {copy['median_gbs']:.1f} GB/s median "
-          f"({copy['nt_median_gbs']:.1f} with non-temporal stores)", flush=True)
-    print(f"{'stencil':10} {'tool':18} {'ms/step':>9} {'GStencil/s':>11} {'GB/s':>7} {'vs msc':>7}  check")
+    print(f"{'stencil':10} {'tool':18} {'ms/step':>9} {'GStencil/s':>11} {'GB/s':>7} {'vs msc':>7} "
+          f"{'1-shot wall':>11} {'loop kern':>9} {'loop wall':>9}  check")
     for case in cases:
-        res = run_case(case, args.threads, args.repeat, peers, 2.0 if args.quick else args.tune_budget)
+        res = run_case(case, args.threads, args.repeat, peers, 2.0 if args.quick else args.tune_budget, stream)
         report["cases"].append(res)
         base = res["tools"]["msc"]["ms_per_step"]
         for tool, e in res["tools"].items():
             check = f"{e['max_abs_diff_vs_msc']:.1e}" if "max_abs_diff_vs_msc" in e else ""
             print(f"{case.name:10} {tool:18} {e['ms_per_step']:9.2f} {e['gstencils_per_s']:11.3f} "
-                  f"{e['effective_gbs']:7.1f} {e['ms_per_step'] / base:7.2f}  {check}", flush=True)
+                  f"{e['effective_gbs']:7.1f} {e['ms_per_step'] / base:7.2f} {e['one_shot_wall_ms_per_step']:11.2f} "
+                  f"{e['loop_kernel_ms_per_step']:9.2f} {e['loop_wall_ms_per_step']:9.2f}  {check}", flush=True)
+        copy = res["stream_copy_best_gbs"]
+        print(f"{case.name:10} STREAM copy (same rounds, best): {copy['stream_copy']:.1f} GB/s, "
+              f"{copy['stream_copy_nt']:.1f} with non-temporal stores", flush=True)
         print(f"{case.name:10} msc compile: cold {res['msc_compile_cold_s']:.2f} s, cached "
               f"{res['msc_compile_warm_s'] * 1e3:.1f} ms; schedules: "
               + "; ".join(f"{k} = {v}" for k, v in res["msc_schedules"].items()), flush=True)

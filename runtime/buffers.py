@@ -30,16 +30,32 @@ def _pad(stencil: ir.StencilIR, a: np.ndarray) -> np.ndarray:
     return np.pad(a, [(w, w) for w in g], mode="wrap")
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: str | np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose first element sits on a 64-byte
+    (cache-line) boundary."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    raw = np.empty(count * dtype.itemsize + 64, dtype=np.uint8)
+    skip = -raw.ctypes.data % 64
+    return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    out = aligned_empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 def pack(stencil: ir.StencilIR, args: BoundArguments) -> dict[str, np.ndarray]:
-    """Fresh kernel buffers (C-contiguous) holding the bound inputs."""
+    """Fresh kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs."""
     buffers: dict[str, np.ndarray] = {}
     padded = padded_shape(stencil, args.shape)
     for f in stencil.fields:
         levels = args.levels[f.name]
         if not f.written:
-            buffers[f.name] = np.ascontiguousarray(_pad(stencil, levels[0]))
+            buffers[f.name] = aligned_copy(_pad(stencil, levels[0]))
             continue
-        buf = np.empty((f.slots, *padded), dtype=stencil.dtype)
+        buf = aligned_empty((f.slots, *padded), stencil.dtype)
         buf[...] = _pad(stencil, levels[-1])  # every slot starts with the newest level's ring
         interior = tuple(slice(r, n - r) for r, n in zip(stencil.radius, padded))
         for k, level in enumerate(levels[:-1]):
@@ -51,12 +67,3 @@ def pack(stencil: ir.StencilIR, args: BoundArguments) -> dict[str, np.ndarray]:
         buffers[f.name] = buf
     return buffers
 
-
-def unpack(stencil: ir.StencilIR, buffers: dict[str, np.ndarray], steps: int) -> dict[str, np.ndarray]:
-    """The newest level of each written field after `steps` steps, ghosts stripped."""
-    g = ghost_width(stencil)
-    out = {}
-    for f in stencil.written_fields:
-        level = buffers[f.name][steps % f.slots]
-        out[f.name] = level[tuple(slice(w, level.shape[d] - w) for d, w in enumerate(g))].copy()
-    return out

@@ -25,6 +25,7 @@ OMP_NUM_THREADS, each rank runs its share of its node's cores
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 import time
@@ -43,7 +44,8 @@ from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.kernel import CompiledKernel, RunStats
 from msc.schedule import Schedule, as_schedule
 
-__all__ = ["DistributedError", "DistributedKernel", "DistributedStats", "run_distributed"]
+__all__ = ["DistributedError", "DistributedKernel", "DistributedSimulation", "DistributedStats", "GlobalSimulation",
+           "run_distributed", "start_distributed"]
 
 T = TypeVar("T")
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # lo, hi: the points lo[d] <= i_d < hi[d]
@@ -251,7 +253,15 @@ class DistributedKernel:
         matters only on a physical dirichlet edge, where it is the fixed
         boundary ring), or a function of the global indices
         (`f(*self.coordinates())`), or a list of those, one per time level.
+        The one-shot call: `start` keeps the buffers between calls instead.
         """
+        sim = self.start(threads, **inputs)
+        sim.advance(steps)
+        return {name: block.copy() for name, block in sim.fields.items()}
+
+    def start(self, threads: int | None = None, **inputs: Any) -> DistributedSimulation:
+        """This rank's part of a run that keeps its buffers between calls
+        (collective; inputs as for `run`)."""
         fields = {f.name for f in self.kernel.ir.fields}
 
         def bind() -> Any:
@@ -263,31 +273,33 @@ class DistributedKernel:
                     local[name] = self._local_array(name, value)
                 else:
                     local[name] = value
-            return bind_arguments(self.plan.local, steps, local)
+            return bind_arguments(self.plan.local, 0, local)
 
         args = _collectively(self.comm, bind)
-        if len(set(self.comm.allgather(steps))) > 1:
-            raise DistributedError(f"ranks were given different numbers of steps: {self.comm.allgather(steps)}")
         buffers = pack(self.plan.local, args)
-        nthreads = threads if threads is not None else self.threads
         stencil = self.kernel.ir
         self._exchange({name: list(buffers[name]) if stencil.field(name).written else [buffers[name]]
                         for name in self.plan.exchanged})
+        return DistributedSimulation(self, buffers, args.scalars, threads if threads is not None else self.threads)
 
+    def _advance(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], first: int, steps: int,
+                 nthreads: int) -> None:
+        """Steps first .. first+steps-1 on this rank's buffers, halos exchanged as the plan says."""
+        stencil = self.kernel.ir
         stats = DistributedStats(steps)
         bytes_before = sum(e.bytes_sent for e in self._exchangers.values())
         started = time.perf_counter()
         depth = self.plan.depth
         pending: list[HaloExchanger] = []  # started after the last phase, not yet finished
-        for step in range(0, steps, depth):
-            count = min(depth, steps - step)
+        for step in range(first, first + steps, depth):
+            count = min(depth, first + steps - step)
             if step and depth > 1:  # every live level, then `count` steps without exchange
                 tick = time.perf_counter()
                 self._exchange(self._live_levels(buffers, step))
                 stats.exchanges += 1
                 stats.exchange_seconds += time.perf_counter() - tick
             for k, phase in enumerate(self.plan.phases):
-                call = self._phases[k].arguments(buffers, args.scalars, self.local_shape)
+                call = self._phases[k].arguments(buffers, scalars, self.local_shape)
                 if pending and self._split:  # the inner box while the messages travel, the rim after
                     inner, rims = self._split
                     stats.compute_seconds += _timed(lambda: self._run_box(k, call, inner, step, nthreads))
@@ -306,8 +318,6 @@ class DistributedKernel:
         self.last_run = stats
         points = int(np.prod(self.plan.interior_shape(self.shape))) * len(self.kernel.ir.statements)
         self.kernel.last_run = RunStats(seconds, steps, points)
-        inner = tuple(slice(a, a + n) for a, n in zip(self.padding[0], self.grid.count))
-        return {f.name: buffers[f.name][steps % f.slots][inner].copy() for f in self.kernel.ir.written_fields}
 
     def _run_box(self, phase: int, call: list[Any], box: Box, step: int, nthreads: int) -> None:
         """One step of phase `phase` on the points lo[d] <= i_d < hi[d] only."""
@@ -385,30 +395,118 @@ class DistributedKernel:
         self.grid.close()
 
 
-def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mapping[str, Any],
-                    dims: Sequence[int] | None = None, threads: int | None = None,
-                    schedule: Schedule | None = None, overlap: bool = True) -> dict[str, np.ndarray] | None:
-    """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out
-    (`schedule`: that of the local kernels; `overlap`: see DistributedKernel)."""
+class DistributedSimulation:
+    """This rank's part of a distributed run in progress (`DistributedKernel.start`):
+    its buffers are kept between `advance` calls, which are collective."""
+
+    def __init__(self, owner: DistributedKernel, buffers: dict[str, np.ndarray], scalars: dict[str, float],
+                 nthreads: int) -> None:
+        self.owner = owner
+        self.step = 0
+        self._buffers, self._scalars, self._nthreads = buffers, scalars, nthreads
+
+    def advance(self, steps: int) -> None:
+        """Run `steps` more steps (every rank the same number)."""
+        owner = self.owner
+        _collectively(owner.comm, lambda: _check_steps(owner.kernel.ir.name, steps))
+        counts = owner.comm.allgather(steps)
+        if len(set(counts)) > 1:
+            raise DistributedError(f"ranks were given different numbers of steps: {counts}")
+        owner._advance(self._buffers, self._scalars, self.step, steps, self._nthreads)
+        self.step += steps
+
+    @property
+    def fields(self) -> dict[str, np.ndarray]:
+        """Read-only views of this rank's block (`owner.interior`) of the newest
+        level of each written field."""
+        inner = tuple(slice(a, a + n) for a, n in zip(self.owner.padding[0], self.owner.grid.count))
+        out = {}
+        for f in self.owner.kernel.ir.written_fields:
+            view = self._buffers[f.name][self.step % f.slots][inner]
+            view.flags.writeable = False
+            out[f.name] = view
+        return out
+
+
+class GlobalSimulation:
+    """`kernel.start(comm=comm, ...)`: a distributed run in progress over global
+    arrays that rank 0 held. `advance` and `fields` are collective; `fields`
+    gathers the newest levels to rank 0 (None on the other ranks). `close`
+    frees the exchanges (a `with` block does it)."""
+
+    def __init__(self, distributed: DistributedKernel, local: DistributedSimulation,
+                 rings: dict[str, np.ndarray] | None) -> None:
+        self.distributed, self._local, self._rings = distributed, local, rings
+
+    @property
+    def step(self) -> int:
+        return self._local.step
+
+    def advance(self, steps: int) -> None:
+        self._local.advance(steps)
+
+    @property
+    def fields(self) -> dict[str, np.ndarray] | None:
+        gathered = self.distributed.gather(self._local.fields, self._rings)
+        if gathered is not None:
+            for array in gathered.values():
+                array.flags.writeable = False
+        return gathered
+
+    def close(self) -> None:
+        self.distributed.close()
+
+    def __enter__(self) -> GlobalSimulation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_steps(name: str, steps: Any) -> None:
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
+        raise DistributedError(f"stencil '{name}': steps must be a non-negative integer, got {steps!r}")
+
+
+def start_distributed(kernel: CompiledKernel, comm: Any, inputs: Mapping[str, Any],
+                      dims: Sequence[int] | None = None, threads: int | None = None,
+                      schedule: Schedule | None = None, overlap: bool = True) -> GlobalSimulation:
+    """`kernel.start(..., comm=comm)`: global arrays on rank 0 scattered once into
+    buffers every rank keeps (`schedule`: that of the local kernels; `overlap`:
+    see DistributedKernel)."""
     stencil = kernel.ir
 
     def check_root() -> Any:
         if comm.rank != 0:
             return None
-        args = bind_arguments(stencil, steps, inputs)
+        args = bind_arguments(stencil, 0, inputs)
         # a field given as one array sends one level, as the serial run would replicate it
         sent = {f.name: args.levels[f.name] if isinstance(inputs[f.name], (list, tuple)) else args.levels[f.name][:1]
                 for f in stencil.fields}
         return args, sent
 
     bound = _collectively(comm, check_root)
-    root = (bound[0].shape, bound[0].scalars, steps) if comm.rank == 0 else None
-    shape, scalars, steps = comm.bcast(root, root=0)
+    root = (bound[0].shape, bound[0].scalars) if comm.rank == 0 else None
+    shape, scalars = comm.bcast(root, root=0)
     distributed = DistributedKernel(kernel, comm, shape, dims, threads, schedule, overlap)
     try:
         local = distributed.scatter(bound[1] if comm.rank == 0 else None)
-        blocks = distributed.run(steps, **scalars, **{name: v if len(v) > 1 else v[0] for name, v in local.items()})
-        rings = {f.name: bound[0].levels[f.name][-1] for f in stencil.written_fields} if comm.rank == 0 else None
-        return distributed.gather(blocks, rings)
-    finally:
+        sim = distributed.start(**scalars, **{name: v if len(v) > 1 else v[0] for name, v in local.items()})
+    except BaseException:
         distributed.close()
+        raise
+    rings = {f.name: bound[0].levels[f.name][-1] for f in stencil.written_fields} if comm.rank == 0 else None
+    return GlobalSimulation(distributed, sim, rings)
+
+
+def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mapping[str, Any],
+                    dims: Sequence[int] | None = None, threads: int | None = None,
+                    schedule: Schedule | None = None, overlap: bool = True) -> dict[str, np.ndarray] | None:
+    """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out
+    (`schedule`: that of the local kernels; `overlap`: see DistributedKernel)."""
+    _collectively(comm, lambda: _check_steps(kernel.ir.name, steps) if comm.rank == 0 else None)
+    steps = comm.bcast(steps, root=0)  # rank 0's count, as for the arrays
+    with start_distributed(kernel, comm, inputs, dims, threads, schedule, overlap) as sim:
+        sim.advance(steps)
+        fields = sim.fields
+        return None if fields is None else {name: array.copy() for name, array in fields.items()}

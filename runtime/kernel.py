@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import numbers
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 from msc import ir
 from msc.arguments import bind_arguments
 from msc.errors import StencilArgumentError
-from msc.runtime.buffers import pack, padded_shape, unpack
+from msc.runtime.buffers import ghost_width, pack, padded_shape
 from msc.runtime.build import DEFAULT_CFLAGS, build_shared_library, load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
@@ -97,6 +98,8 @@ class CompiledKernel:
             **inputs: Any) -> dict[str, np.ndarray] | None:
         """Advance `steps` steps; returns the newest level of each written field.
 
+        The one-shot call: it copies the inputs into fresh buffers and the
+        result out again (`start` keeps its buffers between calls instead).
         With an mpi4py communicator `comm`, the run is spread over its ranks
         (process grid `dims`, None to let MPI choose): global arrays on rank 0,
         None on the others; rank 0 gets the result, the others None
@@ -106,17 +109,73 @@ class CompiledKernel:
             from msc.runtime.distributed import run_distributed
 
             return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
-        args = bind_arguments(self.ir, steps, inputs)
+        sim = self.start(threads, **inputs)
+        sim.advance(steps)
+        return {name: level.copy() for name, level in sim.fields.items()}
+
+    @overload
+    def start(self, threads: int | None = None, comm: None = None, dims: Any = None,
+              **inputs: Any) -> Simulation: ...
+    @overload
+    def start(self, threads: int | None = None, *, comm: Any, dims: Any = None, **inputs: Any) -> Any: ...
+
+    def start(self, threads: int | None = None, comm: Any = None, dims: Any = None, **inputs: Any) -> Any:
+        """A run that keeps its buffers between calls: `sim.advance(steps)`,
+        then `sim.fields[name]`, a read-only view of the newest level (no copy).
+        Takes the same inputs as `run`, copied once, here. With `comm`: the
+        same over MPI ranks (msc.runtime.distributed.GlobalSimulation)."""
+        if comm is not None:
+            from msc.runtime.distributed import start_distributed
+
+            return start_distributed(self, comm, inputs, dims=dims, threads=threads, schedule=self.schedule)
+        args = bind_arguments(self.ir, 0, inputs)
         nthreads = threads if threads is not None else (self.threads or 0)
-        if not isinstance(nthreads, int) or nthreads < 0:
+        if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 0:
             raise StencilArgumentError(f"threads must be a positive integer, got {threads!r}")
         buffers = pack(self.ir, args)
-        extents = padded_shape(self.ir, args.shape)
-        call_args = self.arguments(buffers, args.scalars, extents)
-        start = time.perf_counter()
-        self.advance(call_args, 0, steps, nthreads)
-        seconds = time.perf_counter() - start
-        interior = int(np.prod([n - 2 * r for n, r in zip(extents, self.ir.radius)]))
-        self.last_run = RunStats(seconds, steps, interior * len(self.ir.statements))
-        return unpack(self.ir, buffers, steps)
+        return Simulation(self, buffers, self.arguments(buffers, args.scalars, padded_shape(self.ir, args.shape)),
+                          nthreads)
 
+
+class Simulation:
+    """A run of a compiled kernel in progress (`CompiledKernel.start`).
+
+    It owns the kernel's ring buffers: `advance` calls the compiled time loop
+    on them directly, starting at step `step`, and `fields` views the newest
+    level without copying. A view shows whatever its ring slot holds: it
+    changes under later `advance` calls (copy it to keep it).
+    """
+
+    def __init__(self, kernel: CompiledKernel, buffers: dict[str, np.ndarray], call: list[Any], nthreads: int) -> None:
+        self.kernel = kernel
+        self.step = 0
+        self._buffers = buffers
+        self._call = call
+        self._nthreads = nthreads
+        stencil = kernel.ir
+        extents = buffers[stencil.fields[0].name].shape[-stencil.ndim:]
+        self._domain = tuple(slice(g, n - g) for g, n in zip(ghost_width(stencil), extents))
+        interior = int(np.prod([n - 2 * r for n, r in zip(extents, stencil.radius)]))
+        self._points = interior * len(stencil.statements)
+
+    def advance(self, steps: int) -> None:
+        """Run `steps` more steps in place (timed into `kernel.last_run`)."""
+        if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
+            raise StencilArgumentError(f"stencil '{self.kernel.ir.name}': steps must be a non-negative integer, "
+                                       f"got {steps!r}")
+        start = time.perf_counter()
+        self.kernel.advance(self._call, self.step, int(steps), self._nthreads)
+        seconds = time.perf_counter() - start
+        self.step += int(steps)
+        self.kernel.last_run = RunStats(seconds, int(steps), self._points)
+
+    @property
+    def fields(self) -> dict[str, np.ndarray]:
+        """Read-only views of the newest level of each written field (with the
+        dirichlet ring; a periodic field without its ghost cells)."""
+        out = {}
+        for f in self.kernel.ir.written_fields:
+            view = self._buffers[f.name][self.step % f.slots][self._domain]
+            view.flags.writeable = False
+            out[f.name] = view
+        return out

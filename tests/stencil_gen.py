@@ -1,5 +1,15 @@
 """A seeded generator of random stencils written as real Python source, traced
-by msc exactly as a user's function would be (used by the differential tests)."""
+by msc exactly as a user's function would be (used by the differential tests).
+
+Each statement is a weighted average of reads (so fields stay of order one
+over many steps, neither growing nor fading) plus small terms that between them use every
+operator and function of the language. Every term is bounded (its operands
+are clipped to [-1, 1] with minimum/maximum where it matters) and continuous
+across the branches of its `where`, so float32 rounding near a comparison's
+threshold cannot flip a result by more than rounding. The last dimension is
+wide enough that the kernels' whole-cache-line store path runs for float32
+(16 points a line) as well as float64.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +25,35 @@ import msc
 
 DIMS = ("x", "y", "z")
 
+# Each term reads {v} and {w} (field reads) and {q} (a read clipped to [-1, 1]).
+TERMS: dict[str, str] = {
+    "/": "{q} / (2.0 + {q})",
+    "**2": "{q} ** 2",
+    "**3": "{q} ** 3",
+    "**0": "{q} ** 0",
+    "**0.5": "(1.0 + {q}) ** 0.5",
+    "**-1": "(2.0 + {q}) ** -1",
+    "**1.5": "(1.0 + {q}) ** 1.5",
+    "sqrt": "msc.sqrt(1.0 + {q})",
+    "exp": "msc.exp({q})",
+    "log": "msc.log(1.5 + {q})",
+    "sin": "msc.sin({v})",
+    "cos": "msc.cos({v})",
+    "abs": "msc.abs({q} - 0.25)",
+    "minimum": "msc.minimum({v}, {w})",
+    "maximum": "msc.maximum({v}, {w})",
+    "<": "msc.where({v} < {w}, {v}, {w})",
+    "<=": "msc.where({v} <= {w}, {w}, {v})",
+    ">": "msc.where({v} > {w}, {v} - {w}, 0.0)",
+    ">=": "msc.where({v} >= {w}, 0.0, {w} - {v})",
+    "==": "msc.where(msc.minimum({v}, 0.5) == 0.5, {v} - 0.5, 0.0)",
+    "!=": "msc.where(msc.maximum({v}, 0.5) != 0.5, {v} - 0.5, 0.0)",
+    "&": "msc.where(({v} > 0.3) & ({w} > 0.3), ({q} - 0.3) * ({w} - 0.3), 0.0)",
+    "|": "msc.where(({v} < 0.3) | ({w} < 0.3), 0.0, ({q} - 0.3) * ({w} - 0.3))",
+    "~": "msc.where(~({v} > 0.3), 0.0, {v} - 0.3)",
+    "-": "-{v} - {w}",
+}
+
 
 @dataclass(frozen=True)
 class GeneratedCase:
@@ -24,13 +63,16 @@ class GeneratedCase:
     inputs: dict[str, Any]
     steps: int
     dtype: str
+    split: int  # a continued run advances `split` steps, then `steps - split`
+    terms: tuple[str, ...]  # the TERMS keys the statements use
 
     def __str__(self) -> str:
-        return f"seed {self.seed}, {self.dtype}:\n{self.source}"
+        return f"seed {self.seed}, {self.dtype}, {self.steps} steps:\n{self.source}"
 
 
 def _offsets(rng: random.Random, ndim: int, radius: int, shape: str) -> list[tuple[int, ...]]:
-    """Centre, the extreme points that set the radius, plus a random sample."""
+    """Centre, the extreme points that set the radius (for a box, a corner
+    with every component nonzero too), plus a random sample."""
     if shape == "star":
         pool = [tuple(o if d == k else 0 for d in range(ndim)) for k in range(ndim)
                 for o in range(-radius, radius + 1) if o]
@@ -38,7 +80,9 @@ def _offsets(rng: random.Random, ndim: int, radius: int, shape: str) -> list[tup
         pool = [p for p in itertools.product(range(-radius, radius + 1), repeat=ndim) if any(p)]
     extremes = [p for p in pool if max(abs(v) for v in p) == radius]
     chosen = {(0,) * ndim, rng.choice(extremes), rng.choice(extremes)}
-    chosen.update(rng.sample(pool, min(len(pool), rng.randint(2, 8))))
+    if shape == "box":
+        chosen.add(tuple(rng.choice([-1, 1]) * rng.randint(1, radius) for _ in range(ndim)))
+    chosen.update(rng.sample(pool, min(len(pool), rng.randint(2, 6))))
     return sorted(chosen)
 
 
@@ -46,18 +90,22 @@ def _index(ndim: int, offs: tuple[int, ...]) -> str:
     return ", ".join(f"{DIMS[d]}{o:+d}" if o else DIMS[d] for d, o in enumerate(offs))
 
 
-def generate(seed: int) -> GeneratedCase:
+def generate(seed: int, *, ndim: int | None = None, boundary: str | None = None, shape: str | None = None,
+             dtype: str | None = None, coeff: bool | None = None) -> GeneratedCase:
+    """The case of `seed`; keywords fix a choice the seed would otherwise make."""
     rng = random.Random(seed)
-    ndim = rng.randint(1, 3)
-    radius = rng.randint(1, 4 if ndim < 3 else 2)
-    shape = rng.choice(["star", "box"])
+    ndim = ndim or rng.randint(1, 3)
+    radius = rng.randint(1, 4)
+    shape = shape or rng.choice(["star", "box"])
     levels = rng.randint(1, 3)
     nstmts = rng.randint(1, 3)
-    boundary = rng.choice(["dirichlet", "periodic"])
-    use_coeff = rng.random() < 0.4
-    dtype = rng.choice(["float64", "float64", "float32"])
+    boundary = boundary or rng.choice(["dirichlet", "periodic"])
+    use_coeff = rng.random() < 0.4 if coeff is None else coeff
+    dtype = dtype or rng.choice(["float64", "float64", "float32"])
     written = [f"f{k}" for k in range(nstmts)]
     params = written + (["c"] if use_coeff else []) + ["a"]
+    names = list(TERMS)
+    used: list[str] = []
     body = []
     for k, target in enumerate(written):
         terms = []
@@ -68,18 +116,24 @@ def generate(seed: int) -> GeneratedCase:
                     terms.append((src, f"t{dt:+d}" if dt else "t", offs))
             if written.index(src) < k and rng.random() < 0.7:  # read what an earlier statement wrote
                 terms.append((src, "t+1", rng.choice(_offsets(rng, ndim, radius, shape))))
-        weights = [rng.uniform(-1, 1) for _ in terms]
-        scale = 0.9 / sum(abs(w) for w in weights)
-        expr = " + ".join(f"{w * scale!r} * {src}[{lvl}, {_index(ndim, offs)}]"
-                          for w, (src, lvl, offs) in zip(weights, terms))
-        if use_coeff and rng.random() < 0.7:
-            expr = f"({expr}) * (1 - 0.1 * c[{_index(ndim, (0,) * ndim)}])"
-        if rng.random() < 0.3:
-            expr = f"msc.where({target}[t, {_index(ndim, (0,) * ndim)}] > 0.5, {expr}, a * {target}[t, {_index(ndim, (0,) * ndim)}])"
-        elif rng.random() < 0.3:
-            expr = f"{expr} + a * msc.sin({target}[t, {_index(ndim, (0,) * ndim)}])"
-        else:
-            expr = f"{expr} + 0.05 * a"
+        weights = [rng.uniform(0.05, 1) for _ in terms]
+        scale = 1 / sum(weights)  # an average: the reads' range bounds it
+        reads = [f"{src}[{lvl}, {_index(ndim, offs)}]" for src, lvl, offs in terms]
+        expr = " + ".join(f"{w * scale!r} * {r}" for w, r in zip(weights, reads))
+        if use_coeff:
+            reads.append(f"c[{_index(ndim, rng.choice(_offsets(rng, ndim, radius, shape)))}]")
+            if rng.random() < 0.7:
+                expr = f"({expr}) * (1 - 0.1 * c[{_index(ndim, (0,) * ndim)}])"
+        # the seed's own term first, so that any len(TERMS) consecutive seeds use every term
+        chosen = [names[seed % len(names)]] if k == 0 else []
+        chosen += rng.sample(names, rng.randint(1, 2))
+        for name in chosen:
+            v, w, q = rng.choice(reads), rng.choice(reads), rng.choice(reads)
+            term = TERMS[name].format(v=v, w=w, q=f"msc.minimum(msc.maximum({q}, -1.0), 1.0)")
+            expr += f" {rng.choice('+-')} {rng.uniform(0.01, 0.05):.3f} * ({term})"
+            used.append(name)
+        # 1e-05 prints in C without a decimal point (c_literal's exponent form)
+        expr += " + 0.05 * a + 1e-05" if rng.random() < 0.5 else " - 0.02 / a"
         body.append(f"    {target}[t+1, {_index(ndim, (0,) * ndim)}] = {expr}")
     decorator = "@msc.stencil" + ("(boundary='periodic')" if boundary == "periodic" else "")
     source = f"{decorator}\ndef gen{seed}({', '.join(params)}):\n" + "\n".join(body) + "\n"
@@ -88,8 +142,10 @@ def generate(seed: int) -> GeneratedCase:
     stencil = namespace[f"gen{seed}"]
 
     r = stencil.ir.radius
-    extent = {1: (30, 45), 2: (9, 17), 3: (5, 9)}[ndim]
-    shp = tuple(rng.randint(*extent) + (0 if boundary == "periodic" else 2 * r[d]) for d in range(ndim))
+    # leading extents split over 2-4 MPI ranks (tests/mpi) mostly leave blocks as thick as the radius
+    low = [rng.randint(*{2: (8, 14), 3: (6, 10)}[ndim]) for d in range(ndim - 1)]
+    extents = [*low, rng.randint(33, 48)]
+    shp = tuple(n + (0 if boundary == "periodic" else 2 * r[d]) for d, n in enumerate(extents))
     nrng = np.random.default_rng(seed)
     inputs: dict[str, Any] = {p: rng.uniform(0.1, 0.9) for p in stencil.ir.params}
     for f in stencil.ir.fields:
@@ -97,7 +153,8 @@ def generate(seed: int) -> GeneratedCase:
             inputs[f.name] = [nrng.random(shp).astype(dtype) for _ in range(f.window)]
         else:
             inputs[f.name] = nrng.random(shp).astype(dtype)
-    return GeneratedCase(seed, source, stencil, inputs, rng.randint(1, 5), dtype)
+    steps = rng.randint(10, 16)
+    return GeneratedCase(seed, source, stencil, inputs, steps, dtype, rng.randint(1, steps - 1), tuple(used))
 
 
 def program_arguments(inputs: dict[str, Any], directory: Path) -> list[str]:

@@ -143,3 +143,24 @@ def test_user_names_never_clash_with_generated_c():
     rng = np.random.default_rng(10)
     args = dict(c2=rng.random((9, 9)), T=rng.random((9, 9)), V=0.3, double=0.01)
     np.testing.assert_allclose(st.compile().run(steps=3, **args)["c2"], st.reference(steps=3, **args)["c2"], rtol=1e-13)
+
+
+@msc.stencil
+def leapfrog_x(u):  # radius 0 in y: no ring along y, and an older level is read
+    u[t + 1, x, y] = u[t - 1, x, y] + 0.25 * (u[t, x + 1, y] - u[t, x - 1, y])
+
+
+def test_older_levels_keep_their_values_where_there_is_no_ring():
+    """The ring (width 1 in x, 0 in y) is taken from the newest level; the rest
+    of an older level is the caller's, including the columns at the y edges."""
+    rng = np.random.default_rng(9)
+    older, newer = rng.random((8, 6)), rng.random((8, 6))
+    out = leapfrog_x.reference(steps=3, u=[older, newer])["u"]
+    prev, cur = older.copy(), newer.copy()
+    prev[[0, -1], :] = newer[[0, -1], :]
+    for _ in range(3):
+        nxt = cur.copy()
+        nxt[1:-1, :] = prev[1:-1, :] + 0.25 * (cur[2:, :] - cur[:-2, :])
+        prev, cur = cur, nxt
+    np.testing.assert_allclose(out, cur, rtol=0, atol=1e-15)
+    assert np.array_equal(leapfrog_x.compile().run(steps=3, u=[older, newer])["u"], out)

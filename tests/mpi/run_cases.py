@@ -55,6 +55,29 @@ compare("coupled_new_level_at_offset", coupled, 5, p=rng.random((17, 15)), q=rng
 compare("box3d_periodic", box3d, 3, u=rng.random((9, 8, 7)))
 
 
+def continued(name: str, stencil: msc.Stencil, splits: tuple[int, ...], schedule: Any = None, **inputs: Any) -> None:
+    """kernel.start(comm=...) advanced in several calls equals one serial run of all the steps."""
+    kernel = stencil.compile(threads=1, schedule=schedule)
+    on_root = {n: v if comm.rank == 0 or not isinstance(v, (np.ndarray, list)) else None for n, v in inputs.items()}
+    with kernel.start(comm=comm, **on_root) as sim:
+        for steps in splits:
+            sim.advance(steps)
+        out, step = sim.fields, sim.step
+    if comm.rank == 0:
+        serial = kernel.run(steps=sum(splits), **inputs)
+        results[name] = (step == sum(splits) and out.keys() == serial.keys()
+                         and all(np.array_equal(out[n], serial[n]) and not out[n].flags.writeable for n in serial))
+    else:
+        results[name] = out is None
+
+
+continued("heat_continued", heat, (3, 4, 0, 2), u=rng.random((23, 18)), alpha=0.1)
+continued("wave_continued", wave, (5, 4), u=[rng.random(37), rng.random(37)], c=rng.random(37) * 0.2)
+continued("box9_periodic_continued", box9, (1, 4), u=rng.random((19, 14)))
+continued("heat_time_tiled_continued", heat, (5, 6), msc.Schedule().time_tile(3, x=4), u=rng.random((23, 18)),
+          alpha=0.1)
+
+
 # the scalable path: every rank fills its own block from a function of global indices
 def initial(i: np.ndarray, j: np.ndarray) -> np.ndarray:
     return np.sin(0.3 * i) + np.cos(0.2 * j)

@@ -140,7 +140,8 @@ def test_emitted_program_overlaps_phases(tmp_path):
 
 
 def test_emitted_mpi_program_errors(tmp_path):
-    case = generate(9)  # 2D dirichlet
+    case = generate(6, ndim=2, boundary="dirichlet", coeff=True)  # fields f0 (one level) and c
+    assert [f.name for f in case.stencil.ir.fields] == ["f0", "c"] and not isinstance(case.inputs["f0"], list)
     program = _emit_and_build(case.stencil, tmp_path / "src", case.dtype)
     env = dict(os.environ, **ENV)
     np.save(tmp_path / "f.npy", case.inputs["f0"])

@@ -1,0 +1,73 @@
+"""Zero-copy stepping: `k.start(...)`, `sim.advance(n)`, `sim.fields`, `sim.step`
+against `run` and the reference interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import msc
+from msc import Schedule, t, x, y
+from msc.errors import StencilArgumentError
+
+
+@msc.stencil
+def wave(u, c):  # three ring slots: t-1, t and t+1
+    u[t + 1, x, y] = 2 * u[t, x, y] - u[t - 1, x, y] + c[x, y] * (
+        u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
+
+
+@msc.stencil(boundary="periodic")
+def drift(u, a):
+    u[t + 1, x, y] = (1 - a) * u[t, x, y] + a * u[t, x - 1, y + 1]
+
+
+def wave_inputs() -> dict:
+    rng = np.random.default_rng(3)
+    return {"u": [rng.random((21, 40)), rng.random((21, 40))], "c": 0.1 * rng.random((21, 40))}
+
+
+@pytest.mark.parametrize("schedule", [None, Schedule().time_tile(3, x=4)], ids=str)
+def test_advance_in_pieces_equals_one_run(schedule, assert_matches):
+    inputs = wave_inputs()
+    kernel = wave.compile(schedule=schedule, threads=2)
+    sim = kernel.start(**inputs)
+    for steps in (1, 4, 0, 2, 5):
+        sim.advance(steps)
+    assert sim.step == 12
+    whole = kernel.run(steps=12, **inputs)
+    assert np.array_equal(sim.fields["u"], whole["u"])
+    assert_matches(sim.fields, wave.reference(steps=12, **inputs))
+
+
+def test_fields_are_read_only_views_of_kept_buffers():
+    inputs = wave_inputs()
+    saved = [a.copy() for a in inputs["u"]] + [inputs["c"].copy()]
+    sim = wave.compile().start(**inputs)
+    first = sim.fields["u"]
+    assert first.shape == inputs["u"][1].shape and np.array_equal(first, inputs["u"][1])  # ring included
+    with pytest.raises(ValueError):
+        first[1, 1] = 0.0
+    sim.advance(3)  # three slots: back in the slot of step 0, which the kernel wrote, no new buffer
+    assert sim.fields["u"].ctypes.data == first.ctypes.data
+    assert np.array_equal(sim.fields["u"][0], inputs["u"][1][0])  # the dirichlet ring is fixed
+    assert all(np.array_equal(a, b) for a, b in zip(inputs["u"] + [inputs["c"]], saved))  # inputs untouched
+    assert wave.compile().last_run.steps == 0 and sim.kernel.last_run.steps == 3
+
+
+def test_periodic_fields_have_the_domain_shape(assert_matches):
+    u0 = np.random.default_rng(4).random((9, 35))
+    sim = drift.compile().start(u=u0, a=0.3)
+    sim.advance(5)
+    sim.advance(2)
+    assert sim.fields["u"].shape == u0.shape
+    assert_matches(sim.fields, drift.reference(steps=7, u=u0, a=0.3))
+
+
+def test_bad_calls_say_what_is_wrong():
+    sim = wave.compile().start(**wave_inputs())
+    with pytest.raises(StencilArgumentError, match="stencil 'wave': steps must be a non-negative integer, got -1"):
+        sim.advance(-1)
+    with pytest.raises(StencilArgumentError, match="missing argument"):
+        wave.compile().start(u=wave_inputs()["u"])
+    assert sim.step == 0

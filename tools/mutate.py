@@ -1,0 +1,192 @@
+"""Hand-written mutants of the generated C and of the code that prints it,
+each run against the ordinary (not slow) tests that should kill it.
+
+Each mutant replaces one exact piece of text in one file of a scratch copy
+of the checkout; the tests run on that copy (first on PYTHONPATH, it shadows
+the installed msc), so the checkout itself is never modified. A mutant is killed
+when a test fails. Usage:
+
+    python tools/mutate.py [--only NAME ...] [--json mutants.json]
+
+With `--cosmic-ray N` it runs cosmic-ray (pip install -e ".[mutation]")
+instead, as configured in tools/cosmic-ray.toml, on a seeded sample of N of
+the mutants it generates (all of them with N = 0), again in a scratch copy.
+
+Exit status 0 when every mutant is killed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "codegen/templates/openmp_kernel.c.j2"
+DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
+SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
+MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    Mutant("msc_min returns the max", KERNEL,
+           "msc_min(real a, real b) { return a < b ? a : b; }", "msc_min(real a, real b) { return a > b ? a : b; }",
+           (*DIFFERENTIAL,)),
+    Mutant("msc_max returns the min", KERNEL,
+           "msc_max(real a, real b) { return a > b ? a : b; }", "msc_max(real a, real b) { return a < b ? a : b; }",
+           (*DIFFERENTIAL,)),
+    Mutant("3D periodic wrap skips edges and corners", KERNEL,
+           "    for (long i0 = 0; i0 < n0; i0++)\n        for (long i1 = 0; i1 < n1; i1++)\n",
+           "    for (long i0 = r0; i0 < n0 - r0; i0++)\n        for (long i1 = r1; i1 < n1 - r1; i1++)\n",
+           (*DIFFERENTIAL,)),
+    Mutant("2D periodic wrap skips corners", KERNEL,
+           "    for (long i0 = 0; i0 < n0; i0++)\n        for (long g = 0; g < r1; g++)",
+           "    for (long i0 = r0; i0 < n0 - r0; i0++)\n        for (long g = 0; g < r1; g++)",
+           (*DIFFERENTIAL,)),
+    Mutant("periodic wrap of the upper ghosts off by one", KERNEL,
+           "a[(i0 * n1 + i1) * n2 + n2 - r2 + g - p2];", "a[(i0 * n1 + i1) * n2 + n2 - r2 + g - p2 - 1];",
+           (*DIFFERENTIAL,)),
+    Mutant("AVX line store repeats the first half-line", KERNEL,
+           "_mm256_{{ op }}_{{ suffix }}(dst + k, _mm256_load_{{ suffix }}(src + k));",
+           "_mm256_{{ op }}_{{ suffix }}(dst + k, _mm256_load_{{ suffix }}(src));",
+           (*SCHEDULES,)),
+    Mutant("floor division rounds toward zero", "codegen/isl_ast.py",
+           "return a >= 0 ? a / b : -((-a + b - 1) / b);", "return a / b;",
+           (*SCHEDULES,)),
+    Mutant("& and | swapped in C", "codegen/printers/cexpr.py",
+           '_C_OP = {"&": "&&", "|": "||"}', '_C_OP = {"&": "||", "|": "&&"}', (*DIFFERENTIAL,)),
+    Mutant("x**3 printed as x*x", "codegen/printers/cexpr.py",
+           "[self.visit(e.lhs)] * int(e.rhs.value)", "[self.visit(e.lhs)] * min(int(e.rhs.value), 2)", (*DIFFERENTIAL,)),
+    Mutant("~ dropped in C", "codegen/printers/cexpr.py",
+           'return f"(!{self.visit(e.operand)})"', 'return f"({self.visit(e.operand)})"', (*DIFFERENTIAL,)),
+    Mutant("abs printed as the identity", "codegen/printers/cexpr.py", '"abs": "fabs"', '"abs": ""', (*DIFFERENTIAL,)),
+    Mutant("the ring slot ignores the start step t0", "codegen/lower.py",
+           'return f"((t0 + {step} + {dt + slots}) % {slots})"',
+           'return f"(({step} + {dt + slots}) % {slots})"', (*DIFFERENTIAL,)),
+    Mutant("halo exchange sends faces only", "codegen/halo_plan.py",
+           "return {v for v in itertools.product(*choices) if any(v)}",
+           "return {v for v in itertools.product(*choices) if sum(map(abs, v)) == 1}", (*MPI,)),
+]
+
+
+def scratch_copy(directory: Path) -> Path:
+    """The checkout's files (tracked and untracked, not ignored) in `directory`,
+    laid out as an importable msc package (msc/codegen, msc/runtime and
+    msc/solvers link to the copies of codegen/, runtime/ and solvers/)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, directory / name)
+    for package in ("codegen", "runtime", "solvers"):
+        (directory / "msc" / package).symlink_to(directory / package)
+    return directory
+
+
+def run_mutant(mutant: Mutant, timeout: float) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="msc-mutant-") as tmp:
+        repo = scratch_copy(Path(tmp) / "repo")
+        target = repo / mutant.path
+        text = target.read_text()
+        if text.count(mutant.old) != 1:
+            raise SystemExit(f"{mutant.name}: the text to replace occurs {text.count(mutant.old)} times "
+                             f"in {mutant.path}; update the mutant")
+        target.write_text(text.replace(mutant.old, mutant.new))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+                   MSC_CACHE_DIR=str(Path(tmp) / "cache"))
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests]
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+            outcome = "killed" if proc.returncode == 1 else "survived" if proc.returncode == 0 else "error"
+            tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+        except subprocess.TimeoutExpired:
+            outcome, tail = "timeout", []
+        return {"mutant": mutant.name, "file": mutant.path, "outcome": outcome,
+                "tests": " ".join(mutant.tests), "seconds": round(time.perf_counter() - started, 1),
+                "summary": tail[0] if tail else ""}
+
+
+def cosmic_ray(sample: int, timeout: float) -> list[dict[str, object]]:
+    """cosmic-ray's mutants of the modules in tools/cosmic-ray.toml (a seeded
+    sample of `sample` of them; all with 0), each tested in one scratch copy."""
+    exe = Path(sys.executable).parent / "cosmic-ray"
+    tool = str(exe) if exe.exists() else shutil.which("cosmic-ray")
+    if tool is None:
+        raise SystemExit('cosmic-ray is not installed: pip install -e ".[mutation]"')
+    config = ROOT / "tools" / "cosmic-ray.toml"
+    test_command = next(line.split("=", 1)[1].strip()[1:-1] for line in config.read_text().splitlines()
+                        if line.startswith("test-command"))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="msc-cosmic-ray-") as tmp:
+        repo = scratch_copy(Path(tmp) / "repo")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+                   MSC_CACHE_DIR=str(Path(tmp) / "cache"))
+        session = str(Path(tmp) / "session.sqlite")
+        subprocess.run([tool, "init", str(config), session], cwd=repo, env=env, check=True, capture_output=True)
+        dump = subprocess.run([tool, "dump", session], cwd=repo, env=env, check=True, capture_output=True, text=True)
+        jobs = [json.loads(line)[0]["mutations"][0] for line in dump.stdout.splitlines() if line.strip()]
+        command = sys.executable + test_command.removeprefix("python")  # this interpreter
+        chosen = random.Random(0).sample(jobs, sample) if 0 < sample < len(jobs) else jobs
+        print(f"cosmic-ray: {len(chosen)} of {len(jobs)} mutants", flush=True)
+        for job in chosen:
+            name = f"{job['module_path']}:{job['start_pos'][0]} {job['operator_name']} #{job['occurrence']}"
+            started = time.perf_counter()
+            try:
+                proc = subprocess.run([tool, "mutate-and-test", job["module_path"], job["operator_name"],
+                                       str(job["occurrence"]), command],
+                                      cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+                outcome = json.loads(proc.stdout.strip().splitlines()[-1]).get("test_outcome", "error")
+            except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+                outcome = "error"
+            # an incompetent mutant (one that cannot even be imported) also fails every test
+            outcome = "killed" if outcome == "incompetent" else outcome
+            results.append({"mutant": name, "file": job["module_path"], "outcome": outcome,
+                            "tests": test_command, "seconds": round(time.perf_counter() - started, 1), "summary": ""})
+            print(f"{outcome:>8}  {results[-1]['seconds']:7.1f} s  {name}", flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="run only the mutants whose name contains one of these words")
+    parser.add_argument("--json", type=Path, help="write the outcomes to this file")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per mutant")
+    parser.add_argument("--cosmic-ray", type=int, metavar="N", help="run N of cosmic-ray's mutants instead (0: all)")
+    args = parser.parse_args(argv)
+    results = []
+    if args.cosmic_ray is not None:
+        results = cosmic_ray(args.cosmic_ray, args.timeout)
+    for mutant in [] if args.cosmic_ray is not None else MUTANTS:
+        if args.only and not any(w in mutant.name for w in args.only):
+            continue
+        result = run_mutant(mutant, args.timeout)
+        results.append(result)
+        print(f"{result['outcome']:>8}  {result['seconds']:7.1f} s  {mutant.name}  ({result['summary']})", flush=True)
+    killed = sum(r["outcome"] == "killed" for r in results)
+    print(f"{killed} of {len(results)} mutants killed")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
