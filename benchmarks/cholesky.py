@@ -1,46 +1,106 @@
-"""Benchmark swCholesky (msc.solvers) against CHOLMOD (scikit-sparse), MKL
-PARDISO (pypardiso) and SuperLU (scipy splu), side by side in one run:
-analysis, numeric factorization and solve time, GFLOP/s, nnz(L), peak
-memory and residual, on 2D/3D grid Laplacians and the largest shared
-matrices. Peers run only when importable; the missing ones are listed.
+"""Benchmark swCholesky (msc.solvers) end to end against CHOLMOD
+(scikit-sparse), MKL PARDISO (pypardiso) and SuperLU (scipy splu), side by
+side in one run: analyze, factorize, solve with 1 and with 16 right-hand
+sides, and the total (analyze + factorize + solve(1)), as a user runs them.
 
-    python3 benchmarks/cholesky.py --json out.json [--quick] [--threads 2]
+Each configuration runs in its own process (the BLAS and OpenMP thread
+counts are fixed when the libraries load): 1 thread, 2 threads, and 2
+threads again while a background process this script starts keeps one core
+busy. Every phase is repeated (--repeat) and reported as the median with
+the spread (max/min); every solution is checked by its normwise backward
+error. Peers run only when importable; the missing ones are listed.
+
+    python3 benchmarks/cholesky.py [--quick] [--json benchmarks/results/cholesky.json]
+    python3 benchmarks/cholesky.py --tables benchmarks/results/cholesky.json   # Markdown
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
+import statistics
+import subprocess
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--json", required=True, help="write the results here")
-parser.add_argument("--quick", action="store_true", help="small cases only (2D 500^2, 3D 40^3, one shared matrix)")
-parser.add_argument("--threads", type=int, default=2)
-parser.add_argument("--repeat", type=int, default=3,
-                    help="numeric factorizations timed per solver; the minimum is reported (shared machines are noisy)")
-ARGS = parser.parse_args()
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = str(ARGS.threads)  # before numpy / the BLAS libraries load
-os.environ.setdefault("KMP_BLOCKTIME", "0")  # MKL's idle threads must not spin while the others run
-
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-import scipy.sparse.linalg as spla  # noqa: E402
-
-from msc.solvers import analyze  # noqa: E402
-from msc.solvers import io as mio  # noqa: E402
-
-Result = dict[str, object]
+Result = dict[str, Any]
+PHASES = ("analyze", "factorize", "solve1", "solve16", "total")
+SOLVERS = ("msc swCholesky", "CHOLMOD", "MKL PARDISO", "SuperLU")
+SUPERLU_MAX_FLOPS = 5e9  # SuperLU runs where the Cholesky flops are below this (it takes minutes above)
 
 
-def laplacian(m: int, dim: int) -> sp.csc_array:
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", default="cholesky.json", help="write the results here")
+    parser.add_argument("--quick", action="store_true",
+                        help="small cases (2D 300^2, 3D 20^3, the largest shared matrix), 3 repeats")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per phase (default 5, --quick 3)")
+    parser.add_argument("--threads", default="1,2", help="thread counts of the idle runs (comma separated)")
+    parser.add_argument("--loaded-threads", type=int, default=2,
+                        help="threads of the run with a busy background process (0: skip that run)")
+    parser.add_argument("--tables", metavar="JSON", help="print the Markdown tables of a results file and exit")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: "threads,loaded" of one configuration
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.tables:
+        print(tables(json.loads(Path(args.tables).read_text())))
+        return 0
+    if args.worker:
+        threads, loaded = (int(v) for v in args.worker.split(","))
+        return worker(args, threads, bool(loaded))
+    repeat = args.repeat or (3 if args.quick else 5)
+    configs = [(int(t), False) for t in args.threads.split(",") if t]
+    if args.loaded_threads > 0:
+        configs.append((args.loaded_threads, True))
+    if not configs:
+        print("nothing to run: give --threads or --loaded-threads")
+        return 2
+    runs = []
+    out: dict[str, Any] = {}
+    for threads, loaded in configs:
+        part = Path(args.json).with_suffix(f".part-{threads}-{int(loaded)}.json")
+        cmd = [sys.executable, __file__, "--worker", f"{threads},{int(loaded)}", "--json", str(part),
+               "--repeat", str(repeat)] + (["--quick"] if args.quick else [])
+        env = dict(os.environ)
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(threads)  # before numpy / the BLAS libraries load
+        env.setdefault("KMP_BLOCKTIME", "0")  # MKL's idle threads must not spin while the others run
+        busy = None
+        if loaded:
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            print(f"== {threads} threads, with a busy background process (pid {busy.pid}) on one core ==", flush=True)
+        else:
+            print(f"== {threads} threads, no load added ==", flush=True)
+        try:
+            subprocess.run(cmd, env=env, check=True)
+        finally:
+            if busy is not None:
+                busy.terminate()
+                busy.wait()
+        runs.append(json.loads(part.read_text()))
+        part.unlink()
+        out = {"quick": args.quick, "repeat": repeat, "machine": platform.processor() or platform.machine(),
+               "cpus": os.cpu_count(), "runs": runs}
+        Path(args.json).write_text(json.dumps(out, indent=1))  # after each configuration: a stopped run keeps them
+        print(f"wrote {args.json}")
+    print(tables(out))
+    return 0
+
+
+# --------------------------------------------------------------------- worker
+
+
+def laplacian(m: int, dim: int):  # type: ignore[no-untyped-def]
+    import scipy.sparse as sp
+
     T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(m, m))
     I = sp.eye_array(m)
     if dim == 2:
@@ -48,125 +108,127 @@ def laplacian(m: int, dim: int) -> sp.csc_array:
     return sp.csc_array(sp.kron(sp.kron(T, I), I) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(I, I), T))
 
 
-def cases(quick: bool) -> list[tuple[str, Callable[[], sp.csc_array]]]:
-    grids = [("2D 500^2", 500, 2), ("3D 40^3", 40, 3)]
-    if not quick:
-        grids = [("2D 500^2", 500, 2), ("2D 1000^2", 1000, 2), ("3D 40^3", 40, 3), ("3D 64^3", 64, 3)]
-    out: list[tuple[str, Callable[[], sp.csc_array]]] = [
-        (name, (lambda m=m, d=d: laplacian(m, d))) for name, m, d in grids
-    ]
+def cases(quick: bool) -> list[tuple[str, Callable[[], Any]]]:
+    import scipy.sparse as sp
+
+    from msc.solvers import io as mio
+
+    grids = [("2D 300^2", 300, 2), ("3D 20^3", 20, 3)] if quick else \
+        [("2D 1000^2", 1000, 2), ("3D 40^3", 40, 3), ("3D 64^3", 64, 3)]
+    out: list[tuple[str, Callable[[], Any]]] = [(n, (lambda m=m, d=d: laplacian(m, d))) for n, m, d in grids]
     root = mio.matrices_dir()
     if (root / "MANIFEST.csv").is_file():
         rows = sorted(mio.manifest(root), key=lambda r: -int(r["nnz_full"]))[: 1 if quick else 3]
         out += [(r["matrix"], (lambda p=root / r["local_path"]: sp.csc_array(mio.read_matrix(p)))) for r in rows]
     else:
-        print(f"shared matrices not found at {root}: skipped")
+        print(f"shared matrices not found at {root} (set MSC_MATRICES): skipped")
     return out
 
 
-class PeakMemory:
-    """Peak resident memory above the level at entry (Linux VmHWM, reset via clear_refs)."""
+def backward_error(A: Any, X: Any, B: Any) -> float:
+    """max over columns of ||Ax - b|| / (||A|| ||x|| + ||b||), infinity norms."""
+    import numpy as np
 
-    def __enter__(self) -> "PeakMemory":
-        try:
-            Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            pass
-        self.base = self._status("VmRSS")
-        self.peak_mb = float("nan")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.peak_mb = (self._status("VmHWM") - self.base) / 1024
-
-    @staticmethod
-    def _status(key: str) -> float:
-        try:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith(key + ":"):
-                    return float(line.split()[1])  # kB
-        except OSError:
-            pass
-        return float("nan")
+    X2, B2 = np.asarray(X).reshape(B.shape[0], -1), B.reshape(B.shape[0], -1)
+    norm_A = float(abs(A).sum(axis=1).max())
+    R = np.abs(A @ X2 - B2).max(axis=0)
+    return float((R / (norm_A * np.abs(X2).max(axis=0) + np.abs(B2).max(axis=0))).max())
 
 
-def timed(fn: Callable[[], object]) -> tuple[object, float]:
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+Steps = tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]
 
 
-def best_of(fn: Callable[[], object]) -> tuple[object, float]:
-    """The result of fn and its minimum time over --repeat runs."""
-    out, best = timed(fn)
-    for _ in range(ARGS.repeat - 1):
-        out, t = timed(fn)
-        best = min(best, t)
-    return out, best
+class Timing:
+    """Times of one solver's runs: analyze -> factorize -> solve(b) -> solve(B),
+    each run from scratch; medians and spread (max/min) per phase."""
+
+    def __init__(self, steps: Callable[[], Steps]) -> None:
+        self.steps = steps
+        self.times: dict[str, list[float]] = {p: [] for p in PHASES}
+        self.error = 0.0
+
+    def run(self, A: Any, b: Any, B: Any) -> None:
+        analyze, factorize, solve = self.steps()
+        t0 = time.perf_counter()
+        sym = analyze()
+        t1 = time.perf_counter()
+        fac = factorize(sym)
+        t2 = time.perf_counter()
+        x = solve(fac, b)
+        t3 = time.perf_counter()
+        X = solve(fac, B)
+        t4 = time.perf_counter()
+        for phase, t in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t3 - t0)):
+            self.times[phase].append(t)
+        self.error = max(self.error, backward_error(A, x, b), backward_error(A, X, B))
+
+    def result(self) -> Result:
+        return {"median_s": {p: statistics.median(v) for p, v in self.times.items()},
+                "spread": {p: max(v) / min(v) if min(v) > 0 else float("nan") for p, v in self.times.items()},
+                "runs_s": self.times, "backward_error": self.error}
 
 
-def residual(A: sp.csc_array, x: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(A @ x - b) / np.linalg.norm(b))
+def msc_steps(A: Any, threads: int) -> Callable[[], Steps]:
+    from msc.solvers import analyze
+
+    return lambda: (lambda: analyze(A, threads=threads), lambda S: S.factorize(A), lambda F, rhs: F.solve(rhs))
 
 
-def run_msc(A: sp.csc_array, b: np.ndarray, ordering: object, label: str) -> Result:
-    with PeakMemory() as mem:
-        S, ta = timed(lambda: analyze(A, ordering=ordering, threads=ARGS.threads))
-        F, tn = best_of(lambda: S.factorize(A))
-        x, ts = timed(lambda: F.solve(b))
-    q = F.stats["queue_stats"]
-    return {"solver": "msc swCholesky", "ordering": label, "analyze_s": ta, "numeric_s": tn, "solve_s": ts,
-            "gflops": F.flops / tn / 1e9, "nnz_L": F.nnz, "nnz_L_stored": F.nnz_stored, "flops": F.flops,
-            "peak_mb": mem.peak_mb, "residual": residual(A, x, b),
-            "queues": {k: q[k] for k in ("inst_updates", "tpq_updates", "dpq_updates", "inst_seconds",
-                                         "tpq_seconds", "dpq_seconds")},
-            "supernodes": F.stats["supernodes"]}
+def msc_info(A: Any, threads: int) -> Result:
+    from msc.solvers import analyze
+
+    S = analyze(A, threads=threads)
+    return {"nnz_L": S.nnz, "ordering": S.ordering, "flops": S.flops}
 
 
-def run_cholmod(A: sp.csc_array, b: np.ndarray, method: str) -> tuple[Result, np.ndarray]:
-    from sksparse.cholmod import analyze as cholmod_analyze
+def cholmod_steps(A: Any) -> Callable[[], Steps]:
+    import warnings
 
-    with PeakMemory() as mem:
-        S, ta = timed(lambda: cholmod_analyze(A, ordering_method=method, mode="supernodal"))
-        F, tn = best_of(lambda: S.cholesky(A))
-        x, ts = timed(lambda: F(b))
-    L = F.L()  # simplicial copy: keeps the explicit zeros of relaxed amalgamation
-    return ({"solver": "CHOLMOD", "ordering": method, "analyze_s": ta, "numeric_s": tn, "solve_s": ts,
-             "nnz_L": int(np.count_nonzero(L.data)), "nnz_L_stored": int(L.nnz), "peak_mb": mem.peak_mb, "residual": residual(A, x, b)}, S.P())
+    import scipy.sparse as sp
+    from sksparse.cholmod import analyze
+
+    M = sp.csc_matrix(A)
+    warnings.filterwarnings("ignore", message=".*converting matrix.*")
+    return lambda: (lambda: analyze(M, mode="supernodal"), lambda S: S.cholesky(M), lambda F, rhs: F(rhs))
 
 
-def run_pardiso(A: sp.csc_array, b: np.ndarray) -> Result:
+def cholmod_info(A: Any) -> Result:
+    import scipy.sparse as sp
+    from sksparse.cholmod import analyze
+
+    M = sp.csc_matrix(A)
+    return {"nnz_L": int(analyze(M, mode="supernodal").cholesky(M).L().nnz)}
+
+
+def pardiso_steps(A: Any, b: Any) -> Callable[[], Steps]:
+    import numpy as np
     import pypardiso
+    import scipy.sparse as sp
 
     upper = sp.csr_matrix(sp.triu(A, format="csr"))
-    solver = pypardiso.PyPardisoSolver(mtype=2)
-    solver.set_iparm(18, -1)  # report nnz(L) (iparm 18, 1-based)
-    solver.set_iparm(19, -1)  # report MFLOP (iparm 19)
-    with PeakMemory() as mem:
-        solver.set_phase(11)
-        _, ta = timed(lambda: solver._call_pardiso(upper, b))
-        solver.set_phase(22)
-        _, tn = best_of(lambda: solver._call_pardiso(upper, b))
-        solver.set_phase(33)
-        x, ts = timed(lambda: solver._call_pardiso(upper, b))
-    mflops = solver.get_iparm(19)
-    out = {"solver": "MKL PARDISO", "ordering": "METIS (default)", "analyze_s": ta, "numeric_s": tn,
-           "solve_s": ts, "nnz_L": int(solver.get_iparm(18)), "peak_mb": mem.peak_mb,
-           "residual": residual(A, np.asarray(x), b)}
-    if mflops > 0:
-        out["gflops"] = mflops / 1e3 / tn
-    solver.free_memory(everything=True)
-    return out
+
+    def steps() -> Steps:
+        solver = pypardiso.PyPardisoSolver(mtype=2)
+
+        def phase(p: int, rhs: Any) -> Any:
+            solver.set_phase(p)
+            return solver._call_pardiso(upper, np.asfortranarray(rhs))  # PARDISO reads columns
+
+        def solve(_: Any, rhs: Any) -> Any:
+            return phase(33, rhs)
+
+        return (lambda: phase(11, b), lambda _: phase(22, b), solve)
+
+    return steps
 
 
-def run_splu(A: sp.csc_array, b: np.ndarray) -> Result:
-    with PeakMemory() as mem:
-        lu, tn = timed(lambda: spla.splu(A, permc_spec="MMD_AT_PLUS_A",
-                                         options={"SymmetricMode": True}, diag_pivot_thresh=0.0))
-        x, ts = timed(lambda: lu.solve(b))
-    return {"solver": "SuperLU (splu)", "ordering": "MMD_AT_PLUS_A", "analyze_s": None,
-            "numeric_s": tn, "solve_s": ts, "nnz_L": int(lu.L.nnz), "peak_mb": mem.peak_mb,
-            "residual": residual(A, x, b)}
+def splu_steps(A: Any) -> Callable[[], Steps]:
+    import scipy.sparse.linalg as spla
+
+    return lambda: (lambda: None,
+                    lambda _: spla.splu(A, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True},
+                                        diag_pivot_thresh=0.0),
+                    lambda lu, rhs: lu.solve(rhs))
 
 
 def importable(module: str) -> bool:
@@ -177,61 +239,91 @@ def importable(module: str) -> bool:
         return False
 
 
-def fmt(v: object, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and not np.isfinite(v)) else format(v, spec)
+def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
+    import numpy as np
+    from threadpoolctl import threadpool_info
 
-
-def main() -> int:
-    peers = {"CHOLMOD (scikit-sparse)": importable("sksparse.cholmod"),
-             "MKL PARDISO (pypardiso)": importable("pypardiso")}
+    peers = {"CHOLMOD": importable("sksparse.cholmod"), "MKL PARDISO": importable("pypardiso")}
     missing = [name for name, ok in peers.items() if not ok]
-    print(f"threads={ARGS.threads}  numeric = min of {ARGS.repeat} runs  peers missing: {', '.join(missing) or 'none'}")
-    results: list[dict[str, object]] = []
-    header = (f"{'case':24s} {'solver':16s} {'ordering':16s} {'analyze s':>9s} {'numeric s':>9s} "
-              f"{'solve s':>8s} {'GFLOP/s':>8s} {'nnz(L)':>12s} {'stored':>12s} {'peak MB':>8s} {'resid':>8s}")
-    print(header)
-    print("-" * len(header))
-    for name, build in cases(ARGS.quick):
+    print(f"threads={threads} loaded={loaded} repeat={args.repeat} peers missing: {', '.join(missing) or 'none'}",
+          flush=True)
+    results = []
+    for name, build in cases(args.quick):
         A = build()
         n = A.shape[0]
-        b = np.random.default_rng(0).standard_normal(n)
-        rows: list[Result] = [run_msc(A, b, "auto", "auto")]
-        if peers["CHOLMOD (scikit-sparse)"]:
-            default, P = run_cholmod(A, b, "default")
-            rows.append(default)
-            same = run_msc(A, b, P, "CHOLMOD default's")
-            rows.append(same)
-            default["gflops"] = float(same["flops"]) / float(default["numeric_s"]) / 1e9
-            amd, Pa = run_cholmod(A, b, "amd")
-            amd_same = run_msc(A, b, Pa, "CHOLMOD amd's")
-            amd["gflops"] = float(amd_same["flops"]) / float(amd["numeric_s"]) / 1e9
-            rows += [amd, amd_same]
-        if peers["MKL PARDISO (pypardiso)"]:
-            rows.append(run_pardiso(A, b))
-        if n <= 300_000:
-            rows.append(run_splu(A, b))
-        for r in rows:
-            print(f"{name:24s} {r['solver'][:16]:16s} {str(r['ordering'])[:16]:16s} {fmt(r['analyze_s'], '9.3f')} "
-                  f"{fmt(r['numeric_s'], '9.3f')} {fmt(r['solve_s'], '8.3f')} {fmt(r.get('gflops'), '8.2f')} "
-                  f"{fmt(r['nnz_L'], '12,d')} {fmt(r.get('nnz_L_stored'), '12,d')} {fmt(r['peak_mb'], '8.0f')} {fmt(r['residual'], '8.1e')}")
-        results.append({"case": name, "n": n, "nnz": int(A.nnz), "results": rows})
-        if peers["CHOLMOD (scikit-sparse)"]:
-            ratio_amd = float(amd_same["numeric_s"]) / float(amd["numeric_s"])
-            ratio_def = float(same["numeric_s"]) / float(default["numeric_s"])
-            fill = int(rows[0]["nnz_L"]) / int(default["nnz_L"])
-            fill_stored = int(rows[0]["nnz_L_stored"]) / int(default["nnz_L_stored"])
-            print(f"{'':24s} -> msc/CHOLMOD numeric, same ordering: {ratio_def:.2f}x (default), "
-                  f"{ratio_amd:.2f}x (amd); nnz(L) msc auto / CHOLMOD default: {fill:.2f}x "
-                  f"(stored, with amalgamation zeros: {fill_stored:.2f}x)")
-            results[-1]["msc_over_cholmod"] = {"numeric_default_ordering": ratio_def,
-                                               "numeric_amd_ordering": ratio_amd, "nnz_L_auto_vs_default": fill,
-                                               "nnz_L_stored_auto_vs_default": fill_stored}
+        rng = np.random.default_rng(0)
+        b, B = rng.standard_normal(n), rng.standard_normal((n, 16))
+        info = msc_info(A, threads)
+        timings = {"msc swCholesky": Timing(msc_steps(A, threads))}
+        if peers["CHOLMOD"]:
+            timings["CHOLMOD"] = Timing(cholmod_steps(A))
+        if peers["MKL PARDISO"]:
+            timings["MKL PARDISO"] = Timing(pardiso_steps(A, b))
+        if info["flops"] <= SUPERLU_MAX_FLOPS:
+            timings["SuperLU"] = Timing(splu_steps(A))
+        for _ in range(args.repeat):  # solvers interleaved: a busy moment hits them all alike
+            for timing in timings.values():
+                timing.run(A, b, B)
+        rows = {name: t.result() for name, t in timings.items()}
+        rows["msc swCholesky"].update(info)
+        if "CHOLMOD" in rows:
+            rows["CHOLMOD"].update(cholmod_info(A))
+        if "SuperLU" in rows:
+            rows["SuperLU"]["note"] = "analysis is part of factorize (splu)"
+        for solver, r in rows.items():
+            med = r["median_s"]
+            print(f"{name:22s} {solver:15s} " + " ".join(f"{p} {med[p]:8.4f}" for p in PHASES)
+                  + f"  spread(total) {r['spread']['total']:.2f}  backward error {r['backward_error']:.1e}", flush=True)
+        results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "solvers": rows})
         del A
-    out = {"threads": ARGS.threads, "repeat": ARGS.repeat, "quick": ARGS.quick, "machine": platform.processor() or platform.machine(),
-           "cpus": os.cpu_count(), "peers_missing": missing, "cases": results}
-    Path(ARGS.json).write_text(json.dumps(out, indent=1, default=float))
-    print(f"wrote {ARGS.json}")
+    blas = [{"internal_api": lib.get("internal_api"), "version": lib.get("version"),
+             "num_threads": lib.get("num_threads"), "library": Path(str(lib.get("filepath"))).name}
+            for lib in threadpool_info()]
+    Path(args.json).write_text(json.dumps({"threads": threads, "loaded": loaded, "repeat": args.repeat,
+                                           "peers_missing": missing, "blas": blas, "cases": results}, indent=1))
     return 0
+
+
+# --------------------------------------------------------------------- tables
+
+
+def tables(data: dict[str, Any]) -> str:
+    """Markdown: per configuration, the medians (spread max/min) of every
+    phase, then swCholesky's time over each peer's."""
+    lines: list[str] = []
+    for run in data["runs"]:
+        title = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}" + \
+            (", one core kept busy by a background process" if run["loaded"] else ", no load added")
+        lines += [f"#### {title} (median of {run['repeat']} s, spread max/min)", "",
+                  "| matrix | solver | analyze | factorize | solve(1) | solve(16) | total | backward error |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for case in run["cases"]:
+            for solver in SOLVERS:
+                r = case["solvers"].get(solver)
+                if r is None:
+                    continue
+                cells = []
+                for p in PHASES:
+                    if solver == "SuperLU" and p == "analyze":
+                        cells.append("(in factorize)")
+                    else:
+                        cells.append(f"{r['median_s'][p]:.4g} ({r['spread'][p]:.2f})")
+                lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + f" | {r['backward_error']:.1e} |")
+        lines += ["", "swCholesky time / peer time (medians; below 1 is faster):", "",
+                  "| matrix | peer | analyze | factorize | solve(1) | solve(16) | total |", "|---|---|---|---|---|---|---|"]
+        for case in run["cases"]:
+            ours = case["solvers"]["msc swCholesky"]["median_s"]
+            for solver in SOLVERS[1:]:
+                r = case["solvers"].get(solver)
+                if r is None:
+                    continue
+                cells = [("-" if solver == "SuperLU" and p == "analyze" else f"{ours[p] / r['median_s'][p]:.2f}")
+                         for p in PHASES]
+                lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + " |")
+        if run["peers_missing"]:
+            lines.append(f"\nNot measured (not installed): {', '.join(run['peers_missing'])}.")
+        lines.append("")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from mpi_launch import run_worker
 
 import msc
 from msc import t, x, y
@@ -133,15 +133,8 @@ def worker(name: str, shape: tuple[int, ...], steps: int, depth: int) -> None:
 
 
 def launch(ranks: int, name: str, shape: tuple[int, ...], steps: int, depth: int) -> dict[str, Any]:
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    cmd = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py",
-           __file__, "--worker", name, "x".join(map(str, shape)), str(steps), str(depth)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(ranks, __file__, [name, "x".join(map(str, shape)), str(steps), str(depth)],
+                      dict(os.environ, OMP_NUM_THREADS="1"))
 
 
 def main() -> None:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from mpi_launch import run_worker
 
 import msc
 from msc import t, x, y
@@ -50,17 +50,10 @@ def worker(setting: str, size: int, steps: int) -> None:
 
 
 def launch(ranks: int, setting: str, size: int, steps: int) -> dict[str, Any]:
-    mpiexec = Path(sys.executable).parent / "mpiexec"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
     if setting == "one-per-rank":
         env["OMP_NUM_THREADS"] = "1"
-    cmd = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py",
-           __file__, "--worker", setting, str(size), str(steps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(ranks, __file__, [setting, str(size), str(steps)], env)
 
 
 def main() -> None:

@@ -174,6 +174,28 @@ def stream_copies(threads: int, mbytes: int) -> dict[str, Callable[[], float]]:
     return out
 
 
+def _ping_pong_tool(steps_on: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray, float]]) -> Tool:
+    """A Tool over two aligned arrays swapped every step: `steps_on(a, b, steps)`
+    runs the steps and returns (newest, other, kernel seconds)."""
+
+    def one_shot(u0: np.ndarray, steps: int) -> Timing:
+        start = time.perf_counter()
+        a, _, kernel_s = steps_on(aligned_copy(u0), aligned_copy(u0), steps)
+        return Timing(a, kernel_s, time.perf_counter() - start)
+
+    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
+        a, b = aligned_copy(u0), aligned_copy(u0)
+        kernel_s = 0.0
+        start = time.perf_counter()
+        for _ in range(calls):
+            a, b, secs = steps_on(a, b, steps)
+            kernel_s += secs
+            _look(a)
+        return Timing(a, kernel_s, time.perf_counter() - start)
+
+    return Tool(one_shot, loop)
+
+
 def handwritten_c(case: Case, threads: int) -> Tool:
     """Plain C + OpenMP with two buffers, the way one writes it by hand."""
     idx = {2: "(i{0})*n + (j{1})", 3: "((i{0})*n + (j{1}))*n + (k{2})"}[case.ndim]
@@ -205,22 +227,7 @@ def handwritten_c(case: Case, threads: int) -> Tool:
         fn(a.ctypes.data, b.ctypes.data, a.shape[0], steps, threads)
         return (b, a, time.perf_counter() - start) if steps % 2 else (a, b, time.perf_counter() - start)
 
-    def one_shot(u0: np.ndarray, steps: int) -> Timing:
-        start = time.perf_counter()
-        a, b, kernel_s = call(aligned_copy(u0), aligned_copy(u0), steps)
-        return Timing(a, kernel_s, time.perf_counter() - start)
-
-    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
-        a, b = aligned_copy(u0), aligned_copy(u0)
-        kernel_s = 0.0
-        start = time.perf_counter()
-        for _ in range(calls):
-            a, b, secs = call(a, b, steps)
-            kernel_s += secs
-            _look(a)
-        return Timing(a, kernel_s, time.perf_counter() - start)
-
-    return Tool(one_shot, loop)
+    return _ping_pong_tool(call)
 
 
 def pystencils_kernel(case: Case, threads: int, simd: bool) -> Tool:
@@ -243,22 +250,7 @@ def pystencils_kernel(case: Case, threads: int, simd: bool) -> Tool:
             a, b = b, a
         return a, b, time.perf_counter() - start
 
-    def one_shot(u0: np.ndarray, steps: int) -> Timing:
-        start = time.perf_counter()
-        a, _, kernel_s = steps_on(aligned_copy(u0), aligned_copy(u0), steps)
-        return Timing(a, kernel_s, time.perf_counter() - start)
-
-    def loop(u0: np.ndarray, calls: int, steps: int) -> Timing:
-        a, b = aligned_copy(u0), aligned_copy(u0)
-        kernel_s = 0.0
-        start = time.perf_counter()
-        for _ in range(calls):
-            a, b, secs = steps_on(a, b, steps)
-            kernel_s += secs
-            _look(a)
-        return Timing(a, kernel_s, time.perf_counter() - start)
-
-    return Tool(one_shot, loop)
+    return _ping_pong_tool(steps_on)
 
 
 def devito_kernel(case: Case, autotune: bool) -> Tool:

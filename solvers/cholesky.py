@@ -33,20 +33,26 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def choose_ordering(lower: sp.csc_array, ordering: Ordering) -> tuple[np.ndarray, str, dict[str, dict[str, float]]]:
-    """(perm, name, predicted nnz(L) and flops of every candidate tried)."""
+Counted = tuple[np.ndarray, np.ndarray, np.ndarray]  # (parent, post, colcount) of the permuted pattern
+
+
+def choose_ordering(lower: sp.csc_array, ordering: Ordering
+                    ) -> tuple[np.ndarray, str, dict[str, dict[str, float]], Counted | None]:
+    """(perm, name, predicted nnz(L) and flops of every candidate tried, and
+    the elimination tree and counts of the chosen one when computed)."""
     n = lower.shape[0]
     if not isinstance(ordering, str):
-        return orderings.user_permutation(ordering, n), "user", {}
+        return orderings.user_permutation(ordering, n), "user", {}, None
     if ordering != "auto":
-        return orderings.compute(ordering, lower), ordering, {}
+        return orderings.compute(ordering, lower), ordering, {}, None
     tried: dict[str, dict[str, float]] = {}
-    perms: dict[str, np.ndarray] = {}
+    found: dict[str, tuple[np.ndarray, Counted]] = {}
 
     def consider(method: str) -> None:
         perm = orderings.compute(method, lower)
-        lnz, flops = predicted_cost(tree_and_counts(n, permute(lower, perm))[2])
-        perms[method] = perm
+        counted = tree_and_counts(n, permute(lower, perm))
+        lnz, flops = predicted_cost(counted[2])
+        found[method] = (perm, counted)
         tried[method] = {"nnz_L": lnz, "flops": flops}
 
     have = orderings.available()
@@ -58,7 +64,7 @@ def choose_ordering(lower: sp.csc_array, ordering: Ordering) -> tuple[np.ndarray
     if first == "amd" and high_fill and "metis" in have:
         consider("metis")
     best = min(tried, key=lambda m: (tried[m]["nnz_L"], tried[m]["flops"]))
-    return perms[best], best, tried
+    return found[best][0], best, tried, found[best][1]
 
 
 class Symbolic:
@@ -78,9 +84,9 @@ class Symbolic:
         self.threads = max(1, threads or default_threads())
         self._indptr = lower.indptr.copy()
         self._indices = lower.indices.copy()
-        perm, name, tried = choose_ordering(lower, ordering)
+        perm, name, tried, counted = choose_ordering(lower, ordering)
         t1 = time.perf_counter()
-        self.structure = analyze_structure(lower, perm, self.amalgamation, max_factor_bytes)
+        self.structure = analyze_structure(lower, perm, self.amalgamation, max_factor_bytes, counted)
         t2 = time.perf_counter()
         S = self.structure
         self.schedule = schedules.build(S.super, S.sparent, S.Sp, self.threads)
@@ -181,5 +187,7 @@ def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo
                    threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
     factor = sym.factorize_lower(lower)
     if tuning is not None:
+        if tuning.from_cache and tuner.needs_recheck(tuning, factor.timings["numeric"], factor.flops):
+            tuning = tuner.recheck(lower, ordering, tuning, threads=threads)
         factor.stats["tuning"] = tuning.report()
     return factor

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from msc.solvers import native
 from msc.solvers.errors import RightHandSideError
+from msc.solvers.numeric import blas_threads
 from msc.solvers.symbolic import SupernodalStructure
 
 
@@ -86,14 +87,20 @@ class Factor:
             raise RightHandSideError(f"right-hand side must be real, got dtype {B.dtype}")
         if not np.isfinite(B).all():
             raise RightHandSideError("right-hand side has NaN or Inf entries")
-        X = np.ascontiguousarray((B[:, None] if B.ndim == 1 else B)[self.perm], dtype=np.float64)
+        X = np.ascontiguousarray(B, dtype=np.float64)
+        out = np.empty_like(X)
         S = self._S
         if X.size:
-            native.numeric_lib().chol_solve(S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, X, X.shape[1])
-        out = np.empty_like(X)
-        out[self.perm] = X
+            # single-threaded BLAS: the solve's calls are too small to share
+            # (threaded, they cost 10x more on a busy machine)
+            with blas_threads().limit(limits=1, user_api="blas"):
+                status = native.numeric_lib().chol_solve(
+                    S.n, S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, S.perm, X, np.empty_like(X), out,
+                    1 if X.ndim == 1 else X.shape[1], *native.solve_blas_pointers())
+            if status != 0:
+                raise MemoryError(f"no memory for the solve's workspace ({X.shape[0]} x {X.size // max(X.shape[0], 1)})")
         self.timings["solve"] = time.perf_counter() - t0
-        return out.reshape(B.shape)
+        return out
 
     def __call__(self, b: object) -> np.ndarray:
         return self.solve(b)

@@ -1,8 +1,8 @@
 """Parallel schedule of the numeric factorization: the supernodal tree is cut
-into independent subtrees, packed onto the threads (largest first), and the
-supernodes above the cut form the top part, run after them with threaded
-BLAS. The cut is deepened while that lowers the estimated time
-max(thread load) + top work / threads."""
+into independent subtrees, handed to the threads largest first (each free
+thread takes the next), and the supernodes above the cut form the top part,
+run after them. The cut is deepened while that lowers the estimated time
+max(thread load) + top work / threads, with the loads of a greedy packing."""
 
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ MAX_CUTS = 256
 
 @dataclass(frozen=True)
 class Schedule:
-    """Tasks are inclusive ranges of postordered supernodes."""
+    """Tasks are inclusive ranges of postordered supernodes, largest first."""
 
     phase1_lo: np.ndarray  # int32
     phase1_hi: np.ndarray
-    phase1_thread: np.ndarray
     top: np.ndarray  # int32: supernodes of the top part, ascending
     nthreads: int
     balance: float  # max thread load / mean thread load in phase 1
@@ -46,7 +45,7 @@ def build(super_: np.ndarray, sparent: np.ndarray, Sp: np.ndarray, nthreads: int
     if nthreads <= 1 or ns < 2:
         one = np.array([0], dtype=np.int32)
         lo, hi = (one, np.array([ns - 1], dtype=np.int32)) if ns else (empty, empty)
-        return Schedule(lo, hi, np.zeros(lo.shape[0], dtype=np.int32), empty, 1, 1.0, 0.0)
+        return Schedule(lo, hi, empty, 1, 1.0, 0.0)
     work = supernode_work(super_, Sp)
     subtree = np.empty(ns)
     size = np.empty(ns, dtype=np.int32)
@@ -79,20 +78,17 @@ def build(super_: np.ndarray, sparent: np.ndarray, Sp: np.ndarray, nthreads: int
     assert best is not None
     _, chosen, top_nodes = best
     loads = [0.0] * nthreads
-    lo, hi, thread = [], [], []
-    for neg, s in sorted(chosen):
+    lo, hi = [], []
+    for neg, s in sorted(chosen):  # largest subtree first
         t = loads.index(min(loads))
         loads[t] -= neg
         lo.append(s - size[s] + 1)
         hi.append(s)
-        thread.append(t)
-    order = np.argsort(lo)
     total = float(work.sum())
     mean = sum(loads) / nthreads
     return Schedule(
-        np.asarray(lo, dtype=np.int32)[order],
-        np.asarray(hi, dtype=np.int32)[order],
-        np.asarray(thread, dtype=np.int32)[order],
+        np.asarray(lo, dtype=np.int32),
+        np.asarray(hi, dtype=np.int32),
         np.sort(np.asarray(top_nodes, dtype=np.int32)),
         nthreads,
         max(loads) / mean if mean > 0 else 1.0,

@@ -14,7 +14,10 @@
  * Then the diagonal block is factored (plain C when small, else dpotrf and
  * dtrsm). BLAS/LAPACK come in as function pointers (scipy's OpenBLAS).
  * Independent subtrees (contiguous ranges of postordered supernodes) run on
- * separate OpenMP threads. */
+ * the OpenMP threads, each taken by the next free thread.
+ *
+ * Solves go supernode by supernode on the dense blocks: dtrsv + dgemv for
+ * one right-hand side, dtrsm + dgemm for several; tiny blocks in plain C. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -277,8 +280,10 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
 }
 
 /* Factor the supernode ranges task_lo[t] .. task_hi[t] (inclusive, each a
- * union of whole subtrees or a single supernode whose descendants are done),
- * task t on thread task_thread[t] of nthreads. head/next/lpos persist across
+ * union of whole subtrees or a single supernode whose descendants are done)
+ * on nthreads threads. Threads take the next task in the given order when
+ * they are free (largest first is best): a thread slowed by another process
+ * on its core then holds up only its own task. head/next/lpos persist across
  * calls (head must start as -1). params: inst_max, tpq_max, tpq_batch,
  * diag_small. stats: NSTAT doubles, accumulated. Returns -1, or the smallest
  * failing column found (permuted numbering). */
@@ -287,7 +292,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
                     const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
                     int32_t *head, int32_t *next, int64_t *lpos,
                     int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
-                    const int32_t *task_thread, int32_t nthreads, const int64_t *params,
+                    int32_t nthreads, const int64_t *params,
                     void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
 {
     ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
@@ -296,19 +301,22 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
     int64_t maxrow = 1;
     for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
     int64_t fail = -1;
+    int32_t next_task = 0;
     const int shared = nthreads > 1;
 
 #pragma omp parallel num_threads(nthreads)
     {
-        const int tid = omp_get_thread_num();
         work_t w;
         memset(&w, 0, sizeof w);
         w.map = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
         w.rel = malloc((size_t)maxrow * sizeof(int32_t));
         w.bbuf = malloc((size_t)(c.tpq_batch * c.tpq_max) * sizeof(double));
         w.items = malloc((size_t)c.tpq_batch * sizeof(item_t));
-        for (int32_t t = 0; t < ntask; t++) {
-            if (task_thread[t] != tid) continue;
+        for (;;) {
+            int32_t t;
+#pragma omp atomic capture
+            t = next_task++;
+            if (t >= ntask) break;
             for (int32_t s = task_lo[t]; s <= task_hi[t]; s++) {
                 int64_t failed_now;
 #pragma omp atomic read
@@ -332,43 +340,146 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
     return fail;
 }
 
-/* Solve L Y = B (forward) then L^T X = Y (backward) in place; X is n x nrhs,
- * row-major. Both sweeps go supernode by supernode. */
-void chol_solve(int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
-                const int64_t *Px, const double *Lx, double *X, int32_t nrhs)
+typedef void (*dtrsv_t)(const char *, const char *, const char *, const int *, const double *,
+                        const int *, double *, const int *);
+typedef void (*dgemv_t)(const char *, const int *, const int *, const double *, const double *,
+                        const int *, const double *, const int *, const double *, double *,
+                        const int *);
+
+/* Below this many entries in a supernode's block the solve stays in plain C
+ * (a BLAS call costs more than the arithmetic); _1: for one right-hand side. */
+#ifndef SOLVE_BLAS_MIN
+#define SOLVE_BLAS_MIN 256
+#endif
+#ifndef SOLVE_BLAS_MIN_1
+#define SOLVE_BLAS_MIN_1 1024
+#endif
+
+/* Forward sweep, supernode s: X1 = L11^-1 X1, then X[rows below] -= L21 X1.
+ * X is n x r row-major, so a supernode's own rows X1 are one contiguous
+ * r x nscol column-major block (X1^T) for the BLAS. W: workspace. */
+static void solve_forward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_t *rows,
+                          const double *Ls, double *X, int32_t r, double *W,
+                          dtrsv_t dtrsv, dgemv_t dgemv, dtrsm_t dtrsm, dgemm_t dgemm)
 {
-    for (int32_t s = 0; s < ns; s++) {
-        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
-        const int32_t *rows = Si + Sp[s];
-        const double *Ls = Lx + Px[s];
+    double *X1 = X + k1 * r;
+    const int64_t m = nsrow - nscol;
+    if (r == 1 && nscol * nsrow < SOLVE_BLAS_MIN_1) {
         for (int64_t c = 0; c < nscol; c++) {
             const double *col = Ls + c * nsrow;
-            double *xj = X + (k1 + c) * nrhs;
+            const double xj = X1[c] / col[c];
+            X1[c] = xj;
+            for (int64_t i = c + 1; i < nscol; i++) X1[i] -= col[i] * xj;
+            for (int64_t i = nscol; i < nsrow; i++) X[rows[i]] -= col[i] * xj;
+        }
+        return;
+    }
+    if (nscol * nsrow < SOLVE_BLAS_MIN) {
+        for (int64_t c = 0; c < nscol; c++) {
+            const double *col = Ls + c * nsrow;
+            double *xj = X1 + c * r;
             const double inv = 1.0 / col[c];
-            for (int32_t r = 0; r < nrhs; r++) xj[r] *= inv;
+            for (int32_t q = 0; q < r; q++) xj[q] *= inv;
             for (int64_t i = c + 1; i < nsrow; i++) {
-                double *xi = X + (int64_t)rows[i] * nrhs;
+                double *xi = X + (int64_t)rows[i] * r;
                 const double l = col[i];
-                for (int32_t r = 0; r < nrhs; r++) xi[r] -= l * xj[r];
+                for (int32_t q = 0; q < r; q++) xi[q] -= l * xj[q];
             }
         }
+        return;
     }
-    for (int32_t s = ns - 1; s >= 0; s--) {
-        const int64_t k1 = super[s], nscol = super[s + 1] - k1, nsrow = Sp[s + 1] - Sp[s];
-        const int32_t *rows = Si + Sp[s];
-        const double *Ls = Lx + Px[s];
+    const int nc = (int)nscol, ld = (int)nsrow, mm = (int)m, rr = r, inc = 1;
+    const double one = 1.0, zero = 0.0;
+    if (r == 1) dtrsv("L", "N", "N", &nc, Ls, &ld, X1, &inc);
+    else dtrsm("R", "L", "T", "N", &rr, &nc, &one, Ls, &ld, X1, &rr);
+    if (m == 0) return;
+    if (r == 1) {
+        dgemv("N", &mm, &nc, &one, Ls + nscol, &ld, X1, &inc, &zero, W, &inc);
+        for (int64_t i = 0; i < m; i++) X[rows[nscol + i]] -= W[i];
+    } else {
+        dgemm("N", "T", &rr, &mm, &nc, &one, X1, &rr, Ls + nscol, &ld, &zero, W, &rr);
+        for (int64_t i = 0; i < m; i++) {
+            double *xi = X + (int64_t)rows[nscol + i] * r;
+            const double *wi = W + i * r;
+            for (int32_t q = 0; q < r; q++) xi[q] -= wi[q];
+        }
+    }
+}
+
+/* Backward sweep, supernode s: X1 -= L21^T X[rows below], X1 = L11^-T X1. */
+static void solve_backward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_t *rows,
+                           const double *Ls, double *X, int32_t r, double *W,
+                           dtrsv_t dtrsv, dgemv_t dgemv, dtrsm_t dtrsm, dgemm_t dgemm)
+{
+    double *X1 = X + k1 * r;
+    const int64_t m = nsrow - nscol;
+    if (r == 1 && nscol * nsrow < SOLVE_BLAS_MIN_1) {
         for (int64_t c = nscol - 1; c >= 0; c--) {
             const double *col = Ls + c * nsrow;
-            double *xj = X + (k1 + c) * nrhs;
+            double sum = X1[c];
+            for (int64_t i = c + 1; i < nscol; i++) sum -= col[i] * X1[i];
+            for (int64_t i = nscol; i < nsrow; i++) sum -= col[i] * X[rows[i]];
+            X1[c] = sum / col[c];
+        }
+        return;
+    }
+    if (nscol * nsrow < SOLVE_BLAS_MIN) {
+        for (int64_t c = nscol - 1; c >= 0; c--) {
+            const double *col = Ls + c * nsrow;
+            double *xj = X1 + c * r;
             for (int64_t i = c + 1; i < nsrow; i++) {
-                const double *xi = X + (int64_t)rows[i] * nrhs;
+                const double *xi = X + (int64_t)rows[i] * r;
                 const double l = col[i];
-                for (int32_t r = 0; r < nrhs; r++) xj[r] -= l * xi[r];
+                for (int32_t q = 0; q < r; q++) xj[q] -= l * xi[q];
             }
             const double inv = 1.0 / col[c];
-            for (int32_t r = 0; r < nrhs; r++) xj[r] *= inv;
+            for (int32_t q = 0; q < r; q++) xj[q] *= inv;
         }
+        return;
     }
+    const int nc = (int)nscol, ld = (int)nsrow, mm = (int)m, rr = r, inc = 1;
+    const double one = 1.0, minus = -1.0;
+    if (m > 0) {
+        for (int64_t i = 0; i < m; i++) {
+            const double *xi = X + (int64_t)rows[nscol + i] * r;
+            double *wi = W + i * r;
+            for (int32_t q = 0; q < r; q++) wi[q] = xi[q];
+        }
+        if (r == 1) dgemv("T", &mm, &nc, &minus, Ls + nscol, &ld, W, &inc, &one, X1, &inc);
+        else dgemm("N", "N", &rr, &nc, &mm, &minus, W, &rr, Ls + nscol, &ld, &one, X1, &rr);
+    }
+    if (r == 1) dtrsv("L", "T", "N", &nc, Ls, &ld, X1, &inc);
+    else dtrsm("R", "L", "N", "N", &rr, &nc, &one, Ls, &ld, X1, &rr);
+}
+
+/* Solve A X = B for P A P^T = L L^T (P = I[perm]): X[k] = B[perm[k]], then
+ * L Y = X (forward) and L^T Z = Y (backward) supernode by supernode on the
+ * dense blocks, then out[perm[k]] = Z[k]. B, X (workspace) and out are
+ * n x nrhs row-major. BLAS (dtrsv, dgemv, dtrsm, dgemm) come as pointers.
+ * Returns 0, or -1 when the workspace cannot be allocated. */
+int32_t chol_solve(int32_t n, int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
+                   const int64_t *Px, const double *Lx, const int64_t *perm, const double *B,
+                   double *X, double *out, int32_t nrhs,
+                   void *dtrsv, void *dgemv, void *dtrsm, void *dgemm)
+{
+    const int64_t r = nrhs;
+    int64_t maxm = 1;
+    for (int32_t s = 0; s < ns; s++) {
+        const int64_t m = (Sp[s + 1] - Sp[s]) - (super[s + 1] - super[s]);
+        maxm = imax64(maxm, m);
+    }
+    double *W = malloc((size_t)(maxm * r) * sizeof(double));
+    if (W == NULL) return -1;
+    for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
+    for (int32_t s = 0; s < ns; s++)
+        solve_forward(super[s], super[s + 1] - super[s], Sp[s + 1] - Sp[s], Si + Sp[s], Lx + Px[s],
+                      X, nrhs, W, (dtrsv_t)dtrsv, (dgemv_t)dgemv, (dtrsm_t)dtrsm, (dgemm_t)dgemm);
+    for (int32_t s = ns - 1; s >= 0; s--)
+        solve_backward(super[s], super[s + 1] - super[s], Sp[s + 1] - Sp[s], Si + Sp[s], Lx + Px[s],
+                       X, nrhs, W, (dtrsv_t)dtrsv, (dgemv_t)dgemv, (dtrsm_t)dtrsm, (dgemm_t)dgemm);
+    for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
+    free(W);
+    return 0;
 }
 
 /* Copy the supernodal factor into CSC arrays (lower triangle, sorted rows). */

@@ -204,3 +204,72 @@ void sym_subtree_sum(int32_t ns, const int32_t *parent, const double *w, double 
         size[parent[s]] += size[s];
     }
 }
+
+/* Lower triangle of P A P^T from the lower triangle of A (CSC, no
+ * duplicates), in two forms: by rows (Rp/Ri: row i lists its columns j <= i,
+ * unsorted; what the elimination tree and the supernode structures read)
+ * and by columns (Cp/Ci with sorted rows, and map[k] = position in A's data
+ * of the k-th entry). Two counting sorts, O(nnz + n). tidx: nnz int64. */
+void sym_permute(int32_t n, const int64_t *Ap, const int32_t *Ai, const int64_t *pinv,
+                 int64_t *Cp, int32_t *Ci, int64_t *map, int64_t *Rp, int32_t *Ri, int64_t *tidx)
+{
+    for (int32_t i = 0; i <= n; i++) Rp[i] = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int64_t c = pinv[j];
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++) {
+            const int64_t r = pinv[Ai[p]];
+            Rp[(r > c ? r : c) + 1]++;
+        }
+    }
+    for (int32_t i = 0; i < n; i++) Rp[i + 1] += Rp[i];
+    for (int32_t j = 0; j < n; j++) {
+        const int64_t c = pinv[j];
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++) {
+            const int64_t r = pinv[Ai[p]];
+            const int64_t q = Rp[r > c ? r : c]++;
+            Ri[q] = (int32_t)(r > c ? c : r);
+            tidx[q] = p;
+        }
+    }
+    for (int32_t i = n; i > 0; i--) Rp[i] = Rp[i - 1]; /* the fill moved each start to the next */
+    Rp[0] = 0;
+    for (int32_t j = 0; j <= n; j++) Cp[j] = 0;
+    for (int64_t q = 0; q < Rp[n]; q++) Cp[Ri[q] + 1]++;
+    for (int32_t j = 0; j < n; j++) Cp[j + 1] += Cp[j];
+    for (int32_t i = 0; i < n; i++) {             /* rows in order: columns come out sorted */
+        for (int64_t q = Rp[i]; q < Rp[i + 1]; q++) {
+            const int64_t k = Cp[Ri[q]]++;
+            Ci[k] = i;
+            map[k] = tidx[q];
+        }
+    }
+    for (int32_t j = n; j > 0; j--) Cp[j] = Cp[j - 1];
+    Cp[0] = 0;
+}
+
+/* The graph of a symmetric matrix from its lower triangle (CSC, sorted, no
+ * duplicates): A + A^T without the diagonal, every column sorted, as AMD
+ * wants it. Column c receives the j < c first (in increasing j, while
+ * column j is read) and then its own rows below the diagonal. Gp: n + 1,
+ * Gi: 2 (nnz - diagonal entries). Returns the number of entries. */
+int64_t sym_adjacency32(int32_t n, const int64_t *Ap, const int32_t *Ai, int32_t *Gp, int32_t *Gi,
+                        int64_t *fill)
+{
+    for (int32_t j = 0; j <= n; j++) fill[j] = 0;
+    for (int32_t j = 0; j < n; j++)
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++)
+            if (Ai[p] != j) {
+                fill[j + 1]++;
+                fill[Ai[p] + 1]++;
+            }
+    for (int32_t j = 0; j < n; j++) fill[j + 1] += fill[j];
+    for (int32_t j = 0; j <= n; j++) Gp[j] = (int32_t)fill[j];
+    for (int32_t j = 0; j < n; j++)
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++) {
+            const int32_t i = Ai[p];
+            if (i == j) continue;
+            Gi[fill[j]++] = i;
+            Gi[fill[i]++] = j;
+        }
+    return Gp[n];
+}

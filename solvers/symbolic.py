@@ -31,46 +31,41 @@ class Amalgamation:
 
 @dataclass(frozen=True)
 class PermutedPattern:
-    """Lower triangle of P A P^T in CSC; value_map[k] is the position in the
-    input's lower-CSC data of the k-th stored entry."""
+    """Lower triangle of P A P^T in CSC (sorted rows); value_map[k] is the
+    position in the input's lower-CSC data of the k-th stored entry. rowptr /
+    rowind: the same pattern by rows (row i lists its columns j <= i, unsorted)."""
 
     indptr: np.ndarray  # int64, n+1
     indices: np.ndarray  # int32
     value_map: np.ndarray  # int64
-
-    def csr(self, n: int) -> sp.csr_array:
-        """Same pattern in CSR: row i lists the columns j <= i (upper CSC)."""
-        ones = np.ones(self.indices.shape[0])
-        return sp.csc_array((ones, self.indices, self.indptr), shape=(n, n)).tocsr()
+    rowptr: np.ndarray  # int64, n+1
+    rowind: np.ndarray  # int32
 
 
 def permute(lower: sp.csc_array, perm: np.ndarray) -> PermutedPattern:
-    """Lower triangle of A[perm][:, perm] with sorted rows, and the map of values."""
+    """Lower triangle of A[perm][:, perm] by columns and by rows, and the map
+    of values (two counting sorts in symbolic.c)."""
     n = lower.shape[0]
-    coo = lower.tocoo()
     pinv = np.empty(n, dtype=np.int64)
     pinv[perm] = np.arange(n, dtype=np.int64)
-    r = pinv[coo.row]
-    c = pinv[coo.col]
-    rows = np.maximum(r, c)
-    cols = np.minimum(r, c)
-    order = np.arange(coo.nnz, dtype=np.float64)  # carried through as exact data
-    M = sp.csc_array((order, (rows, cols)), shape=(n, n))
-    M.sort_indices()
-    return PermutedPattern(
-        M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data.astype(np.int64)
-    )
+    nnz = lower.nnz
+    out = PermutedPattern(np.empty(n + 1, dtype=np.int64), np.empty(nnz, dtype=np.int32),
+                          np.empty(nnz, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
+                          np.empty(nnz, dtype=np.int32))
+    native.symbolic_lib().sym_permute(
+        n, lower.indptr.astype(np.int64, copy=False), lower.indices.astype(np.int32, copy=False), pinv,
+        out.indptr, out.indices, out.value_map, out.rowptr, out.rowind, np.empty(max(nnz, 1), dtype=np.int64))
+    return out
 
 
 def tree_and_counts(n: int, pattern: PermutedPattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(parent, post, colcount) of the permuted matrix; colcount includes the diagonal."""
     lib = native.symbolic_lib()
-    upper = pattern.csr(n)
     parent = np.empty(n, dtype=np.int32)
     post = np.empty(n, dtype=np.int32)
     colcount = np.empty(n, dtype=np.int32)
     work = np.empty(max(4 * n, 1), dtype=np.int32)
-    lib.sym_etree(n, upper.indptr.astype(np.int64), upper.indices.astype(np.int32), parent, work)
+    lib.sym_etree(n, pattern.rowptr, pattern.rowind, parent, work)
     lib.sym_postorder(n, parent, post, work)
     lib.sym_colcounts(n, pattern.indptr, pattern.indices, parent, post, colcount, work)
     return parent, post, colcount
@@ -145,14 +140,22 @@ def analyze_structure(
     perm: np.ndarray,
     amalgamation: Amalgamation = Amalgamation(),
     max_factor_bytes: int | None = None,
+    counted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> SupernodalStructure:
-    """The full symbolic analysis for a fill-reducing permutation."""
+    """The full symbolic analysis for a fill-reducing permutation. counted:
+    tree_and_counts() of permute(lower, perm), when the caller has it."""
     lib = native.symbolic_lib()
     n = lower.shape[0]
-    _, post, _ = tree_and_counts(n, permute(lower, perm))
-    perm = perm[post].astype(np.int64)  # postorder: subtrees are contiguous
+    parent0, post, colcount0 = counted if counted is not None else tree_and_counts(n, permute(lower, perm))
+    # Relabel in postorder (subtrees become contiguous): the tree and the
+    # column counts of the postordered matrix are those of perm, renumbered.
+    perm = perm[post].astype(np.int64)
     pattern = permute(lower, perm)
-    parent, _, colcount = tree_and_counts(n, pattern)  # tree is now postordered
+    newlabel = np.empty(n + 1, dtype=np.int32)
+    newlabel[post] = np.arange(n, dtype=np.int32)
+    newlabel[n] = -1
+    parent = newlabel[parent0[post]]  # parent -1 indexes newlabel[n] = -1
+    colcount = colcount0[post]
 
     fsuper = fundamental_supernodes(parent, colcount)
     nfs = fsuper.shape[0] - 1
@@ -185,10 +188,8 @@ def analyze_structure(
             limit_bytes=limit,
         )
 
-    upper = pattern.csr(n)
     Si = np.empty(int(Sp[-1]), dtype=np.int32)
-    status = lib.sym_structure(n, ns, super_, sparent, snode_of, upper.indptr.astype(np.int64),
-                               upper.indices.astype(np.int32), Sp, Si,
+    status = lib.sym_structure(n, ns, super_, sparent, snode_of, pattern.rowptr, pattern.rowind, Sp, Si,
                                np.empty(max(ns, 1), dtype=np.int64), np.empty(max(ns, 1), dtype=np.int32))
     if status != 0:
         raise SolverError(f"internal error: supernode {-status - 1} structure disagrees with its column count")

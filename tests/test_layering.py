@@ -1,6 +1,6 @@
 """The compiler's layers import only downward (an AST walk over the package):
 
-    base (errors, IR) -> frontends and interpreters -> poly/schedule
+    base (errors, IR) -> frontends, interpreters and IR analyses -> poly/schedule
     -> kernel IR (lowering, halo planning) -> runtime support (build, load,
     call, halo library) -> targets (platforms, passes, printers, registry,
     tuner) -> runtime drivers (distributed runs) -> the public API.
@@ -23,10 +23,11 @@ PACKAGES = {"msc": ROOT / "msc", "msc.codegen": ROOT / "codegen", "msc.runtime":
 
 LAYERS = [
     ("base", ("msc.errors", "msc.ir")),
-    ("frontend", ("msc.frontend", "msc.textual", "msc.reference", "msc.arguments")),
+    ("frontend", ("msc.frontend", "msc.textual", "msc.reference", "msc.arguments", "msc.linear")),
     ("poly/schedule", ("msc.poly", "msc.schedule")),
     ("kernel IR", ("msc.codegen.kernel_ir", "msc.codegen.isl_ast", "msc.codegen.lower", "msc.codegen.halo_plan")),
-    ("runtime support", ("msc.runtime.build", "msc.runtime.buffers", "msc.runtime.kernel", "msc.runtime.halo")),
+    ("runtime support", ("msc.runtime.build", "msc.runtime.buffers", "msc.runtime.kernel", "msc.runtime.halo",
+                         "msc.runtime.athread_emu")),
     ("targets", ("msc.codegen", "msc.tuner")),
     ("runtime drivers", ("msc.runtime",)),
 ]
@@ -87,12 +88,13 @@ def _only_version(path: Path) -> bool:
 
 
 def test_layers_import_only_downward():
-    problems = []
+    problems: list[str] = []
     for module, path in sorted(modules().items()):
         for imported, line in imports(path):
             if imported == "msc" and _only_version(path):
                 continue
-            if layer(imported) > layer(module) and (module, imported) not in UPWARD:
+            if layer(imported) > layer(module) and (module, imported) not in UPWARD and not any(
+                    p.startswith(f"{path.relative_to(ROOT)}:{line}:") for p in problems):
                 problems.append(f"{path.relative_to(ROOT)}:{line}: {module} ({LAYERS[layer(module)][0] if layer(module) < len(LAYERS) else 'API'}) "
                                 f"imports {imported} ({LAYERS[layer(imported)][0] if layer(imported) < len(LAYERS) else 'API'})")
     assert not problems, "imports against the layer order:\n" + "\n".join(problems)

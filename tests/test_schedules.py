@@ -233,14 +233,16 @@ def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys
     assert_matches(kernel.run(steps=7, u=u0), heat.reference(steps=7, u=u0))
     report = kernel.report
     assert not report.from_cache and report.trials and report.trials[0].schedule == "Schedule()"
-    # the report is what the trials measured: the default first, the chosen one the fastest of all
-    best = min(report.trials, key=lambda trial: trial.ms_per_step)
-    assert report.default_ms_per_step == report.trials[0].ms_per_step
-    assert report.ms_per_step == best.ms_per_step
-    assert report.speedup == pytest.approx(report.default_ms_per_step / best.ms_per_step)
+    # the report is what the trials measured: the default's figure is its last (interleaved, median)
+    # timing, and the chosen schedule's figure is a timing of that same schedule
+    defaults = [trial.ms_per_step for trial in report.trials if trial.schedule == "Schedule()"]
+    assert len(defaults) >= 2 and report.default_ms_per_step == defaults[-1]
+    chosen = [trial for trial in report.trials if trial.ms_per_step == report.ms_per_step]
+    assert chosen, "the chosen figure is one of the recorded timings"
+    assert report.speedup == pytest.approx(report.default_ms_per_step / report.ms_per_step)
     assert report.schedule.threads is not None
-    assert report.schedule in (parse_schedule(best.schedule), parse_schedule(best.schedule).with_threads(
-        report.schedule.threads))
+    assert any(report.schedule in (parse_schedule(t.schedule), parse_schedule(t.schedule).with_threads(
+        report.schedule.threads)) for t in chosen)
     assert "msc tune: [1/" in capsys.readouterr().err  # progress is reported
 
     again = heat.compile(schedule="auto")

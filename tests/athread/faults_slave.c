@@ -1,0 +1,73 @@
+/* CPE side of the fault programs, SW26010-Pro (CRTS) names: one CPE breaks
+ * a rule, the others do the legal version of the same thing. */
+#include <crts.h>
+
+#include "faults.h"
+
+#ifndef STATIC_DOUBLES
+#define STATIC_DOUBLES 16
+#endif
+__thread_local double fixed[STATIC_DOUBLES];
+
+void faults(void *raw) {
+    faults_args a = *(faults_args *)raw;
+    const int culprit = CRTS_tid == a.culprit;
+    crts_rply_t reply = 0;
+    char *memory = (char *)a.memory + 64 * CRTS_tid;
+    switch (a.mode) {
+    case LDM_MALLOC: {
+        double *buf = ldm_malloc((size_t)a.bytes);
+        CRTS_dma_iget(buf, memory, 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        ldm_free(buf, (size_t)a.bytes);
+        break;
+    }
+    case MISALIGNED_DMA:
+        CRTS_dma_iget(fixed, memory + (culprit ? 2 : 0), 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case BAD_LENGTH:
+        CRTS_dma_iget(fixed, memory, culprit ? a.bytes : 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case BAD_BLOCKS:
+        CRTS_dma_iget_stride(fixed, memory, culprit ? 40 : 48, 16, 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case DMA_TO_MEMORY:
+        CRTS_dma_iget(culprit ? (void *)(memory + 4096) : (void *)fixed, memory, 64, &reply);
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case DIRECT_ACCESS: {
+        double *p = culprit ? a.memory : fixed;
+        double *checked = LDM_ACCESS(p, sizeof(double));
+        checked[0] = 1.0;
+        break;
+    }
+    case WAIT_TOO_LONG:
+        CRTS_dma_iget(fixed, memory, 64, &reply);
+        CRTS_dma_wait_value(&reply, culprit ? 2 : 1);
+        break;
+    case STATIC_LDM:
+        fixed[0] = CRTS_tid;
+        break;
+    case DIRECT_LOAD: {
+        volatile double *p = culprit ? a.memory + 1000 : fixed;
+        fixed[1] = p[0];
+        break;
+    }
+    case SYNC: {
+        const int id = CRTS_tid;
+        for (volatile long spin = 0; spin < 20000L * (63 - id); spin++) {
+        } /* the late publishers are the low ids, whose neighbours read early */
+        fixed[0] = id + 1;
+        CRTS_dma_put(a.memory + SYNC_PUBLISHED + id, fixed, 8);
+        if (a.bytes == 0) CRTS_ssync_array();
+        else if (a.bytes == 1) CRTS_ssync_row();
+        else CRTS_ssync_col();
+        CRTS_dma_get(fixed, a.memory + SYNC_PUBLISHED + sync_neighbour(id, a.bytes), 8);
+        CRTS_dma_put(a.memory + SYNC_READ + id, fixed, 8);
+        break;
+    }
+    }
+}
