@@ -1,13 +1,18 @@
-"""msc.codegen: backends that turn StencilIR + a schedule into source code.
+"""msc.codegen: lowering to the kernel IR, passes, printers, and the targets.
 
-A registry maps target names to backends; each backend offers `compile`
-(JIT into a runnable kernel) and `emit` (a standalone source tree).
+A target module registers itself with `register(name, factory)` when it is
+imported; `get_target` and `target_names` import every module of this
+package first, so a new target is one new module (plus its templates).
+Each target offers `compile` (JIT into a runnable kernel) and `emit` (a
+standalone source tree).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+import pkgutil
+from functools import lru_cache
+from typing import Any, Callable, Protocol
 
 from msc.errors import TargetError
 
@@ -20,16 +25,30 @@ class Target(Protocol):
     def emit(self, poly: Any, directory: Any, *, schedule: Any) -> Any: ...
 
 
-_TARGETS = {"openmp": ("msc.codegen.openmp", "OpenMPTarget"), "openmp+mpi": ("msc.codegen.openmp_mpi", "OpenMPMPITarget")}
+_REGISTRY: dict[str, Callable[[], Target]] = {}
+
+
+def register(name: str, factory: Callable[[], Target]) -> None:
+    """Make target `name` available; `factory()` builds it."""
+    if name in _REGISTRY and _REGISTRY[name] is not factory:
+        raise TargetError(f"target {name!r} is registered twice")
+    _REGISTRY[name] = factory
+
+
+@lru_cache(maxsize=1)
+def _discover() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
 
 
 def get_target(name: str) -> Target:
-    """The backend for `name` (only its own modules are imported)."""
-    if name not in _TARGETS:
-        raise TargetError(f"unknown target {name!r}; available: {', '.join(sorted(_TARGETS))}")
-    module, cls = _TARGETS[name]
-    return getattr(importlib.import_module(module), cls)()
+    """The registered target `name`."""
+    _discover()
+    if name not in _REGISTRY:
+        raise TargetError(f"unknown target {name!r}; available: {', '.join(target_names())}")
+    return _REGISTRY[name]()
 
 
 def target_names() -> list[str]:
-    return sorted(_TARGETS)
+    _discover()
+    return sorted(_REGISTRY)

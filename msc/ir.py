@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterator, Union
+from typing import Generic, Iterator, TypeVar, Union
 
 from msc.errors import StencilArgumentError
 
@@ -29,6 +29,8 @@ BINARY_FUNCTIONS = ("minimum", "maximum")
 ARITH_OPS = ("+", "-", "*", "/", "**")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("&", "|")
+BINARY_OPS = frozenset(ARITH_OPS + COMPARE_OPS + LOGIC_OPS)
+FUNCTION_ARITY = {**{f: 1 for f in MATH_FUNCTIONS}, **{f: 2 for f in BINARY_FUNCTIONS}}
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class BinOp:
     lhs: Expr
     rhs: Expr
 
+    def __post_init__(self) -> None:
+        if self.op not in BINARY_OPS:
+            raise ValueError(f"BinOp: unknown operator {self.op!r}; the operators are {' '.join(BINARY_OPS)}")
+
 
 @dataclass(frozen=True)
 class Not:
@@ -92,6 +98,13 @@ class Call:
     func: str
     args: tuple[Expr, ...]
 
+    def __post_init__(self) -> None:
+        arity = FUNCTION_ARITY.get(self.func)
+        if arity is None:
+            raise ValueError(f"Call: unknown function {self.func!r}; the functions are {', '.join(FUNCTION_ARITY)}")
+        if len(self.args) != arity:
+            raise ValueError(f"Call: {self.func} takes {arity} argument(s), got {len(self.args)}")
+
 
 @dataclass(frozen=True)
 class Where:
@@ -101,6 +114,47 @@ class Where:
 
 
 Expr = Union[Const, ParamRef, FieldRead, Neg, BinOp, Not, Call, Where]
+
+
+R = TypeVar("R")
+
+
+class Visitor(Generic[R]):
+    """One pass over an expression: `visit(e)` calls the method named after
+    e's node type (const, param_ref, field_read, neg, not_, bin_op, call,
+    where), which visits the children it needs. Every pass over StencilIR
+    expressions (printers, the reference interpreter, analyses) is one."""
+
+    def visit(self, e: Expr) -> R:
+        return getattr(self, _VISIT[type(e)])(e)  # type: ignore[no-any-return]
+
+    def const(self, e: Const) -> R:
+        raise NotImplementedError
+
+    def param_ref(self, e: ParamRef) -> R:
+        raise NotImplementedError
+
+    def field_read(self, e: FieldRead) -> R:
+        raise NotImplementedError
+
+    def neg(self, e: Neg) -> R:
+        raise NotImplementedError
+
+    def not_(self, e: Not) -> R:
+        raise NotImplementedError
+
+    def bin_op(self, e: BinOp) -> R:
+        raise NotImplementedError
+
+    def call(self, e: Call) -> R:
+        raise NotImplementedError
+
+    def where(self, e: Where) -> R:
+        raise NotImplementedError
+
+
+_VISIT = {Const: "const", ParamRef: "param_ref", FieldRead: "field_read", Neg: "neg", Not: "not_",
+          BinOp: "bin_op", Call: "call", Where: "where"}
 
 
 def children(e: Expr) -> tuple[Expr, ...]:

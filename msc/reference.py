@@ -81,7 +81,7 @@ class _Interpreter:
         self._padded = {}
         for s in self.ir.statements:
             new = self.levels[s.target][-1].copy()  # carries the fixed ring
-            new[self._interior_slices()] = self.eval(s.expr)
+            new[self._interior_slices()] = _Evaluate(self).visit(s.expr)
             self.next[s.target] = new
         for f in self.ir.written_fields:
             window = self.levels[f.name]
@@ -108,27 +108,39 @@ class _Interpreter:
             self._padded[key] = np.pad(arr, [(r, r) for r in self.r], mode="wrap")
         return self._padded[key]
 
-    def eval(self, e: ir.Expr) -> Any:
-        if isinstance(e, ir.Const):
-            return self.dtype.type(e.value)
-        if isinstance(e, ir.ParamRef):
-            return self.scalars[e.name]
-        if isinstance(e, ir.FieldRead):
-            arr = self.source(e.name, e.dt)
-            return arr[tuple(slice(r + o, r + o + n) for r, o, n in zip(self.r, e.offsets, self.interior))]
-        if isinstance(e, ir.Neg):
-            return np.negative(self.eval(e.operand))
-        if isinstance(e, ir.Not):
-            return np.logical_not(self.eval(e.operand))
-        if isinstance(e, ir.BinOp):
-            return _BINARY[e.op](self.eval(e.lhs), self.eval(e.rhs))
-        if isinstance(e, ir.Call):
-            args = [self.eval(a) for a in e.args]
-            fn = _UNARY.get(e.func) or _BINARY[e.func]
-            return fn(*args)
-        if isinstance(e, ir.Where):
-            return np.where(self.eval(e.cond), self.eval(e.then), self.eval(e.otherwise)).astype(self.dtype)
-        raise TypeError(f"unknown expression node {e!r}")
+
+class _Evaluate(ir.Visitor[Any]):
+    """An expression over the whole interior at once (numpy arrays)."""
+
+    def __init__(self, interpreter: _Interpreter) -> None:
+        self.at = interpreter
+
+    def const(self, e: ir.Const) -> Any:
+        return self.at.dtype.type(e.value)
+
+    def param_ref(self, e: ir.ParamRef) -> Any:
+        return self.at.scalars[e.name]
+
+    def field_read(self, e: ir.FieldRead) -> Any:
+        arr = self.at.source(e.name, e.dt)
+        return arr[tuple(slice(r + o, r + o + n) for r, o, n in zip(self.at.r, e.offsets, self.at.interior))]
+
+    def neg(self, e: ir.Neg) -> Any:
+        return np.negative(self.visit(e.operand))
+
+    def not_(self, e: ir.Not) -> Any:
+        return np.logical_not(self.visit(e.operand))
+
+    def bin_op(self, e: ir.BinOp) -> Any:
+        return _BINARY[e.op](self.visit(e.lhs), self.visit(e.rhs))
+
+    def call(self, e: ir.Call) -> Any:
+        args = [self.visit(a) for a in e.args]
+        fn = _UNARY.get(e.func) or _BINARY[e.func]
+        return fn(*args)
+
+    def where(self, e: ir.Where) -> Any:
+        return np.where(self.visit(e.cond), self.visit(e.then), self.visit(e.otherwise)).astype(self.at.dtype)
 
 
 def _copy_ring(src: np.ndarray, dst: np.ndarray, radius: tuple[int, ...]) -> None:

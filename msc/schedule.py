@@ -168,9 +168,8 @@ class LoweredSchedule:
     time_dim: int
     parallel_dims: set[int] = field(default_factory=set)  # legal ones, from the dependences
     tiles: dict[int, tuple[int, int]] = field(default_factory=dict)  # tile loop dim -> (space dim, size)
-    omp_for_dim: int | None = None
-    simd_dim: int | None = None
-    line_dim: int | None = None  # the innermost loop, when it stores whole aligned cache lines
+    parallel_dim: int | None = None  # the loop whose iterations are shared among the workers
+    vector_dim: int | None = None  # the loop asked to run in SIMD lanes
     unroll: dict[int, int] = field(default_factory=dict)
 
     def dim(self, loop: str) -> int:
@@ -274,11 +273,10 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
     return names, rows
 
 
-MAX_CACHE_POINTS = 1 << 16
 # A stencil with a statement of this many reads or more is printed for the
 # compiler's sake: no whole-line stores unless asked for (they print each
 # statement three times), and that statement reads through row pointers
-# (codegen/openmp.py).
+# (codegen/lower.py, codegen/passes/x86.py).
 LARGE_READS = 64
 
 
@@ -303,12 +301,6 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
     for name in s.cached_writes:
         if name not in written:
             raise ScheduleError(f"cache_write: stencil '{stencil.name}' writes no field {name!r}")
-    points = 1
-    for (d, size) in lowered.tiles.values():
-        points *= size + 2 * stencil.radius[d]
-    if points > MAX_CACHE_POINTS:
-        raise ScheduleError(f"{what}: a tile with its halo holds {points} points, more than "
-                            f"{MAX_CACHE_POINTS} fit a thread's local buffer; use smaller tiles")
 
 
 def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:
@@ -335,7 +327,7 @@ def _describe(st: PolyStatement) -> str:
     return f"{st.name} = {st.target}[t+1] at {st.stmt.loc}"
 
 
-def _carried_example(poly: PolyIR, lowered: LoweredSchedule, dim: int) -> str:
+def carried_example(poly: PolyIR, lowered: LoweredSchedule, dim: int) -> str:
     sched = lowered.map
     deps = poly.dependences
     in_sched = deps.apply_domain(sched).apply_range(sched)
@@ -364,12 +356,12 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
         if d not in lowered.parallel_dims:
             raise ScheduleError(
                 f"loop {s.parallel_loop!r} of stencil '{poly.ir.name}' cannot run in parallel: it carries "
-                f"the dependence {_carried_example(poly, lowered, d)}"
+                f"the dependence {carried_example(poly, lowered, d)}"
             )
-        lowered.omp_for_dim = d
+        lowered.parallel_dim = d
     else:  # the outermost parallel loop below time (for time tiles: below the wavefront)
         start = 0 if lowered.schedule.time_depth else lowered.time_dim + 1
-        lowered.omp_for_dim = next((k for k in loops if k >= start and k in lowered.parallel_dims
+        lowered.parallel_dim = next((k for k in loops if k >= start and k in lowered.parallel_dims
                                     and lowered.names[k] not in ("t", "wave", "t_tile")), None)
     if s.vector_loop is not None:
         d = lowered.dim(s.vector_loop)
@@ -377,48 +369,17 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
             raise ScheduleError(f"vectorize: {s.vector_loop!r} is not the innermost loop ({lowered.names[loops[-1]]!r} is)")
         if d not in lowered.parallel_dims:
             raise ScheduleError(
-                f"vectorize: loop {s.vector_loop!r} carries the dependence {_carried_example(poly, lowered, d)}"
+                f"vectorize: loop {s.vector_loop!r} carries the dependence {carried_example(poly, lowered, d)}"
             )
-        lowered.simd_dim = d
+        lowered.vector_dim = d
     for name, factor in s.unrolls:
         d = lowered.dim(name)
-        if d in (lowered.omp_for_dim, lowered.simd_dim):
+        if d in (lowered.parallel_dim, lowered.vector_dim):
             raise ScheduleError(
-                f"unroll: loop {name!r} is already {'shared among threads' if d == lowered.omp_for_dim else 'vectorized'}; "
+                f"unroll: loop {name!r} is already {'shared among threads' if d == lowered.parallel_dim else 'vectorized'}; "
                 "unroll another loop"
             )
         lowered.unroll[d] = factor
-    lowered.line_dim = _line_dim(poly, lowered, loops[-1])
-
-
-def _line_dim(poly: PolyIR, lowered: LoweredSchedule, innermost: int) -> int | None:
-    """The loop written in whole aligned cache lines: the innermost one, when
-    it runs along the last (unit-stride) dimension, is not shared among
-    threads or unrolled, and carries no dependence; for a large stencil
-    (LARGE_READS) only when asked for. stream_stores() and prefetch() need
-    it and say which condition fails."""
-    stencil = poly.ir
-    last = stencil.dims[-1]
-    needs = [name for name, on in (("stream_stores", lowered.schedule.streaming),
-                                   ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
-    problem = None
-    if not needs and max(len(s.reads) for s in stencil.statements) >= LARGE_READS:
-        return None  # a large stencil is compute-bound: one copy of its statement compiles much faster
-    if lowered.names[innermost] != last:
-        problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but whole cache lines "
-                   f"run only along the last dimension {last!r}; keep {last!r} innermost")
-    elif innermost == lowered.omp_for_dim:
-        hint = f"tile({last}=4096)" if stencil.ndim == 1 else "parallel() on an outer loop"
-        problem = f"the innermost loop {last!r} is shared among threads; use {hint} so that each thread runs whole rows"
-    elif innermost in lowered.unroll:
-        problem = f"loop {last!r} is unrolled; it already runs in whole cache lines"
-    elif innermost not in lowered.parallel_dims:
-        problem = f"loop {last!r} carries the dependence {_carried_example(poly, lowered, innermost)}"
-    if problem is None:
-        return innermost
-    if needs:
-        raise ScheduleError(f"{needs[0]}: {problem}")
-    return None
 
 
 def describe_loops(lowered: LoweredSchedule) -> str:

@@ -35,11 +35,12 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import numpy as np
 
 from msc.arguments import bind_arguments, check_memory
+from msc.codegen import get_target
+from msc.codegen.halo_plan import plan
 from msc.errors import MscError
 from msc.poly import PolyIR
 from msc.runtime.buffers import pack
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
-from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel, RunStats
 from msc.schedule import Schedule, as_schedule
 
@@ -192,9 +193,7 @@ class DistributedKernel:
                 for name, dirs in self.plan.directions.items()}
 
     def _compile_phases(self) -> list[Any]:
-        from msc.codegen import get_target
-
-        target = get_target("openmp")
+        target = get_target(self.kernel.target)  # the node target the kernel was compiled for
         return [target.compile(PolyIR(p.stencil), threads=self.threads, schedule=self.schedule, box=self.overlap)
                 for p in self.plan.phases]
 

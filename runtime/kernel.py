@@ -15,7 +15,10 @@ from msc import ir
 from msc.arguments import bind_arguments
 from msc.errors import StencilArgumentError
 from msc.runtime.buffers import ghost_width, pack, padded_shape
-from msc.runtime.build import build_shared_library, load_library
+from msc.runtime.build import DEFAULT_CFLAGS, build_shared_library, load_library
+
+ENTRY = "msc_run"  # every compiled kernel's entry point
+BOX_ENTRY = "msc_run_box"  # the same on a box of the domain (a kernel compiled with box=True)
 
 
 @dataclass
@@ -45,7 +48,7 @@ class CompiledKernel:
 
     def __post_init__(self) -> None:
         self._lib = load_library(self.library_path)
-        self._fn = self._entry("msc_run", box=False)
+        self._fn = self._entry(ENTRY, box=False)
         self._box_fn: Any = None
 
     def _entry(self, name: str, box: bool) -> Any:
@@ -73,8 +76,6 @@ class CompiledKernel:
 
     def advance_box(self, call: list[Any], lo: Any, hi: Any, t0: int, steps: int, nthreads: int) -> None:
         """Like `advance`, on the points lo[d] <= i_d < hi[d] only (a kernel compiled with box=True)."""
-        from msc.codegen.openmp import BOX_ENTRY
-
         if self._box_fn is None:
             self._box_fn = self._entry(BOX_ENTRY, box=True)
         bounds = [(ctypes.c_long * len(b))(*b) for b in (lo, hi)]
@@ -82,8 +83,8 @@ class CompiledKernel:
 
     @classmethod
     def build(cls, stencil: ir.StencilIR, source: str, target: str, threads: int | None,
-              schedule: Any = None) -> CompiledKernel:
-        path = build_shared_library(source, f"msc_{stencil.name}")
+              schedule: Any = None, cc: str | None = None, flags: tuple[str, ...] = DEFAULT_CFLAGS) -> CompiledKernel:
+        path = build_shared_library(source, f"msc_{stencil.name}", cc=cc, flags=flags)
         return cls(stencil, source, path, target, threads, schedule)
 
     @overload

@@ -32,25 +32,31 @@ def print_stencil(stencil: ir.StencilIR) -> str:
 
 
 def print_expr(e: ir.Expr) -> str:
-    return _expr(e)[0]
+    return _Text().visit(e)[0]
 
 
-def _expr(e: ir.Expr) -> tuple[str, int]:
-    """The text of `e` and the precedence of its outermost form."""
-    if isinstance(e, ir.Const):
+class _Text(ir.Visitor[tuple[str, int]]):
+    """The text of an expression and the precedence of its outermost form."""
+
+    def const(self, e: ir.Const) -> tuple[str, int]:
         text = repr(float(e.value))
         return text, _UNARY if text.startswith("-") else _ATOM
-    if isinstance(e, ir.ParamRef):
+
+    def param_ref(self, e: ir.ParamRef) -> tuple[str, int]:
         return e.name, _ATOM
-    if isinstance(e, ir.FieldRead):
+
+    def field_read(self, e: ir.FieldRead) -> tuple[str, int]:
         return _access(e), _ATOM
-    if isinstance(e, ir.Neg):
+
+    def neg(self, e: ir.Neg) -> tuple[str, int]:
         # `-4.0` reads back as the constant -4.0, so a negated constant keeps its parentheses.
-        operand = f"({print_expr(e.operand)})" if isinstance(e.operand, ir.Const) else _operand(e.operand, _UNARY)
+        operand = f"({print_expr(e.operand)})" if isinstance(e.operand, ir.Const) else self._operand(e.operand, _UNARY)
         return f"-{operand}", _UNARY
-    if isinstance(e, ir.Not):
-        return f"!{_operand(e.operand, _UNARY)}", _UNARY
-    if isinstance(e, ir.BinOp):
+
+    def not_(self, e: ir.Not) -> tuple[str, int]:
+        return f"!{self._operand(e.operand, _UNARY)}", _UNARY
+
+    def bin_op(self, e: ir.BinOp) -> tuple[str, int]:
         p = _PRECEDENCE[e.op]
         if e.op == "**":  # right-associative; its exponent may be a unary form
             left, right = _ATOM, _UNARY
@@ -58,17 +64,17 @@ def _expr(e: ir.Expr) -> tuple[str, int]:
             left, right = p + 1, p + 1
         else:
             left, right = p, p + 1
-        return f"{_operand(e.lhs, left)} {e.op} {_operand(e.rhs, right)}", p
-    if isinstance(e, ir.Call):
+        return f"{self._operand(e.lhs, left)} {e.op} {self._operand(e.rhs, right)}", p
+
+    def call(self, e: ir.Call) -> tuple[str, int]:
         return f"{e.func}({', '.join(print_expr(a) for a in e.args)})", _ATOM
-    if isinstance(e, ir.Where):
+
+    def where(self, e: ir.Where) -> tuple[str, int]:
         return f"where({print_expr(e.cond)}, {print_expr(e.then)}, {print_expr(e.otherwise)})", _ATOM
-    raise TypeError(f"not a StencilIR expression: {e!r}")
 
-
-def _operand(e: ir.Expr, needed: int) -> str:
-    text, precedence = _expr(e)
-    return f"({text})" if precedence < needed else text
+    def _operand(self, e: ir.Expr, needed: int) -> str:
+        text, precedence = self.visit(e)
+        return f"({text})" if precedence < needed else text
 
 
 def _access(read: ir.FieldRead) -> str:

@@ -193,7 +193,7 @@ def _check_program_bitwise(program: Path, args: list[str], serial: dict, ranks_l
 
 
 def test_plan_of_time_tiled_schedules():
-    from msc.runtime.halo_plan import plan
+    from msc.codegen.halo_plan import plan
 
     tiled = msc.Schedule().time_tile
     step = plan(chain.ir)

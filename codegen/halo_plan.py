@@ -24,7 +24,8 @@ spatial offset, the new level a statement of the current phase wrote.
   keeps the owned block exact for D steps. At the start of each run of D steps every live level
   of every field read is exchanged, over every halo region (faces, edges
   and corners).
-This module serves the Python runtime and the emitted MPI programs alike.
+Compile-time planning: it serves the Python runtime and the emitted MPI
+programs alike.
 """
 
 from __future__ import annotations

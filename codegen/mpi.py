@@ -1,13 +1,14 @@
-"""The "openmp+mpi" target: OpenMP kernels on MPI ranks with halo exchange.
+"""MPI over a node target: "<node>+mpi" (registered: openmp+mpi).
 
 `emit` writes a standalone tree that builds with mpicc and runs with
-`mpiexec -n P`: one OpenMP kernel per phase of the halo plan (the serial
-backend's source under the given schedule, its entry points renamed at
+`mpiexec -n P`: one node kernel per phase of the halo plan (the node
+target's source under the given schedule, its entry points renamed at
 compile time; step by step, each exchange overlaps the next phase's inner
 box, computed by the box entry point; a time-tiled schedule exchanges deeper
-halos every time-tile depth steps, see runtime/halo_plan.py), the driver
+halos every time-tile depth steps, see codegen/halo_plan.py), the driver
 mpi_main.c.j2, the halo library runtime/halo.c and a Makefile. `compile`
-gives the in-process kernel; distribute it with `run(..., comm=comm)`.
+gives the node target's in-process kernel; distribute it with
+`run(..., comm=comm)`, which compiles its phases with the same node target.
 """
 
 from __future__ import annotations
@@ -15,29 +16,37 @@ from __future__ import annotations
 from pathlib import Path
 
 import msc
-from msc.codegen.openmp import C_TYPES, OpenMPTarget, signature
+from msc.codegen import get_target, register
+from msc.codegen.ctarget import CTarget, signature
+from msc.codegen.halo_plan import plan
+from msc.codegen.printers.c import C_TYPES
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import write_tree
 from msc.runtime.halo import HERE as RUNTIME_DIR
-from msc.runtime.halo_plan import plan
 from msc.runtime.kernel import CompiledKernel
 from msc.schedule import as_schedule
 
 MPI_TYPES = {"float64": "MPI_DOUBLE", "float32": "MPI_FLOAT"}
 
 
-class OpenMPMPITarget:
-    name = "openmp+mpi"
+class MPITarget:
+    """MPI ranks, each running the node target `node` on its block."""
+
+    def __init__(self, node: str) -> None:
+        target = get_target(node)
+        assert isinstance(target, CTarget), f"{node} is not a C node target"
+        self.node = target
+        self.name = f"{node}+mpi"
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel:
         if schedule not in (None, "default"):
             raise ScheduleError(
-                f"compile(target='openmp+mpi') takes no schedule (got {schedule!r}): pass it to "
-                "msc.runtime.distributed.DistributedKernel(..., schedule=...), or emit('openmp+mpi', schedule=...)"
+                f"compile(target={self.name!r}) takes no schedule (got {schedule!r}): pass it to "
+                f"msc.runtime.distributed.DistributedKernel(..., schedule=...), or emit({self.name!r}, schedule=...)"
             )
-        kernel = OpenMPTarget().compile(poly, threads=threads)
+        kernel = self.node.compile(poly, threads=threads)
         assert isinstance(kernel, CompiledKernel)
         return kernel
 
@@ -72,14 +81,13 @@ class OpenMPMPITarget:
             directions=[[list(v) for v in halo_plan.directions.get(n, ())] for n in names],
             phases=phases,
             depth=halo_plan.depth,
-            parameters=signature(stencil).c_parameters(ctype),
-            box_parameters=signature(stencil).c_parameters(ctype, box=True),
+            parameters=signature(stencil).c_parameters(),
+            box_parameters=signature(stencil).c_parameters(box=True),
             overlap=overlap,
             call_args=call_args,
             statements=len(stencil.statements),
         )
-        serial = OpenMPTarget()
-        files = {p["file"]: serial.source(PolyIR(ph.stencil), sched, box=overlap)
+        files = {p["file"]: self.node.source(PolyIR(ph.stencil), sched, box=overlap)
                  for p, ph in zip(phases, halo_plan.phases)}
         files.update({
             "main.c": render("mpi_main.c.j2", **values),
@@ -89,3 +97,6 @@ class OpenMPMPITarget:
             "Makefile": render("mpi_Makefile.j2", **values),
         })
         return write_tree(directory, files)
+
+
+register("openmp+mpi", lambda: MPITarget("openmp"))

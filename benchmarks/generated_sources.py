@@ -1,0 +1,67 @@
+"""Write the generated OpenMP C of a fixed set of stencils and schedules into
+a directory, one file each, so that two versions of the code generator can be
+compared with `diff -r` (a refactor of the generator should change no text):
+
+    python3 benchmarks/generated_sources.py OUT_DIR
+
+The set: the four benchmark stencils (heat2d, box2d9p, heat3d, box3d27p)
+under the default, tiled, time-tiled, streaming-store and prefetch schedules
+(plus the MPI box entry point), and the 48 generated test stencils under a
+random legal schedule each.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from stencil_gen import generate
+from test_schedules import random_schedule
+
+import msc
+from benchmarks.stencils import CASES, msc_stencil
+from msc.codegen import get_target
+from msc.errors import ScheduleError
+
+SCHEDULES = {
+    "default": msc.Schedule(),
+    "tiled": None,  # per dimension count, below
+    "time_tile": None,
+    "stream_stores": msc.Schedule().stream_stores(),
+    "prefetch": msc.Schedule().prefetch(64),
+}
+
+
+def _schedules(ndim: int) -> dict[str, msc.Schedule]:
+    out = dict(SCHEDULES)
+    tiles = {"x": 16, "y": 16, "z": 64}
+    out["tiled"] = msc.Schedule().tile(**{d: tiles[d] for d in "xyz"[:ndim]}).parallel("x_tile")
+    out["time_tile"] = msc.Schedule().time_tile(4, x=32).parallel("x_tile")
+    out["cached"] = msc.Schedule().tile(**{d: 8 for d in "xyz"[:ndim]}).cache_read("u").cache_write("u")
+    return out
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    target = get_target("openmp")
+    for case in CASES:
+        st = msc_stencil(case)
+        for name, schedule in _schedules(case.ndim).items():
+            (out / f"{case.name}-{name}.c").write_text(target.source(st.poly(), schedule))
+        (out / f"{case.name}-box.c").write_text(target.source(st.poly(), None, box=True))
+    for seed in range(48):
+        case = generate(seed)
+        schedule = random_schedule(seed, case.stencil)
+        try:
+            text = target.source(case.stencil.poly(case.dtype), schedule)
+        except ScheduleError as e:
+            text = f"ScheduleError: {e}\n"
+        (out / f"gen{seed:02d}.c").write_text(text)
+
+
+if __name__ == "__main__":
+    main()

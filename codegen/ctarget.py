@@ -1,0 +1,294 @@
+"""C-family node targets as a composition: platform x printer x toolchain.
+
+- A `Platform` says how the kernel IR maps to hardware: its passes (loop
+  mappings, line stores, fences), the capacity of each memory space per
+  worker, the file scaffolding around the entry points (parallel region,
+  runtime helpers), and whether `schedule="auto"` can tune on it.
+- The printer (`printers/c.py`) turns the kernel IR into C statements.
+- A `Toolchain` is the compiler and its flags for the JIT build, and the
+  templates of an emitted tree.
+
+`CTarget` composes them into a target: `source` (lower, check capacities,
+run the platform's passes, print), `compile` (through the kernel index:
+a kernel built before is loaded without any isl work) and `emit`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msc
+from msc import ir
+from msc.codegen import kernel_ir as k
+from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.lower import field_name, lower_kernel, param_name
+from msc.codegen.printers.c import C_TYPES, CPrinter
+from msc.codegen.templates_env import render
+from msc.errors import ScheduleError, TargetError
+from msc.poly import PolyIR
+from msc.runtime.build import (
+    DEFAULT_CC,
+    DEFAULT_CFLAGS,
+    atomic_write_text,
+    cache_dir,
+    host_identity,
+    is_intact,
+    write_tree,
+)
+from msc.runtime.kernel import BOX_ENTRY, ENTRY, CompiledKernel
+from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
+
+if TYPE_CHECKING:
+    from msc.tuner import AutoKernel
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """What the caller passes to msc_run, in order."""
+
+    fields: tuple[ir.FieldDecl, ...]
+    params: tuple[str, ...]
+    ndim: int
+
+    def c_parameters(self, box: bool = False) -> list[str]:
+        """msc_run's parameters; `box`: msc_run_box's, which adds the box
+        lo[d] <= i_d < hi[d] (within the domain r_d <= i_d < P_d - r_d) after the extents."""
+        out = []
+        for f in self.fields:
+            c = field_name(f.name)
+            out.append(f"real *restrict {c}_buf" if f.written else f"const real *restrict {c}")
+        out += [f"double {param_name(p)}_arg" for p in self.params]
+        out += [f"long P{d}" for d in range(self.ndim)]
+        out += ["const long *lo", "const long *hi"] if box else []
+        return out + ["long t0", "long T", "int nthreads"]
+
+
+def signature(stencil: ir.StencilIR) -> KernelSignature:
+    return KernelSignature(stencil.fields, stencil.params, stencil.ndim)
+
+
+class Platform:
+    """How a kernel maps to one kind of hardware (subclassed per platform)."""
+
+    name = ""
+    kernel_template = ""  # the C file around the entry points
+    capacity: ClassVar[dict[k.Space, int]] = {}  # bytes of each per-worker memory space
+    tunes = False  # schedule="auto" tunes on this platform
+
+    def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
+        """The kernel after this platform's passes, and the values its template needs."""
+        return kernel, {}
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: str = DEFAULT_CC  # the default; $CC overrides it
+    flags: tuple[str, ...] = DEFAULT_CFLAGS
+    main_template: str = "main.c.j2"
+    makefile_template: str = "Makefile.j2"
+
+
+def check_capacity(kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule, platform: Platform, target: str) -> None:
+    """Every per-worker buffer of the kernel fits its memory space: else a
+    ScheduleError naming the buffers' fields, the tile and both sizes."""
+    itemsize = 4 if poly.ir.dtype == "float32" else 8
+    used: dict[k.Space, list[k.Buffer]] = {}
+    for node in kernel.body.body:
+        if isinstance(node, k.Buffer) and node.field is not None:
+            used.setdefault(node.space, []).append(node)
+    for space, buffers in used.items():
+        need = sum((b.points() or 0) * itemsize for b in buffers)
+        have = platform.capacity.get(space)
+        if have is None:
+            raise ScheduleError(f"target '{target}' has no {space.value} memory for the buffers of "
+                                f"{', '.join(sorted({b.field for b in buffers if b.field}))}")
+        if need > have:
+            tile = ", ".join(f"{d}={v}" for d, v in schedule.schedule.tiles)
+            parts = ", ".join(f"{b.field} {'x'.join(map(str, b.shape))} ({(b.points() or 0) * itemsize} bytes)"
+                              for b in buffers)
+            raise ScheduleError(
+                f"cache_read/cache_write on stencil '{poly.ir.name}': the {space.value} buffers of a tile "
+                f"{tile} need {need} bytes ({parts}), more than the {have} bytes a worker has on target "
+                f"'{target}'; use smaller tiles")
+
+
+@dataclass
+class CTarget:
+    """A C-family node target: JIT-compiled in process, or emitted as a standalone tree."""
+
+    name: str
+    platform: Platform
+    toolchain: Toolchain = field(default_factory=Toolchain)
+
+    def kernels(self, poly: PolyIR, schedule: LoweredSchedule, box: bool) -> tuple[list[k.Kernel], dict[str, Any]]:
+        """The entry points' kernel IR after the platform's passes (checked against its capacities)."""
+        out: list[k.Kernel] = []
+        values: dict[str, Any] = {}
+        for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):
+            kernel = lower_kernel(poly, schedule, name, is_box)
+            check_capacity(kernel, poly, schedule, self.platform, self.name)
+            kernel, values = self.platform.rewrite(kernel, poly, schedule)
+            out.append(kernel)
+        return out, values
+
+    def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
+        """The complete C source of the kernel for `poly` under `schedule`
+        (`box`: with the entry point msc_run_box too)."""
+        stencil = poly.ir
+        kernels, values = self.kernels(poly, schedule, box)
+        printer = CPrinter(stencil.dtype)
+        entries = [_entry(stencil, kernel, printer) for kernel in kernels]
+        return render(
+            self.platform.kernel_template,
+            version=msc.__version__,
+            name=stencil.name,
+            ndim=stencil.ndim,
+            boundary=stencil.boundary,
+            dtype=stencil.dtype,
+            ctype=C_TYPES[stencil.dtype],
+            schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
+            work_shared=schedule.parallel_dim is not None,
+            int_helpers=C_HELPERS,
+            periodic=stencil.boundary == "periodic",
+            entries=entries,
+            **values,
+        )
+
+    def source(self, poly: PolyIR, schedule: object = None, box: bool = False) -> str:
+        """The kernel's C source (`box`: with the entry point msc_run_box too)."""
+        return self.generate(poly, lower(as_schedule(schedule), poly), box)
+
+    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
+                box: bool = False) -> CompiledKernel | AutoKernel:
+        """A kernel built before (same target, IR, schedule text, generator,
+        compiler and host) is loaded through the kernel index without any isl
+        work; only a new one is lowered, checked, generated and built."""
+        if schedule == "auto":
+            if not self.platform.tunes:
+                raise ScheduleError(f"target '{self.name}' has no tuner: pass a msc.Schedule or 'default'")
+            from msc.tuner import AutoKernel  # only a tuned kernel needs the tuner
+
+            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
+        sched = as_schedule(schedule)
+        threads = threads or (sched.threads if sched else None)
+        key = kernel_key(self.name, poly.ir, sched, box, self.toolchain)
+        found = _indexed(key)
+        if found is not None:
+            source, library = found
+            try:
+                return CompiledKernel(poly.ir, source, library, self.name, threads, sched)
+            except OSError:
+                pass  # a damaged library: build it again below
+        kernel = CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched,
+                                      cc=os.environ.get("CC", self.toolchain.cc), flags=self.toolchain.flags)
+        atomic_write_text(_index_path(key), kernel.library_path.name)
+        return kernel
+
+    def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
+        """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""
+        if not self.toolchain.main_template:
+            raise TargetError(f"target '{self.name}' compiles in process only: it emits no source tree")
+        stencil = poly.ir
+        call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
+        call_args += [f"params[{n}]" for n in range(len(stencil.params))]
+        call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
+        call_args += ["0", "steps", "nthreads"]
+        values = dict(
+            version=msc.__version__,
+            name=stencil.name,
+            ndim=stencil.ndim,
+            ctype=C_TYPES[stencil.dtype],
+            descr="<f8" if stencil.dtype == "float64" else "<f4",
+            params=stencil.params,
+            fields=stencil.fields,
+            periodic=stencil.boundary == "periodic",
+            radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
+            parameters=signature(stencil).c_parameters(),
+            call_args=call_args,
+            statements=len(stencil.statements),
+        )
+        files = {
+            "kernel.c": self.source(poly, schedule),
+            "main.c": render(self.toolchain.main_template, **values),
+            "npy.h": render("npy.h"),
+            "Makefile": render(self.toolchain.makefile_template, **values),
+        }
+        return write_tree(directory, files)
+
+
+def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[str, object]:
+    """Name, parameters, preamble and body of one entry point."""
+    volume = " * ".join(f"P{d}" for d in range(stencil.ndim))
+    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
+    if kernel.box:
+        preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
+    preamble.append(f"const long V = {volume};")
+    preamble.append("(void)V;")
+    parameters = signature(stencil).c_parameters(kernel.box)
+    return dict(name=kernel.name, parameters=parameters, preamble=preamble, body=printer.lines(kernel.body))
+
+
+# -- the kernel index: (target, IR, schedule text, generator, compiler, host) -> built library
+
+@functools.lru_cache(maxsize=1)
+def generator_fingerprint() -> str:
+    """A hash of the code generator's own sources (targets, passes, printers,
+    templates, IR, PolyIR, schedules): a changed generator never reuses an indexed kernel."""
+    from msc import poly, schedule
+
+    here = Path(__file__).resolve().parent
+    files = sorted(p for p in here.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
+    h = hashlib.sha256(msc.__version__.encode())
+    for f in files + [Path(m.__file__) for m in (ir, poly, schedule) if m.__file__]:
+        h.update(str(f.relative_to(here) if f.is_relative_to(here) else f.name).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def ir_text(stencil: ir.StencilIR) -> str:
+    """The IR as stable text, without source locations (they change no generated code)."""
+    statements = [(s.target, s.expr) for s in stencil.statements]
+    return repr((stencil.name, stencil.ndim, stencil.fields, stencil.params, statements,
+                 stencil.boundary, stencil.dtype))
+
+
+def _compiler_file(cc: str) -> str:
+    """The compiler as a file (path, size, modification time): like its
+    version banner, it changes when the compiler does, and costs no process."""
+    exe = shutil.which(cc)
+    if exe is None:
+        return cc
+    real = os.path.realpath(exe)
+    info = os.stat(real)
+    return f"{real} {info.st_size} {info.st_mtime_ns}"
+
+
+def kernel_key(target: str, stencil: ir.StencilIR, schedule: Schedule | None, box: bool,
+               toolchain: Toolchain | None = None) -> str:
+    """The kernel index key: what decides the generated library, known before any isl work."""
+    toolchain = toolchain or Toolchain()
+    cc = os.environ.get("CC", toolchain.cc)
+    parts = (target, generator_fingerprint(), ir_text(stencil), str(schedule or Schedule()), str(box),
+             cc, _compiler_file(cc), " ".join(toolchain.flags), host_identity())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _index_path(key: str) -> Path:
+    return cache_dir() / "index" / key
+
+
+def _indexed(key: str) -> tuple[str, Path] | None:
+    """(source, library path) of the kernel indexed under `key`, if both are still
+    in the cache and the library matches its digest (a damaged one is rebuilt,
+    with its warning, by the ordinary build path)."""
+    try:
+        library = cache_dir() / _index_path(key).read_text(encoding="utf-8").strip()
+        source = library.with_suffix(".c").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (source, library) if is_intact(library) else None

@@ -1,0 +1,335 @@
+"""Lowering a scheduled PolyIR to the kernel IR (target-neutral).
+
+The isl AST of the schedule becomes loops, conditions and statements once;
+what every target needs is decided here: how a point of a field level is
+addressed (ring-buffer slots, restrict pointers declared once per time
+step), the tile geometry, the buffers of cache_read/cache_write with their
+shapes and the copies that fill and drain them, and, for a statement with
+many reads, row pointers (for the C compiler's sake). How loops map to
+hardware, and everything printed, belongs to the targets.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from msc import ir
+from msc.codegen import kernel_ir as k
+from msc.codegen.isl_ast import c_of, user_statements
+from msc.poly import PolyIR, PolyStatement
+from msc.schedule import LARGE_READS, LoweredSchedule
+
+BOX_BOUNDS = ("L", "H")  # a box kernel computes L<d> <= i_d < H<d>
+
+
+# User names are prefixed (f_ fields, p_ parameters) so that no name can clash
+# with a keyword, a loop iterator (c0, c1, ...) or the kernel's own names.
+def field_name(name: str) -> str:
+    return f"f_{name}"
+
+
+def param_name(name: str) -> str:
+    return f"p_{name}"
+
+
+def level_name(name: str, dt: int) -> str:
+    """Name of the pointer to level t+dt of field `name`."""
+    if dt == 0:
+        return f"f_{name}_t0"
+    return f"f_{name}_t{'p' if dt > 0 else 'm'}{abs(dt)}"
+
+
+def array_name(name: str, dt: int | None) -> str:
+    """The array holding level t+dt of `name` (a time-invariant input: the field itself)."""
+    return field_name(name) if dt is None else level_name(name, dt)
+
+
+def ring_slot(step: str, dt: int, slots: int) -> str:
+    """The ring-buffer slot of level t+dt at step `step` of a run starting at t0."""
+    return f"((t0 + {step} + {dt + slots}) % {slots})"
+
+
+def read_cache(name: str, dt: int | None) -> str:
+    return "cr_" + array_name(name, dt)
+
+
+def write_cache(name: str) -> str:
+    return f"cw_{field_name(name)}"
+
+
+def levels_used(stencil: ir.StencilIR, name: str) -> set[int]:
+    levels = {1}
+    for s in stencil.statements:
+        levels |= {a.dt for a in s.reads if a.name == name and a.dt is not None}
+    return levels
+
+
+def global_index(coords: list[str] | tuple[str, ...], offsets: tuple[int, ...]) -> str:
+    """Row-major index of the point `coords` + `offsets` in a padded array of extents P0, P1, ..."""
+    terms = [f"{c} + {o}" if o > 0 else f"{c} - {-o}" if o < 0 else c for c, o in zip(coords, offsets)]
+    index = terms[0]
+    for d in range(1, len(terms)):
+        index = f"({index}) * P{d} + {terms[d]}"
+    return index
+
+
+def _statement_name(node: isl.AstNode) -> str:
+    return str(node.user_get_expr().op_get_arg(0).id_get_id().get_name())
+
+
+def _instance(node: isl.AstNode) -> list[str]:
+    call = node.user_get_expr()
+    return [c_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
+
+
+@dataclass
+class _Lowering:
+    poly: PolyIR
+    schedule: LoweredSchedule
+    box: bool = False  # bounds of the computed points: the box L<d> <= i_d < H<d>, or the domain
+    _loops: list[int] = field(default_factory=list)
+    _iterators: dict[int, str] = field(default_factory=dict)
+    _rows: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)  # (level array, leading offsets) -> row
+    _row_coord: str = ""  # the last coordinate, which row pointers are indexed by
+
+    @property
+    def ir(self) -> ir.StencilIR:
+        return self.poly.ir
+
+    def _statement(self, name: str) -> PolyStatement:
+        return next(s for s in self.poly.statements if s.name == name)
+
+    # -- the isl AST ------------------------------------------------------
+
+    def node(self, node: isl.AstNode) -> k.Block:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            out: list[k.Node] = []
+            for i in range(children.n_ast_node()):
+                out += self.node(children.get_at(i)).body
+            return k.Block(tuple(out))
+        if kind == isl.ast_node_type.for_:
+            loop = self._for(node)
+            inner = loop.body[-1] if isinstance(loop, k.Block) else loop  # (after its row pointers)
+            shared = isinstance(inner, k.Loop) and inner.parallel and not inner.degenerate
+            # the workers' shares of a parallel loop are all done before anything after it
+            return k.Block((loop, k.Barrier()) if shared else (loop,))
+        if kind == isl.ast_node_type.if_:
+            other = self.node(node.if_get_else_node()) if node.if_has_else_node() else None
+            return k.Block((k.If(c_of(node.if_get_cond()), self.node(node.if_get_then_node()), other),))
+        if kind == isl.ast_node_type.user:
+            return k.Block(self.statement(_statement_name(node), _instance(node)))
+        if kind == isl.ast_node_type.mark:
+            return self.node(node.mark_get_node())
+        raise NotImplementedError(f"isl AST node {kind} is not supported")
+
+    def _for(self, node: isl.AstNode) -> k.Node:
+        """The loop; an innermost one inside a block with the row pointers its statement reads through."""
+        body = node.for_get_body()
+        if body.get_type() != isl.ast_node_type.user:
+            return self._loop(node)
+        it = node.for_get_iterator().id_get_id().get_name()
+        rows = self._row_pointers(_statement_name(body), _instance(body), it)
+        try:
+            loop = self._loop(node)
+            return k.Block((*rows, loop), scoped=True) if rows else loop
+        finally:
+            self._rows.clear()
+
+    def _loop(self, node: isl.AstNode) -> k.Loop:
+        it = node.for_get_iterator().id_get_id().get_name()
+        dim = int(it.lstrip("c"))
+        inside = user_statements(node)
+        prologue = self._loop_prologue(dim, it, inside)
+        self._loops.append(dim)
+        body = self.node(node.for_get_body()).body
+        self._loops.pop()
+        epilogue = self._loop_epilogue(dim, inside)
+        sched = self.schedule
+        return k.Loop(
+            iterator=it,
+            init=c_of(node.for_get_init()),
+            cond="" if node.for_is_degenerate() else c_of(node.for_get_cond(), top=True),
+            step="1" if node.for_is_degenerate() else c_of(node.for_get_inc()),
+            body=k.Block((*prologue, *body, *epilogue)),
+            dim=dim,
+            degenerate=bool(node.for_is_degenerate()),
+            parallel=dim == sched.parallel_dim,
+            vector=dim == sched.vector_dim,
+            unroll=sched.unroll.get(dim, 0),
+        )
+
+    # -- statements -----------------------------------------------------------
+
+    def statement(self, name: str, args: list[str]) -> tuple[k.Node, ...]:
+        st = self._statement(name)
+        body: k.Node = self._wrap_call(st) if st.stmt is None else self._assignment(st, args[1:])
+        if self.schedule.time_dim in self._loops:
+            return (body,)
+        # isl fixed the time step without a loop over it: set up the levels here
+        return (k.Block((*self._level_pointers(args[0]), body), scoped=True),)
+
+    def _assignment(self, st: PolyStatement, coords: list[str]) -> k.Assign:
+        assert st.stmt is not None
+        sched = self.schedule.schedule
+        loads = {}
+        for a in st.stmt.reads:
+            if a in loads:
+                continue
+            if a.name in sched.cached_reads:
+                loads[a] = k.Ref(read_cache(a.name, a.dt), self._tile_index(coords, a.offsets, True), k.Space.STACK)
+                continue
+            ptr = array_name(a.name, a.dt)
+            row = self._rows.get((ptr, a.offsets[:-1]))
+            if row is not None:
+                loads[a] = k.Ref(row, global_index([self._row_coord], a.offsets[-1:]))
+            else:
+                loads[a] = k.Ref(ptr, global_index(coords, a.offsets))
+        zero = (0,) * self.ir.ndim
+        if st.target in sched.cached_writes:
+            lhs = k.Ref(write_cache(st.target), self._tile_index(coords, zero, False), k.Space.STACK)
+        else:
+            lhs = k.Ref(level_name(st.target, 1), global_index(coords, zero))
+        return k.Assign(lhs, st.stmt.expr, tuple(loads.items()), st.target, tuple(coords))
+
+    def _wrap_call(self, st: PolyStatement) -> k.Call:
+        n = ["1"] * (3 - self.ir.ndim) + [f"P{d}" for d in range(self.ir.ndim)]
+        r = ["0"] * (3 - self.ir.ndim) + [str(v) for v in self.ir.radius]
+        return k.Call("msc_wrap", (level_name(st.target, 1), *n, *r))
+
+    def _row_pointers(self, name: str, args: list[str], iterator: str) -> list[k.Decl]:
+        """For a statement with many reads (LARGE_READS or more) whose
+        innermost loop runs along the last dimension only, inside the time
+        loop (which sets up the level pointers): one pointer per row it reads
+        (field level and leading offsets), set up before the loop. Each read
+        is then row[i + offset]; with hundreds of full addresses gcc's
+        induction-variable pass takes seconds to minutes."""
+        st = self._statement(name)
+        coords = args[1:]
+        moving = [re.search(rf"\b{iterator}\b", c) is not None for c in coords]
+        if (st.stmt is None or self.ir.ndim == 1 or len(st.stmt.reads) < LARGE_READS
+                or self.schedule.time_dim not in self._loops or moving != [False] * (self.ir.ndim - 1) + [True]):
+            return []
+        decls = []
+        for a in st.stmt.reads:
+            ptr = array_name(a.name, a.dt)
+            key = (ptr, a.offsets[:-1])
+            if a.name in self.schedule.schedule.cached_reads or key in self._rows:
+                continue
+            row = self._rows[key] = f"msc_row{len(self._rows)}"
+            start = global_index(coords[:-1] + ["0"], a.offsets[:-1] + (0,))
+            decls.append(k.Decl(row, "const pointer", f"{ptr} + {start}"))
+        self._row_coord = coords[-1]
+        return decls
+
+    def _level_pointers(self, step: str) -> list[k.Decl]:
+        """Restrict pointers to every level used at time step `step`."""
+        decls = []
+        for f in self.ir.written_fields:
+            for dt in sorted(levels_used(self.ir, f.name), reverse=True):
+                kind = "pointer" if dt == 1 else "const pointer"
+                slot = ring_slot(step, dt, f.slots)
+                decls.append(k.Decl(level_name(f.name, dt), kind, f"{field_name(f.name)}_buf + {slot} * V"))
+        return decls
+
+    # -- loops: per-step pointers, cache copies -----------------------------
+
+    def _loop_prologue(self, dim: int, iterator: str, statements: set[str]) -> list[k.Node]:
+        self._iterators[dim] = iterator
+        if dim == self.schedule.time_dim:
+            return list(self._level_pointers(iterator))
+        if dim != max(self.schedule.tiles, default=-1):
+            return []
+        out: list[k.Node] = []
+        zero = (0,) * self.ir.ndim
+        for name, dt in self._cached_levels(statements):
+            src = k.Ref(array_name(name, dt), global_index(self._copy_iterators(), zero))
+            out.append(self._copy(k.Ref(read_cache(name, dt), self._cache_index(True), k.Space.STACK), src, True))
+        return out
+
+    def _loop_epilogue(self, dim: int, statements: set[str]) -> list[k.Node]:
+        out: list[k.Node] = []
+        if self.schedule.schedule.cached_writes and dim == max(self.schedule.tiles, default=-1):
+            zero = (0,) * self.ir.ndim
+            for st in self.poly.statements:
+                if st.name in statements and st.target in self.schedule.schedule.cached_writes:
+                    dst = k.Ref(level_name(st.target, 1), global_index(self._copy_iterators(), zero))
+                    src = k.Ref(write_cache(st.target), self._cache_index(False), k.Space.STACK)
+                    out.append(self._copy(dst, src, False))
+        return out
+
+    # -- cache_read / cache_write: tile buffers -------------------------------
+
+    def _tile(self, d: int) -> tuple[str, int]:
+        """(origin expression, size) of the current tile in space dimension d."""
+        dim = next(t for t, (dd, _) in self.schedule.tiles.items() if dd == d)
+        size = self.schedule.tiles[dim][1]
+        return f"({size} * {self._iterators[dim]})", size
+
+    def _extent(self, d: int, halo: bool) -> int:
+        return self._tile(d)[1] + (2 * self.ir.radius[d] if halo else 0)
+
+    def _tile_index(self, coords: list[str], offsets: tuple[int, ...], halo: bool) -> str:
+        index = ""
+        for d, (c, o) in enumerate(zip(coords, offsets)):
+            origin, _ = self._tile(d)
+            shift = o + (self.ir.radius[d] if halo else 0)
+            term = f"({c} - {origin} + {shift})"
+            index = term if d == 0 else f"({index}) * {self._extent(d, halo)} + {term}"
+        return index
+
+    def _copy_iterators(self) -> list[str]:
+        return [f"a{d}" for d in range(self.ir.ndim)]
+
+    def _copy(self, dst: k.Ref, src: k.Ref, halo: bool) -> k.Copy:
+        """A copy over the tile (with halo: clipped to the array; without: clipped to the interior)."""
+        region = []
+        for d in range(self.ir.ndim):
+            origin, size = self._tile(d)
+            r = self.ir.radius[d]
+            first, last = (f"L{d}", f"H{d}") if self.box else (str(r), f"P{d} - {r}")
+            region.append((f"msc_imax(0, {origin} - {r})", f"msc_imin(P{d}, {origin} + {size + r})") if halo else
+                          (f"msc_imax({first}, {origin})", f"msc_imin({last}, {origin} + {size})"))
+        return k.Copy(dst, src, tuple(self._copy_iterators()), tuple(region))
+
+    def _cache_index(self, halo: bool) -> str:
+        return self._tile_index(self._copy_iterators(), (0,) * self.ir.ndim, halo)
+
+    def buffers(self) -> list[k.Buffer]:
+        """The cache buffers, one per worker: tile plus halo for each level read, the tile for each field written."""
+        sched = self.schedule.schedule
+        if not (sched.cached_reads or sched.cached_writes):
+            return []
+        sizes = {d: size for (d, size) in self.schedule.tiles.values()}
+        halo = tuple(sizes[d] + 2 * self.ir.radius[d] for d in range(self.ir.ndim))
+        plain = tuple(sizes[d] for d in range(self.ir.ndim))
+        out = [k.Buffer(read_cache(n, dt), k.Space.STACK, halo, n) for n, dt in self._cached_levels(None)]
+        return out + [k.Buffer(write_cache(n), k.Space.STACK, plain, n) for n in sched.cached_writes]
+
+    def _cached_levels(self, statements: set[str] | None) -> list[tuple[str, int | None]]:
+        levels = set()
+        for st in self.poly.statements:
+            if st.stmt is not None and (statements is None or st.name in statements):
+                levels |= {(a.name, a.dt) for a in st.stmt.reads if a.name in self.schedule.schedule.cached_reads}
+        return sorted(levels, key=lambda v: (v[0], v[1] if v[1] is not None else -99))
+
+
+def box_domain(poly: PolyIR) -> isl.UnionSet:
+    """Instances of the statements with space dimensions inside the box L<d> <= i_d < H<d>."""
+    params = ", ".join([*poly.params, *(f"{b}{d}" for d in range(poly.ir.ndim) for b in BOX_BOUNDS)])
+    bounds = " and ".join(f"L{d} <= {i} < H{d}" for d, i in enumerate(poly.dims))
+    parts = [f"{poly.instance(st)} : {bounds}" for st in poly.statements if st.stmt is not None]
+    return isl.UnionSet(f"[{params}] -> {{ {'; '.join(parts)} }}")
+
+
+def lower_kernel(poly: PolyIR, schedule: LoweredSchedule, name: str, box: bool = False) -> k.Kernel:
+    """The kernel IR of the entry point `name` for `poly` under `schedule`
+    (`box`: computing only the box L<d> <= i_d < H<d>)."""
+    lowering = _Lowering(poly, schedule, box)
+    sched = schedule.map.intersect_domain(box_domain(poly)) if box else schedule.map
+    body = lowering.node(poly.ast(sched))
+    return k.Kernel(name, k.Block((*lowering.buffers(), *body.body)), box)

@@ -1,0 +1,128 @@
+"""x86 passes: whole aligned cache-line stores, streaming stores, prefetches.
+
+The innermost loop along the last dimension (when it is not work-shared,
+unrolled or dependence-carrying, and its body is one statement storing to
+its field) becomes a scalar peel up to the first aligned store, then
+MSC_LINE points at a time computed into an aligned line buffer and put out
+with one aligned (or streaming) store, then a scalar rest. Streamed stores
+are weakly ordered: a fence drains them at the end of each work-shared
+iteration and of the kernel. `prefetch(d)` issues, once per line, a
+prefetch of each field level's leading access d points ahead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from msc.codegen import kernel_ir as k
+from msc.codegen.lower import array_name, global_index
+from msc.errors import ScheduleError
+from msc.poly import PolyIR
+from msc.schedule import LARGE_READS, LoweredSchedule, carried_example
+
+LINE = "MSC_LINE"  # points per 64-byte line
+LINE_BUFFER = "msc_line"
+LINE_BASE = "msc_base"
+
+
+def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
+    """The loop written in whole aligned cache lines: the innermost one, when
+    it runs along the last (unit-stride) dimension, is not shared among
+    threads or unrolled, and carries no dependence; for a large stencil
+    (LARGE_READS) only when asked for. stream_stores() and prefetch() need
+    it and say which condition fails."""
+    stencil = poly.ir
+    last = stencil.dims[-1]
+    innermost = max(k_ for k_, n in enumerate(lowered.names) if n)
+    needs = [name for name, on in (("stream_stores", lowered.schedule.streaming),
+                                   ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
+    problem = None
+    if not needs and max(len(s.reads) for s in stencil.statements) >= LARGE_READS:
+        return None  # a large stencil is compute-bound: one copy of its statement compiles much faster
+    if lowered.names[innermost] != last:
+        problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but whole cache lines "
+                   f"run only along the last dimension {last!r}; keep {last!r} innermost")
+    elif innermost == lowered.parallel_dim:
+        hint = f"tile({last}=4096)" if stencil.ndim == 1 else "parallel() on an outer loop"
+        problem = f"the innermost loop {last!r} is shared among threads; use {hint} so that each thread runs whole rows"
+    elif innermost in lowered.unroll:
+        problem = f"loop {last!r} is unrolled; it already runs in whole cache lines"
+    elif innermost not in lowered.parallel_dims:
+        problem = f"loop {last!r} carries the dependence {carried_example(poly, lowered, innermost)}"
+    if problem is None:
+        return innermost
+    if needs:
+        raise ScheduleError(f"{needs[0]}: {problem}")
+    return None
+
+
+def _address(ref: k.Ref) -> str:
+    return f"&{ref.array}[{ref.index}]"
+
+
+def _prefetches(st: k.Assign, base: tuple[str, ...], distance: int) -> list[k.Node]:
+    """For each field level the statement reads from memory, its leading
+    access (the largest offset, furthest ahead in row-major order), `distance` points ahead."""
+    if not distance:
+        return []
+    leading: dict[tuple[str, int | None], tuple[int, ...]] = {}
+    for read, ref in st.loads:
+        if ref.space == k.Space.GLOBAL:
+            key = (read.name, read.dt)
+            leading[key] = max(leading.get(key, read.offsets), read.offsets)
+    return [k.Call("__builtin_prefetch", (k.Address(k.Ref(array_name(f, dt), f"{global_index(base, offsets)} + {distance}")),))
+            for (f, dt), offsets in leading.items()]
+
+
+def _in_lines(loop: k.Loop, distance: int) -> k.Node:
+    st = loop.body.body[0]
+    assert isinstance(st, k.Assign) and loop.init is not None
+    it = loop.iterator
+    base = tuple(k.rename(c, it, LINE_BASE) for c in st.coords)
+    into_line = replace(st, lhs=k.Ref(LINE_BUFFER, f"{it} - {LINE_BASE}", k.Space.STACK))
+    last = k.rename(loop.cond, it, f"({it} + {LINE} - 1)")
+    scalar = k.Block((st,))
+    return k.Block((
+        k.Decl(it, "index", loop.init, const=False),
+        k.Loop(it, None, f"{loop.cond} && !msc_line_aligned({_address(st.lhs)})", scalar),
+        k.Loop(it, None, last, k.Block((
+            k.Buffer(LINE_BUFFER, k.Space.STACK, (LINE,), align=64),
+            k.Decl(LINE_BASE, "index", it),
+            *_prefetches(st, base, distance),
+            k.Loop(it, LINE_BASE, f"{it} < {LINE_BASE} + {LINE}", k.Block((into_line,)), vector=True),
+            k.Call("msc_put_line", (k.Address(st.lhs.renamed(it, LINE_BASE)), LINE_BUFFER)),
+        )), step=LINE),
+        k.Loop(it, None, loop.cond, scalar),
+    ), scoped=True)
+
+
+def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tuple[k.Kernel, bool]:
+    """`kernel` with the loop of `line_dim` in whole lines where its body is
+    one statement storing to its field; and whether line stores are used."""
+    dim = line_dim(poly, lowered)
+    if dim is None:
+        return kernel, False
+    distance = lowered.schedule.prefetch_distance
+
+    def rewrite(node: k.Node) -> k.Node:
+        if (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == "1"
+                and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)
+                and node.body.body[0].lhs.space == k.Space.GLOBAL):
+            return _in_lines(node, distance)
+        return node
+
+    return k.transform_kernel(kernel, rewrite), True
+
+
+def stream_fences(kernel: k.Kernel) -> k.Kernel:
+    """A fence after each iteration of the work-shared loop (before its barrier
+    lets other threads read) and at the end of the kernel."""
+    fence = k.Call("msc_stream_fence")
+
+    def add(node: k.Node) -> k.Node:
+        if isinstance(node, k.Loop) and node.parallel:
+            return replace(node, body=k.Block((*node.body.body, fence)))
+        return node
+
+    out = k.transform_kernel(kernel, add)
+    return replace(out, body=k.Block((*out.body.body, fence)))

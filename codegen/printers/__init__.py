@@ -1,0 +1,1 @@
+"""Printers: the kernel IR as source text, one module per language."""

@@ -1,0 +1,65 @@
+"""Printing StencilIR expressions as C (shared by every C-family printer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from msc import ir
+
+_C_FUNC = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "abs": "fabs"}
+_C_OP = {"&": "&&", "|": "||"}
+
+
+def c_literal(value: float, dtype: str) -> str:
+    text = repr(float(value))
+    if text in ("inf", "-inf", "nan"):
+        return {"inf": "INFINITY", "-inf": "(-INFINITY)", "nan": "NAN"}[text]
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return f"{text}f" if dtype == "float32" else text
+
+
+@dataclass
+class _CExpr(ir.Visitor[str]):
+    dtype: str
+    access: Callable[[ir.FieldRead], str]
+    param: Callable[[str], str]
+
+    def const(self, e: ir.Const) -> str:
+        return c_literal(e.value, self.dtype)
+
+    def param_ref(self, e: ir.ParamRef) -> str:
+        return self.param(e.name)
+
+    def field_read(self, e: ir.FieldRead) -> str:
+        return self.access(e)
+
+    def neg(self, e: ir.Neg) -> str:
+        return f"(-{self.visit(e.operand)})"
+
+    def not_(self, e: ir.Not) -> str:
+        return f"(!{self.visit(e.operand)})"
+
+    def bin_op(self, e: ir.BinOp) -> str:
+        if e.op == "**":
+            if isinstance(e.rhs, ir.Const) and e.rhs.value in (1.0, 2.0, 3.0):
+                return "(" + " * ".join([self.visit(e.lhs)] * int(e.rhs.value)) + ")"
+            return f"pow{self._suffix()}({self.visit(e.lhs)}, {self.visit(e.rhs)})"
+        return f"({self.visit(e.lhs)} {_C_OP.get(e.op, e.op)} {self.visit(e.rhs)})"
+
+    def call(self, e: ir.Call) -> str:
+        if e.func in ir.BINARY_FUNCTIONS:
+            return f"msc_{e.func[:3]}({self.visit(e.args[0])}, {self.visit(e.args[1])})"
+        return f"{_C_FUNC[e.func]}{self._suffix()}({self.visit(e.args[0])})"
+
+    def where(self, e: ir.Where) -> str:
+        return f"(({self.visit(e.cond)}) ? {self.visit(e.then)} : {self.visit(e.otherwise)})"
+
+    def _suffix(self) -> str:
+        return "f" if self.dtype == "float32" else ""
+
+
+def c_expr(e: ir.Expr, dtype: str, access: Callable[[ir.FieldRead], str], param: Callable[[str], str]) -> str:
+    """C source for `e`; `access` prints a field read, `param` names a scalar parameter."""
+    return _CExpr(dtype, access, param).visit(e)

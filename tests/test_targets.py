@@ -1,0 +1,101 @@
+"""The target registry and the serial C target: a second target built from
+the same kernel IR and printer, run on the generated stencils (with random
+schedules) against the reference interpreter; buffer capacities."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+from stencil_gen import generate
+from test_schedules import random_schedule
+
+import msc
+from msc.codegen import get_target, target_names
+from msc.errors import ScheduleError, TargetError
+
+
+def test_registry_lists_what_registered_itself():
+    assert {"openmp", "openmp+mpi", "serial"} <= set(target_names())
+    with pytest.raises(TargetError, match="unknown target 'cuda'; available: .*openmp.*serial"):
+        get_target("cuda")
+
+
+def test_cli_lists_the_registered_targets(capsys):
+    from msc.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["emit", "--help"])
+    assert "serial" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seed", range(48))
+def test_serial_target_matches_reference(seed, assert_matches):
+    case = generate(seed)
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    schedule = None
+    if seed % 3 == 0:  # a random schedule, without the x86 store primitives the serial platform lacks
+        schedule = replace(random_schedule(seed, case.stencil), streaming=False, prefetch_distance=0)
+    kernel = case.stencil.compile(target="serial", dtype=case.dtype, schedule=schedule)
+    assert kernel.target == "serial"
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, schedule))
+
+
+def test_serial_source_has_no_openmp_and_openmp_source_does():
+    st = generate(3).stencil
+    tiled = msc.Schedule().tile(x=8).parallel("x_tile")
+    serial = get_target("serial").source(st.poly(), tiled)
+    openmp = get_target("openmp").source(st.poly(), tiled)
+    assert "omp" not in serial and "msc_line" not in serial
+    assert "#pragma omp for schedule(static)" in openmp
+    # the same loops, statements and addressing: only pragmas and line stores differ
+    body = re.compile(r"^\s*(#pragma|\{|\}).*$", re.MULTILINE)
+    assert "f_" in serial and body.sub("", serial).count("for (") <= body.sub("", openmp).count("for (")
+
+
+def test_serial_refuses_what_its_platform_lacks():
+    st = generate(3).stencil
+    with pytest.raises(ScheduleError, match="target 'serial'.*stream_stores"):
+        st.compile(target="serial", schedule=msc.Schedule().stream_stores())
+    with pytest.raises(ScheduleError, match="target 'serial' has no tuner"):
+        st.compile(target="serial", schedule="auto")
+    with pytest.raises(TargetError, match="target 'serial' compiles in process only"):
+        st.emit("serial", "unused-directory")
+
+
+def test_cache_buffers_over_capacity_name_field_tile_and_sizes():
+    @msc.stencil
+    def heat(u, alpha):
+        u[msc.t + 1, msc.x, msc.y] = u[msc.t, msc.x, msc.y] + alpha * (
+            u[msc.t, msc.x - 1, msc.y] + u[msc.t, msc.x + 1, msc.y] - 2 * u[msc.t, msc.x, msc.y])
+
+    big = msc.Schedule().tile(x=1024, y=1024).cache_read("u")
+    with pytest.raises(ScheduleError) as err:
+        get_target("openmp").source(heat.poly(), big)
+    text = str(err.value)
+    for words in ("stencil 'heat'", "x=1024, y=1024", "u 1026x1024", str(1026 * 1024 * 8), str(512 << 10), "'openmp'"):
+        assert words in text, (words, text)
+    small = msc.Schedule().tile(x=64, y=64).cache_read("u")
+    assert "cr_f_u_t0[4224]" in get_target("openmp").source(heat.poly(), small)
+
+
+def test_kernel_ir_orders_workers_with_barriers_each_target_implements():
+    from msc.codegen import kernel_ir as k
+    from msc.codegen.lower import lower_kernel
+    from msc.codegen.passes.openmp import map_loops
+    from msc.codegen.printers.c import CPrinter
+    from msc.schedule import lower
+
+    st = generate(3).stencil
+    poly = st.poly()
+    schedule = lower(msc.Schedule().tile(x=8).parallel("x_tile"), poly)
+    kernel = lower_kernel(poly, schedule, "msc_run")
+    barriers = [n for n in k.walk(kernel.body) if isinstance(n, k.Barrier)]
+    shared = [n for n in k.walk(kernel.body) if isinstance(n, k.Loop) and n.parallel]
+    assert barriers and len(barriers) == len(shared) == len(st.ir.statements)
+    with pytest.raises(TypeError, match="barrier is left"):
+        CPrinter(st.ir.dtype).lines(kernel.body)
+    mapped = map_loops(kernel)  # `omp for` implies them
+    assert not any(isinstance(n, k.Barrier) for n in k.walk(mapped.body))
+    assert all(n.mapping == "omp for schedule(static)" for n in k.walk(mapped.body) if isinstance(n, k.Loop) and n.parallel)
