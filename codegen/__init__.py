@@ -1,8 +1,10 @@
 """msc.codegen: lowering to the kernel IR, passes, printers, and the targets.
 
 A target module registers itself with `register(name, factory)` when it is
-imported; `get_target` and `target_names` import every module of this
-package first, so a new target is one new module (plus its templates).
+imported; `target_names` imports every module of this package first, and
+`get_target` does when the module named after the target (its last `+`
+part) does not register it, so a new target is one new module (plus its
+templates).
 Each target offers `compile` (JIT into a runnable kernel) and `emit` (a
 standalone source tree).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from msc.errors import TargetError
@@ -41,9 +44,22 @@ def _discover() -> None:
         importlib.import_module(f"{__name__}.{module.name}")
 
 
+def _import_named_module(name: str) -> None:
+    """Import the module a target is conventionally named after (`openmp` ->
+    `openmp.py`, `openmp+mpi` -> `mpi.py`), so that the usual lookup imports
+    one backend instead of all of them (a cached kernel loads in milliseconds)."""
+    module = name.rsplit("+", 1)[-1]
+    if module.isidentifier() and (Path(__file__).parent / f"{module}.py").is_file():
+        importlib.import_module(f"{__name__}.{module}")
+
+
 def get_target(name: str) -> Target:
-    """The registered target `name`."""
-    _discover()
+    """The registered target `name` (every module is imported only when its
+    conventional module does not register it)."""
+    if name not in _REGISTRY:
+        _import_named_module(name)
+    if name not in _REGISTRY:
+        _discover()
     if name not in _REGISTRY:
         raise TargetError(f"unknown target {name!r}; available: {', '.join(target_names())}")
     return _REGISTRY[name]()
