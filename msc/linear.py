@@ -17,9 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from msc import ir
 from msc.errors import StencilDefinitionError
@@ -180,31 +177,3 @@ def show(e: ir.Expr) -> str:
 def _paren(e: ir.Expr) -> str:
     s = show(e)
     return f"({s})" if isinstance(e, (ir.BinOp, ir.Neg)) else s
-
-
-def evaluate(e: ir.Expr, read: Callable[[ir.FieldRead], np.ndarray], params: dict[str, float],
-             dtype: np.dtype[Any]) -> Any:
-    """Evaluate an expression with numpy: `read` gives each field read's array, `params` the scalars."""
-    from msc.reference import _BINARY, _UNARY
-
-    def go(n: ir.Expr) -> Any:
-        if isinstance(n, ir.Const):
-            return dtype.type(n.value)
-        if isinstance(n, ir.ParamRef):
-            return dtype.type(params[n.name])
-        if isinstance(n, ir.FieldRead):
-            return read(n)
-        if isinstance(n, ir.Neg):
-            return np.negative(go(n.operand))
-        if isinstance(n, ir.Not):
-            return np.logical_not(go(n.operand))
-        if isinstance(n, ir.BinOp):
-            return _BINARY[n.op](go(n.lhs), go(n.rhs))
-        if isinstance(n, ir.Call):
-            fn = _UNARY.get(n.func) or _BINARY[n.func]
-            return fn(*[go(a) for a in n.args])
-        if isinstance(n, ir.Where):
-            return np.where(go(n.cond), go(n.then), go(n.otherwise)).astype(dtype)
-        raise TypeError(f"unknown expression node {n!r}")
-
-    return go(e)

@@ -11,7 +11,7 @@ width `radius` is fixed in time and taken from the newest input level; with
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class _Interpreter:
         self._padded = {}
         for s in self.ir.statements:
             new = self.levels[s.target][-1].copy()  # carries the fixed ring
-            new[self._interior_slices()] = _Evaluate(self).visit(s.expr)
+            new[self._interior_slices()] = evaluate(s.expr, self._read, self.scalars, self.dtype)
             self.next[s.target] = new
         for f in self.ir.written_fields:
             window = self.levels[f.name]
@@ -92,6 +92,11 @@ class _Interpreter:
         if self.periodic:
             return tuple(slice(None) for _ in self.r)
         return tuple(slice(r, r + n) for r, n in zip(self.r, self.interior))
+
+    def _read(self, e: ir.FieldRead) -> np.ndarray:
+        """A field read over the whole interior."""
+        arr = self.source(e.name, e.dt)
+        return arr[tuple(slice(r + o, r + o + n) for r, o, n in zip(self.r, e.offsets, self.interior))]
 
     def source(self, name: str, dt: int | None) -> np.ndarray:
         """The array holding level t+dt of `name`, padded by wrap-around if periodic."""
@@ -109,21 +114,26 @@ class _Interpreter:
         return self._padded[key]
 
 
-class _Evaluate(ir.Visitor[Any]):
-    """An expression over the whole interior at once (numpy arrays)."""
+def evaluate(e: ir.Expr, read: Callable[[ir.FieldRead], np.ndarray], params: Mapping[str, Any],
+             dtype: np.dtype[Any]) -> Any:
+    """Evaluate an expression with numpy, whole arrays at once: `read` gives each
+    field read's array, `params` the scalars."""
+    return _Evaluate(read, params, dtype).visit(e)
 
-    def __init__(self, interpreter: _Interpreter) -> None:
-        self.at = interpreter
+
+class _Evaluate(ir.Visitor[Any]):
+    def __init__(self, read: Callable[[ir.FieldRead], np.ndarray], params: Mapping[str, Any],
+                 dtype: np.dtype[Any]) -> None:
+        self.read, self.params, self.dtype = read, params, dtype
 
     def const(self, e: ir.Const) -> Any:
-        return self.at.dtype.type(e.value)
+        return self.dtype.type(e.value)
 
     def param_ref(self, e: ir.ParamRef) -> Any:
-        return self.at.scalars[e.name]
+        return self.dtype.type(self.params[e.name])
 
     def field_read(self, e: ir.FieldRead) -> Any:
-        arr = self.at.source(e.name, e.dt)
-        return arr[tuple(slice(r + o, r + o + n) for r, o, n in zip(self.at.r, e.offsets, self.at.interior))]
+        return self.read(e)
 
     def neg(self, e: ir.Neg) -> Any:
         return np.negative(self.visit(e.operand))
@@ -140,7 +150,7 @@ class _Evaluate(ir.Visitor[Any]):
         return fn(*args)
 
     def where(self, e: ir.Where) -> Any:
-        return np.where(self.visit(e.cond), self.visit(e.then), self.visit(e.otherwise)).astype(self.at.dtype)
+        return np.where(self.visit(e.cond), self.visit(e.then), self.visit(e.otherwise)).astype(self.dtype)
 
 
 def _copy_ring(src: np.ndarray, dst: np.ndarray, radius: tuple[int, ...]) -> None:

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from msc import ir
 from msc.errors import StencilArgumentError
-from msc.linear import evaluate
+from msc.reference import evaluate
 
 if TYPE_CHECKING:
     from msc.pde.operator import Operator
