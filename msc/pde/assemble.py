@@ -15,13 +15,14 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from msc import ir
 from msc.errors import StencilArgumentError
 from msc.reference import evaluate
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from msc.pde.operator import Operator
 
 
@@ -127,6 +128,8 @@ def assemble(op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[s
     counts = _join(rows_counts)
     indptr = np.zeros(size + 1, index)
     np.cumsum(counts, out=indptr[1:])
+    import scipy.sparse as sp  # imported where used: `import msc` stays light
+
     A = sp.csr_array((_join(rows_data), _join(rows_cols), indptr), shape=(size, size))
     if data.periodic:
         A.sum_duplicates()  # wrapped columns neither ascend nor need be distinct on small grids

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
 from msc import ir
 from msc.errors import MscError, StencilArgumentError
 from msc.pde.assemble import assemble
 from msc.pde.operator import Operator
 from msc.stencil import Stencil
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 EXPLICIT_METHODS = ("euler", "rk2", "rk4")
 IMPLICIT_METHODS = ("backward_euler", "crank_nicolson")
@@ -182,7 +183,9 @@ class _Factorization:
         singular = (f"{what}: the matrix is singular{{}}; a periodic or pure-Neumann operator determines u "
                     "only up to a constant")
         try:
-            lu = spla.splu(sp.csc_matrix(M))
+            from scipy.sparse.linalg import splu  # imported where used: `import msc` stays light
+
+            lu = splu(M.tocsc())
         except RuntimeError as err:
             raise MscError(singular.format(f" ({err})")) from None
         pivots = np.abs(lu.U.diagonal())
@@ -229,6 +232,8 @@ class Implicit:
         A, _ = assemble(self.L, self.shape, "float64", self.params)
         assert A is not None
         self.A = A
+        import scipy.sparse as sp  # imported where used: `import msc` stays light
+
         self.M = (sp.identity(A.shape[0], format="csr") - (self.theta * self.dt) * A).tocsr()
         self.M.sort_indices()
         self._factor.factor(self.M, f"implicit step of operator '{self.L.name}'")
