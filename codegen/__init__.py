@@ -22,10 +22,21 @@ from msc.errors import TargetError
 
 class Target(Protocol):
     name: str
+    compile_options: tuple[str, ...]  # keyword options of `compile` beyond threads and schedule
+    emit_options: tuple[str, ...]  # keyword options of `emit` beyond schedule
 
-    def compile(self, poly: Any, *, threads: int | None, schedule: Any) -> Any: ...
+    def compile(self, poly: Any, *, threads: int | None, schedule: Any, **options: Any) -> Any: ...
 
-    def emit(self, poly: Any, directory: Any, *, schedule: Any) -> Any: ...
+    def emit(self, poly: Any, directory: Any, *, schedule: Any, **options: Any) -> Any: ...
+
+
+def check_options(target: str, call: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """A TargetError naming every option of `call` that `target` does not take."""
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        takes = ", ".join(allowed) if allowed else "none"
+        raise TargetError(f"target {target!r} has no {call} option {', '.join(map(repr, unknown))} "
+                          f"(its {call} options: {takes})")
 
 
 _REGISTRY: dict[str, Callable[[], Target]] = {}

@@ -125,6 +125,8 @@ class CTarget:
     name: str
     platform: Platform
     toolchain: Toolchain = field(default_factory=Toolchain)
+    compile_options: tuple[str, ...] = ()
+    emit_options: tuple[str, ...] = ()
 
     def kernels(self, poly: PolyIR, schedule: LoweredSchedule, box: bool) -> tuple[list[k.Kernel], dict[str, Any]]:
         """The entry points' kernel IR after the platform's passes (checked against its capacities)."""

@@ -39,6 +39,8 @@ class MPITarget:
         assert isinstance(target, CTarget), f"{node} is not a C node target"
         self.node = target
         self.name = f"{node}+mpi"
+        self.compile_options: tuple[str, ...] = ()
+        self.emit_options: tuple[str, ...] = ()
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None) -> CompiledKernel:
         if schedule not in (None, "default"):

@@ -49,17 +49,24 @@ class Stencil:
         return run_reference(self.typed(dtype), steps, inputs)
 
     def compile(self, target: str = "openmp", dtype: str | None = None, threads: int | None = None,
-                schedule: Any = None) -> Any:
-        """JIT-build the stencil for `target`; returns a kernel with `.run(steps=..., **inputs)`."""
-        from msc.codegen import get_target
+                schedule: Any = None, **options: Any) -> Any:
+        """JIT-build the stencil for `target`; returns a kernel with `.run(steps=..., **inputs)`.
+        `options` are the target's own (its `compile_options`), e.g. `emulate=True`."""
+        from msc.codegen import check_options, get_target
 
-        return get_target(target).compile(self.poly(dtype), threads=threads, schedule=schedule)
+        backend = get_target(target)
+        check_options(target, "compile", options, backend.compile_options)
+        return backend.compile(self.poly(dtype), threads=threads, schedule=schedule, **options)
 
-    def emit(self, target: str, directory: str | Path, dtype: str | None = None, schedule: Any = None) -> Path:
-        """Write a standalone source tree (kernel, driver, Makefile) into `directory`."""
-        from msc.codegen import get_target
+    def emit(self, target: str, directory: str | Path, dtype: str | None = None, schedule: Any = None,
+             **options: Any) -> Path:
+        """Write a standalone source tree (kernel, driver, Makefile) into `directory`.
+        `options` are the target's own (its `emit_options`), e.g. `chip=...`."""
+        from msc.codegen import check_options, get_target
 
-        return get_target(target).emit(self.poly(dtype), Path(directory), schedule=schedule)
+        backend = get_target(target)
+        check_options(target, "emit", options, backend.emit_options)
+        return backend.emit(self.poly(dtype), Path(directory), schedule=schedule, **options)
 
 
 @lru_cache(maxsize=64)

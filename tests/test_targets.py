@@ -18,8 +18,8 @@ from msc.errors import ScheduleError, TargetError
 
 def test_registry_lists_what_registered_itself():
     assert {"openmp", "openmp+mpi", "serial"} <= set(target_names())
-    with pytest.raises(TargetError, match="unknown target 'cuda'; available: .*openmp.*serial"):
-        get_target("cuda")
+    with pytest.raises(TargetError, match="unknown target 'nosuch'; available: .*openmp.*serial"):
+        get_target("nosuch")
 
 
 def test_cli_lists_the_registered_targets(capsys):
@@ -99,3 +99,13 @@ def test_kernel_ir_orders_workers_with_barriers_each_target_implements():
     mapped = map_loops(kernel)  # `omp for` implies them
     assert not any(isinstance(n, k.Barrier) for n in k.walk(mapped.body))
     assert all(n.mapping == "omp for schedule(static)" for n in k.walk(mapped.body) if isinstance(n, k.Loop) and n.parallel)
+
+
+
+def test_an_option_the_target_lacks_is_named(tmp_path):
+    case = generate(0)
+    with pytest.raises(TargetError, match="target 'openmp' has no compile option 'emulat'"):
+        case.stencil.compile(target="openmp", emulat=True)
+    with pytest.raises(TargetError, match="target 'serial' has no emit option 'chip'"):
+        case.stencil.emit("serial", tmp_path / "out", chip="sw26010")
+    assert not (tmp_path / "out").exists()
