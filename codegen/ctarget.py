@@ -28,6 +28,7 @@ from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
+from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
 from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
@@ -222,6 +223,21 @@ class CTarget:
             "Makefile": render(self.toolchain.makefile_template, **values),
         }
         return write_tree(directory, files)
+
+    # -- as the node target of a driver program (codegen/node.py)
+
+    def node_build(self) -> NodeBuild:
+        """The driver compiles with this target's flags (less those of a shared library)."""
+        flags = [f for f in self.toolchain.flags if f not in ("-fPIC", "-shared")]
+        return NodeBuild(cflags=" ".join(flags), threads="-fopenmp" in flags)
+
+    def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool) -> NodeKernel:
+        """kernel_<tag>.c, compiled by the driver's compiler with its entry points renamed."""
+        file, obj = f"kernel_{tag}.c", f"kernel_{tag}.o"
+        entry, box_entry = f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None
+        renames = f"-D{ENTRY}={entry}" + (f" -D{BOX_ENTRY}={box_entry}" if box_entry else "")
+        rule = MakeRule(obj, (file,), (f"$(MPICC) $(CFLAGS) {renames} -c {file} -o $@",))
+        return NodeKernel({file: self.source(poly, schedule, box)}, (rule,), entry, box_entry)
 
 
 def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[str, object]:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from msc import ir
 from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
+from msc.codegen.mpi import MPITarget
 from msc.codegen.passes import openmp, x86
 from msc.poly import PolyIR
 from msc.schedule import LoweredSchedule, Schedule
@@ -58,3 +59,4 @@ def kernel_key(stencil: ir.StencilIR, schedule: Schedule | None, box: bool) -> s
 
 
 register(NAME, OpenMPTarget)
+register(f"{NAME}+mpi", lambda: MPITarget(NAME))
