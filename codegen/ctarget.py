@@ -75,16 +75,38 @@ def signature(stencil: ir.StencilIR) -> KernelSignature:
 
 
 class Platform:
-    """How a kernel maps to one kind of hardware (subclassed per platform)."""
+    """How a kernel maps to one kind of hardware (subclassed per platform).
+
+    Tuning (`schedule="auto"`, msc/tuner.py): a platform that `tunes` offers
+    `tuning_space`, the schedules worth trying for a stencil, problem size
+    and step count. A platform that `measures` has them timed on its
+    hardware (compiled kernels report `last_run.seconds`: wall time on a
+    CPU, device time on a GPU), the finalists again with `refinements` of
+    the winner; one that does not (a simulator, a chip not at hand) ranks
+    them by its `cost` model and runs nothing.
+    """
 
     name = ""
     kernel_template = ""  # the C file around the entry points
     capacity: ClassVar[dict[k.Space, int]] = {}  # bytes of each per-worker memory space
-    tunes = False  # schedule="auto" tunes on this platform
+    tunes = False  # schedule="auto" chooses among tuning_space on this platform
+    measures = True  # by timing kernels (else by `cost`)
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         """The kernel after this platform's passes, and the values its template needs."""
         return kernel, {}
+
+    def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
+        """The schedules worth trying on arrays of `shape` for runs of `steps` steps."""
+        return [Schedule()]
+
+    def refinements(self, schedule: Schedule, max_threads: int) -> list[Schedule]:
+        """Variants of the winning `schedule` timed against it in a last round."""
+        return []
+
+    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> float:
+        """Modelled milliseconds per step (a platform that does not measure must give it)."""
+        raise NotImplementedError(f"platform {self.name!r} has no cost model")
 
 
 @dataclass(frozen=True)
@@ -177,7 +199,8 @@ class CTarget:
                 raise ScheduleError(f"target '{self.name}' has no tuner: pass a msc.Schedule or 'default'")
             from msc.tuner import AutoKernel  # only a tuned kernel needs the tuner
 
-            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
+            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads,
+                              platform=self.platform)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
         key = kernel_key(self.name, poly.ir, sched, box, self.toolchain)

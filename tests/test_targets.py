@@ -154,3 +154,45 @@ def test_mpi_driver_takes_everything_node_specific_from_the_node_target(tmp_path
     monkeypatch.setitem(msc.codegen._REGISTRY, "opaque", Opaque)
     with pytest.raises(TargetError, match="target 'opaque' cannot run under MPI: it does not implement"):
         MPITarget("opaque")
+
+
+def test_tuning_space_comes_from_the_platform_and_a_cost_model_runs_nothing(tmp_path, monkeypatch, assert_matches):
+    """schedule="auto" tries what the target's platform offers; a platform that
+    does not measure (a chip not at hand) picks by its cost model, and only the
+    chosen schedule is ever compiled."""
+    import numpy as np
+
+    from msc.codegen.ctarget import Platform
+    from msc.codegen.openmp import CPUPlatform
+    from msc.tuner import AutoKernel, candidates
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    st = generate(3).stencil  # 2D dirichlet
+    poly = st.poly()
+    assert get_target("openmp").compile(poly, schedule="auto").platform.__class__ is CPUPlatform
+    assert candidates(poly, (40, 40), platform=CPUPlatform()) == candidates(poly, (40, 40))
+
+    class Modelled(Platform):
+        name = "modelled"
+        tunes, measures = True, False
+
+        def tuning_space(self, poly, shape, steps):
+            return [msc.Schedule().time_tile(d, x=8) for d in (2, 4, 8)] + [msc.Schedule().tile(z=4)]
+
+        def cost(self, poly, shape, steps, schedule):
+            return abs(schedule.time_depth - 4) + 1.0  # time tiles of depth 4 are the model's favourite
+
+    compiled = []
+
+    def compile_fn(schedule, threads):
+        compiled.append(schedule)
+        return st.compile(target="serial", schedule=schedule)
+
+    kernel = AutoKernel(poly, compile_fn, threads=1, echo=False, platform=Modelled())
+    case = generate(3)
+    expected = st.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype)
+    assert kernel.report.schedule == msc.Schedule().time_tile(4, x=8) and compiled == [kernel.report.schedule]
+    assert kernel.report.ms_per_step == 1.0 and kernel.report.default_ms_per_step == 5.0
+    assert "tile(z=4)" not in {t.schedule for t in kernel.report.trials}  # illegal for a 2D stencil: skipped
+    assert np.isfinite(kernel.report.speedup)
