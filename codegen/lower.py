@@ -23,6 +23,7 @@ from msc.poly import PolyIR, PolyStatement
 from msc.schedule import LARGE_READS, LoweredSchedule
 
 BOX_BOUNDS = ("L", "H")  # a box kernel computes L<d> <= i_d < H<d>
+Margins = tuple[tuple[int, int], ...]  # per dimension: how far a footprint reaches below (<= 0) and above a tile
 
 
 # User names are prefixed (f_ fields, p_ parameters) so that no name can clash
@@ -94,6 +95,7 @@ class _Lowering:
     _iterators: dict[int, str] = field(default_factory=dict)
     _rows: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)  # (level array, leading offsets) -> row
     _row_coord: str = ""  # the last coordinate, which row pointers are indexed by
+    _footprints: dict[tuple[str, int | None, str], Margins] = field(default_factory=dict)
 
     @property
     def ir(self) -> ir.StencilIR:
@@ -181,7 +183,8 @@ class _Lowering:
             if a in loads:
                 continue
             if a.name in sched.cached_reads:
-                loads[a] = k.Ref(read_cache(a.name, a.dt), self._tile_index(coords, a.offsets, True), k.Space.STACK)
+                margins = self._margins(a.name, a.dt, "read")
+                loads[a] = k.Ref(read_cache(a.name, a.dt), self._tile_index(coords, a.offsets, margins), k.Space.STACK)
                 continue
             ptr = array_name(a.name, a.dt)
             row = self._rows.get((ptr, a.offsets[:-1]))
@@ -191,7 +194,8 @@ class _Lowering:
                 loads[a] = k.Ref(ptr, global_index(coords, a.offsets))
         zero = (0,) * self.ir.ndim
         if st.target in sched.cached_writes:
-            lhs = k.Ref(write_cache(st.target), self._tile_index(coords, zero, False), k.Space.STACK)
+            margins = self._margins(st.target, 1, "write")
+            lhs = k.Ref(write_cache(st.target), self._tile_index(coords, zero, margins), k.Space.STACK)
         else:
             lhs = k.Ref(level_name(st.target, 1), global_index(coords, zero))
         return k.Assign(lhs, st.stmt.expr, tuple(loads.items()), st.target, tuple(coords))
@@ -248,7 +252,9 @@ class _Lowering:
         zero = (0,) * self.ir.ndim
         for name, dt in self._cached_levels(statements):
             src = k.Ref(array_name(name, dt), global_index(self._copy_iterators(), zero))
-            out.append(self._copy(k.Ref(read_cache(name, dt), self._cache_index(True), k.Space.STACK), src, True))
+            margins = self._margins(name, dt, "read")
+            dst = k.Ref(read_cache(name, dt), self._cache_index(margins), k.Space.STACK)
+            out.append(self._copy(dst, src, margins, True))
         return out
 
     def _loop_epilogue(self, dim: int, statements: set[str]) -> list[k.Node]:
@@ -258,8 +264,9 @@ class _Lowering:
             for st in self.poly.statements:
                 if st.name in statements and st.target in self.schedule.schedule.cached_writes:
                     dst = k.Ref(level_name(st.target, 1), global_index(self._copy_iterators(), zero))
-                    src = k.Ref(write_cache(st.target), self._cache_index(False), k.Space.STACK)
-                    out.append(self._copy(dst, src, False))
+                    margins = self._margins(st.target, 1, "write")
+                    src = k.Ref(write_cache(st.target), self._cache_index(margins), k.Space.STACK)
+                    out.append(self._copy(dst, src, margins, False))
         return out
 
     # -- cache_read / cache_write: tile buffers -------------------------------
@@ -270,45 +277,65 @@ class _Lowering:
         size = self.schedule.tiles[dim][1]
         return f"({size} * {self._iterators[dim]})", size
 
-    def _extent(self, d: int, halo: bool) -> int:
-        return self._tile(d)[1] + (2 * self.ir.radius[d] if halo else 0)
+    def _tile_sizes(self) -> list[int]:
+        sizes = dict(self.schedule.tiles.values())
+        return [sizes[d] for d in range(self.ir.ndim)]
 
-    def _tile_index(self, coords: list[str], offsets: tuple[int, ...], halo: bool) -> str:
+    def _margins(self, name: str, dt: int | None, access: str) -> Margins:
+        """How far a tile's footprint in level t+dt of `name` under the `access`
+        ("read" or "write") relations reaches beyond the tile, below and above,
+        per dimension: isl's image of a tile inside the domain. A cache buffer
+        holds that footprint; at the domain's edge it is clipped to the array."""
+        key = (name, dt, access)
+        if key not in self._footprints:
+            sizes = self._tile_sizes()
+            origin = self.ir.radius  # a tile filling the domain r <= i < P - r of arrays P = s + 2r
+            box = [(o, o + size) for o, size in zip(origin, sizes)]
+            found = self.poly.footprint(name, dt, box, [size + 2 * o for o, size in zip(origin, sizes)], access=access)
+            assert found is not None, f"no statement {access}s {name} at t{dt:+d}" if dt is not None else name
+            self._footprints[key] = tuple((lo - o, hi - (o + size - 1))
+                                          for (lo, hi), o, size in zip(found, origin, sizes))
+        return self._footprints[key]
+
+    def _tile_index(self, coords: list[str], offsets: tuple[int, ...], margins: Margins) -> str:
+        """Index of the point coords + offsets in a tile buffer whose footprint reaches `margins` beyond the tile."""
         index = ""
-        for d, (c, o) in enumerate(zip(coords, offsets)):
-            origin, _ = self._tile(d)
-            shift = o + (self.ir.radius[d] if halo else 0)
-            term = f"({c} - {origin} + {shift})"
-            index = term if d == 0 else f"({index}) * {self._extent(d, halo)} + {term}"
+        for d, (c, o, (lo, hi)) in enumerate(zip(coords, offsets, margins)):
+            origin, size = self._tile(d)
+            term = f"({c} - {origin} + {o - lo})"
+            index = term if d == 0 else f"({index}) * {size + hi - lo} + {term}"
         return index
 
     def _copy_iterators(self) -> list[str]:
         return [f"a{d}" for d in range(self.ir.ndim)]
 
-    def _copy(self, dst: k.Ref, src: k.Ref, halo: bool) -> k.Copy:
-        """A copy over the tile (with halo: clipped to the array; without: clipped to the interior)."""
+    def _copy(self, dst: k.Ref, src: k.Ref, margins: Margins, read: bool) -> k.Copy:
+        """A copy over the tile's footprint (read: clipped to the array; written: to the computed points)."""
         region = []
-        for d in range(self.ir.ndim):
+        for d, (lo, hi) in enumerate(margins):
             origin, size = self._tile(d)
-            r = self.ir.radius[d]
-            first, last = (f"L{d}", f"H{d}") if self.box else (str(r), f"P{d} - {r}")
-            region.append((f"msc_imax(0, {origin} - {r})", f"msc_imin(P{d}, {origin} + {size + r})") if halo else
+            first, last = (f"L{d}", f"H{d}") if self.box else (str(self.ir.radius[d]), f"P{d} - {self.ir.radius[d]}")
+            below = f"{origin} - {-lo}" if lo <= 0 else f"{origin} + {lo}"
+            region.append((f"msc_imax(0, {below})", f"msc_imin(P{d}, {origin} + {size + hi})") if read else
                           (f"msc_imax({first}, {origin})", f"msc_imin({last}, {origin} + {size})"))
         return k.Copy(dst, src, tuple(self._copy_iterators()), tuple(region))
 
-    def _cache_index(self, halo: bool) -> str:
-        return self._tile_index(self._copy_iterators(), (0,) * self.ir.ndim, halo)
+    def _cache_index(self, margins: Margins) -> str:
+        return self._tile_index(self._copy_iterators(), (0,) * self.ir.ndim, margins)
 
     def buffers(self) -> list[k.Buffer]:
-        """The cache buffers, one per worker: tile plus halo for each level read, the tile for each field written."""
+        """The cache buffers, one per worker, each a tile's footprint: in each level read, in each field written."""
         sched = self.schedule.schedule
         if not (sched.cached_reads or sched.cached_writes):
             return []
-        sizes = {d: size for (d, size) in self.schedule.tiles.values()}
-        halo = tuple(sizes[d] + 2 * self.ir.radius[d] for d in range(self.ir.ndim))
-        plain = tuple(sizes[d] for d in range(self.ir.ndim))
-        out = [k.Buffer(read_cache(n, dt), k.Space.STACK, halo, n) for n, dt in self._cached_levels(None)]
-        return out + [k.Buffer(write_cache(n), k.Space.STACK, plain, n) for n in sched.cached_writes]
+
+        def shape(margins: Margins) -> tuple[int, ...]:
+            return tuple(size + hi - lo for size, (lo, hi) in zip(self._tile_sizes(), margins))
+
+        out = [k.Buffer(read_cache(n, dt), k.Space.STACK, shape(self._margins(n, dt, "read")), n)
+               for n, dt in self._cached_levels(None)]
+        return out + [k.Buffer(write_cache(n), k.Space.STACK, shape(self._margins(n, 1, "write")), n)
+                      for n in sched.cached_writes]
 
     def _cached_levels(self, statements: set[str] | None) -> list[tuple[str, int | None]]:
         levels = set()
