@@ -61,6 +61,15 @@ def write_cache(name: str) -> str:
     return f"cw_{field_name(name)}"
 
 
+def staged_buffer(name: str) -> str:
+    """The buffer of every level of `name` a staged time tile touches."""
+    return f"ct_{field_name(name)}"
+
+
+STAGED_LEVEL = "msc_l"  # the local level a time tile's copy-in is at
+STAGED_STEP = "msc_s"  # the step a time tile's copy-out is at
+
+
 def levels_used(stencil: ir.StencilIR, name: str) -> set[int]:
     levels = {1}
     for s in stencil.statements:
@@ -169,18 +178,23 @@ class _Lowering:
 
     def statement(self, name: str, args: list[str]) -> tuple[k.Node, ...]:
         st = self._statement(name)
-        body: k.Node = self._wrap_call(st) if st.stmt is None else self._assignment(st, args[1:])
+        body: k.Node = self._wrap_call(st) if st.stmt is None else self._assignment(st, args[0], args[1:])
         if self.schedule.time_dim in self._loops:
             return (body,)
         # isl fixed the time step without a loop over it: set up the levels here
         return (k.Block((*self._level_pointers(args[0]), body), scoped=True),)
 
-    def _assignment(self, st: PolyStatement, coords: list[str]) -> k.Assign:
+    def _assignment(self, st: PolyStatement, step: str, coords: list[str]) -> k.Assign:
+        """The statement at the point `coords` of time step `step`."""
         assert st.stmt is not None
         sched = self.schedule.schedule
         loads = {}
+        staged = self._staged_fields()
         for a in st.stmt.reads:
             if a in loads:
+                continue
+            if a.name in staged:
+                loads[a] = self._staged_ref(a.name, a.dt, step, coords, a.offsets)
                 continue
             if a.name in sched.cached_reads:
                 margins = self._margins(a.name, a.dt, "read")
@@ -193,7 +207,9 @@ class _Lowering:
             else:
                 loads[a] = k.Ref(ptr, global_index(coords, a.offsets))
         zero = (0,) * self.ir.ndim
-        if st.target in sched.cached_writes:
+        if st.target in staged:
+            lhs = self._staged_ref(st.target, 1, step, coords, zero)
+        elif st.target in sched.cached_writes:
             margins = self._margins(st.target, 1, "write")
             lhs = k.Ref(write_cache(st.target), self._tile_index(coords, zero, margins), k.Space.STACK)
         else:
@@ -233,7 +249,10 @@ class _Lowering:
     def _level_pointers(self, step: str) -> list[k.Decl]:
         """Restrict pointers to every level used at time step `step`."""
         decls = []
+        staged = self._staged_fields()
         for f in self.ir.written_fields:
+            if f.name in staged:
+                continue
             for dt in sorted(levels_used(self.ir, f.name), reverse=True):
                 kind = "pointer" if dt == 1 else "const pointer"
                 slot = ring_slot(step, dt, f.slots)
@@ -248,6 +267,8 @@ class _Lowering:
             return list(self._level_pointers(iterator))
         if dim != max(self.schedule.tiles, default=-1):
             return []
+        if self._staged_fields():
+            return self._stage_in()
         out: list[k.Node] = []
         zero = (0,) * self.ir.ndim
         for name, dt in self._cached_levels(statements):
@@ -259,6 +280,8 @@ class _Lowering:
 
     def _loop_epilogue(self, dim: int, statements: set[str]) -> list[k.Node]:
         out: list[k.Node] = []
+        if self._staged_fields() and dim == max(self.schedule.tiles, default=-1):
+            return self._stage_out()
         if self.schedule.schedule.cached_writes and dim == max(self.schedule.tiles, default=-1):
             zero = (0,) * self.ir.ndim
             for st in self.poly.statements:
@@ -328,6 +351,13 @@ class _Lowering:
         sched = self.schedule.schedule
         if not (sched.cached_reads or sched.cached_writes):
             return []
+        if sched.time_depth:
+            staged = []
+            for name in self._staged_fields():
+                dt_min, levels, _, width = self._band(name)
+                shape = width if dt_min is None else (levels, *width)
+                staged.append(k.Buffer(staged_buffer(name), k.Space.STACK, shape, name))
+            return staged
 
         def shape(margins: Margins) -> tuple[int, ...]:
             return tuple(size + hi - lo for size, (lo, hi) in zip(self._tile_sizes(), margins))
@@ -337,12 +367,143 @@ class _Lowering:
         return out + [k.Buffer(write_cache(n), k.Space.STACK, shape(self._margins(n, 1, "write")), n)
                       for n in sched.cached_writes]
 
+    # -- cache_read / cache_write under time_tile: the time tile staged ---------
+    #
+    # A time tile (wave w, space tiles X_d, so t_tile = w - sum X_d, first step
+    # tau0 = depth * t_tile) computes, at step t, statement k over
+    # o_d - S r_d (t - tau0) - k r_d <= i_d < that + size_d, where o_d =
+    # size_d X_d - S r_d tau0 (codegen's skew, msc/schedule.py). A staged field
+    # keeps every level the tile touches (tau0 + dt_min .. tau0 + depth - 1 +
+    # dt_max) in one buffer, each level a band that moves with the skew: point
+    # i of level L sits at i - o_d + S r_d (L - tau0) - rel_min_d. The tile
+    # copies every level's band in before its first step (values other tiles
+    # computed are final by then: they ran in earlier wavefronts), computes in
+    # the buffer, and copies out, step by step, the points it computed.
+
+    def _staged_fields(self) -> list[str]:
+        sched = self.schedule.schedule
+        return sorted(set(sched.cached_reads) | set(sched.cached_writes)) if sched.time_depth else []
+
+    def _band(self, name: str) -> tuple[int | None, int, tuple[int, ...], tuple[int, ...]]:
+        """(dt_min, levels, rel_min per dimension, width per dimension) of the
+        staged field `name` (dt_min None: a time-invariant field, one level)."""
+        dts = {a.dt for st in self.ir.statements for a in st.reads if a.name == name}
+        written = any(f.name == name for f in self.ir.written_fields)
+        margins = [self._margins(name, dt, "read") for dt in dts] + ([((0, 0),) * self.ir.ndim] if written else [])
+        lo = [min(m[d][0] for m in margins) for d in range(self.ir.ndim)]
+        hi = [max(m[d][1] for m in margins) for d in range(self.ir.ndim)]
+        nst, depth = len(self.ir.statements), self.schedule.schedule.time_depth
+        sizes, radius = self._tile_sizes(), self.ir.radius
+        if None in dts:
+            rel = tuple(-nst * r * (depth - 1) - (nst - 1) * r + a for r, a in zip(radius, lo))
+            width = tuple(size + nst * r * (depth - 1) + (nst - 1) * r + b - a
+                          for size, r, a, b in zip(sizes, radius, lo, hi))
+            return None, 1, rel, width
+        levels = dts | ({1} if written else set())
+        dt_min, dt_max = min(levels), max(levels)  # type: ignore[type-var]
+        rel = tuple(nst * r * dt_min - (nst - 1) * r + a for r, a in zip(radius, lo))
+        width = tuple(size + nst * r * (dt_max - dt_min) + (nst - 1) * r + b - a
+                      for size, r, a, b in zip(sizes, radius, lo, hi))
+        return dt_min, depth + dt_max - dt_min, rel, width
+
+    def _first_step(self) -> str:
+        """tau0: the first step of the current time tile."""
+        wave = self._iterators[self.schedule.names.index("wave")]
+        tiles = " - ".join(self._iterators[dim] for dim in sorted(self.schedule.tiles))
+        return f"({self.schedule.schedule.time_depth} * ({wave} - {tiles}))"
+
+    def _skewed_origin(self, d: int) -> str:
+        """o_d: where statement 0's points of the current time tile start at its first step."""
+        dim = next(t for t, (dd, _) in self.schedule.tiles.items() if dd == d)
+        size = self.schedule.tiles[dim][1]
+        return f"({size} * {self._iterators[dim]} - {len(self.ir.statements) * self.ir.radius[d]} * {self._first_step()})"
+
+    def _band_index(self, name: str, level: str | None, coords: list[str], shifts: list[str]) -> str:
+        """Index in the staged buffer of `name`: local level `level` (None: a
+        time-invariant field), point coords[d] - o_d + shifts[d] in each dimension."""
+        dt_min, _, rel, width = self._band(name)
+        index = level or ""
+        for d, (c, shift) in enumerate(zip(coords, shifts)):
+            term = f"({c} - {self._skewed_origin(d)} + {shift})"
+            index = term if not index else f"({index}) * {width[d]} + {term}"
+        return index
+
+    def _staged_ref(self, name: str, dt: int | None, t: str, coords: list[str], offsets: tuple[int, ...]) -> k.Ref:
+        """The element of level t+dt at coords + offsets in the staged buffer of `name`."""
+        dt_min, _, rel, _ = self._band(name)
+        tau0, nst = self._first_step(), len(self.ir.statements)
+        if dt_min is None or dt is None:
+            shifts = [f"{o - r}" for o, r in zip(offsets, rel)]
+            return k.Ref(staged_buffer(name), self._band_index(name, None, coords, shifts), k.Space.STACK)
+        shifts = [f"{nst * r} * ({t} - {tau0}) + {o + nst * r * dt - m}" for o, r, m in zip(offsets, self.ir.radius, rel)]
+        level = f"({t} + {dt - dt_min} - {tau0})"
+        return k.Ref(staged_buffer(name), self._band_index(name, level, coords, shifts), k.Space.STACK)
+
+    def _stage_in(self) -> list[k.Node]:
+        """Copy every level's band of each staged field in, before the tile's first step."""
+        out: list[k.Node] = []
+        tau0, nst, its = self._first_step(), len(self.ir.statements), self._copy_iterators()
+        for name in self._staged_fields():
+            dt_min, levels, rel, width = self._band(name)
+            region = []
+            if dt_min is None:
+                shifts = [f"{-m}" for m in rel]
+                for d, (m, w) in enumerate(zip(rel, width)):
+                    region.append((f"msc_imax(0, {self._skewed_origin(d)} {_plus(m)})",
+                                   f"msc_imin(P{d}, {self._skewed_origin(d)} {_plus(m + w)})"))
+                src = k.Ref(field_name(name), global_index(its, (0,) * self.ir.ndim))
+                dst = k.Ref(staged_buffer(name), self._band_index(name, None, its, shifts), k.Space.STACK)
+                out.append(k.Copy(dst, src, tuple(its), tuple(region)))
+                continue
+            lv = STAGED_LEVEL
+            shifts = [f"{nst * r} * ({lv} {_plus(dt_min)}) {_plus(-m)}" for r, m in zip(self.ir.radius, rel)]
+            for d, (r, m, w) in enumerate(zip(self.ir.radius, rel, width)):
+                start = f"{self._skewed_origin(d)} - {nst * r} * ({lv} {_plus(dt_min)}) {_plus(m)}"
+                region.append((f"msc_imax(0, {start})", f"msc_imin(P{d}, {start} + {w})"))
+            slots = self.ir.field(name).slots
+            src = k.Ref(f"{field_name(name)}_buf", f"{ring_slot(f'{tau0} + {lv}', dt_min, slots)} * V + "
+                                                    f"{global_index(its, (0,) * self.ir.ndim)}")
+            dst = k.Ref(staged_buffer(name), self._band_index(name, lv, its, shifts), k.Space.STACK)
+            out.append(k.Loop(lv, "0", f"{lv} < {levels}", k.Block((k.Copy(dst, src, tuple(its), tuple(region)),))))
+        return out
+
+    def _stage_out(self) -> list[k.Node]:
+        """Copy out, step by step and statement by statement, the points the tile computed."""
+        tau0, nst, its = self._first_step(), len(self.ir.statements), self._copy_iterators()
+        step = STAGED_STEP
+        copies: list[k.Node] = []
+        for st in self.poly.statements:
+            if st.target not in self._staged_fields():
+                continue
+            dt_min, _, rel, _ = self._band(st.target)
+            assert dt_min is not None
+            region = []
+            for d, r in enumerate(self.ir.radius):
+                first, last = (f"L{d}", f"H{d}") if self.box else (str(r), f"P{d} - {r}")
+                start = f"{self._skewed_origin(d)} - {nst * r} * ({step} - {tau0}) {_plus(-st.index * r)}"
+                size = self._tile_sizes()[d]
+                region.append((f"msc_imax({first}, {start})", f"msc_imin({last}, {start} + {size})"))
+            shifts = [f"{nst * r} * ({step} + 1 - {tau0}) {_plus(-m)}" for r, m in zip(self.ir.radius, rel)]
+            src = k.Ref(staged_buffer(st.target), self._band_index(st.target, f"({step} + {1 - dt_min} - {tau0})", its, shifts),
+                        k.Space.STACK)
+            slots = self.ir.field(st.target).slots
+            dst = k.Ref(f"{field_name(st.target)}_buf", f"{ring_slot(step, 1, slots)} * V + "
+                                                        f"{global_index(its, (0,) * self.ir.ndim)}")
+            copies.append(k.Copy(dst, src, tuple(its), tuple(region)))
+        depth = self.schedule.schedule.time_depth
+        return [k.Loop(step, tau0, f"{step} < msc_imin(T, {tau0} + {depth})", k.Block(tuple(copies)))]
+
     def _cached_levels(self, statements: set[str] | None) -> list[tuple[str, int | None]]:
         levels = set()
         for st in self.poly.statements:
             if st.stmt is not None and (statements is None or st.name in statements):
                 levels |= {(a.name, a.dt) for a in st.stmt.reads if a.name in self.schedule.schedule.cached_reads}
         return sorted(levels, key=lambda v: (v[0], v[1] if v[1] is not None else -99))
+
+
+def _plus(n: int) -> str:
+    """`+ n` or `- |n|`, to follow a term."""
+    return f"+ {n}" if n >= 0 else f"- {-n}"
 
 
 def box_domain(poly: PolyIR) -> isl.UnionSet:

@@ -75,13 +75,16 @@ class Schedule:
 
     def cache_read(self, field: str) -> Schedule:
         """Stage each tile's input footprint of `field` (every level read) in a
-        thread-local buffer before computing the tile (needs tile() on every
-        dimension)."""
+        thread-local buffer before computing the tile (needs tile() or
+        time_tile() on every dimension). Under time_tile the whole time tile
+        is staged: every level of `field` it reads, so a written field needs
+        cache_write too."""
         return replace(self, cached_reads=self.cached_reads + (field,))
 
     def cache_write(self, field: str) -> Schedule:
         """Compute each tile of `field` into a thread-local buffer and copy it
-        out when the tile is done (needs tile() on every dimension)."""
+        out when the tile is done (needs tile() or time_tile() on every
+        dimension; under time_tile, with cache_read of a field that is read)."""
         return replace(self, cached_writes=self.cached_writes + (field,))
 
     def parallel(self, loop: str) -> Schedule:
@@ -202,6 +205,7 @@ def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
     _check_legal(poly, lowered)
     lowered.parallel_dims = poly.parallel_dims(umap)
     _decorate(poly, lowered)
+    _check_staged_workers(poly, lowered)
     return lowered
 
 
@@ -285,14 +289,24 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
     if not (s.cached_reads or s.cached_writes):
         return
     what = f"cache_read/cache_write on stencil '{stencil.name}'"
-    if s.time_depth:
-        raise ScheduleError(f"{what}: caches work on spatial tiles; use tile() instead of time_tile()")
     if len(lowered.tiles) != stencil.ndim:
-        raise ScheduleError(f"{what}: tile every dimension first, e.g. tile({', '.join(d + '=32' for d in stencil.dims)})")
+        sizes = ", ".join(d + "=32" for d in stencil.dims)
+        example = f"time_tile({s.time_depth}, {sizes})" if s.time_depth else f"tile({sizes})"
+        raise ScheduleError(f"{what}: tile every dimension first, e.g. {example}")
     if max(lowered.tiles) > min(lowered.names.index(d) for d in stencil.dims):
         raise ScheduleError(f"{what}: tile loops must be outside the point loops")
     if s.fuse_at:
-        raise ScheduleError(f"{what}: caches cannot be combined with compute_at")
+        raise ScheduleError(
+            f"{what}: caches cannot be combined with compute_at: a fused tile reads, at offsets, the level its "
+            "producers write in the same tile, which a copy made before the tile does not hold; time_tile() "
+            "stages fused steps instead")
+    if s.time_depth:
+        read = {a.name for st in stencil.statements for a in st.reads}
+        for name in sorted(f.name for f in stencil.written_fields if f.name in read):
+            if (name in s.cached_reads) != (name in s.cached_writes):
+                raise ScheduleError(
+                    f"{what}: under time_tile a field that is written and read is staged whole, its later steps "
+                    f"reading what earlier ones wrote: use both cache_read({name!r}) and cache_write({name!r})")
     read = {a.name for st in stencil.statements for a in st.reads}
     written = {f.name for f in stencil.written_fields}
     for name in s.cached_reads:
@@ -301,6 +315,20 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
     for name in s.cached_writes:
         if name not in written:
             raise ScheduleError(f"cache_write: stencil '{stencil.name}' writes no field {name!r}")
+
+
+def _check_staged_workers(poly: PolyIR, lowered: LoweredSchedule) -> None:
+    """A staged time tile is one worker's: its buffers hold the whole tile, and
+    only the tiles of one wavefront (no dependence between them) run at once."""
+    s = lowered.schedule
+    if not (s.time_depth and (s.cached_reads or s.cached_writes)) or lowered.parallel_dim is None:
+        return
+    name = lowered.names[lowered.parallel_dim]
+    if lowered.parallel_dim not in lowered.tiles:
+        raise ScheduleError(
+            f"cache_read/cache_write on stencil '{poly.ir.name}': a staged time tile belongs to one thread, but "
+            f"loop {name!r} inside it is shared among threads; share a tile loop, e.g. parallel("
+            f"{lowered.names[min(lowered.tiles)]!r})")
 
 
 def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:
