@@ -181,6 +181,21 @@ def test_emitted_time_tiled_program(stencil, depth, tmp_path):
     _check_program_bitwise(program, args, serial, (1, 2, 3), tmp_path)
 
 
+def test_emitted_staged_time_tiled_program(tmp_path):
+    """Time tiles staged in thread-local buffers (cache_read/cache_write under
+    time_tile) on each rank's block: bitwise the single-process run."""
+    schedule = msc.Schedule().time_tile(2, x=5)
+    for name in "pq":
+        schedule = schedule.cache_read(name).cache_write(name)
+    program = _emit_and_build(chain, tmp_path / "src", "float64", schedule)
+    inputs = {name: np.random.default_rng(5).random(41) + k for k, name in enumerate("pq")}
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    serial = chain.compile(schedule=schedule).run(steps=10, **inputs)
+    args = ["--steps", "10"] + [a for n in inputs for a in ("--in", f"{n}={tmp_path / f'{n}.npy'}")]
+    _check_program_bitwise(program, args, serial, (1, 2, 3), tmp_path)
+
+
 @pytest.mark.parametrize("stencil, schedule", [(three_phases, None), (wave, msc.Schedule().time_tile(3, x=5))],
                          ids=["phases", "time_tiled"])
 def test_emitted_program_over_another_node_target(stencil, schedule, tmp_path):
