@@ -318,17 +318,19 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
 
 
 def _check_staged_workers(poly: PolyIR, lowered: LoweredSchedule) -> None:
-    """A staged time tile is one worker's: its buffers hold the whole tile, and
-    only the tiles of one wavefront (no dependence between them) run at once."""
+    """A write buffer, and a staged time tile, are one worker's: each holds the
+    whole tile, which its copy-out writes back. (Read buffers of spatial
+    tiles may be shared: every worker copies the tile in for itself.)"""
     s = lowered.schedule
-    if not (s.time_depth and (s.cached_reads or s.cached_writes)) or lowered.parallel_dim is None:
+    staged = bool(s.time_depth and (s.cached_reads or s.cached_writes))
+    if not (staged or s.cached_writes) or lowered.parallel_dim is None or lowered.parallel_dim in lowered.tiles:
         return
     name = lowered.names[lowered.parallel_dim]
-    if lowered.parallel_dim not in lowered.tiles:
-        raise ScheduleError(
-            f"cache_read/cache_write on stencil '{poly.ir.name}': a staged time tile belongs to one thread, but "
-            f"loop {name!r} inside it is shared among threads; share a tile loop, e.g. parallel("
-            f"{lowered.names[min(lowered.tiles)]!r})")
+    what = "a staged time tile belongs to one thread" if staged else \
+        "a cache_write buffer holds one thread's whole tile, which it copies out"
+    raise ScheduleError(
+        f"cache_read/cache_write on stencil '{poly.ir.name}': {what}, but loop {name!r} inside the tile is "
+        f"shared among threads; share a tile loop, e.g. parallel({lowered.names[min(lowered.tiles)]!r})")
 
 
 def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:

@@ -89,7 +89,9 @@ def test_a_staged_tile_computes_in_its_buffer():
      ["a staged time tile belongs to one thread", "loop 'x'", "parallel('x_tile')"]),
     (msc.Schedule().time_tile(8, x=96, y=96).cache_read("u").cache_write("u"), ["u 9x99x99 (705672 bytes)", "more than the 524288"]),
     (msc.Schedule().tile(x=8, y=8).compute_at("x_tile").cache_read("u"), ["cannot be combined with compute_at", "does not hold"]),
-], ids=["one-sided", "untiled-dimension", "shared-point-loop", "capacity", "compute_at"])
+    (msc.Schedule().tile(x=8, y=8).cache_write("u").parallel("y"),  # each thread would copy out the whole tile
+     ["a cache_write buffer holds one thread's whole tile", "loop 'y' inside the tile is shared"]),
+], ids=["one-sided", "untiled-dimension", "shared-point-loop", "capacity", "compute_at", "cache_write-shared-point-loop"])
 def test_what_staging_refuses_and_why(schedule, words):
     with pytest.raises(ScheduleError) as info:
         heat.compile(schedule=schedule)
