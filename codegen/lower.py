@@ -304,20 +304,33 @@ class _Lowering:
         sizes = dict(self.schedule.tiles.values())
         return [sizes[d] for d in range(self.ir.ndim)]
 
+    def _shift(self, st: PolyStatement, d: int) -> int:
+        """How far statement `st` runs ahead in dimension d under compute_at: a
+        fused tile X holds its points size * X + shift <= i_d < that + size."""
+        names = self.schedule.names
+        fused = names[:names.index("")] if self.schedule.schedule.fuse_at else []
+        return (len(self.ir.statements) - 1 - st.index) * self.ir.radius[d] if f"{self.ir.dims[d]}_tile" in fused else 0
+
     def _margins(self, name: str, dt: int | None, access: str) -> Margins:
         """How far a tile's footprint in level t+dt of `name` under the `access`
         ("read" or "write") relations reaches beyond the tile, below and above,
-        per dimension: isl's image of a tile inside the domain. A cache buffer
-        holds that footprint; at the domain's edge it is clipped to the array."""
+        per dimension: isl's image of a tile inside the domain (each statement's
+        own under compute_at). A cache buffer holds that footprint; at the
+        domain's edge it is clipped to the array."""
         key = (name, dt, access)
         if key not in self._footprints:
             sizes = self._tile_sizes()
-            origin = self.ir.radius  # a tile filling the domain r <= i < P - r of arrays P = s + 2r
-            box = [(o, o + size) for o, size in zip(origin, sizes)]
-            found = self.poly.footprint(name, dt, box, [size + 2 * o for o, size in zip(origin, sizes)], access=access)
-            assert found is not None, f"no statement {access}s {name} at t{dt:+d}" if dt is not None else name
+            origin = self.ir.radius  # tiles inside the domain r <= i < P - r of arrays P = s + 2r + the shifts
+            extents = [size + 2 * o + (len(self.ir.statements) - 1) * o for o, size in zip(origin, sizes)]
+            bounds: list[tuple[int, int]] = []
+            for st in self.poly.statements:
+                box = [(o + self._shift(st, d), o + self._shift(st, d) + size) for d, (o, size) in enumerate(zip(origin, sizes))]
+                found = self.poly.footprint(name, dt, box, extents, access=access, statements={st.name})
+                if found is not None:
+                    bounds = list(found) if not bounds else [(min(a, c), max(b, e)) for (a, b), (c, e) in zip(bounds, found)]
+            assert bounds, f"no statement {access}s {name} at t{dt:+d}" if dt is not None else name
             self._footprints[key] = tuple((lo - o, hi - (o + size - 1))
-                                          for (lo, hi), o, size in zip(found, origin, sizes))
+                                          for (lo, hi), o, size in zip(bounds, origin, sizes))
         return self._footprints[key]
 
     def _tile_index(self, coords: list[str], offsets: tuple[int, ...], margins: Margins) -> str:
@@ -339,8 +352,9 @@ class _Lowering:
             origin, size = self._tile(d)
             first, last = (f"L{d}", f"H{d}") if self.box else (str(self.ir.radius[d]), f"P{d} - {self.ir.radius[d]}")
             below = f"{origin} - {-lo}" if lo <= 0 else f"{origin} + {lo}"
+            start = origin if lo == 0 else f"{origin} {_plus(lo)}"
             region.append((f"msc_imax(0, {below})", f"msc_imin(P{d}, {origin} + {size + hi})") if read else
-                          (f"msc_imax({first}, {origin})", f"msc_imin({last}, {origin} + {size})"))
+                          (f"msc_imax({first}, {start})", f"msc_imin({last}, {origin} + {size + hi})"))
         return k.Copy(dst, src, tuple(self._copy_iterators()), tuple(region))
 
     def _cache_index(self, margins: Margins) -> str:

@@ -15,7 +15,7 @@ schedule space.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -121,15 +121,16 @@ class PolyIR:
         return self._access(False, "write")
 
     def footprint(self, field: str, dt: int | None, box: Sequence[tuple[int, int]], extents: Sequence[int],
-                  access: str = "read") -> tuple[tuple[int, int], ...] | None:
+                  access: str = "read", statements: Collection[str] | None = None) -> tuple[tuple[int, int], ...] | None:
         """The bounding box (inclusive bounds per space dimension) of the points
         of level t+dt of `field` (dt None: a time-invariant field) that the
-        statements read (`access`: or "write") at the instances of one step
+        `statements` (default: all) read (`access`: or "write") at the instances of one step
         whose space coordinates lie in `box` ([lo, hi) per dimension), in
         arrays of `extents` points (so the domain clips a box at its edge):
         the image of the box under the access relations. None when they
         access none."""
-        names = [st.name for st in self.statements if st.stmt is not None]
+        names = [st.name for st in self.statements
+                 if st.stmt is not None and (statements is None or st.name in statements)]
         within = " and ".join(f"{lo} <= {i} < {hi}" for i, (lo, hi) in zip(self.dims, box))
         point = ", ".join(["t", *self.dims])
         tile = isl.UnionSet(f"{self._p()} -> {{ {'; '.join(f'{n}[{point}] : t = 0 and {within}' for n in names)} }}")

@@ -295,11 +295,14 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
         raise ScheduleError(f"{what}: tile every dimension first, e.g. {example}")
     if max(lowered.tiles) > min(lowered.names.index(d) for d in stencil.dims):
         raise ScheduleError(f"{what}: tile loops must be outside the point loops")
-    if s.fuse_at:
-        raise ScheduleError(
-            f"{what}: caches cannot be combined with compute_at: a fused tile reads, at offsets, the level its "
-            "producers write in the same tile, which a copy made before the tile does not hold; time_tile() "
-            "stages fused steps instead")
+    if s.fuse_at:  # the statements of a step share a tile: what one writes, the next reads from memory
+        same_step = {a.name for st in stencil.statements for a in st.reads if a.dt == 1}
+        for name in sorted(same_step & set(s.cached_reads) | same_step & set(s.cached_writes)):
+            side = "cache_read: a copy made before the tile" if name in s.cached_reads else \
+                "cache_write: a buffer copied out after the tile"
+            raise ScheduleError(
+                f"{what}: under compute_at a statement reads the new level of {name!r} its producer writes in the "
+                f"same tile, which {side} does not hold; stage only levels of earlier steps, or use time_tile()")
     if s.time_depth:
         read = {a.name for st in stencil.statements for a in st.reads}
         for name in sorted(f.name for f in stencil.written_fields if f.name in read):
@@ -328,9 +331,12 @@ def _check_staged_workers(poly: PolyIR, lowered: LoweredSchedule) -> None:
     name = lowered.names[lowered.parallel_dim]
     what = "a staged time tile belongs to one thread" if staged else \
         "a cache_write buffer holds one thread's whole tile, which it copies out"
+    shareable = [lowered.names[d] for d in sorted(lowered.tiles) if d in lowered.parallel_dims]
+    hint = (f"share a tile loop, e.g. parallel({shareable[0]!r})" if shareable else
+            "no tile loop of this schedule can be shared (each carries a dependence): drop the cache_write")
     raise ScheduleError(
         f"cache_read/cache_write on stencil '{poly.ir.name}': {what}, but loop {name!r} inside the tile is "
-        f"shared among threads; share a tile loop, e.g. parallel({lowered.names[min(lowered.tiles)]!r})")
+        f"shared among threads; {hint}")
 
 
 def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:
