@@ -307,8 +307,8 @@ class _Lowering:
     def _shift(self, st: PolyStatement, d: int) -> int:
         """How far statement `st` runs ahead in dimension d under compute_at: a
         fused tile X holds its points size * X + shift <= i_d < that + size."""
-        names = self.schedule.names
-        fused = names[:names.index("")] if self.schedule.schedule.fuse_at else []
+        names, sched = self.schedule.names, self.schedule.schedule
+        fused = names[:names.index("")] if sched.fuse_at and not sched.time_depth else []
         return (len(self.ir.statements) - 1 - st.index) * self.ir.radius[d] if f"{self.ir.dims[d]}_tile" in fused else 0
 
     def _margins(self, name: str, dt: int | None, access: str) -> Margins:
@@ -435,7 +435,7 @@ class _Lowering:
     def _band_index(self, name: str, level: str | None, coords: list[str], shifts: list[str]) -> str:
         """Index in the staged buffer of `name`: local level `level` (None: a
         time-invariant field), point coords[d] - o_d + shifts[d] in each dimension."""
-        dt_min, _, rel, width = self._band(name)
+        width = self._band(name)[3]
         index = level or ""
         for d, (c, shift) in enumerate(zip(coords, shifts)):
             term = f"({c} - {self._skewed_origin(d)} + {shift})"
@@ -447,9 +447,9 @@ class _Lowering:
         dt_min, _, rel, _ = self._band(name)
         tau0, nst = self._first_step(), len(self.ir.statements)
         if dt_min is None or dt is None:
-            shifts = [f"{o - r}" for o, r in zip(offsets, rel)]
+            shifts = [f"{o - m}" for o, m in zip(offsets, rel)]
             return k.Ref(staged_buffer(name), self._band_index(name, None, coords, shifts), k.Space.STACK)
-        shifts = [f"{nst * r} * ({t} - {tau0}) + {o + nst * r * dt - m}" for o, r, m in zip(offsets, self.ir.radius, rel)]
+        shifts = [f"{nst * r} * ({t} - {tau0}) {_plus(o + nst * r * dt - m)}" for o, r, m in zip(offsets, self.ir.radius, rel)]
         level = f"({t} + {dt - dt_min} - {tau0})"
         return k.Ref(staged_buffer(name), self._band_index(name, level, coords, shifts), k.Space.STACK)
 
