@@ -4,7 +4,8 @@ A target module registers itself with `register(name, factory)` when it is
 imported; `target_names` imports every module of this package first, and
 `get_target` does when the modules named after the target (each `+` part:
 `openmp+mpi` -> openmp.py, mpi.py) do not register it, so a new target is
-one new module (plus its templates), which also registers its MPI variant.
+one new module (plus its templates); `register_node` also registers its
+MPI variant.
 Each target offers `compile` (JIT into a runnable kernel) and `emit` (a
 standalone source tree).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import functools
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -47,6 +49,19 @@ def register(name: str, factory: Callable[[], Target]) -> None:
     if name in _REGISTRY and _REGISTRY[name] is not factory:
         raise TargetError(f"target {name!r} is registered twice")
     _REGISTRY[name] = factory
+
+
+def register_node(name: str, factory: Callable[[], Target]) -> None:
+    """Register node target `name` and `name+mpi`, MPI over it (codegen/mpi.py,
+    imported only when that target is built; the node implements codegen/node.py)."""
+    register(name, factory)
+    register(f"{name}+mpi", functools.partial(_over_mpi, name))
+
+
+def _over_mpi(node: str) -> Target:
+    from msc.codegen.mpi import MPITarget
+
+    return MPITarget(node)
 
 
 @lru_cache(maxsize=1)

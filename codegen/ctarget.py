@@ -28,7 +28,6 @@ from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
-from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
 from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
@@ -46,6 +45,7 @@ from msc.runtime.kernel import BOX_ENTRY, ENTRY, CompiledKernel
 from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
 
 if TYPE_CHECKING:
+    from msc.codegen.node import NodeBuild, NodeKernel
     from msc.tuner import AutoKernel
 
 
@@ -251,11 +251,15 @@ class CTarget:
 
     def node_build(self) -> NodeBuild:
         """The driver compiles with this target's flags (less those of a shared library)."""
+        from msc.codegen.node import NodeBuild  # only a driver program needs it
+
         flags = [f for f in self.toolchain.flags if f not in ("-fPIC", "-shared")]
         return NodeBuild(cflags=" ".join(flags), threads="-fopenmp" in flags)
 
     def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool) -> NodeKernel:
         """kernel_<tag>.c, compiled by the driver's compiler with its entry points renamed."""
+        from msc.codegen.node import MakeRule, NodeKernel
+
         file, obj = f"kernel_{tag}.c", f"kernel_{tag}.o"
         entry, box_entry = f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None
         renames = f"-D{ENTRY}={entry}" + (f" -D{BOX_ENTRY}={box_entry}" if box_entry else "")

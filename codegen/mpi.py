@@ -1,5 +1,5 @@
-"""MPI over any node target: "<node>+mpi", registered by the node's module
-(openmp+mpi, serial+mpi).
+"""MPI over any node target: "<node>+mpi", registered with the node by
+`register_node` (openmp+mpi, serial+mpi).
 
 `emit` writes a standalone tree that builds with mpicc and runs with
 `mpiexec -n P`: one node kernel per phase of the halo plan (the node

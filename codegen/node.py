@@ -3,8 +3,8 @@
 The MPI driver (`codegen/mpi.py`) is written once: every rank runs one node
 kernel per phase of its halo plan and exchanges halos between them. A node
 target (openmp, serial, cuda, athread, ...) takes part by implementing
-`NodeTarget`, and registers its MPI variant in its own module with
-`register(f"{NAME}+mpi", lambda: MPITarget(NAME))`:
+`NodeTarget`, and registers itself with `register_node(NAME, factory)`,
+which registers its MPI variant `NAME+mpi` too:
 
 - `node_kernel(poly, schedule, tag, box)`: the source files of one kernel
   and the Make rules that turn them into objects. Its entry points are

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from msc import ir
-from msc.codegen import ctarget, register
+from msc.codegen import ctarget, register_node
 from msc.codegen import kernel_ir as k
-from msc.codegen.mpi import MPITarget
 from msc.codegen.passes import openmp, x86
 from msc.poly import PolyIR
 from msc.schedule import LoweredSchedule, Schedule
@@ -102,5 +101,4 @@ def kernel_key(stencil: ir.StencilIR, schedule: Schedule | None, box: bool) -> s
     return ctarget.kernel_key(NAME, stencil, schedule, box)
 
 
-register(NAME, OpenMPTarget)
-register(f"{NAME}+mpi", lambda: MPITarget(NAME))
+register_node(NAME, OpenMPTarget)

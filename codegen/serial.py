@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from msc.codegen import ctarget, register
+from msc.codegen import ctarget, register_node
 from msc.codegen import kernel_ir as k
-from msc.codegen.mpi import MPITarget
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import DEFAULT_CFLAGS
@@ -47,5 +46,4 @@ class SerialTarget(ctarget.CTarget):
         super().__init__(NAME, SerialPlatform(), ctarget.Toolchain(flags=flags, main_template="", makefile_template=""))
 
 
-register(NAME, SerialTarget)
-register(f"{NAME}+mpi", lambda: MPITarget(NAME))
+register_node(NAME, SerialTarget)
