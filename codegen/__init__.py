@@ -12,12 +12,13 @@ standalone source tree).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
-import functools
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from msc.errors import TargetError
 
