@@ -12,8 +12,8 @@ nothing. One timing on a busy machine can be lucky, so the
 finalists (the fastest few, and the default) are timed again in interleaved
 rounds and the one with the best median wins; its prefetching and
 thread-count variants are decided the same way.
-The winner is kept per stencil, dtype, problem size, thread limit and
-machine in a persistent JSON cache, so the next call measures nothing.
+The winner is kept per stencil, dtype, problem size, thread limit,
+platform and machine in a persistent JSON cache, so the next call measures nothing.
 """
 
 from __future__ import annotations
@@ -107,11 +107,11 @@ def trial_steps_for(steps: int) -> int:
     return max(1, min(steps, MAX_TRIAL_STEPS))
 
 
-def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str, trial_steps: int) -> str:
+def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str, trial_steps: int, platform: str) -> str:
     stencil = poly.ir
     text = repr((stencil.ndim, stencil.fields, stencil.params,
                  [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
-    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), host_identity(), msc.__version__]).encode())
+    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), platform, host_identity(), msc.__version__]).encode())
     return h.hexdigest()[:24]
 
 
@@ -198,7 +198,7 @@ class AutoKernel:
 
     def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any], trial_steps: int) -> Any:
         max_threads = self.threads or os.cpu_count() or 1
-        key = _key(self.poly, shape, max_threads, self.kinds, trial_steps)
+        key = _key(self.poly, shape, max_threads, self.kinds, trial_steps, self.platform.name)
         hit = _load_cache().get(key)
         if hit is not None:
             try:
