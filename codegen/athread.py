@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msc
 from msc import ir
@@ -42,6 +42,9 @@ from msc.poly import PolyIR
 from msc.runtime import athread_emu
 from msc.runtime.build import cache_dir, write_tree
 from msc.schedule import LoweredSchedule, Schedule, as_schedule, lower
+
+if TYPE_CHECKING:
+    from msc.codegen.athread_model import AthreadAutoKernel
 
 NAME = "athread"
 CHIPS = tuple(sorted(athread_emu.LDM_BYTES))
@@ -256,16 +259,16 @@ class AthreadTarget:
         return write_tree(directory, self.generate(poly, schedule, chip).files)
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
-                chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel:
+                chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AthreadAutoKernel:
         """The emitted tree, built with `make EMULATE=1` (cached by the kernel
         index, whose key includes the chip), as a kernel whose `run` executes
         it under the athread emulator in a child process. An emulation for
         correctness: its timings and counters are no Sunway performance figure."""
         check_chip(chip)
-        if schedule == "auto":
-            from msc.codegen.athread_model import tune
+        if schedule == "auto":  # chosen by a cost model when the kernel runs and the problem size is known
+            from msc.codegen.athread_model import AthreadAutoKernel
 
-            schedule = tune(poly.ir, chip).schedule
+            return AthreadAutoKernel(poly.ir, chip, lambda s: self.compile(poly, schedule=s, chip=chip))
         sched = as_schedule(schedule)
         key = ctarget.kernel_key(f"{NAME}:{chip}", poly.ir, sched, False)
         directory = cache_dir() / NAME / key
