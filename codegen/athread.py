@@ -22,12 +22,13 @@ emulation for correctness, not a performance figure.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import msc
 from msc import ir
@@ -143,12 +144,61 @@ def tile_kernels(stencil: ir.StencilIR, tile: tuple[int, ...]) -> list[TileKerne
     return [TileKernel(n, s, _levels(s), tile) for n, s in enumerate(stencil.statements)]
 
 
-def fitting_tile(stencil: ir.StencilIR, chip: str, start: tuple[int, ...], fixed: frozenset[int] = frozenset()) -> tuple[int, ...]:
+@dataclass(frozen=True)
+class TimeTileKernel:
+    """The slave function of a time tile: `depth` steps of every statement on
+    one LDM block. A CPE fetches the tile plus a halo of depth x statements x
+    radius (clipped to the array) of every level of every written field (all
+    ring slots: the boundary ring comes with them) and of each input, computes
+    the steps in LDM on a region that shrinks by the radius per statement
+    (overlapped tiles: neighbours compute their shared halo twice), and
+    writes the tile of the levels later steps read back into the other set
+    of ring buffers (the MPE keeps two, so no CPE overwrites what another
+    still fetches)."""
+
+    stencil: ir.StencilIR
+    tile: tuple[int, ...]
+    depth: int
+    function = "msc_slave_tt"
+
+    def halo(self, depth: int | None = None) -> tuple[int, ...]:
+        steps = self.depth if depth is None else depth
+        return tuple(steps * len(self.stencil.statements) * r for r in self.stencil.radius)
+
+    def extent(self) -> tuple[int, ...]:
+        return tuple(t + 2 * h for t, h in zip(self.tile, self.halo()))
+
+    def arrays(self) -> list[tuple[ir.FieldDecl, int]]:
+        """Every field staged in LDM, with its number of level buffers."""
+        read = {a.name for st in self.stencil.statements for a in st.reads}
+        return [(f, f.slots if f.written else 1) for f in self.stencil.fields if f.written or f.name in read]
+
+    def buffers(self) -> list[k.Buffer]:
+        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
+        written = ", ".join(f.name for f in self.stencil.written_fields)
+        return out + [k.Buffer("l_out", k.Space.LOCAL, self.tile, f"{written} (output staging)")]
+
+    def ldm_bytes(self, itemsize: int) -> int:
+        return sum((b.points() or 0) for b in self.buffers()) * itemsize
+
+
+SlaveKernel = Union[TileKernel, TimeTileKernel]
+
+
+def slave_kernels(stencil: ir.StencilIR, tile: tuple[int, ...], depth: int = 0) -> list[SlaveKernel]:
+    """The slave functions of a schedule with these tile sizes (and time-tile depth)."""
+    if depth:
+        return [TimeTileKernel(stencil, tile, depth)]
+    return list(tile_kernels(stencil, tile))
+
+
+def fitting_tile(stencil: ir.StencilIR, chip: str, start: tuple[int, ...], fixed: frozenset[int] = frozenset(),
+                 depth: int = 0) -> tuple[int, ...]:
     """`start` with its dimensions not in `fixed` halved (the largest first)
-    until every statement's buffers fit the LDM (or they cannot shrink further)."""
+    until every slave function's buffers fit the LDM (or they cannot shrink further)."""
     itemsize = _itemsize(stencil)
     tile = list(start)
-    while max(t.ldm_bytes(itemsize) for t in tile_kernels(stencil, tuple(tile))) > ldm_capacity(chip):
+    while max(t.ldm_bytes(itemsize) for t in slave_kernels(stencil, tuple(tile), depth)) > ldm_capacity(chip):
         free = [d for d in range(len(tile)) if d not in fixed and tile[d] > 1]
         if not free:
             break
@@ -169,13 +219,13 @@ def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str
     the platform's default, halved to fit the LDM); what this target cannot
     do is a ScheduleError naming the primitive."""
     s = schedule or Schedule()
-    refused = [("time_tile()", s.time_depth > 0), ("compute_at()", s.fuse_at is not None), ("reorder()", bool(s.order)),
+    refused = [("compute_at()", s.fuse_at is not None), ("reorder()", bool(s.order)),
                ("vectorize()", s.vector_loop is not None), ("stream_stores()", s.streaming),
                ("prefetch()", s.prefetch_distance > 0)]
     for name, asked in refused:
         if asked:
-            raise ScheduleError(f"target '{NAME}' has no {name}: a CPE computes one LDM tile at a time "
-                                f"(its primitives: tile, cache_read, cache_write, parallel on a tile loop, unroll)")
+            raise ScheduleError(f"target '{NAME}' has no {name}: a CPE computes one LDM tile at a time (its "
+                                f"primitives: tile, time_tile, cache_read, cache_write, parallel on a tile loop, unroll)")
     given = dict(s.tiles)
     for name in given:
         if name not in stencil.dims:
@@ -190,7 +240,7 @@ def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str
     default = DEFAULT_TILE[stencil.ndim]
     start = tuple(given.get(d, default[n]) for n, d in enumerate(stencil.dims))
     fixed = frozenset(n for n, d in enumerate(stencil.dims) if d in given)
-    tile = fitting_tile(stencil, chip, start, fixed)
+    tile = fitting_tile(stencil, chip, start, fixed, s.time_depth)
     return replace(s, tiles=tuple(zip(stencil.dims, tile)))
 
 
@@ -203,7 +253,7 @@ class Generated:
 
     files: dict[str, str]
     schedule: Schedule  # with every tile size
-    kernels: tuple[TileKernel, ...]
+    kernels: tuple[SlaveKernel, ...]
 
 
 class AthreadTarget:
@@ -218,13 +268,16 @@ class AthreadTarget:
         stencil = poly.ir
         platform = PLATFORMS[check_chip(chip)]
         sched = athread_schedule(as_schedule(schedule), stencil, chip)
-        lowered = lower(sched, poly)  # its checks: fields named, dependences kept
-        kernels = tile_kernels(stencil, tuple(size for _, size in sched.tiles))
+        # lowering checks the fields named and the dependences (a time tile: without its parallel loop, since
+        # its tiles overlap and run side by side, not in the skewed wavefronts lowering builds)
+        lowered = lower(replace(sched, parallel_loop=None) if sched.time_depth else sched, poly)
+        lowered.schedule = sched
+        kernels = slave_kernels(stencil, tuple(size for _, size in sched.tiles), sched.time_depth)
         for tk in kernels:
             ctarget.check_capacity(k.Kernel(tk.function, k.Block(tuple(tk.buffers()))), poly, lowered, platform, NAME)
         return Generated(self._files(poly, lowered, kernels, chip), sched, tuple(kernels))
 
-    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[TileKernel], chip: str) -> dict[str, str]:
+    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: str) -> dict[str, str]:
         stencil = poly.ir
         itemsize = _itemsize(stencil)
         unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
@@ -240,13 +293,23 @@ class AthreadTarget:
             chip=chip,
             schedule=str(lowered.schedule),
         )
-        slaves = [_slave(tk, stencil, printer, unroll, itemsize) for tk in kernels]
-        args = render("athread_args.h.j2", levels=levels, params=[param_name(p) for p in stencil.params], **common)
-        slave = render("athread_slave.c.j2", kernels=slaves, radius=list(stencil.radius), int_helpers=C_HELPERS,
-                       cpes=CPES, params=[param_name(p) for p in stencil.params], **common)
+        params = [param_name(p) for p in stencil.params]
+        time_tile = None
+        if isinstance(kernels[0], TimeTileKernel):
+            time_tile = _time_tile(kernels[0], printer, unroll, itemsize)
+            slaves = []
+            members = [f"const real *{field_name(f.name)}{'_src' if f.written else ''};" for f, _ in kernels[0].arrays()]
+            members += [f"real *{field_name(f.name)}_dst;" for f in stencil.written_fields]
+            members += ["long step, depth; /* the global step of the tile's first level t, and its steps */"]
+        else:
+            slaves = [_slave(tk, stencil, printer, unroll, itemsize) for tk in kernels if isinstance(tk, TileKernel)]
+            members = [f"{'const ' if lv['const'] else ''}real *{lv['member']};" for lv in levels]
+        args = render("athread_args.h.j2", members=members, params=params, **common)
+        slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
+                       int_helpers=C_HELPERS, cpes=CPES, params=params, **common)
         host = render("athread_host.c.j2", steps=_host_steps(poly), fields=_host_fields(stencil),
-                      parameters=ctarget.signature(stencil).c_parameters(), levels=levels,
-                      params=[param_name(p) for p in stencil.params], periodic=stencil.boundary == "periodic", **common)
+                      parameters=ctarget.signature(stencil).c_parameters(), levels=levels, params=params,
+                      periodic=stencil.boundary == "periodic", time_tile=time_tile, **common)
         main = render("main.c.j2", openmp=False, **ctarget.main_values(stencil))
         makefile = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(), **common)
         files = {"host.c": host, "slave.c": slave, "msc_args.h": args, "main.c": main, "npy.h": render("npy.h"),
@@ -351,6 +414,59 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dic
     return dict(function=tk.function, target=tk.statement.target, line=tk.statement.loc, tile=list(tk.tile),
                 buffers=buffers, out=out, elements=total, bytes=total * itemsize,
                 body=printer.lines(compute_tile(tk, ndim, unroll), 3))
+
+
+def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int) -> dict[str, Any]:
+    """What the templates need for a time tile: the LDM arrays (offsets in
+    elements of one block), each statement's compute as C lines."""
+    stencil = tt.stencil
+    arrays, offset = [], 0
+    for f, n in tt.arrays():
+        arrays.append(dict(name=f"l_{field_name(f.name)}", field=field_name(f.name), count=n, offset=offset,
+                           written=f.written, window=f.window if f.written else 0, slots=f.slots))
+        offset += n * math.prod(tt.extent())
+    statements = []
+    for n, st in enumerate(stencil.statements):
+        pointers = []
+        for name, dt in sorted({(a.name, a.dt) for a in st.reads} | {(st.target, 1)},
+                               key=lambda v: (v[0], -99 if v[1] is None else v[1])):
+            f = next(f for f in stencil.fields if f.name == name)
+            if dt is None:
+                pointers.append(f"const real *restrict v_{field_name(name)} = l_{field_name(name)};")
+            else:
+                const = "" if dt == 1 else "const "
+                pointers.append(f"{const}real *restrict v_{level_name(name, dt)} = l_{field_name(name)} + "
+                                f"((step + {dt + f.slots}) % {f.slots}) * W;")
+        statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
+                               body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
+    total = offset + math.prod(tt.tile)
+    return dict(function=tt.function, tile=list(tt.tile), depth=tt.depth, statements=statements, arrays=arrays,
+                out_offset=offset, elements=total, bytes=total * itemsize, nst=len(stencil.statements),
+                written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields])
+
+
+def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:
+    """The kernel IR of one statement on the region lo_d <= i_d < hi_d of a time tile's LDM block,
+    whose arrays hold the box b_d <= i_d < b_d + w_d (global coordinates i)."""
+    coords = [f"i{d}" for d in range(ndim)]
+
+    def index(offsets: tuple[int, ...]) -> str:
+        out = ""
+        for d in range(ndim):
+            o = offsets[d]
+            term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
+            out = term if d == 0 else f"({out}) * w{d} + {term}"
+        return out
+
+    loads = tuple((a, k.Ref(f"v_{array_name(a.name, a.dt)}", index(a.offsets), k.Space.LOCAL))
+                  for a in dict.fromkeys(st.reads))
+    node: k.Node = k.Assign(k.Ref(f"v_{level_name(st.target, 1)}", index((0,) * ndim), k.Space.LOCAL), st.expr,
+                            loads, st.target, tuple(coords))
+    for d in reversed(range(ndim)):
+        body = node if isinstance(node, k.Block) else k.Block((node,))
+        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+    assert isinstance(node, k.Block)
+    return node
 
 
 def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
