@@ -108,8 +108,12 @@ def _time_tileable(seed: int) -> bool:
 DIRICHLET = [s for s in range(48) if _time_tileable(s)]
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if n % 3 == 0 else [pytest.mark.slow])
-                                  for n, s in enumerate(DIRICHLET)])
+# 1-3D, one to three statements, cheap under the emulator (the others' tiny tiles under wide halos take up to a minute)
+TIME_TILE_SAMPLE = [3, 6, 7, 8, 12, 27, 40]
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s in TIME_TILE_SAMPLE else [pytest.mark.slow])
+                                  for s in DIRICHLET])
 def test_random_time_tiles_match_reference(seed, assert_matches):
     _run_case(seed, time_tile_schedule(seed, generate(seed).stencil), assert_matches)
 
