@@ -255,3 +255,30 @@ def test_cli_passes_chip_only_when_given(tmp_path, heat2d):
     assert main(["emit", f"{source}:heat", "--target", "openmp", "-o", str(tmp_path / "omp")]) == 0
     assert main(["emit", f"{source}:heat", "--target", "openmp", "-o", str(tmp_path / "x"), "--chip", "sw26010"]) != 0
     assert get_target("athread").emit_options == ("chip",)
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(heat2d, chip, capsys):
+    from msc.codegen.athread_model import predict
+
+    u = np.random.default_rng(3).random((70, 90))
+    kernel = heat2d.compile(target="athread", schedule="auto", chip=chip)
+    steps = 8  # a whole number of the candidates' time-tile depths
+    result = kernel.run(steps=steps, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat2d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    printed = capsys.readouterr().out
+    assert "cost model" in printed and "not a measurement" in printed and chip in printed
+    report, stats = kernel.report, kernel.last_run
+    assert report is not None and str(report.schedule) in printed
+    assert (report.get_bytes * steps, report.put_bytes * steps, report.transfers * steps) == (
+        stats.get_bytes, stats.put_bytes, stats.transfers)
+    # the same for a time tile the model did not choose, and a 3D spatial tile
+    for stencil, shape, schedule in ((heat2d, (37, 45), msc.Schedule().time_tile(4, x=8, y=16)),
+                                     (generate(5).stencil, (12, 13, 45), msc.Schedule().tile(x=3, y=4))):
+        case_inputs = {f.name: np.random.default_rng(4).random(shape) for f in stencil.ir.fields}
+        case_inputs.update({p: 0.1 for p in stencil.ir.params})
+        k = stencil.compile(target="athread", schedule=schedule, chip=chip)
+        k.run(steps=4, **case_inputs)
+        model = predict(stencil.ir, shape, schedule, chip)
+        assert (model.get_bytes * 4, model.put_bytes * 4, model.transfers * 4) == (
+            k.last_run.get_bytes, k.last_run.put_bytes, k.last_run.transfers), schedule
