@@ -2,9 +2,9 @@
 
 A target module registers itself with `register(name, factory)` when it is
 imported; `target_names` imports every module of this package first, and
-`get_target` does when the module named after the target (its last `+`
-part) does not register it, so a new target is one new module (plus its
-templates).
+`get_target` does when the modules named after the target (each `+` part:
+`openmp+mpi` -> openmp.py, mpi.py) do not register it, so a new target is
+one new module (plus its templates), which also registers its MPI variant.
 Each target offers `compile` (JIT into a runnable kernel) and `emit` (a
 standalone source tree).
 """
@@ -55,20 +55,21 @@ def _discover() -> None:
         importlib.import_module(f"{__name__}.{module.name}")
 
 
-def _import_named_module(name: str) -> None:
-    """Import the module a target is conventionally named after (`openmp` ->
-    `openmp.py`, `openmp+mpi` -> `mpi.py`), so that the usual lookup imports
-    one backend instead of all of them (a cached kernel loads in milliseconds)."""
-    module = name.rsplit("+", 1)[-1]
-    if module.isidentifier() and (Path(__file__).parent / f"{module}.py").is_file():
-        importlib.import_module(f"{__name__}.{module}")
+def _import_named_modules(name: str) -> None:
+    """Import the modules a target is conventionally named after (`openmp` ->
+    `openmp.py`, `openmp+mpi` -> `openmp.py` and `mpi.py`), so that the usual
+    lookup imports one backend instead of all of them (a cached kernel loads
+    in milliseconds)."""
+    for module in name.split("+"):
+        if module.isidentifier() and (Path(__file__).parent / f"{module}.py").is_file():
+            importlib.import_module(f"{__name__}.{module}")
 
 
 def get_target(name: str) -> Target:
     """The registered target `name` (every module is imported only when its
     conventional module does not register it)."""
     if name not in _REGISTRY:
-        _import_named_module(name)
+        _import_named_modules(name)
     if name not in _REGISTRY:
         _discover()
     if name not in _REGISTRY:

@@ -28,6 +28,7 @@ from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
+from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
 from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
@@ -74,16 +75,38 @@ def signature(stencil: ir.StencilIR) -> KernelSignature:
 
 
 class Platform:
-    """How a kernel maps to one kind of hardware (subclassed per platform)."""
+    """How a kernel maps to one kind of hardware (subclassed per platform).
+
+    Tuning (`schedule="auto"`, msc/tuner.py): a platform that `tunes` offers
+    `tuning_space`, the schedules worth trying for a stencil, problem size
+    and step count. A platform that `measures` has them timed on its
+    hardware (compiled kernels report `last_run.seconds`: wall time on a
+    CPU, device time on a GPU), the finalists again with `refinements` of
+    the winner; one that does not (a simulator, a chip not at hand) ranks
+    them by its `cost` model and runs nothing.
+    """
 
     name = ""
     kernel_template = ""  # the C file around the entry points
     capacity: ClassVar[dict[k.Space, int]] = {}  # bytes of each per-worker memory space
-    tunes = False  # schedule="auto" tunes on this platform
+    tunes = False  # schedule="auto" chooses among tuning_space on this platform
+    measures = True  # by timing kernels (else by `cost`)
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         """The kernel after this platform's passes, and the values its template needs."""
         return kernel, {}
+
+    def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
+        """The schedules worth trying on arrays of `shape` for runs of `steps` steps."""
+        return [Schedule()]
+
+    def refinements(self, schedule: Schedule, max_threads: int) -> list[Schedule]:
+        """Variants of the winning `schedule` timed against it in a last round."""
+        return []
+
+    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> float:
+        """Modelled milliseconds per step (a platform that does not measure must give it)."""
+        raise NotImplementedError(f"platform {self.name!r} has no cost model")
 
 
 @dataclass(frozen=True)
@@ -176,7 +199,8 @@ class CTarget:
                 raise ScheduleError(f"target '{self.name}' has no tuner: pass a msc.Schedule or 'default'")
             from msc.tuner import AutoKernel  # only a tuned kernel needs the tuner
 
-            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads)
+            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads,
+                              platform=self.platform)
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
         key = kernel_key(self.name, poly.ir, sched, box, self.toolchain)
@@ -204,6 +228,21 @@ class CTarget:
             "Makefile": render(self.toolchain.makefile_template, **values),
         }
         return write_tree(directory, files)
+
+    # -- as the node target of a driver program (codegen/node.py)
+
+    def node_build(self) -> NodeBuild:
+        """The driver compiles with this target's flags (less those of a shared library)."""
+        flags = [f for f in self.toolchain.flags if f not in ("-fPIC", "-shared")]
+        return NodeBuild(cflags=" ".join(flags), threads="-fopenmp" in flags)
+
+    def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool) -> NodeKernel:
+        """kernel_<tag>.c, compiled by the driver's compiler with its entry points renamed."""
+        file, obj = f"kernel_{tag}.c", f"kernel_{tag}.o"
+        entry, box_entry = f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None
+        renames = f"-D{ENTRY}={entry}" + (f" -D{BOX_ENTRY}={box_entry}" if box_entry else "")
+        rule = MakeRule(obj, (file,), (f"$(MPICC) $(CFLAGS) {renames} -c {file} -o $@",))
+        return NodeKernel({file: self.source(poly, schedule, box)}, (rule,), entry, box_entry)
 
 
 def main_values(stencil: ir.StencilIR) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from msc import ir
 from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
+from msc.codegen.mpi import MPITarget
 from msc.codegen.passes import openmp, x86
 from msc.poly import PolyIR
 from msc.schedule import LoweredSchedule, Schedule
@@ -30,6 +31,50 @@ class CPUPlatform(ctarget.Platform):
     kernel_template = "openmp_kernel.c.j2"
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: STACK_BYTES}
     tunes = True
+
+    def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
+        """Single sweeps (2.5D blocks in 3D, with and without streaming stores
+        and prefetching) and skewed time tiles of several depths and widths."""
+        stencil = poly.ir
+        base = Schedule()
+        out = [base]
+        dims = stencil.dims
+        if stencil.boundary == "dirichlet":
+            widths = [8, 16, 32, 64] if stencil.ndim > 1 else [256, 1024, 4096]
+            # fixed depths, plus the ones that split this run into one or two whole time tiles
+            depths = sorted({4, 8, 16} | {d for d in (steps // 2, steps) if 4 < d <= 32})
+            for depth in depths:
+                for w in widths:
+                    if stencil.ndim == 3:
+                        for w2 in (32, 64):
+                            out.append(base.time_tile(depth, x=w, y=w2))
+                    else:
+                        out.append(base.time_tile(depth, **{dims[0]: w}))
+        sweeps = [base]
+        if stencil.ndim == 3:  # 2.5D blocking: y blocks swept along x keep three x-planes in cache
+            sweeps += [base.tile(y=b) for b in (16, 32, 64, 128)]
+            sweeps += [base.tile(x=16, y=b) for b in (16, 32)]
+        if stencil.ndim == 2:
+            sweeps += [base.tile(y=b) for b in (512, 1024)]
+        if stencil.ndim == 1:
+            sweeps += [base.tile(x=b) for b in (4096, 16384)]
+        # streaming stores and prefetching pay off once the fields outgrow the caches: only timing tells
+        lined = [s for s in sweeps if s.tiles or stencil.ndim > 1]  # whole cache lines need a private innermost loop
+        out += sweeps + [s.stream_stores() for s in lined] + [s.stream_stores().prefetch(512) for s in lined]
+        if lined:
+            out += [lined[0].prefetch(d) for d in (256, 512, 1024)]
+            out += [lined[0].stream_stores().prefetch(d) for d in (256, 1024)]
+        return list(dict.fromkeys(out))
+
+    def refinements(self, schedule: Schedule, max_threads: int) -> list[Schedule]:
+        """Prefetching (a time tile or plain sweep may gain from it), and fewer
+        threads: halves (memory-bound kernels may run as fast on fewer cores)."""
+        out = [] if schedule.prefetch_distance else [schedule.prefetch(64), schedule.prefetch(256)]
+        n = max_threads
+        while n > 1:
+            n //= 2
+            out.append(schedule.with_threads(n))
+        return out
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         kernel, lines = x86.line_stores(kernel, poly, schedule)
@@ -58,3 +103,4 @@ def kernel_key(stencil: ir.StencilIR, schedule: Schedule | None, box: bool) -> s
 
 
 register(NAME, OpenMPTarget)
+register(f"{NAME}+mpi", lambda: MPITarget(NAME))

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
+from msc.codegen.mpi import MPITarget
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import DEFAULT_CFLAGS
@@ -47,3 +48,4 @@ class SerialTarget(ctarget.CTarget):
 
 
 register(NAME, SerialTarget)
+register(f"{NAME}+mpi", lambda: MPITarget(NAME))

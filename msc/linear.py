@@ -51,61 +51,85 @@ def linear_form(expr: ir.Expr, unknowns: Collection[str],
     `where(node)` names the source location of a node for error messages
     (for example "file.py:12: in operator 'lap'").
     """
-    unknown = frozenset(unknowns)
-    locate = where or (lambda _node: "")
+    return _Linear(frozenset(unknowns), where or (lambda _node: "")).visit(expr)
 
-    def nonlinear(node: ir.Expr, why: str) -> NonLinearError:
-        prefix = locate(node)
+
+@dataclass
+class _Linear(ir.Visitor[LinearForm]):
+    unknown: frozenset[str]
+    locate: Callable[[ir.Expr], str]
+
+    def _nonlinear(self, node: ir.Expr, why: str) -> NonLinearError:
+        prefix = self.locate(node)
         return NonLinearError(f"{prefix + ': ' if prefix else ''}non-linear term '{show(node)}': {why}")
 
-    def go(e: ir.Expr) -> LinearForm:
-        if isinstance(e, ir.FieldRead) and e.name in unknown:
+    def _opaque(self, e: ir.Expr, kind: str) -> LinearForm:
+        """A node no unknown may reach (a function, a comparison, ...): a constant of the form."""
+        parts = [self.visit(c) for c in ir.children(e)]
+        if any(p.terms for p in parts):
+            raise self._nonlinear(e, f"{kind} applied to the unknowns")
+        return LinearForm({}, e)
+
+    def const(self, e: ir.Const) -> LinearForm:
+        return LinearForm({}, e)
+
+    def param_ref(self, e: ir.ParamRef) -> LinearForm:
+        return LinearForm({}, e)
+
+    def field_read(self, e: ir.FieldRead) -> LinearForm:
+        if e.name in self.unknown:
             return LinearForm({(e.name, e.dt, e.offsets): ONE}, None)
-        if isinstance(e, (ir.Const, ir.ParamRef, ir.FieldRead)):
-            return LinearForm({}, e)
-        if isinstance(e, ir.Neg):
-            a = go(e.operand)
-            return _map(a, _neg)
-        if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
-            # a left-deep chain (s = s + ...) is walked by a loop, not by recursion
-            summands: list[tuple[bool, ir.Expr]] = []
-            node: ir.Expr = e
-            while isinstance(node, ir.BinOp) and node.op in ("+", "-"):
-                summands.append((node.op == "-", node.rhs))
-                node = node.lhs
-            summands.append((False, node))
-            terms: dict[Key, ir.Expr] = {}
-            constant: ir.Expr | None = None
-            for negate, part in reversed(summands):
-                b = go(part)
-                if negate:
-                    b = _map(b, _neg)
-                for k, c in b.terms.items():
-                    terms[k] = _add(terms[k], c) if k in terms else c
-                constant = _add_opt(constant, b.constant)
-            return LinearForm(terms, constant)
-        if isinstance(e, ir.BinOp) and e.op == "*":
-            a, b = go(e.lhs), go(e.rhs)
+        return LinearForm({}, e)
+
+    def neg(self, e: ir.Neg) -> LinearForm:
+        return _map(self.visit(e.operand), _neg)
+
+    def not_(self, e: ir.Not) -> LinearForm:
+        return self._opaque(e, "not")
+
+    def call(self, e: ir.Call) -> LinearForm:
+        return self._opaque(e, f"{e.func}(...)")
+
+    def where(self, e: ir.Where) -> LinearForm:
+        return self._opaque(e, "where")
+
+    def bin_op(self, e: ir.BinOp) -> LinearForm:
+        if e.op in ("+", "-"):
+            return self._sum(e)
+        if e.op == "*":
+            a, b = self.visit(e.lhs), self.visit(e.rhs)
             if a.terms and b.terms:
-                raise nonlinear(e, "a product of two factors that both depend on the unknowns")
+                raise self._nonlinear(e, "a product of two factors that both depend on the unknowns")
             if a.terms:
                 a, b = b, a
             factor = a.constant or ZERO  # a is free of unknowns: scale b by it
             return _map(b, lambda c: _mul(factor, c))
-        if isinstance(e, ir.BinOp) and e.op == "/":
-            a, b = go(e.lhs), go(e.rhs)
+        if e.op == "/":
+            a, b = self.visit(e.lhs), self.visit(e.rhs)
             if b.terms:
-                raise nonlinear(e, "division by an expression that depends on the unknowns")
+                raise self._nonlinear(e, "division by an expression that depends on the unknowns")
             divisor = b.constant or ZERO
             return _map(a, lambda c: _div(c, divisor))
-        parts = [go(c) for c in ir.children(e)]
-        if any(p.terms for p in parts):
-            kind = f"'{e.op}'" if isinstance(e, ir.BinOp) else (
-                f"{e.func}(...)" if isinstance(e, ir.Call) else type(e).__name__.lower())
-            raise nonlinear(e, f"{kind} applied to the unknowns")
-        return LinearForm({}, e)
+        return self._opaque(e, f"'{e.op}'")
 
-    return go(expr)
+    def _sum(self, e: ir.BinOp) -> LinearForm:
+        """A chain of + and -: a left-deep one (s = s + ...) is walked by a loop, not by recursion."""
+        summands: list[tuple[bool, ir.Expr]] = []
+        node: ir.Expr = e
+        while isinstance(node, ir.BinOp) and node.op in ("+", "-"):
+            summands.append((node.op == "-", node.rhs))
+            node = node.lhs
+        summands.append((False, node))
+        terms: dict[Key, ir.Expr] = {}
+        constant: ir.Expr | None = None
+        for negate, part in reversed(summands):
+            b = self.visit(part)
+            if negate:
+                b = _map(b, _neg)
+            for k, c in b.terms.items():
+                terms[k] = _add(terms[k], c) if k in terms else c
+            constant = _add_opt(constant, b.constant)
+        return LinearForm(terms, constant)
 
 
 def _map(f: LinearForm, fn: Callable[[ir.Expr], ir.Expr]) -> LinearForm:
@@ -153,25 +177,35 @@ def _div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
 
 def show(e: ir.Expr) -> str:
     """A short Python-like rendering of an expression for messages."""
-    if isinstance(e, ir.Const):
+    return _Show().visit(e)
+
+
+class _Show(ir.Visitor[str]):
+    def const(self, e: ir.Const) -> str:
         return f"{e.value:g}"
-    if isinstance(e, ir.ParamRef):
+
+    def param_ref(self, e: ir.ParamRef) -> str:
         return e.name
-    if isinstance(e, ir.FieldRead):
+
+    def field_read(self, e: ir.FieldRead) -> str:
         idx = [] if e.dt is None else ["t" if e.dt == 0 else f"t{e.dt:+d}"]
         idx += [d if o == 0 else f"{d}{o:+d}" for d, o in zip(ir.DIM_NAMES, e.offsets)]
         return f"{e.name}[{', '.join(idx)}]"
-    if isinstance(e, ir.Neg):
+
+    def neg(self, e: ir.Neg) -> str:
         return f"-{_paren(e.operand)}"
-    if isinstance(e, ir.Not):
+
+    def not_(self, e: ir.Not) -> str:
         return f"~{_paren(e.operand)}"
-    if isinstance(e, ir.BinOp):
+
+    def bin_op(self, e: ir.BinOp) -> str:
         return f"{_paren(e.lhs)} {e.op} {_paren(e.rhs)}"
-    if isinstance(e, ir.Call):
-        return f"{e.func}({', '.join(show(a) for a in e.args)})"
-    if isinstance(e, ir.Where):
-        return f"where({show(e.cond)}, {show(e.then)}, {show(e.otherwise)})"
-    raise TypeError(f"unknown expression node {e!r}")
+
+    def call(self, e: ir.Call) -> str:
+        return f"{e.func}({', '.join(self.visit(a) for a in e.args)})"
+
+    def where(self, e: ir.Where) -> str:
+        return f"where({self.visit(e.cond)}, {self.visit(e.then)}, {self.visit(e.otherwise)})"
 
 
 def _paren(e: ir.Expr) -> str:

@@ -15,6 +15,7 @@ schedule space.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -118,6 +119,35 @@ class PolyIR:
     @cached_property
     def writes(self) -> isl.UnionMap:
         return self._access(False, "write")
+
+    def footprint(self, field: str, dt: int | None, box: Sequence[tuple[int, int]], extents: Sequence[int],
+                  access: str = "read", statements: Collection[str] | None = None) -> tuple[tuple[int, int], ...] | None:
+        """The bounding box (inclusive bounds per space dimension) of the points
+        of level t+dt of `field` (dt None: a time-invariant field) that the
+        `statements` (default: all) read (`access`: or "write") at the instances of one step
+        whose space coordinates lie in `box` ([lo, hi) per dimension), in
+        arrays of `extents` points (so the domain clips a box at its edge):
+        the image of the box under the access relations. None when they
+        access none."""
+        names = [st.name for st in self.statements
+                 if st.stmt is not None and (statements is None or st.name in statements)]
+        within = " and ".join(f"{lo} <= {i} < {hi}" for i, (lo, hi) in zip(self.dims, box))
+        point = ", ".join(["t", *self.dims])
+        tile = isl.UnionSet(f"{self._p()} -> {{ {'; '.join(f'{n}[{point}] : t = 0 and {within}' for n in names)} }}")
+        fixed = " and ".join(["T = 1", *(f"{p} = {n}" for p, n in zip(self.extent_params, extents))])
+        relation = {"read": self.reads, "write": self.writes}[access]
+        image = relation.intersect_domain(tile).intersect_params(isl.Set(f"{self._p()} -> {{ : {fixed} }}")).range()
+        level = 0 if dt is None else 1  # the set's dimensions: [level,] j0, j1, ...
+        for points in _sets_of(image):
+            if points.get_tuple_name() != field:
+                continue
+            if dt is not None:
+                points = points.fix_val(isl.dim_type.set, 0, dt)
+            if points.is_empty():
+                continue
+            return tuple((points.dim_min_val(level + d).to_python(), points.dim_max_val(level + d).to_python())
+                         for d in range(self.ir.ndim))
+        return None
 
     # -- schedules and dependences -----------------------------------------
 

@@ -75,13 +75,16 @@ class Schedule:
 
     def cache_read(self, field: str) -> Schedule:
         """Stage each tile's input footprint of `field` (every level read) in a
-        thread-local buffer before computing the tile (needs tile() on every
-        dimension)."""
+        thread-local buffer before computing the tile (needs tile() or
+        time_tile() on every dimension). Under time_tile the whole time tile
+        is staged: every level of `field` it reads, so a written field needs
+        cache_write too."""
         return replace(self, cached_reads=self.cached_reads + (field,))
 
     def cache_write(self, field: str) -> Schedule:
         """Compute each tile of `field` into a thread-local buffer and copy it
-        out when the tile is done (needs tile() on every dimension)."""
+        out when the tile is done (needs tile() or time_tile() on every
+        dimension; under time_tile, with cache_read of a field that is read)."""
         return replace(self, cached_writes=self.cached_writes + (field,))
 
     def parallel(self, loop: str) -> Schedule:
@@ -202,6 +205,7 @@ def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
     _check_legal(poly, lowered)
     lowered.parallel_dims = poly.parallel_dims(umap)
     _decorate(poly, lowered)
+    _check_staged_workers(poly, lowered)
     return lowered
 
 
@@ -285,14 +289,27 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
     if not (s.cached_reads or s.cached_writes):
         return
     what = f"cache_read/cache_write on stencil '{stencil.name}'"
-    if s.time_depth:
-        raise ScheduleError(f"{what}: caches work on spatial tiles; use tile() instead of time_tile()")
     if len(lowered.tiles) != stencil.ndim:
-        raise ScheduleError(f"{what}: tile every dimension first, e.g. tile({', '.join(d + '=32' for d in stencil.dims)})")
+        sizes = ", ".join(d + "=32" for d in stencil.dims)
+        example = f"time_tile({s.time_depth}, {sizes})" if s.time_depth else f"tile({sizes})"
+        raise ScheduleError(f"{what}: tile every dimension first, e.g. {example}")
     if max(lowered.tiles) > min(lowered.names.index(d) for d in stencil.dims):
         raise ScheduleError(f"{what}: tile loops must be outside the point loops")
-    if s.fuse_at:
-        raise ScheduleError(f"{what}: caches cannot be combined with compute_at")
+    if s.fuse_at:  # the statements of a step share a tile: what one writes, the next reads from memory
+        same_step = {a.name for st in stencil.statements for a in st.reads if a.dt == 1}
+        for name in sorted(same_step & set(s.cached_reads) | same_step & set(s.cached_writes)):
+            side = "cache_read: a copy made before the tile" if name in s.cached_reads else \
+                "cache_write: a buffer copied out after the tile"
+            raise ScheduleError(
+                f"{what}: under compute_at a statement reads the new level of {name!r} its producer writes in the "
+                f"same tile, which {side} does not hold; stage only levels of earlier steps, or use time_tile()")
+    if s.time_depth:
+        read = {a.name for st in stencil.statements for a in st.reads}
+        for name in sorted(f.name for f in stencil.written_fields if f.name in read):
+            if (name in s.cached_reads) != (name in s.cached_writes):
+                raise ScheduleError(
+                    f"{what}: under time_tile a field that is written and read is staged whole, its later steps "
+                    f"reading what earlier ones wrote: use both cache_read({name!r}) and cache_write({name!r})")
     read = {a.name for st in stencil.statements for a in st.reads}
     written = {f.name for f in stencil.written_fields}
     for name in s.cached_reads:
@@ -301,6 +318,25 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
     for name in s.cached_writes:
         if name not in written:
             raise ScheduleError(f"cache_write: stencil '{stencil.name}' writes no field {name!r}")
+
+
+def _check_staged_workers(poly: PolyIR, lowered: LoweredSchedule) -> None:
+    """A write buffer, and a staged time tile, are one worker's: each holds the
+    whole tile, which its copy-out writes back. (Read buffers of spatial
+    tiles may be shared: every worker copies the tile in for itself.)"""
+    s = lowered.schedule
+    staged = bool(s.time_depth and (s.cached_reads or s.cached_writes))
+    if not (staged or s.cached_writes) or lowered.parallel_dim is None or lowered.parallel_dim in lowered.tiles:
+        return
+    name = lowered.names[lowered.parallel_dim]
+    what = "a staged time tile belongs to one thread" if staged else \
+        "a cache_write buffer holds one thread's whole tile, which it copies out"
+    shareable = [lowered.names[d] for d in sorted(lowered.tiles) if d in lowered.parallel_dims]
+    hint = (f"share a tile loop, e.g. parallel({shareable[0]!r})" if shareable else
+            "no tile loop of this schedule can be shared (each carries a dependence): drop the cache_write")
+    raise ScheduleError(
+        f"cache_read/cache_write on stencil '{poly.ir.name}': {what}, but loop {name!r} inside the tile is "
+        f"shared among threads; {hint}")
 
 
 def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:

@@ -1,11 +1,14 @@
 """The schedule auto-tuner behind `compile(schedule="auto")`.
 
 The problem size is known only when the kernel first runs, so tuning happens
-then: candidate schedules (single sweeps with and without streaming stores
-and prefetching, spatial tiles, skewed time tiles of several depths and
-widths; then prefetching for the winner, then thread counts) are compiled
-and timed on short runs of the real inputs within a time budget, with
-progress printed. One timing on a busy machine can be lucky, so the
+then: the candidate schedules the target's platform offers
+(`Platform.tuning_space`; on the CPU single sweeps with and without
+streaming stores and prefetching, spatial tiles, skewed time tiles of
+several depths and widths; then the platform's `refinements` of the
+winner: prefetching, thread counts) are compiled and timed on short runs of
+the real inputs within a time budget, with progress printed. A platform
+that does not measure ranks them by its cost model instead, running
+nothing. One timing on a busy machine can be lucky, so the
 finalists (the fastest few, and the default) are timed again in interleaved
 rounds and the one with the best median wins; its prefetching and
 thread-count variants are decided the same way.
@@ -30,10 +33,12 @@ import numpy as np
 
 import msc
 from msc.arguments import bind_arguments
+from msc.codegen.ctarget import Platform
+from msc.codegen.openmp import CPUPlatform
 from msc.errors import CacheWarning, MscError, ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import atomic_write_text, cache_dir, host_identity
-from msc.schedule import Schedule, parse_schedule
+from msc.schedule import Schedule, lower, parse_schedule
 
 DEFAULT_BUDGET_S = 30.0
 
@@ -63,44 +68,12 @@ class TuningReport:
 KINDS = ("all", "sweep", "temporal")
 
 
-def candidates(poly: PolyIR, shape: tuple[int, ...], kinds: str = "all", steps: int = 16) -> list[Schedule]:
-    """Schedules worth timing for this stencil, size and step count: single
-    sweeps ("sweep"), time tiles ("temporal"), or both ("all")."""
-    return [s for s in _all_candidates(poly, shape, steps)
-            if kinds == "all" or (kinds == "temporal") == bool(s.time_depth)]
-
-
-def _all_candidates(poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
-    stencil = poly.ir
-    base = Schedule()
-    out = [base]
-    dims = stencil.dims
-    if stencil.boundary == "dirichlet":
-        widths = [8, 16, 32, 64] if stencil.ndim > 1 else [256, 1024, 4096]
-        # fixed depths, plus the ones that split this run into one or two whole time tiles
-        depths = sorted({4, 8, 16} | {d for d in (steps // 2, steps) if 4 < d <= 32})
-        for depth in depths:
-            for w in widths:
-                if stencil.ndim == 3:
-                    for w2 in (32, 64):
-                        out.append(base.time_tile(depth, x=w, y=w2))
-                else:
-                    out.append(base.time_tile(depth, **{dims[0]: w}))
-    sweeps = [base]
-    if stencil.ndim == 3:  # 2.5D blocking: y blocks swept along x keep three x-planes in cache
-        sweeps += [base.tile(y=b) for b in (16, 32, 64, 128)]
-        sweeps += [base.tile(x=16, y=b) for b in (16, 32)]
-    if stencil.ndim == 2:
-        sweeps += [base.tile(y=b) for b in (512, 1024)]
-    if stencil.ndim == 1:
-        sweeps += [base.tile(x=b) for b in (4096, 16384)]
-    # streaming stores and prefetching pay off once the fields outgrow the caches: only timing tells
-    lined = [s for s in sweeps if s.tiles or stencil.ndim > 1]  # whole cache lines need a private innermost loop
-    out += sweeps + [s.stream_stores() for s in lined] + [s.stream_stores().prefetch(512) for s in lined]
-    if lined:
-        out += [lined[0].prefetch(d) for d in (256, 512, 1024)]
-        out += [lined[0].stream_stores().prefetch(d) for d in (256, 1024)]
-    return _dedupe(out)
+def candidates(poly: PolyIR, shape: tuple[int, ...], kinds: str = "all", steps: int = 16,
+               platform: Platform | None = None) -> list[Schedule]:
+    """The schedules `platform` (default: the CPU's) offers for this stencil,
+    size and step count: single sweeps ("sweep"), time tiles ("temporal"), or both ("all")."""
+    space = (platform or CPUPlatform()).tuning_space(poly, shape, steps)
+    return [s for s in _dedupe(space) if kinds == "all" or (kinds == "temporal") == bool(s.time_depth)]
 
 
 def _dedupe(items: list[Schedule]) -> list[Schedule]:
@@ -140,16 +113,6 @@ def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str, trial_s
                  [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
     h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), host_identity(), msc.__version__]).encode())
     return h.hexdigest()[:24]
-
-
-def _fewer_threads(n: int) -> list[int]:
-    """Thread counts below n worth trying: halves (memory-bound kernels may
-    run as fast on fewer cores)."""
-    out = []
-    while n > 1:
-        n //= 2
-        out.append(n)
-    return out
 
 
 def _cache_file() -> Path:
@@ -199,14 +162,16 @@ def _store(key: str, entry: dict[str, Any]) -> None:
 
 
 class AutoKernel:
-    """A kernel whose schedule is tuned on the first run for each problem size."""
+    """A kernel whose schedule is tuned on the first run for each problem size,
+    among the schedules `platform` (default: the CPU's) offers."""
 
     def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule, int | None], Any],
                  threads: int | None = None, budget_s: float = DEFAULT_BUDGET_S, echo: bool = True,
-                 kinds: str = "all") -> None:
+                 kinds: str = "all", platform: Platform | None = None) -> None:
         if kinds not in KINDS:
             raise ValueError(f"kinds must be one of {KINDS}, got {kinds!r}")
         self.kinds = kinds
+        self.platform = platform or CPUPlatform()
         self.poly = poly
         self.ir = poly.ir
         self._compile = compile_fn
@@ -247,7 +212,10 @@ class AutoKernel:
                 self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
                           f"({ms:.3f} ms/step, {self.report.speedup:.2f}x the default)")
                 return self._compile(schedule, schedule.threads)
-        report = self._tune(shape, inputs, max_threads, trial_steps)
+        if self.platform.measures:
+            report = self._tune(shape, inputs, max_threads, trial_steps)
+        else:
+            report = self._model(shape, trial_steps)
         _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
                      "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
                      "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
@@ -290,7 +258,7 @@ class AutoKernel:
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
-        pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps))
+        pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps, self.platform))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
@@ -315,11 +283,8 @@ class AutoKernel:
         medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials)
         default_ms = medians[Schedule()]
         chosen = min(medians, key=medians.__getitem__)
-        # then its prefetching (a time tile or plain sweep may gain from it) and thread-count variants
-        variants = [chosen]
-        if not chosen.prefetch_distance:
-            variants += [chosen.prefetch(64), chosen.prefetch(256)]
-        variants += [chosen.with_threads(n) for n in _fewer_threads(max_threads)]
+        # then the platform's variants of it (CPU: prefetching, fewer threads)
+        variants = [chosen, *self.platform.refinements(chosen, max_threads)]
         medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
@@ -327,3 +292,18 @@ class AutoKernel:
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
                   f"({time.perf_counter() - start:.1f} s)")
         return TuningReport(chosen, ms, default_ms, False, trials)
+
+    def _model(self, shape: tuple[int, ...], trial_steps: int) -> TuningReport:
+        """The legal candidate the platform's cost model ranks first (nothing is run)."""
+        costs: dict[Schedule, float] = {}
+        for schedule in _dedupe([Schedule(), *candidates(self.poly, shape, self.kinds, trial_steps, self.platform)]):
+            try:
+                lower(schedule, self.poly)
+            except MscError as e:
+                self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
+                continue
+            costs[schedule] = self.platform.cost(self.poly, shape, trial_steps, schedule)
+        chosen = min(costs, key=costs.__getitem__)
+        self._say(f"chose {chosen} for '{self.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
+                  f"{self.platform.name}: {costs[chosen]:.3f} ms/step modelled, {len(costs)} schedules ranked")
+        return TuningReport(chosen, costs[chosen], costs[Schedule()], False, [Trial(str(s), ms) for s, ms in costs.items()])

@@ -141,7 +141,7 @@ def test_each_primitive(schedule, stencil, assert_matches):
         (heat, Schedule().compute_at("x_tile"), ["compute_at: 'x_tile' is not a tile loop (tile loops: none: tile() first)"]),
         (wave_two_stage, Schedule().tile(x=8).compute_at("x_tile").parallel("x_tile"), ["loop 'x_tile'", "cannot run in parallel"]),
         (heat, Schedule().tile(x=8).cache_read("u"), ["tile every dimension first"]),
-        (heat, Schedule().time_tile(2, x=8, y=8).cache_read("u"), ["use tile() instead of time_tile()"]),
+        (heat, Schedule().time_tile(2, x=8, y=8).cache_read("u"), ["use both cache_read('u') and cache_write('u')"]),
         (heat, Schedule().tile(x=8, y=8).cache_read("q"), ["reads no field 'q'"]),
         (heat, Schedule().tile(x=8, y=8).reorder("x", "y", "x_tile", "y_tile").cache_read("u"), ["tile loops must be outside"]),
         (heat, Schedule().tile(x=512, y=512).cache_read("u"),

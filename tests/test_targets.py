@@ -109,3 +109,90 @@ def test_an_option_the_target_lacks_is_named(tmp_path):
     with pytest.raises(TargetError, match="target 'serial' has no emit option 'chip'"):
         case.stencil.emit("serial", tmp_path / "out", chip="sw26010")
     assert not (tmp_path / "out").exists()
+
+
+def test_mpi_driver_takes_everything_node_specific_from_the_node_target(tmp_path, monkeypatch):
+    """A node target with its own files, Make variables, rules, link line and no
+    OpenMP (as a GPU or Sunway target would have) gets an MPI program through
+    the node interface alone (codegen/node.py); one without it is refused."""
+    import msc.codegen
+    from msc.codegen.mpi import MPITarget
+    from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
+
+    class Accelerator:
+        name, compile_options, emit_options = "accel", (), ("chip",)
+
+        def node_build(self, chip: str = "a1") -> NodeBuild:
+            rule = MakeRule("accel_rt.o", ("accel_rt.c",), ("$(ACC) -c accel_rt.c -o $@",))
+            return NodeBuild(cflags="-O2 -std=c11", threads=False, ldlibs="-lm -laccel",
+                             variables=(("ACC", f"acc --chip={chip}"),), files={"accel_rt.c": "/* runtime */\n"},
+                             rules=(rule,), link="$(ACC) -o $@ $(OBJECTS) $(LDLIBS)")
+
+        def node_kernel(self, poly, schedule, tag, box, chip="a1") -> NodeKernel:
+            files = {f"host_{tag}.c": f"/* {poly.ir.name} {tag} */\n", f"dev_{tag}.acc": "/* device */\n"}
+            rule = MakeRule(f"{tag}.o", tuple(files), (f"$(ACC) -c host_{tag}.c dev_{tag}.acc -o $@",))
+            return NodeKernel(files, (rule,), f"msc_run_{tag}", f"msc_run_box_{tag}" if box else None)
+
+    monkeypatch.setitem(msc.codegen._REGISTRY, "accel", Accelerator)
+    monkeypatch.setitem(msc.codegen._REGISTRY, "accel+mpi", lambda: MPITarget("accel"))
+    st = generate(3).stencil
+    out = st.emit("accel+mpi", tmp_path / "src", chip="a2")
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["Makefile", "main.c", "halo.c", "halo.h", "npy.h", "accel_rt.c",
+                            "host_phase0.c", "dev_phase0.acc"]), names
+    make = (out / "Makefile").read_text()
+    for words in ("ACC ?= acc --chip=a2", "CFLAGS ?= -O2 -std=c11", "LDLIBS = -lm -laccel",
+                  "OBJECTS = main.o halo.o accel_rt.o phase0.o", "\t$(ACC) -o $@ $(OBJECTS) $(LDLIBS)",
+                  "phase0.o: host_phase0.c dev_phase0.acc\n\t$(ACC) -c host_phase0.c dev_phase0.acc -o $@"):
+        assert words in make, (words, make)
+    main = (out / "main.c").read_text()
+    assert "msc_run_box_phase0(" in main and not re.search(r"\bomp_|omp\.h|OMP_", main)
+
+    class Opaque:
+        name, compile_options, emit_options = "opaque", (), ()
+
+    monkeypatch.setitem(msc.codegen._REGISTRY, "opaque", Opaque)
+    with pytest.raises(TargetError, match="target 'opaque' cannot run under MPI: it does not implement"):
+        MPITarget("opaque")
+
+
+def test_tuning_space_comes_from_the_platform_and_a_cost_model_runs_nothing(tmp_path, monkeypatch, assert_matches):
+    """schedule="auto" tries what the target's platform offers; a platform that
+    does not measure (a chip not at hand) picks by its cost model, and only the
+    chosen schedule is ever compiled."""
+    import numpy as np
+
+    from msc.codegen.ctarget import Platform
+    from msc.codegen.openmp import CPUPlatform
+    from msc.tuner import AutoKernel, candidates
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    st = generate(3).stencil  # 2D dirichlet
+    poly = st.poly()
+    assert get_target("openmp").compile(poly, schedule="auto").platform.__class__ is CPUPlatform
+    assert candidates(poly, (40, 40), platform=CPUPlatform()) == candidates(poly, (40, 40))
+
+    class Modelled(Platform):
+        name = "modelled"
+        tunes, measures = True, False
+
+        def tuning_space(self, poly, shape, steps):
+            return [msc.Schedule().time_tile(d, x=8) for d in (2, 4, 8)] + [msc.Schedule().tile(z=4)]
+
+        def cost(self, poly, shape, steps, schedule):
+            return abs(schedule.time_depth - 4) + 1.0  # time tiles of depth 4 are the model's favourite
+
+    compiled = []
+
+    def compile_fn(schedule, threads):
+        compiled.append(schedule)
+        return st.compile(target="serial", schedule=schedule)
+
+    kernel = AutoKernel(poly, compile_fn, threads=1, echo=False, platform=Modelled())
+    case = generate(3)
+    expected = st.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype)
+    assert kernel.report.schedule == msc.Schedule().time_tile(4, x=8) and compiled == [kernel.report.schedule]
+    assert kernel.report.ms_per_step == 1.0 and kernel.report.default_ms_per_step == 5.0
+    assert "tile(z=4)" not in {t.schedule for t in kernel.report.trials}  # illegal for a 2D stencil: skipped
+    assert np.isfinite(kernel.report.speedup)

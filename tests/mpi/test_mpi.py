@@ -6,6 +6,7 @@ steps), exchanges overlapped with the inner box, errors on every rank, and the e
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,8 +91,9 @@ def test_time_tiled_schedules(ranks):
         assert results["error_thin_for_depth"] is None
 
 
-def _emit_and_build(stencil, directory: Path, dtype: str, schedule: msc.Schedule | None = None) -> Path:
-    stencil.emit("openmp+mpi", directory, dtype=dtype, schedule=schedule)
+def _emit_and_build(stencil, directory: Path, dtype: str, schedule: msc.Schedule | None = None,
+                    target: str = "openmp+mpi") -> Path:
+    stencil.emit(target, directory, dtype=dtype, schedule=schedule)
     mpicc = Path(sys.executable).parent / "mpicc"
     make = ["make", "-C", str(directory)] + ([f"MPICC={mpicc}"] if mpicc.exists() else [])
     proc = subprocess.run(make, capture_output=True, text=True)
@@ -176,6 +178,41 @@ def test_emitted_time_tiled_program(stencil, depth, tmp_path):
         np.save(tmp_path / f"{name}.npy", value)
     serial = stencil.compile(schedule=schedule).run(steps=10, **inputs)
     args = ["--steps", "10"] + [a for n in names for a in ("--in", f"{n}={tmp_path / f'{n}.npy'}")]
+    _check_program_bitwise(program, args, serial, (1, 2, 3), tmp_path)
+
+
+def test_emitted_staged_time_tiled_program(tmp_path):
+    """Time tiles staged in thread-local buffers (cache_read/cache_write under
+    time_tile) on each rank's block: bitwise the single-process run."""
+    schedule = msc.Schedule().time_tile(2, x=5)
+    for name in "pq":
+        schedule = schedule.cache_read(name).cache_write(name)
+    program = _emit_and_build(chain, tmp_path / "src", "float64", schedule)
+    inputs = {name: np.random.default_rng(5).random(41) + k for k, name in enumerate("pq")}
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    serial = chain.compile(schedule=schedule).run(steps=10, **inputs)
+    args = ["--steps", "10"] + [a for n in inputs for a in ("--in", f"{n}={tmp_path / f'{n}.npy'}")]
+    _check_program_bitwise(program, args, serial, (1, 2, 3), tmp_path)
+
+
+@pytest.mark.parametrize("stencil, schedule", [(three_phases, None), (wave, msc.Schedule().time_tile(3, x=5))],
+                         ids=["phases", "time_tiled"])
+def test_emitted_program_over_another_node_target(stencil, schedule, tmp_path):
+    """serial+mpi: the same MPI driver over the serial C target (no OpenMP anywhere),
+    through the node interface alone; bitwise equal to the serial target in process."""
+    program = _emit_and_build(stencil, tmp_path / "src", "float64", schedule, target="serial+mpi")
+    assert not re.search(r"\bomp_|omp\.h|OMP_", (tmp_path / "src" / "main.c").read_text())
+    assert "-fopenmp" not in (tmp_path / "src" / "Makefile").read_text()
+    rng = np.random.default_rng(6)
+    shape = (17, 21) if stencil.ir.ndim == 2 else (41,)
+    inputs = {f.name: rng.random(shape) for f in stencil.ir.fields}
+    params = {"k": 0.3} if stencil.ir.params else {}
+    args = ["--steps", "7"] + [a for p, v in params.items() for a in ("--param", f"{p}={v}")]
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--in", f"{name}={tmp_path / f'{name}.npy'}"]
+    serial = stencil.compile(target="serial", schedule=schedule).run(steps=7, **params, **inputs)
     _check_program_bitwise(program, args, serial, (1, 2, 3), tmp_path)
 
 
