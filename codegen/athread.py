@@ -35,6 +35,8 @@ from msc import ir
 from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.mpi import MPITarget
+from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
 from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
 from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.codegen.templates_env import render
@@ -42,6 +44,7 @@ from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.runtime import athread_emu
 from msc.runtime.build import cache_dir, write_tree
+from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.schedule import LoweredSchedule, Schedule, as_schedule, lower
 
 if TYPE_CHECKING:
@@ -263,8 +266,10 @@ class AthreadTarget:
     compile_options = ("chip",)
     emit_options = ("chip",)
 
-    def generate(self, poly: PolyIR, schedule: object = None, chip: str = DEFAULT_CHIP) -> Generated:
-        """Check the schedule and the LDM footprint of every slave function, then write the sources."""
+    def generate(self, poly: PolyIR, schedule: object = None, chip: str = DEFAULT_CHIP, tag: str = "",
+                 box: bool = False) -> Generated:
+        """Check the schedule and the LDM footprint of every slave function, then write the sources
+        (`tag`: one kernel of a program of several, see `node_kernel`; `box`: with msc_run_box too)."""
         stencil = poly.ir
         platform = PLATFORMS[check_chip(chip)]
         sched = athread_schedule(as_schedule(schedule), stencil, chip)
@@ -275,9 +280,13 @@ class AthreadTarget:
         kernels = slave_kernels(stencil, tuple(size for _, size in sched.tiles), sched.time_depth)
         for tk in kernels:
             ctarget.check_capacity(k.Kernel(tk.function, k.Block(tuple(tk.buffers()))), poly, lowered, platform, NAME)
-        return Generated(self._files(poly, lowered, kernels, chip), sched, tuple(kernels))
+        if box and sched.time_depth:
+            raise ScheduleError(f"target '{NAME}': a time tile computes whole blocks, not a box of one "
+                                f"(time_tile({sched.time_depth}, ...) needs a halo plan deeper than one step)")
+        return Generated(self._files(poly, lowered, kernels, chip, tag, box), sched, tuple(kernels))
 
-    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: str) -> dict[str, str]:
+    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: str, tag: str,
+               box: bool) -> dict[str, str]:
         stencil = poly.ir
         itemsize = _itemsize(stencil)
         unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
@@ -294,32 +303,82 @@ class AthreadTarget:
             schedule=str(lowered.schedule),
         )
         params = [param_name(p) for p in stencil.params]
+        suffix = f"_{tag}" if tag else ""
+        names = {"host.c": f"host{suffix}.c", "slave.c": f"slave{suffix}.c", "msc_args.h": f"msc_args{suffix}.h"}
+        common["args_header"] = names["msc_args.h"]
         time_tile = None
         if isinstance(kernels[0], TimeTileKernel):
-            time_tile = _time_tile(kernels[0], printer, unroll, itemsize)
+            time_tile = _time_tile(kernels[0], printer, unroll, itemsize, suffix)
             slaves = []
             members = [f"const real *{field_name(f.name)}{'_src' if f.written else ''};" for f, _ in kernels[0].arrays()]
             members += [f"real *{field_name(f.name)}_dst;" for f in stencil.written_fields]
             members += ["long step, depth; /* the global step of the tile's first level t, and its steps */"]
         else:
-            slaves = [_slave(tk, stencil, printer, unroll, itemsize) for tk in kernels if isinstance(tk, TileKernel)]
+            slaves = [_slave(tk, stencil, printer, unroll, itemsize, suffix) for tk in kernels
+                      if isinstance(tk, TileKernel)]
             members = [f"{'const ' if lv['const'] else ''}real *{lv['member']};" for lv in levels]
-        args = render("athread_args.h.j2", members=members, params=params, **common)
+        args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
+                      **common)
         slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
                        int_helpers=C_HELPERS, cpes=CPES, params=params, **common)
-        host = render("athread_host.c.j2", steps=_host_steps(poly), fields=_host_fields(stencil),
-                      parameters=ctarget.signature(stencil).c_parameters(), levels=levels, params=params,
+        signature = ctarget.signature(stencil)
+        entries = [dict(name=f"{ENTRY}{suffix}", parameters=signature.c_parameters(), box=False)]
+        if box:
+            entries.append(dict(name=f"{BOX_ENTRY}{suffix}", parameters=signature.c_parameters(box=True), box=True))
+        host = render("athread_host.c.j2", steps=_host_steps(poly, suffix), fields=_host_fields(stencil),
+                      entries=entries, levels=levels, params=params, radius=list(stencil.radius),
                       periodic=stencil.boundary == "periodic", time_tile=time_tile, **common)
-        main = render("main.c.j2", openmp=False, **ctarget.main_values(stencil))
-        makefile = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(), **common)
-        files = {"host.c": host, "slave.c": slave, "msc_args.h": args, "main.c": main, "npy.h": render("npy.h"),
-                 "Makefile": makefile}
+        return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
+
+    def _tree(self, poly: PolyIR, schedule: object, chip: str) -> dict[str, str]:
+        """A standalone program: the kernel, main.c, npy.h, a Makefile and the emulator's sources."""
+        stencil = poly.ir
+        files = self.generate(poly, schedule, chip).files
+        files["main.c"] = render("main.c.j2", openmp=False, **ctarget.main_values(stencil))
+        files["npy.h"] = render("npy.h")
+        files["Makefile"] = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(),
+                                   version=msc.__version__, name=stencil.name, chip=chip)
         files.update({f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
         return files
 
+    # -- the node interface (codegen/node.py): athread+mpi, one MPE per rank
+
+    def node_build(self, chip: str = DEFAULT_CHIP) -> NodeBuild:
+        """The MPI program's Make variables: the Sunway toolchain by default (host code through
+        $(MPICC) -mhost, slave code through swgcc -mslave, hybrid link), gcc and the emulator
+        (copied into the tree) with EMULATE=1."""
+        check_chip(chip)
+        emulate = "$(filter 1,$(EMULATE))"
+        emu_flags = (f"-pthread -I. -DATHREAD_EMU_LDM_BYTES={athread_emu.LDM_BYTES[chip]} "
+                     f"-DATHREAD_EMU_CHIP='\"{chip}\"'")
+        sunway_slave = ("sw5cc", "-slave -O2") if chip == "sw26010" else ("swgcc", "-mslave -msimd -O2")
+        variables = (
+            ("EMULATE", "0"),
+            ("ATHREAD_EMU_FLAGS", emu_flags),
+            ("HOST_FLAGS", f"$(if {emulate},$(ATHREAD_EMU_FLAGS),{'-host' if chip == 'sw26010' else '-mhost'})"),
+            ("SLAVE_CC", f"$(if {emulate},gcc,{sunway_slave[0]})"),
+            ("SLAVE_FLAGS", f"$(if {emulate},-O2 -std=gnu11 $(ATHREAD_EMU_FLAGS),{sunway_slave[1]})"),
+            ("LINK_FLAGS", f"$(if {emulate},-pthread -rdynamic,{'-hybrid' if chip == 'sw26010' else '-mhybrid'})"),
+            ("ATHREAD_EMU_LINK", f"$(if {emulate},$(ATHREAD_EMU_FLAGS) athread_emu.c -ldl,)"),
+        )
+        return NodeBuild(cflags="-O2 -std=gnu11", threads=False, variables=variables,
+                         link="$(MPICC) $(CFLAGS) $(LINK_FLAGS) -o $@ $(OBJECTS) $(ATHREAD_EMU_LINK) $(LDLIBS)",
+                         files={f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
+
+    def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool,
+                    chip: str = DEFAULT_CHIP) -> NodeKernel:
+        """host_<tag>.c (entry points msc_run_<tag>, msc_run_box_<tag>), slave_<tag>.c, msc_args_<tag>.h."""
+        files = self.generate(poly, schedule, chip, tag, box).files
+        header = f"msc_args_{tag}.h"
+        rules = (MakeRule(f"host_{tag}.o", (f"host_{tag}.c", header),
+                          (f"$(MPICC) $(CFLAGS) $(HOST_FLAGS) -c host_{tag}.c -o $@",)),
+                 MakeRule(f"slave_{tag}.o", (f"slave_{tag}.c", header),
+                          (f"$(SLAVE_CC) $(SLAVE_FLAGS) -c slave_{tag}.c -o $@",)))
+        return NodeKernel(files, rules, f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None)
+
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None, chip: str = DEFAULT_CHIP) -> Path:
         """host.c, slave.c, msc_args.h, main.c, npy.h, a Makefile and the emulator's sources in `directory`."""
-        return write_tree(directory, self.generate(poly, schedule, chip).files)
+        return write_tree(directory, self._tree(poly, schedule, chip))
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
                 chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AthreadAutoKernel:
@@ -343,11 +402,11 @@ class AthreadTarget:
     def _build(self, poly: PolyIR, schedule: Schedule | None, chip: str, directory: Path) -> None:
         """Emit and build in a private directory, then rename it into place (a
         concurrent build of the same kernel wins or loses whole)."""
-        generated = self.generate(poly, schedule, chip)
+        files = self._tree(poly, schedule, chip)
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
         try:
-            write_tree(staging / "tree", generated.files)
+            write_tree(staging / "tree", files)
             athread_emu.build_tree(staging / "tree", chip)
             try:
                 os.rename(staging / "tree", directory)
@@ -376,14 +435,14 @@ def _host_fields(stencil: ir.StencilIR) -> list[dict[str, Any]]:
                  slots=f.slots if f.written else 1) for f in stencil.fields]
 
 
-def _host_steps(poly: PolyIR) -> list[dict[str, Any]]:
+def _host_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
     """What the MPE does each step, in order: spawn a statement's slave function, or wrap a periodic level."""
     stencil = poly.ir
     out: list[dict[str, Any]] = []
     n = 0
     for st in poly.statements:
         if st.stmt is not None:
-            out.append(dict(spawn=f"msc_slave{n}", wrap=""))
+            out.append(dict(spawn=f"msc_slave{n}{suffix}", wrap=""))
             n += 1
         else:
             extents = ["1"] * (3 - stencil.ndim) + [f"P{d}" for d in range(stencil.ndim)]
@@ -392,7 +451,8 @@ def _host_steps(poly: PolyIR) -> list[dict[str, Any]]:
     return out
 
 
-def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dict[int, int], itemsize: int) -> dict[str, Any]:
+def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dict[int, int], itemsize: int,
+           suffix: str) -> dict[str, Any]:
     """What the slave template needs for one statement: buffers (offsets into
     one LDM block, in elements), the tile's compute as C lines."""
     ndim = stencil.ndim
@@ -411,12 +471,13 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dic
         out_size *= t
     out = dict(offset=offset, size=out_size, member=level_name(tk.statement.target, 1))
     total = offset + 2 * out_size
-    return dict(function=tk.function, target=tk.statement.target, line=tk.statement.loc, tile=list(tk.tile),
+    return dict(function=tk.function + suffix, target=tk.statement.target, line=tk.statement.loc, tile=list(tk.tile),
                 buffers=buffers, out=out, elements=total, bytes=total * itemsize,
                 body=printer.lines(compute_tile(tk, ndim, unroll), 3))
 
 
-def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int) -> dict[str, Any]:
+def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int,
+               suffix: str) -> dict[str, Any]:
     """What the templates need for a time tile: the LDM arrays (offsets in
     elements of one block), each statement's compute as C lines."""
     stencil = tt.stencil
@@ -440,7 +501,7 @@ def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], it
         statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
                                body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
     total = offset + math.prod(tt.tile)
-    return dict(function=tt.function, tile=list(tt.tile), depth=tt.depth, statements=statements, arrays=arrays,
+    return dict(function=tt.function + suffix, tile=list(tt.tile), depth=tt.depth, statements=statements, arrays=arrays,
                 out_offset=offset, elements=total, bytes=total * itemsize, nst=len(stencil.statements),
                 written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields])
 
@@ -497,3 +558,4 @@ def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
 
 
 register(NAME, AthreadTarget)
+register(f"{NAME}+mpi", lambda: MPITarget(NAME))
