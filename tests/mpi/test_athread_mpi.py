@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(mpiexec() is None, reason="no 
     (12, "sw26010", msc.Schedule().tile(x=3, y=8)),  # two statements: two phases, each exchange overlapped
     (40, "sw26010pro", None),  # three statements, an input field
     (7, "sw26010pro", msc.Schedule().time_tile(3, x=4)),  # deeper halos every 3 steps
-    (27, "sw26010", msc.Schedule().tile(x=2, y=4)),  # 3D
+    (42, "sw26010", msc.Schedule().tile(x=2, y=4)),  # 3D, two statements
 ], ids=["2d-phases", "2d-three", "2d-time-tiled", "3d"])
 def test_emitted_athread_mpi_program_is_bitwise_one_rank(seed, chip, schedule, tmp_path):
     case = generate(seed)
