@@ -28,16 +28,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msc
 from msc import ir
 from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
 from msc.codegen.mpi import MPITarget
 from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
-from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
 from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
@@ -185,7 +185,7 @@ class TimeTileKernel:
         return sum((b.points() or 0) for b in self.buffers()) * itemsize
 
 
-SlaveKernel = Union[TileKernel, TimeTileKernel]
+SlaveKernel = TileKernel | TimeTileKernel
 
 
 def slave_kernels(stencil: ir.StencilIR, tile: tuple[int, ...], depth: int = 0) -> list[SlaveKernel]:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from msc import ir
 from msc.arguments import bind_arguments

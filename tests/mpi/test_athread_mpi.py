@@ -31,7 +31,7 @@ def test_emitted_athread_mpi_program_is_bitwise_one_rank(seed, chip, schedule, t
     case.stencil.emit("athread+mpi", directory, dtype=case.dtype, schedule=schedule, chip=chip)
     mpicc = Path(sys.executable).parent / "mpicc"
     make = ["make", "-C", str(directory), "EMULATE=1"] + ([f"MPICC={mpicc}"] if mpicc.exists() else [])
-    built = subprocess.run(make, capture_output=True, text=True)
+    built = subprocess.run(make, check=False, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     one = case.stencil.compile(target="athread", dtype=case.dtype, schedule=schedule, chip=chip)
     expected = one.run(steps=case.steps, **case.inputs)
@@ -40,7 +40,7 @@ def test_emitted_athread_mpi_program_is_bitwise_one_rank(seed, chip, schedule, t
     ran = []
     for ranks in (1, 2, 3, 4):
         outs = [a for n in expected for a in ("--out", f"{n}={tmp_path / f'out_{n}_{ranks}.npy'}")]
-        proc = subprocess.run(mpi_command(ranks, str(directory / case.stencil.name), *args, *outs),
+        proc = subprocess.run(mpi_command(ranks, str(directory / case.stencil.name), *args, *outs), check=False,
                               capture_output=True, text=True, env=env, timeout=300)
         if proc.returncode != 0 and "thinnest local block" in proc.stderr:
             continue  # too many ranks for this grid and halo
