@@ -17,11 +17,15 @@ footprint of each slave function (all its buffers, both halves of the double
 buffers) is checked against the chip's LDM less the stack reserve before any
 code is written (`ctarget.check_capacity`). `compile` builds the emitted tree
 with `make EMULATE=1` and runs it under the project's athread emulator: an
-emulation for correctness, not a performance figure.
+emulation for correctness, not a performance figure. `athread+mpi` runs
+the kernels under the project's MPI driver (one MPE per rank) through the
+node interface (`node_build`, `node_kernel`: codegen/node.py).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import os
 import shutil
@@ -250,15 +254,6 @@ def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str
 # -- the target -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Generated:
-    """An athread source tree, before it is written."""
-
-    files: dict[str, str]
-    schedule: Schedule  # with every tile size
-    kernels: tuple[SlaveKernel, ...]
-
-
 class AthreadTarget:
     """Sunway athread C: emitted as a host/slave tree, or compiled and run under the emulator."""
 
@@ -267,7 +262,7 @@ class AthreadTarget:
     emit_options = ("chip",)
 
     def generate(self, poly: PolyIR, schedule: object = None, chip: str = DEFAULT_CHIP, tag: str = "",
-                 box: bool = False) -> Generated:
+                 box: bool = False) -> dict[str, str]:
         """Check the schedule and the LDM footprint of every slave function, then write the sources
         (`tag`: one kernel of a program of several, see `node_kernel`; `box`: with msc_run_box too)."""
         stencil = poly.ir
@@ -283,7 +278,7 @@ class AthreadTarget:
         if box and sched.time_depth:
             raise ScheduleError(f"target '{NAME}': a time tile computes whole blocks, not a box of one "
                                 f"(time_tile({sched.time_depth}, ...) needs a halo plan deeper than one step)")
-        return Generated(self._files(poly, lowered, kernels, chip, tag, box), sched, tuple(kernels))
+        return self._files(poly, lowered, kernels, chip, tag, box)
 
     def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: str, tag: str,
                box: bool) -> dict[str, str]:
@@ -333,7 +328,7 @@ class AthreadTarget:
     def _tree(self, poly: PolyIR, schedule: object, chip: str) -> dict[str, str]:
         """A standalone program: the kernel, main.c, npy.h, a Makefile and the emulator's sources."""
         stencil = poly.ir
-        files = self.generate(poly, schedule, chip).files
+        files = self.generate(poly, schedule, chip)
         files["main.c"] = render("main.c.j2", openmp=False, **ctarget.main_values(stencil))
         files["npy.h"] = render("npy.h")
         files["Makefile"] = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(),
@@ -368,7 +363,7 @@ class AthreadTarget:
     def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool,
                     chip: str = DEFAULT_CHIP) -> NodeKernel:
         """host_<tag>.c (entry points msc_run_<tag>, msc_run_box_<tag>), slave_<tag>.c, msc_args_<tag>.h."""
-        files = self.generate(poly, schedule, chip, tag, box).files
+        files = self.generate(poly, schedule, chip, tag, box)
         header = f"msc_args_{tag}.h"
         rules = (MakeRule(f"host_{tag}.o", (f"host_{tag}.c", header),
                           (f"$(MPICC) $(CFLAGS) $(HOST_FLAGS) -c host_{tag}.c -o $@",)),
@@ -392,7 +387,7 @@ class AthreadTarget:
 
             return AthreadAutoKernel(poly.ir, chip, lambda s: self.compile(poly, schedule=s, chip=chip))
         sched = as_schedule(schedule)
-        key = ctarget.kernel_key(f"{NAME}:{chip}", poly.ir, sched, False)
+        key = ctarget.kernel_key(f"{NAME}:{chip}:{_emulator_digest()}", poly.ir, sched, False)
         directory = cache_dir() / NAME / key
         program = directory / poly.ir.name
         if not program.is_file():
@@ -415,6 +410,15 @@ class AthreadTarget:
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _emulator_digest() -> str:
+    """A hash of the emulator's sources (built into every compiled athread kernel, outside codegen/)."""
+    h = hashlib.sha256()
+    for name in (*EMULATOR_FILES, "Makefile"):
+        h.update(name.encode() + b"\0" + (athread_emu.EMULATOR_DIR / name).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _all_levels(stencil: ir.StencilIR) -> list[dict[str, Any]]:
