@@ -220,25 +220,7 @@ class CTarget:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""
         if not self.toolchain.main_template:
             raise TargetError(f"target '{self.name}' compiles in process only: it emits no source tree")
-        stencil = poly.ir
-        call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
-        call_args += [f"params[{n}]" for n in range(len(stencil.params))]
-        call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
-        call_args += ["0", "steps", "nthreads"]
-        values = dict(
-            version=msc.__version__,
-            name=stencil.name,
-            ndim=stencil.ndim,
-            ctype=C_TYPES[stencil.dtype],
-            descr="<f8" if stencil.dtype == "float64" else "<f4",
-            params=stencil.params,
-            fields=stencil.fields,
-            periodic=stencil.boundary == "periodic",
-            radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
-            parameters=signature(stencil).c_parameters(),
-            call_args=call_args,
-            statements=len(stencil.statements),
-        )
+        values = main_values(poly.ir)
         files = {
             "kernel.c": self.source(poly, schedule),
             "main.c": render(self.toolchain.main_template, **values),
@@ -265,6 +247,28 @@ class CTarget:
         renames = f"-D{ENTRY}={entry}" + (f" -D{BOX_ENTRY}={box_entry}" if box_entry else "")
         rule = MakeRule(obj, (file,), (f"$(MPICC) $(CFLAGS) {renames} -c {file} -o $@",))
         return NodeKernel({file: self.source(poly, schedule, box)}, (rule,), entry, box_entry)
+
+
+def main_values(stencil: ir.StencilIR) -> dict[str, Any]:
+    """What main.c.j2 (the standalone driver: command line, .npy files, the call of msc_run) needs."""
+    call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
+    call_args += [f"params[{n}]" for n in range(len(stencil.params))]
+    call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
+    call_args += ["0", "steps", "nthreads"]
+    return dict(
+        version=msc.__version__,
+        name=stencil.name,
+        ndim=stencil.ndim,
+        ctype=C_TYPES[stencil.dtype],
+        descr="<f8" if stencil.dtype == "float64" else "<f4",
+        params=stencil.params,
+        fields=stencil.fields,
+        periodic=stencil.boundary == "periodic",
+        radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
+        parameters=signature(stencil).c_parameters(),
+        call_args=call_args,
+        statements=len(stencil.statements),
+    )
 
 
 def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[str, object]:

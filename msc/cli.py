@@ -99,7 +99,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 def cmd_emit(a: argparse.Namespace) -> int:
     st = load_source(a.source)
-    out = st.emit(a.target, a.output, dtype=a.dtype, schedule=parse_schedule(a.schedule))
+    options = {"chip": a.chip} if a.chip is not None else {}  # the target's own options, only when given
+    out = st.emit(a.target, a.output, dtype=a.dtype, schedule=parse_schedule(a.schedule), **options)
     print(f"wrote {a.target} sources for '{st.name}' to {out}; build with: make -C {out}")
     return 0
 
@@ -211,6 +212,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default=None, choices=["float64", "float32"],
                         help="default: the stencil's own (float64 unless it declares float32)")
     e.add_argument("-o", "--output", required=True, help="directory to write")
+    e.add_argument("--chip", default=None, help="target athread: sw26010 or sw26010pro (default: sw26010pro)")
     schedule_option(e)
     e.set_defaults(func=cmd_emit)
 

@@ -10,13 +10,23 @@ Sunway performance figure. See docs/athread.md.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from msc.errors import CompileError
+import numpy as np
+
+from msc import ir
+from msc.arguments import bind_arguments
+from msc.errors import CompileError, MscError
+from msc.runtime.kernel import RunStats
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"
@@ -73,3 +83,105 @@ def parse_stats(stderr: str) -> dict[str, int | str]:
         key, value = item.split("=")
         stats[key] = int(value)
     return stats
+
+
+def build_tree(directory: Path, chip: str) -> Path:
+    """Build an emitted athread tree (its own Makefile) with `make EMULATE=1`; return its program."""
+    command = ["make", "-s", "-C", str(directory), "EMULATE=1", f"CHIP={chip}"]
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CompileError(f"athread emulator build in {directory} failed:\n{done.stdout}{done.stderr}",
+                           source_path=str(directory), output=done.stderr)
+    return directory
+
+
+class EmulatorError(MscError):
+    """A program run under the athread emulator broke a hardware rule (the
+    emulator's message says which CPE, call and sizes) or failed otherwise."""
+
+
+@dataclass
+class AthreadRunStats(RunStats):
+    """The last run under the emulator: `seconds` is the emulator's wall time
+    (no Sunway figure); the DMA and LDM counters are what the generated code
+    asked the hardware to do, summed over the CPEs and the steps."""
+
+    chip: str = ""
+    get_bytes: int = 0
+    put_bytes: int = 0
+    transfers: int = 0
+    peak_ldm: int = 0  # the largest LDM use of one CPE, stack reserve included
+    spawns: int = 0
+
+    @property
+    def dma_bytes(self) -> int:
+        return self.get_bytes + self.put_bytes
+
+    @property
+    def dma_bytes_per_step(self) -> float:
+        return self.dma_bytes / self.steps if self.steps else 0.0
+
+    @property
+    def transfers_per_step(self) -> float:
+        return self.transfers / self.steps if self.steps else 0.0
+
+
+@dataclass
+class AthreadKernel:
+    """A stencil built for the athread target with the emulator (`make
+    EMULATE=1` of the emitted tree): `run` executes the program in a child
+    process, exchanging .npy files, and returns the same dict as an OpenMP
+    kernel. The emulator aborts on a broken hardware rule: that is an
+    EmulatorError carrying its message. An emulation for correctness: neither
+    the run time nor the counters in `last_run` are Sunway performance figures."""
+
+    ir: ir.StencilIR
+    program: Path
+    chip: str
+    schedule: Any = None  # the msc.Schedule it was compiled with (None: the default)
+    target: str = "athread"
+    last_run: AthreadRunStats = field(default_factory=AthreadRunStats)
+
+    @property
+    def directory(self) -> Path:
+        """The built source tree (host.c, slave.c, ...)."""
+        return self.program.parent
+
+    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+        """Advance `steps` steps under the emulator; the newest level of each written field."""
+        stencil = self.ir
+        args = bind_arguments(stencil, steps, inputs)
+        with tempfile.TemporaryDirectory(prefix="msc-athread-") as tmp:
+            work = Path(tmp)
+            command = [str(self.program), "--steps", str(int(steps))]
+            for name, value in args.scalars.items():
+                command += ["--param", f"{name}={value!r}"]
+            for f in stencil.fields:
+                files = []
+                levels = args.levels[f.name] if f.written else args.levels[f.name][:1]
+                for n, level in enumerate(levels):
+                    path = work / f"in_{f.name}_{n}.npy"
+                    np.save(path, np.ascontiguousarray(level, dtype=stencil.dtype))
+                    files.append(str(path))
+                command += ["--in", f"{f.name}={','.join(files)}"]
+            outputs = {f.name: work / f"out_{f.name}.npy" for f in stencil.written_fields}
+            for name, path in outputs.items():
+                command += ["--out", f"{name}={path}"]
+            env = dict(os.environ, ATHREAD_EMU_STATS="1")
+            start = time.perf_counter()
+            done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+            seconds = time.perf_counter() - start
+            if done.returncode != 0:
+                found = [ln for ln in done.stderr.splitlines() if ln.startswith("athread emulator:")]
+                why = found[-1] if found else (done.stderr.strip() or f"exit status {done.returncode}")
+                raise EmulatorError(f"stencil '{stencil.name}' on target 'athread' ({self.chip}, emulated) "
+                                    f"failed: {why} (program {self.program})")
+            result = {name: np.load(path) for name, path in outputs.items()}
+        stats = parse_stats(done.stderr)
+        interior = int(np.prod([n - 2 * r if stencil.boundary == "dirichlet" else n
+                                for n, r in zip(args.shape, stencil.radius)]))
+        self.last_run = AthreadRunStats(
+            seconds, int(steps), interior * len(stencil.statements), chip=str(stats["chip"]),
+            get_bytes=int(stats["get_bytes"]), put_bytes=int(stats["put_bytes"]), transfers=int(stats["transfers"]),
+            peak_ldm=int(stats["peak_ldm"]), spawns=int(stats["spawns"]))
+        return result

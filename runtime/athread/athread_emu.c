@@ -20,7 +20,7 @@
 #ifndef ATHREAD_EMU_DMA_ALIGN
 #define ATHREAD_EMU_DMA_ALIGN 4
 #endif
-#define MAX_PENDING 256
+#define MAX_PENDING 4096 /* an emulator limit, not a documented hardware one */
 #define MAX_ALLOCS 64
 #define HEAP_ALIGN 32
 #define MAX_GUARDS 16

@@ -1,0 +1,565 @@
+"""The Sunway athread target: one core group of a SW26010 or SW26010-Pro.
+
+The MPE (host.c) runs the time loop: per step and statement it fills an
+argument struct with the ring-slot pointer of every level, spawns the
+statement's slave function on the 64 CPEs and joins it (a periodic level
+is wrapped by the MPE after its statement). Each CPE (slave.c) takes the
+spatial tiles _MYID, _MYID + 64, ... (static cyclic assignment), fetches each
+tile's footprint of every level it reads into LDM by DMA (strided for 2D and
+3D blocks), computes the tile there and writes it back by DMA; two LDM
+buffers per level and per output, with reply counters, let the next tile's
+DMA overlap this tile's compute.
+
+The schedule's `tile(...)` is the LDM block (a dimension it leaves out gets
+the platform's default size); every level read and every field written is
+staged in LDM, so `cache_read`/`cache_write` name what happens anyway. The
+footprint of each slave function (all its buffers, both halves of the double
+buffers) is checked against the chip's LDM less the stack reserve before any
+code is written (`ctarget.check_capacity`). `compile` builds the emitted tree
+with `make EMULATE=1` and runs it under the project's athread emulator: an
+emulation for correctness, not a performance figure. `athread+mpi` runs
+the kernels under the project's MPI driver (one MPE per rank) through the
+node interface (`node_build`, `node_kernel`: codegen/node.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msc
+from msc import ir
+from msc.codegen import ctarget, register
+from msc.codegen import kernel_ir as k
+from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
+from msc.codegen.mpi import MPITarget
+from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
+from msc.codegen.printers.c import C_TYPES, CPrinter
+from msc.codegen.templates_env import render
+from msc.errors import ScheduleError, TargetError
+from msc.poly import PolyIR
+from msc.runtime import athread_emu
+from msc.runtime.build import cache_dir, write_tree
+from msc.runtime.kernel import BOX_ENTRY, ENTRY
+from msc.schedule import LoweredSchedule, Schedule, as_schedule, lower
+
+if TYPE_CHECKING:
+    from msc.codegen.athread_model import AthreadAutoKernel
+
+NAME = "athread"
+CHIPS = tuple(sorted(athread_emu.LDM_BYTES))
+DEFAULT_CHIP = "sw26010pro"
+CPES = athread_emu.CPES
+# The tile a dimension gets when tile() does not name it, before it is halved to fit the LDM.
+DEFAULT_TILE = {1: (4096,), 2: (32, 128), 3: (8, 16, 64)}
+# The emulator's files, copied into an emitted tree for `make EMULATE=1`.
+EMULATOR_FILES = ("athread.h", "slave.h", "crts.h", "athread_emu.c")
+
+
+def check_chip(chip: str) -> str:
+    if chip not in CHIPS:
+        raise TargetError(f"target '{NAME}': chip must be one of {', '.join(CHIPS)}, not {chip!r}")
+    return chip
+
+
+def ldm_capacity(chip: str) -> int:
+    """LDM bytes per CPE that buffers may use: the chip's LDM less the stack reserve."""
+    return athread_emu.LDM_BYTES[check_chip(chip)] - athread_emu.STACK_RESERVE
+
+
+class SW26010(ctarget.Platform):
+    """A SW26010 core group: 64 CPEs, each with 64 KB of LDM (Space.LOCAL)."""
+
+    name = "Sunway SW26010 (athread)"
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity("sw26010")}
+
+
+class SW26010Pro(ctarget.Platform):
+    """A SW26010-Pro core group: 64 CPEs, each with 256 KB of LDM (Space.LOCAL)."""
+
+    name = "Sunway SW26010-Pro (athread)"
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity("sw26010pro")}
+
+
+PLATFORMS: dict[str, ctarget.Platform] = {"sw26010": SW26010(), "sw26010pro": SW26010Pro()}
+
+
+# -- the LDM plan of one statement --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    """A level a statement reads: array `array` (field `field`, time offset
+    `dt`), of which a tile needs the box [o + lo, o + h + hi) per dimension."""
+
+    field: str
+    dt: int | None
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    @property
+    def array(self) -> str:
+        return array_name(self.field, self.dt)
+
+    def extent(self, tile: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(t + h - lo for t, h, lo in zip(tile, self.hi, self.lo))
+
+
+@dataclass(frozen=True)
+class TileKernel:
+    """The slave function of statement `index` (writing `target`) on tiles of shape `tile`."""
+
+    index: int
+    statement: ir.Statement
+    levels: tuple[Level, ...]
+    tile: tuple[int, ...]
+
+    @property
+    def function(self) -> str:
+        return f"msc_slave{self.index}"
+
+    def buffers(self) -> list[k.Buffer]:
+        """The LDM buffers of one CPE: two (double buffering) of every level's footprint and of the output."""
+        out = [k.Buffer(f"l_{lv.array}", k.Space.LOCAL, (2, *lv.extent(self.tile)), lv.field) for lv in self.levels]
+        return out + [k.Buffer("l_out", k.Space.LOCAL, (2, *self.tile), self.statement.target)]
+
+    def ldm_bytes(self, itemsize: int) -> int:
+        return sum((b.points() or 0) for b in self.buffers()) * itemsize
+
+
+def _levels(stmt: ir.Statement) -> tuple[Level, ...]:
+    boxes: dict[tuple[str, int | None], list[tuple[int, ...]]] = {}
+    for a in stmt.reads:
+        boxes.setdefault((a.name, a.dt), []).append(a.offsets)
+    out = []
+    for (name, dt), offsets in sorted(boxes.items(), key=lambda kv: (kv[0][0], -99 if kv[0][1] is None else kv[0][1])):
+        lo = tuple(min(o[d] for o in offsets) for d in range(len(offsets[0])))
+        hi = tuple(max(o[d] for o in offsets) for d in range(len(offsets[0])))
+        out.append(Level(name, dt, lo, hi))
+    return tuple(out)
+
+
+def tile_kernels(stencil: ir.StencilIR, tile: tuple[int, ...]) -> list[TileKernel]:
+    return [TileKernel(n, s, _levels(s), tile) for n, s in enumerate(stencil.statements)]
+
+
+@dataclass(frozen=True)
+class TimeTileKernel:
+    """The slave function of a time tile: `depth` steps of every statement on
+    one LDM block. A CPE fetches the tile plus a halo of depth x statements x
+    radius (clipped to the array) of every level of every written field (all
+    ring slots: the boundary ring comes with them) and of each input, computes
+    the steps in LDM on a region that shrinks by the radius per statement
+    (overlapped tiles: neighbours compute their shared halo twice), and
+    writes the tile of the levels later steps read back into the other set
+    of ring buffers (the MPE keeps two, so no CPE overwrites what another
+    still fetches)."""
+
+    stencil: ir.StencilIR
+    tile: tuple[int, ...]
+    depth: int
+    function = "msc_slave_tt"
+
+    def halo(self, depth: int | None = None) -> tuple[int, ...]:
+        steps = self.depth if depth is None else depth
+        return tuple(steps * len(self.stencil.statements) * r for r in self.stencil.radius)
+
+    def extent(self) -> tuple[int, ...]:
+        return tuple(t + 2 * h for t, h in zip(self.tile, self.halo()))
+
+    def arrays(self) -> list[tuple[ir.FieldDecl, int]]:
+        """Every field staged in LDM, with its number of level buffers."""
+        read = {a.name for st in self.stencil.statements for a in st.reads}
+        return [(f, f.slots if f.written else 1) for f in self.stencil.fields if f.written or f.name in read]
+
+    def buffers(self) -> list[k.Buffer]:
+        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
+        written = ", ".join(f.name for f in self.stencil.written_fields)
+        return out + [k.Buffer("l_out", k.Space.LOCAL, self.tile, f"{written} (output staging)")]
+
+    def ldm_bytes(self, itemsize: int) -> int:
+        return sum((b.points() or 0) for b in self.buffers()) * itemsize
+
+
+SlaveKernel = TileKernel | TimeTileKernel
+
+
+def slave_kernels(stencil: ir.StencilIR, tile: tuple[int, ...], depth: int = 0) -> list[SlaveKernel]:
+    """The slave functions of a schedule with these tile sizes (and time-tile depth)."""
+    if depth:
+        return [TimeTileKernel(stencil, tile, depth)]
+    return list(tile_kernels(stencil, tile))
+
+
+def fitting_tile(stencil: ir.StencilIR, chip: str, start: tuple[int, ...], fixed: frozenset[int] = frozenset(),
+                 depth: int = 0) -> tuple[int, ...]:
+    """`start` with its dimensions not in `fixed` halved (the largest first)
+    until every slave function's buffers fit the LDM (or they cannot shrink further)."""
+    itemsize = _itemsize(stencil)
+    tile = list(start)
+    while max(t.ldm_bytes(itemsize) for t in slave_kernels(stencil, tuple(tile), depth)) > ldm_capacity(chip):
+        free = [d for d in range(len(tile)) if d not in fixed and tile[d] > 1]
+        if not free:
+            break
+        d = max(free, key=lambda d: tile[d])
+        tile[d] //= 2
+    return tuple(tile)
+
+
+def _itemsize(stencil: ir.StencilIR) -> int:
+    return 4 if stencil.dtype == "float32" else 8
+
+
+# -- schedules ------------------------------------------------------------------
+
+
+def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str) -> Schedule:
+    """The schedule with a tile size for every dimension (the ones it lacks from
+    the platform's default, halved to fit the LDM); what this target cannot
+    do is a ScheduleError naming the primitive."""
+    s = schedule or Schedule()
+    refused = [("compute_at()", s.fuse_at is not None), ("reorder()", bool(s.order)),
+               ("vectorize()", s.vector_loop is not None), ("stream_stores()", s.streaming),
+               ("prefetch()", s.prefetch_distance > 0)]
+    for name, asked in refused:
+        if asked:
+            raise ScheduleError(f"target '{NAME}' has no {name}: a CPE computes one LDM tile at a time (its "
+                                f"primitives: tile, time_tile, cache_read, cache_write, parallel on a tile loop, unroll)")
+    given = dict(s.tiles)
+    for name in given:
+        if name not in stencil.dims:
+            raise ScheduleError(f"stencil '{stencil.name}' is {stencil.ndim}D: it has no dimension {name!r}")
+    if s.parallel_loop is not None and s.parallel_loop not in {f"{d}_tile" for d in given}:
+        raise ScheduleError(f"target '{NAME}': parallel({s.parallel_loop!r}): the CPEs share the tiles, so only a "
+                            f"tile loop can be parallel (tiled here: {', '.join(given) or 'none'})")
+    for loop, _ in s.unrolls:
+        if loop not in stencil.dims:
+            raise ScheduleError(f"target '{NAME}': unroll({loop!r}): only a point loop "
+                                f"({', '.join(stencil.dims)}) can be unrolled")
+    default = DEFAULT_TILE[stencil.ndim]
+    start = tuple(given.get(d, default[n]) for n, d in enumerate(stencil.dims))
+    fixed = frozenset(n for n, d in enumerate(stencil.dims) if d in given)
+    tile = fitting_tile(stencil, chip, start, fixed, s.time_depth)
+    return replace(s, tiles=tuple(zip(stencil.dims, tile)))
+
+
+# -- the target -----------------------------------------------------------------
+
+
+class AthreadTarget:
+    """Sunway athread C: emitted as a host/slave tree, or compiled and run under the emulator."""
+
+    name = NAME
+    compile_options = ("chip",)
+    emit_options = ("chip",)
+
+    def generate(self, poly: PolyIR, schedule: object = None, chip: str = DEFAULT_CHIP, tag: str = "",
+                 box: bool = False) -> dict[str, str]:
+        """Check the schedule and the LDM footprint of every slave function, then write the sources
+        (`tag`: one kernel of a program of several, see `node_kernel`; `box`: with msc_run_box too)."""
+        stencil = poly.ir
+        platform = PLATFORMS[check_chip(chip)]
+        sched = athread_schedule(as_schedule(schedule), stencil, chip)
+        # lowering checks the fields named and the dependences (a time tile: without its parallel loop, since
+        # its tiles overlap and run side by side, not in the skewed wavefronts lowering builds)
+        lowered = lower(replace(sched, parallel_loop=None) if sched.time_depth else sched, poly)
+        lowered.schedule = sched
+        kernels = slave_kernels(stencil, tuple(size for _, size in sched.tiles), sched.time_depth)
+        for tk in kernels:
+            ctarget.check_capacity(k.Kernel(tk.function, k.Block(tuple(tk.buffers()))), poly, lowered, platform, NAME)
+        if box and sched.time_depth:
+            raise ScheduleError(f"target '{NAME}': a time tile computes whole blocks, not a box of one "
+                                f"(time_tile({sched.time_depth}, ...) needs a halo plan deeper than one step)")
+        return self._files(poly, lowered, kernels, chip, tag, box)
+
+    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: str, tag: str,
+               box: bool) -> dict[str, str]:
+        stencil = poly.ir
+        itemsize = _itemsize(stencil)
+        unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
+        printer = CPrinter(stencil.dtype)
+        levels = _all_levels(stencil)
+        common = dict(
+            version=msc.__version__,
+            name=stencil.name,
+            ndim=stencil.ndim,
+            boundary=stencil.boundary,
+            dtype=stencil.dtype,
+            ctype=C_TYPES[stencil.dtype],
+            chip=chip,
+            schedule=str(lowered.schedule),
+        )
+        params = [param_name(p) for p in stencil.params]
+        suffix = f"_{tag}" if tag else ""
+        names = {"host.c": f"host{suffix}.c", "slave.c": f"slave{suffix}.c", "msc_args.h": f"msc_args{suffix}.h"}
+        common["args_header"] = names["msc_args.h"]
+        time_tile = None
+        if isinstance(kernels[0], TimeTileKernel):
+            time_tile = _time_tile(kernels[0], printer, unroll, itemsize, suffix)
+            slaves = []
+            members = [f"const real *{field_name(f.name)}{'_src' if f.written else ''};" for f, _ in kernels[0].arrays()]
+            members += [f"real *{field_name(f.name)}_dst;" for f in stencil.written_fields]
+            members += ["long step, depth; /* the global step of the tile's first level t, and its steps */"]
+        else:
+            slaves = [_slave(tk, stencil, printer, unroll, itemsize, suffix) for tk in kernels
+                      if isinstance(tk, TileKernel)]
+            members = [f"{'const ' if lv['const'] else ''}real *{lv['member']};" for lv in levels]
+        args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
+                      **common)
+        slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
+                       int_helpers=C_HELPERS, cpes=CPES, params=params, **common)
+        signature = ctarget.signature(stencil)
+        entries = [dict(name=f"{ENTRY}{suffix}", parameters=signature.c_parameters(), box=False)]
+        if box:
+            entries.append(dict(name=f"{BOX_ENTRY}{suffix}", parameters=signature.c_parameters(box=True), box=True))
+        host = render("athread_host.c.j2", steps=_host_steps(poly, suffix), fields=_host_fields(stencil),
+                      entries=entries, levels=levels, params=params, radius=list(stencil.radius),
+                      periodic=stencil.boundary == "periodic", time_tile=time_tile, **common)
+        return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
+
+    def _tree(self, poly: PolyIR, schedule: object, chip: str) -> dict[str, str]:
+        """A standalone program: the kernel, main.c, npy.h, a Makefile and the emulator's sources."""
+        stencil = poly.ir
+        files = self.generate(poly, schedule, chip)
+        files["main.c"] = render("main.c.j2", openmp=False, **ctarget.main_values(stencil))
+        files["npy.h"] = render("npy.h")
+        files["Makefile"] = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(),
+                                   version=msc.__version__, name=stencil.name, chip=chip)
+        files.update({f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
+        return files
+
+    # -- the node interface (codegen/node.py): athread+mpi, one MPE per rank
+
+    def node_build(self, chip: str = DEFAULT_CHIP) -> NodeBuild:
+        """The MPI program's Make variables: the Sunway toolchain by default (host code through
+        $(MPICC) -mhost, slave code through swgcc -mslave, hybrid link), gcc and the emulator
+        (copied into the tree) with EMULATE=1."""
+        check_chip(chip)
+        emulate = "$(filter 1,$(EMULATE))"
+        emu_flags = (f"-pthread -I. -DATHREAD_EMU_LDM_BYTES={athread_emu.LDM_BYTES[chip]} "
+                     f"-DATHREAD_EMU_CHIP='\"{chip}\"'")
+        sunway_slave = ("sw5cc", "-slave -O2") if chip == "sw26010" else ("swgcc", "-mslave -msimd -O2")
+        variables = (
+            ("EMULATE", "0"),
+            ("ATHREAD_EMU_FLAGS", emu_flags),
+            ("HOST_FLAGS", f"$(if {emulate},$(ATHREAD_EMU_FLAGS),{'-host' if chip == 'sw26010' else '-mhost'})"),
+            ("SLAVE_CC", f"$(if {emulate},gcc,{sunway_slave[0]})"),
+            ("SLAVE_FLAGS", f"$(if {emulate},-O2 -std=gnu11 $(ATHREAD_EMU_FLAGS),{sunway_slave[1]})"),
+            ("LINK_FLAGS", f"$(if {emulate},-pthread -rdynamic,{'-hybrid' if chip == 'sw26010' else '-mhybrid'})"),
+            ("ATHREAD_EMU_LINK", f"$(if {emulate},$(ATHREAD_EMU_FLAGS) athread_emu.c -ldl,)"),
+        )
+        return NodeBuild(cflags="-O2 -std=gnu11", threads=False, variables=variables,
+                         link="$(MPICC) $(CFLAGS) $(LINK_FLAGS) -o $@ $(OBJECTS) $(ATHREAD_EMU_LINK) $(LDLIBS)",
+                         files={f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
+
+    def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool,
+                    chip: str = DEFAULT_CHIP) -> NodeKernel:
+        """host_<tag>.c (entry points msc_run_<tag>, msc_run_box_<tag>), slave_<tag>.c, msc_args_<tag>.h."""
+        files = self.generate(poly, schedule, chip, tag, box)
+        header = f"msc_args_{tag}.h"
+        rules = (MakeRule(f"host_{tag}.o", (f"host_{tag}.c", header),
+                          (f"$(MPICC) $(CFLAGS) $(HOST_FLAGS) -c host_{tag}.c -o $@",)),
+                 MakeRule(f"slave_{tag}.o", (f"slave_{tag}.c", header),
+                          (f"$(SLAVE_CC) $(SLAVE_FLAGS) -c slave_{tag}.c -o $@",)))
+        return NodeKernel(files, rules, f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None)
+
+    def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None, chip: str = DEFAULT_CHIP) -> Path:
+        """host.c, slave.c, msc_args.h, main.c, npy.h, a Makefile and the emulator's sources in `directory`."""
+        return write_tree(directory, self._tree(poly, schedule, chip))
+
+    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
+                chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AthreadAutoKernel:
+        """The emitted tree, built with `make EMULATE=1` (cached by the kernel
+        index, whose key includes the chip), as a kernel whose `run` executes
+        it under the athread emulator in a child process. An emulation for
+        correctness: its timings and counters are no Sunway performance figure."""
+        check_chip(chip)
+        if schedule == "auto":  # chosen by a cost model when the kernel runs and the problem size is known
+            from msc.codegen.athread_model import AthreadAutoKernel
+
+            return AthreadAutoKernel(poly.ir, chip, lambda s: self.compile(poly, schedule=s, chip=chip))
+        sched = as_schedule(schedule)
+        key = ctarget.kernel_key(f"{NAME}:{chip}:{_emulator_digest()}", poly.ir, sched, False)
+        directory = cache_dir() / NAME / key
+        program = directory / poly.ir.name
+        if not program.is_file():
+            self._build(poly, sched, chip, directory)
+        return athread_emu.AthreadKernel(poly.ir, program, chip, sched)
+
+    def _build(self, poly: PolyIR, schedule: Schedule | None, chip: str, directory: Path) -> None:
+        """Emit and build in a private directory, then rename it into place (a
+        concurrent build of the same kernel wins or loses whole)."""
+        files = self._tree(poly, schedule, chip)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+        try:
+            write_tree(staging / "tree", files)
+            athread_emu.build_tree(staging / "tree", chip)
+            try:
+                os.rename(staging / "tree", directory)
+            except OSError:
+                if not (directory / poly.ir.name).is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _emulator_digest() -> str:
+    """A hash of the emulator's sources (built into every compiled athread kernel, outside codegen/)."""
+    h = hashlib.sha256()
+    for name in (*EMULATOR_FILES, "Makefile"):
+        h.update(name.encode() + b"\0" + (athread_emu.EMULATOR_DIR / name).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _all_levels(stencil: ir.StencilIR) -> list[dict[str, Any]]:
+    """Every array the slave functions read or write, as members of the argument struct."""
+    out = []
+    for f in stencil.fields:
+        if not f.written:
+            out.append(dict(member=field_name(f.name), const=True, field=field_name(f.name), dt=None, slots=1))
+            continue
+        for dt in sorted(levels_used(stencil, f.name), reverse=True):
+            out.append(dict(member=level_name(f.name, dt), const=dt != 1, field=field_name(f.name), dt=dt,
+                            slot=ring_slot("t", dt, f.slots)))
+    return out
+
+
+def _host_fields(stencil: ir.StencilIR) -> list[dict[str, Any]]:
+    return [dict(buffer=f"{field_name(f.name)}_buf" if f.written else field_name(f.name),
+                 slots=f.slots if f.written else 1) for f in stencil.fields]
+
+
+def _host_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
+    """What the MPE does each step, in order: spawn a statement's slave function, or wrap a periodic level."""
+    stencil = poly.ir
+    out: list[dict[str, Any]] = []
+    n = 0
+    for st in poly.statements:
+        if st.stmt is not None:
+            out.append(dict(spawn=f"msc_slave{n}{suffix}", wrap=""))
+            n += 1
+        else:
+            extents = ["1"] * (3 - stencil.ndim) + [f"P{d}" for d in range(stencil.ndim)]
+            radius = ["0"] * (3 - stencil.ndim) + [str(r) for r in stencil.radius]
+            out.append(dict(spawn="", wrap=f"msc_wrap(a.{level_name(st.target, 1)}, {', '.join(extents + radius)})"))
+    return out
+
+
+def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dict[int, int], itemsize: int,
+           suffix: str) -> dict[str, Any]:
+    """What the slave template needs for one statement: buffers (offsets into
+    one LDM block, in elements), the tile's compute as C lines."""
+    ndim = stencil.ndim
+    offset = 0
+    buffers = []
+    for lv in tk.levels:
+        size = 1
+        for e in lv.extent(tk.tile):
+            size *= e
+        buffers.append(dict(name=f"l_{lv.array}", member=lv.array, offset=offset, size=size,
+                            lo=[f"- {-v}" if v < 0 else f"+ {v}" for v in lv.lo],
+                            span=[h - lo for h, lo in zip(lv.hi, lv.lo)]))
+        offset += 2 * size
+    out_size = 1
+    for t in tk.tile:
+        out_size *= t
+    out = dict(offset=offset, size=out_size, member=level_name(tk.statement.target, 1))
+    total = offset + 2 * out_size
+    return dict(function=tk.function + suffix, target=tk.statement.target, line=tk.statement.loc, tile=list(tk.tile),
+                buffers=buffers, out=out, elements=total, bytes=total * itemsize,
+                body=printer.lines(compute_tile(tk, ndim, unroll), 3))
+
+
+def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int,
+               suffix: str) -> dict[str, Any]:
+    """What the templates need for a time tile: the LDM arrays (offsets in
+    elements of one block), each statement's compute as C lines."""
+    stencil = tt.stencil
+    arrays, offset = [], 0
+    for f, n in tt.arrays():
+        arrays.append(dict(name=f"l_{field_name(f.name)}", field=field_name(f.name), count=n, offset=offset,
+                           written=f.written, window=f.window if f.written else 0, slots=f.slots))
+        offset += n * math.prod(tt.extent())
+    statements = []
+    for n, st in enumerate(stencil.statements):
+        pointers = []
+        for name, dt in sorted({(a.name, a.dt) for a in st.reads} | {(st.target, 1)},
+                               key=lambda v: (v[0], -99 if v[1] is None else v[1])):
+            f = next(f for f in stencil.fields if f.name == name)
+            if dt is None:
+                pointers.append(f"const real *restrict v_{field_name(name)} = l_{field_name(name)};")
+            else:
+                const = "" if dt == 1 else "const "
+                pointers.append(f"{const}real *restrict v_{level_name(name, dt)} = l_{field_name(name)} + "
+                                f"((step + {dt + f.slots}) % {f.slots}) * W;")
+        statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
+                               body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
+    total = offset + math.prod(tt.tile)
+    return dict(function=tt.function + suffix, tile=list(tt.tile), depth=tt.depth, statements=statements, arrays=arrays,
+                out_offset=offset, elements=total, bytes=total * itemsize, nst=len(stencil.statements),
+                written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields])
+
+
+def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:
+    """The kernel IR of one statement on the region lo_d <= i_d < hi_d of a time tile's LDM block,
+    whose arrays hold the box b_d <= i_d < b_d + w_d (global coordinates i)."""
+    coords = [f"i{d}" for d in range(ndim)]
+
+    def index(offsets: tuple[int, ...]) -> str:
+        out = ""
+        for d in range(ndim):
+            o = offsets[d]
+            term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
+            out = term if d == 0 else f"({out}) * w{d} + {term}"
+        return out
+
+    loads = tuple((a, k.Ref(f"v_{array_name(a.name, a.dt)}", index(a.offsets), k.Space.LOCAL))
+                  for a in dict.fromkeys(st.reads))
+    node: k.Node = k.Assign(k.Ref(f"v_{level_name(st.target, 1)}", index((0,) * ndim), k.Space.LOCAL), st.expr,
+                            loads, st.target, tuple(coords))
+    for d in reversed(range(ndim)):
+        body = node if isinstance(node, k.Block) else k.Block((node,))
+        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+    assert isinstance(node, k.Block)
+    return node
+
+
+def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
+    """The kernel IR of one tile's compute, all in LDM: point i (0 <= i_d < h_d)
+    reads level L at i + offset - L.lo in its packed buffer (row extents e_L_d)
+    and writes the packed output tile (extents h_d)."""
+    coords = [f"i{d}" for d in range(ndim)]
+    loads = []
+    by_array = {lv.array: lv for lv in tk.levels}
+    for a in dict.fromkeys(tk.statement.reads):
+        lv = by_array[array_name(a.name, a.dt)]
+        index = ""
+        for d in range(ndim):
+            shift = a.offsets[d] - lv.lo[d]
+            term = f"({coords[d]} + {shift})" if shift else coords[d]
+            index = term if d == 0 else f"({index}) * e_{lv.array}_{d} + {term}"
+        loads.append((a, k.Ref(f"l_{lv.array}", index, k.Space.LOCAL)))
+    out_index = coords[0]
+    for d in range(1, ndim):
+        out_index = f"({out_index}) * h{d} + {coords[d]}"
+    node: k.Node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
+                            tk.statement.target, tuple(coords))
+    for d in reversed(range(ndim)):
+        body = node if isinstance(node, k.Block) else k.Block((node,))
+        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+    assert isinstance(node, k.Block)
+    return node
+
+
+register(NAME, AthreadTarget)
+register(f"{NAME}+mpi", lambda: MPITarget(NAME))

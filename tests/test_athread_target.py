@@ -1,0 +1,287 @@
+"""The athread target under the emulator: the generated stencils (with random
+tile schedules) against the reference interpreter on both chips, the DMA
+and LDM counters against what the tile shape needs, the LDM capacity check
+before any code is written, a missing DMA wait caught, and the emitted tree
+built with `make EMULATE=1` and run on .npy files."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from stencil_gen import generate, program_arguments
+
+import msc
+from msc.codegen import athread, get_target
+from msc.errors import ScheduleError, TargetError
+from msc.runtime import athread_emu
+from msc.runtime.athread_emu import AthreadKernel, EmulatorError
+
+CHIPS = sorted(athread_emu.LDM_BYTES)
+
+
+def chip_of(seed: int) -> str:
+    return CHIPS[seed % 2]
+
+
+def athread_schedule(seed: int, stencil: msc.Stencil) -> msc.Schedule:
+    """A random schedule of the primitives the athread target takes: tiles
+    (some dimensions; halved until they fit the chip's LDM), LDM staging named,
+    a parallel tile loop, an unrolled point loop."""
+    rng = random.Random(seed * 104729)
+    dims = list(stencil.ir.dims)
+    tiled = rng.sample(dims, rng.randint(1, len(dims)))
+    sizes = {d: rng.choice([1, 2, 3, 5, 8, 16]) for d in tiled}
+    while _ldm_bytes(stencil, msc.Schedule().tile(**sizes), chip_of(seed)) > athread.ldm_capacity(chip_of(seed)):
+        largest = max(sizes, key=lambda d: sizes[d])
+        sizes[largest] //= 2
+    s = msc.Schedule().tile(**sizes)
+    for f in rng.sample(stencil.ir.fields, rng.randint(0, len(stencil.ir.fields))):
+        s = s.cache_read(f.name)
+    for f in rng.sample(stencil.ir.written_fields, rng.randint(0, len(stencil.ir.written_fields))):
+        s = s.cache_write(f.name)
+    if rng.random() < 0.5:
+        s = s.parallel(f"{rng.choice(tiled)}_tile")
+    if rng.random() < 0.4:
+        s = s.unroll(rng.choice(dims), rng.choice([2, 4]))
+    return s
+
+
+def time_tile_schedule(seed: int, stencil: msc.Stencil) -> msc.Schedule:
+    """A random time tile (depth, some dimensions tiled; sizes, then depth, reduced until it fits the LDM)."""
+    rng = random.Random(seed * 7907)
+    dims = list(stencil.ir.dims)
+    depth = rng.choice([1, 2, 3, 5])
+    sizes = {d: rng.choice([2, 3, 4, 7, 16]) for d in rng.sample(dims, rng.randint(1, len(dims)))}
+    while _ldm_bytes(stencil, msc.Schedule().time_tile(depth, **sizes), chip_of(seed)) > athread.ldm_capacity(chip_of(seed)):
+        largest = max(sizes, key=lambda d: sizes[d])
+        if sizes[largest] > 1:
+            sizes[largest] //= 2
+        else:
+            depth -= 1
+    s = msc.Schedule().time_tile(depth, **sizes)
+    return s.parallel(f"{next(iter(sizes))}_tile") if rng.random() < 0.3 else s
+
+
+def _ldm_bytes(stencil: msc.Stencil, schedule: msc.Schedule, chip: str) -> int:
+    full = athread.athread_schedule(schedule, stencil.ir, chip)
+    kernels = athread.slave_kernels(stencil.ir, tuple(size for _, size in full.tiles), full.time_depth)
+    return max(k.ldm_bytes(8 if stencil.ir.dtype == "float64" else 4) for k in kernels)
+
+
+def _run_case(seed: int, schedule: msc.Schedule | None, assert_matches) -> AthreadKernel:
+    case = generate(seed)
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    kernel = case.stencil.compile(target="athread", dtype=case.dtype, schedule=schedule, chip=chip_of(seed))
+    assert isinstance(kernel, AthreadKernel) and kernel.chip == chip_of(seed)
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, schedule))
+    stats = kernel.last_run
+    depth = schedule.time_depth if schedule else 0
+    assert stats.spawns == (-(-case.steps // depth) if depth else case.steps * len(case.stencil.ir.statements))
+    assert 0 < stats.peak_ldm <= athread_emu.LDM_BYTES[chip_of(seed)]
+    return kernel
+
+
+@pytest.mark.parametrize("seed", range(48))
+def test_generated_stencils_match_reference(seed, assert_matches):
+    _run_case(seed, None, assert_matches)
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s % 4 == 0 else [pytest.mark.slow]) for s in range(48)])
+def test_random_tile_schedules_match_reference(seed, assert_matches):
+    _run_case(seed, athread_schedule(seed, generate(seed).stencil), assert_matches)
+
+
+def _time_tileable(seed: int) -> bool:
+    """A dirichlet stencil whose one-step time tile of one point fits the chip's LDM (the halo of a
+    many-statement, wide-radius 3D stencil alone may not)."""
+    stencil = generate(seed).stencil
+    smallest = msc.Schedule().time_tile(1, **{d: 1 for d in stencil.ir.dims})
+    return (stencil.ir.boundary == "dirichlet"
+            and _ldm_bytes(stencil, smallest, chip_of(seed)) <= athread.ldm_capacity(chip_of(seed)))
+
+
+DIRICHLET = [s for s in range(48) if _time_tileable(s)]
+
+
+# 1-3D, one to three statements, cheap under the emulator (the others' tiny tiles under wide halos take up to a minute)
+TIME_TILE_SAMPLE = [3, 6, 7, 8, 12, 27, 40]
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s in TIME_TILE_SAMPLE else [pytest.mark.slow])
+                                  for s in DIRICHLET])
+def test_random_time_tiles_match_reference(seed, assert_matches):
+    _run_case(seed, time_tile_schedule(seed, generate(seed).stencil), assert_matches)
+
+
+@pytest.fixture
+def heat2d() -> msc.Stencil:
+    @msc.stencil
+    def heat(u, alpha):
+        u[msc.t + 1, msc.x, msc.y] = u[msc.t, msc.x, msc.y] + alpha * (
+            u[msc.t, msc.x - 1, msc.y] + u[msc.t, msc.x + 1, msc.y] + u[msc.t, msc.x, msc.y - 1]
+            + u[msc.t, msc.x, msc.y + 1] - 4 * u[msc.t, msc.x, msc.y])
+
+    return heat
+
+
+def _tiles(n: int, b: int) -> list[int]:
+    return [min(b, n - i) for i in range(0, n, b)]
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_counters_are_the_dma_a_tile_shape_needs(heat2d, chip):
+    """Per step: each tile gets its box plus a halo of 1 (one strided transfer)
+    and puts the tile (one strided transfer); a CPE's LDM is its double buffers
+    (one block from ldm_malloc, rounded to 32 bytes) plus the stack reserve."""
+    shape, tile, steps = (40, 70), (8, 16), 3
+    u = np.random.default_rng(1).random(shape)
+    kernel = heat2d.compile(target="athread", schedule=msc.Schedule().tile(x=8, y=16), chip=chip)
+    result = kernel.run(steps=steps, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat2d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    hs, ws = _tiles(shape[0] - 2, tile[0]), _tiles(shape[1] - 2, tile[1])
+    stats = kernel.last_run
+    assert stats.get_bytes == steps * sum((h + 2) * (w + 2) * 8 for h in hs for w in ws)
+    assert stats.put_bytes == steps * (shape[0] - 2) * (shape[1] - 2) * 8
+    assert stats.transfers == steps * 2 * len(hs) * len(ws)
+    ldm = 2 * ((tile[0] + 2) * (tile[1] + 2) + tile[0] * tile[1]) * 8
+    assert stats.peak_ldm == athread_emu.STACK_RESERVE + -(-ldm // 32) * 32
+    assert stats.dma_bytes_per_step == (stats.get_bytes + stats.put_bytes) / steps
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_over_capacity_tile_is_refused_before_any_code_is_written(heat2d, chip, tmp_path):
+    capacity = athread_emu.LDM_BYTES[chip] - athread_emu.STACK_RESERVE
+    side = 64 if chip == "sw26010" else 128  # double buffers of (side+2)^2 + side^2 doubles: over the LDM
+    need = 2 * ((side + 2) ** 2 + side**2) * 8
+    assert need > capacity
+    out = tmp_path / "tree"
+    with pytest.raises(ScheduleError) as err:
+        heat2d.emit("athread", out, schedule=msc.Schedule().tile(x=side, y=side), chip=chip)
+    text = str(err.value)
+    for words in ("stencil 'heat'", f"x={side}, y={side}", f"u 2x{side + 2}x{side + 2}", str(need), str(capacity),
+                  "'athread'"):
+        assert words in text, (words, text)
+    assert not out.exists()
+    with pytest.raises(ScheduleError, match=str(need)):
+        heat2d.compile(target="athread", schedule=msc.Schedule().tile(x=side, y=side), chip=chip)
+    # half the side fits, and a default tile is shrunk to fit this chip
+    heat2d.emit("athread", out, schedule=msc.Schedule().tile(x=side // 2, y=side // 2), chip=chip)
+    assert (out / "slave.c").is_file()
+
+
+def test_what_the_target_lacks_is_named(heat2d, tmp_path):
+    with pytest.raises(TargetError, match="chip must be one of sw26010, sw26010pro, not 'sw39010'"):
+        heat2d.compile(target="athread", chip="sw39010")
+    with pytest.raises(TargetError, match="chip must be one of"):
+        heat2d.emit("athread", tmp_path / "x", chip="x86")
+    for schedule, name in ((msc.Schedule().tile(x=8).compute_at("x_tile"), "compute_at"),
+                           (msc.Schedule().vectorize("y"), "vectorize"),
+                           (msc.Schedule().stream_stores(), "stream_stores")):
+        with pytest.raises(ScheduleError, match=rf"target 'athread' has no {name}\(\)"):
+            heat2d.emit("athread", tmp_path / "x", schedule=schedule)
+    with pytest.raises(ScheduleError, match="only a tile loop can be parallel"):
+        heat2d.emit("athread", tmp_path / "x", schedule=msc.Schedule().tile(x=8).parallel("y"))
+    # under MPI a one-step time tile would have to compute a box of its block while halos travel
+    with pytest.raises(ScheduleError, match=r"a time tile computes whole blocks.*time_tile\(1, \.\.\.\)"):
+        heat2d.emit("athread+mpi", tmp_path / "x", schedule=msc.Schedule().time_tile(1, x=8))
+    assert not (tmp_path / "x").exists()
+
+
+def _emit_and_break(stencil: msc.Stencil, directory: Path, schedule: msc.Schedule, wait: str) -> AthreadKernel:
+    """The emitted tree with the DMA wait `wait` deleted from slave.c, built with the emulator."""
+    stencil.emit("athread", directory, schedule=schedule, chip="sw26010")
+    slave = directory / "slave.c"
+    text = slave.read_text()
+    line = re.compile(rf"^\s*MSC_WAIT\({re.escape(wait)}\);.*\n", re.MULTILINE)
+    assert len(line.findall(text)) == 1, text
+    slave.write_text(line.sub("", text))
+    athread_emu.build_tree(directory, "sw26010")
+    return AthreadKernel(stencil.ir, directory / stencil.name, "sw26010", schedule)
+
+
+def test_a_missing_dma_wait_is_caught(heat2d, tmp_path):
+    u = np.random.default_rng(2).random((50, 40))
+    expected = heat2d.reference(steps=2, u=u, alpha=0.1)["u"]
+    schedule = msc.Schedule().tile(x=1, y=8)  # 48 x 5 tiles: every CPE has three or four
+    # no wait for a tile's fetch: the CPE computes on what is not there yet, and returns with the gets in flight
+    no_get_wait = _emit_and_break(heat2d, tmp_path / "get", schedule, "&got[s], gets[s]")
+    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*athread_get.* not waited for"):
+        no_get_wait.run(steps=2, u=u, alpha=0.1)
+    # no wait before an output buffer is reused: a put still in flight sends the next tile's values
+    no_put_wait = _emit_and_break(heat2d, tmp_path / "put", schedule, "&put[s], puts[s]")
+    wrong = no_put_wait.run(steps=2, u=u, alpha=0.1)["u"]
+    assert not np.allclose(wrong, expected)
+    # the same tree with its waits computes the reference
+    heat2d.emit("athread", tmp_path / "ok", schedule=schedule, chip="sw26010")
+    athread_emu.build_tree(tmp_path / "ok", "sw26010")
+    good = AthreadKernel(heat2d.ir, tmp_path / "ok" / "heat", "sw26010", schedule).run(steps=2, u=u, alpha=0.1)
+    np.testing.assert_allclose(good["u"], expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("seed", [5, 14])
+def test_emitted_tree_builds_with_the_emulator_and_gives_the_reference(seed, tmp_path, assert_matches):
+    case = generate(seed)
+    chip = chip_of(seed)
+    out = tmp_path / "tree"
+    case.stencil.emit("athread", out, dtype=case.dtype, schedule=athread_schedule(seed, case.stencil), chip=chip)
+    assert {"host.c", "slave.c", "main.c", "npy.h", "Makefile", "athread_emu.c"} <= {p.name for p in out.iterdir()}
+    slave = (out / "slave.c").read_text()
+    assert ("CRTS_dma_iget" in slave) == (chip == "sw26010pro") and ("athread_get(" in slave) == (chip == "sw26010")
+    done = subprocess.run(["make", "-s", "-C", str(out), "EMULATE=1"], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    program = out / case.stencil.name
+    usage = subprocess.run([str(program), "--help"], check=False, capture_output=True, text=True)
+    assert "--steps N" in usage.stdout and "--threads" not in usage.stdout
+    written = [f.name for f in case.stencil.ir.written_fields]
+    command = [str(program), "--steps", str(case.steps), *program_arguments(case.inputs, tmp_path)]
+    for name in written:
+        command += ["--out", f"{name}={tmp_path / ('out_' + name + '.npy')}"]
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = {name: np.load(tmp_path / f"out_{name}.npy") for name in written}
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches(result, expected, case.dtype, case)
+
+
+def test_cli_passes_chip_only_when_given(tmp_path, heat2d):
+    from msc.cli import main
+
+    source = tmp_path / "heat.py"
+    source.write_text("import msc\n\n\ndef heat(u):\n    u[msc.t + 1, msc.x] = 0.5 * (u[msc.t, msc.x - 1] + u[msc.t, msc.x + 1])\n")
+    assert main(["emit", f"{source}:heat", "--target", "athread", "-o", str(tmp_path / "pro")]) == 0
+    assert "CRTS_dma_iget" in (tmp_path / "pro" / "slave.c").read_text()
+    assert main(["emit", f"{source}:heat", "--target", "openmp", "-o", str(tmp_path / "omp")]) == 0
+    assert main(["emit", f"{source}:heat", "--target", "openmp", "-o", str(tmp_path / "x"), "--chip", "sw26010"]) != 0
+    assert get_target("athread").emit_options == ("chip",)
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(heat2d, chip, capsys):
+    from msc.codegen.athread_model import predict
+
+    u = np.random.default_rng(3).random((70, 90))
+    kernel = heat2d.compile(target="athread", schedule="auto", chip=chip)
+    steps = 8  # a whole number of the candidates' time-tile depths
+    result = kernel.run(steps=steps, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat2d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    printed = capsys.readouterr().out
+    assert "cost model" in printed and "not a measurement" in printed and chip in printed
+    report, stats = kernel.report, kernel.last_run
+    assert report is not None and str(report.schedule) in printed
+    assert (report.get_bytes * steps, report.put_bytes * steps, report.transfers * steps) == (
+        stats.get_bytes, stats.put_bytes, stats.transfers)
+    # the same for a time tile the model did not choose, and a 3D spatial tile
+    for stencil, shape, schedule in ((heat2d, (37, 45), msc.Schedule().time_tile(4, x=8, y=16)),
+                                     (generate(5).stencil, (12, 13, 45), msc.Schedule().tile(x=3, y=4))):
+        case_inputs = {f.name: np.random.default_rng(4).random(shape) for f in stencil.ir.fields}
+        case_inputs.update({p: 0.1 for p in stencil.ir.params})
+        k = stencil.compile(target="athread", schedule=schedule, chip=chip)
+        k.run(steps=4, **case_inputs)
+        model = predict(stencil.ir, shape, schedule, chip)
+        assert (model.get_bytes * 4, model.put_bytes * 4, model.transfers * 4) == (
+            k.last_run.get_bytes, k.last_run.put_bytes, k.last_run.transfers), schedule
