@@ -20,14 +20,13 @@ A launch can be written by another generator instead (the tensor-core path):
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import os
 import re
-import shutil
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
 
 import msc
 from msc import ir
@@ -42,12 +41,9 @@ from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.runtime.build import atomic_write_text, build_shared_library, write_tree
-from msc.runtime.cuda_kernel import CudaKernel
+from msc.runtime.cuda_kernel import CudaKernel, is_device_array
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
-from msc.schedule import LoweredSchedule, as_schedule, describe_loops, lower
-
-if TYPE_CHECKING:
-    from msc.tuner import AutoKernel
+from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
 
 NAME = "cuda"
 SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA device since compute capability 2.0
@@ -183,31 +179,32 @@ class CudaTarget(ctarget.CTarget):
 
     # -- building ----------------------------------------------------------------
 
-    def toolchain(self, emulate: bool) -> ctarget.Toolchain:
-        """g++ and the emulator (`emulate`), else nvcc for this machine's CUDA device
-        (a TargetError when it has none). Both include runtime/cuda/msc_cuda.h; its
-        digest is a define, so a changed runtime header never reuses a built library."""
+    def build_toolchain(self, emulate: bool) -> ctarget.Toolchain:
+        """g++ and the emulator (`emulate`), else nvcc for this machine's CUDA
+        device (a TargetError when it has none). Both read runtime/cuda/; the
+        emulator's digest is a define, so a changed runtime never reuses a built library."""
         from msc.runtime import cuda_emu
 
-        runtime = (f"-I{cuda_emu.EMULATOR_DIR}", f"-DMSC_CUDA_RUNTIME={_runtime_digest()}")
         if emulate:
-            return ctarget.Toolchain(cc=cuda_emu.CXX, flags=(*cuda_emu.SHARED_FLAGS, *runtime, "-x", "c++"))
+            return ctarget.Toolchain(cc=cuda_emu.compiler(), flags=cuda_emu.flags(shared=True))
         arch = device_arch()
         if arch is None:
             raise TargetError(
                 "target 'cuda': no CUDA device was found (no driver, or the driver sees no GPU); "
                 "compile(target='cuda', emulate=True) runs the same generated CUDA on the CPU with msc's emulator")
-        return ctarget.Toolchain(cc=NVCC, flags=(*NVCC_FLAGS, f"-arch={arch}", *runtime))
+        return ctarget.Toolchain(cc=NVCC, flags=(*NVCC_FLAGS, f"-arch={arch}", f"-I{cuda_emu.EMULATOR_DIR}",
+                                                 f"-DMSC_CUDA_EMU_DIGEST={cuda_emu.emulator_digest()}"))
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
-                box: bool = False, emulate: bool = False) -> CudaKernel | AutoKernel:
+                box: bool = False, emulate: bool = False) -> CudaKernel | CudaAutoKernel:
         """A kernel built before (same IR, schedule, generator, toolchain) is
         loaded through the kernel index without any isl work."""
         if not isinstance(emulate, bool):
             raise TargetError(f"target 'cuda': emulate must be True or False, got {emulate!r}")
         if schedule == "auto":
-            raise ScheduleError(f"target '{NAME}' has no tuner yet: pass a msc.Schedule or 'default'")
-        toolchain = self.toolchain(emulate)
+            return CudaAutoKernel(poly, lambda s: self.compile(poly, threads=threads, schedule=s, box=box, emulate=emulate),
+                                  emulate)
+        toolchain = self.build_toolchain(emulate)
         sched = as_schedule(schedule)
         key = ctarget.kernel_key(self.name, poly.ir, sched, box, toolchain)
         found = ctarget.indexed(key, ".cu")
@@ -219,7 +216,7 @@ class CudaTarget(ctarget.CTarget):
                 pass  # a damaged library: build it again below
         source = self.source(poly, sched, box)
         library = build_shared_library(source, f"msc_{poly.ir.name}", cc=toolchain.cc, flags=toolchain.flags,
-                                       extra_libs=_emulator_sources() if emulate else (), suffix=".cu")
+                                       suffix=".cu")
         atomic_write_text(ctarget.index_path(key), library.name)
         return CudaKernel(poly.ir, source, library, self.name, threads, sched)
 
@@ -234,29 +231,111 @@ class CudaTarget(ctarget.CTarget):
         stencil = poly.ir
         source = self.source(poly, schedule)
         values = dict(ctarget.program_values(stencil), parameters=cuda_parameters(stencil, False))
-        runtime = {f.name: f.read_text(encoding="utf-8") for f in sorted(Path(cuda_emu.EMULATOR_DIR).iterdir())
-                   if f.is_file() and f.suffix in (".h", ".cpp", ".cc")}
-        sources = [name for name in runtime if not name.endswith(".h")]
+        runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8") for name in cuda_emu.HEADERS}
+        # the emulator's program flags, reading the headers beside the sources
+        emulate = [f for f in cuda_emu.flags(shared=False) if not f.startswith(("-I", "-DMSC_CUDA_EMU_DIGEST"))
+                   and f not in ("-x", "c++")]
         files = {
             "kernel.cu": source,
             "main.cu": render(self.toolchain.main_template, gpu=True, **values),
             "npy.h": render("npy.h"),
-            "Makefile": render("cuda_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, emulator_files=sorted(runtime),
-                               emulator_sources=sources, **values),
+            "Makefile": render("cuda_Makefile.j2", emulate_flags=emulate, emulator_files=list(runtime), **values),
             **runtime,
         }
         return write_tree(directory, files)
 
 
-@functools.lru_cache(maxsize=1)
-def _runtime_digest() -> str:
-    from msc.runtime import cuda_emu
+# -- schedule="auto" -------------------------------------------------------------
 
-    h = hashlib.sha256()
-    for f in sorted(Path(cuda_emu.EMULATOR_DIR).iterdir()):
-        if f.is_file():
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
+# blocks (threads along x, y[, z], the last dimension innermost) the tuner tries
+BLOCKS = {1: ((256,), (128,), (512,)),
+          2: ((4, 64), (8, 32), (8, 64), (16, 32), (2, 128)),
+          3: ((1, 8, 32), (2, 4, 32), (1, 4, 64), (4, 4, 32), (2, 8, 32))}
+TIME_DEPTHS = (2, 4)
+
+
+def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
+    """The default launch, then tiles of several block shapes (a tile is a
+    block), then time tiles of those blocks' depth (dirichlet stencils only)."""
+    out = [Schedule()]
+    tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
+    out += [Schedule().tile(**t) for t in tiles]
+    if stencil.boundary == "dirichlet":
+        out += [Schedule().time_tile(depth, **tiles[1]) for depth in TIME_DEPTHS]
+    return out
+
+
+@dataclass
+class CudaTuning:
+    """What schedule="auto" chose: `seconds` per step of each candidate,
+    timed on the device (None under the emulator, which only checks them)."""
+
+    schedule: Schedule
+    candidates: list[str]
+    seconds: dict[str, float] | None
+    note: str
+
+
+class CudaAutoKernel:
+    """compile(target="cuda", schedule="auto"): the candidates are built and
+    tried when the kernel first runs, on its inputs. On a device each is
+    timed and the fastest kept; under the emulator (which says nothing about
+    GPU speed) each must give the first's result, and the default is kept."""
+
+    def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule], CudaKernel], emulate: bool) -> None:
+        self.ir = poly.ir
+        self._compile = compile_fn
+        self._emulate = emulate
+        self.kernel: CudaKernel | None = None
+        self.report: CudaTuning | None = None
+
+    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> Any:
+        if self.kernel is None:
+            self.kernel, self.report = self._choose(steps, inputs)
+        return self.kernel.run(steps, threads, **inputs)
+
+    def _choose(self, steps: int, given: dict[str, Any]) -> tuple[CudaKernel, CudaTuning]:
+        inputs = {name: _copy(value) for name, value in given.items()}  # device arrays would be advanced in place
+        kernels = []
+        for schedule in cuda_candidates(self.ir):
+            try:
+                kernels.append((schedule, self._compile(schedule)))
+            except ScheduleError:
+                continue  # illegal for this stencil (a dependence, a capacity)
+        names = [str(s) for s, _ in kernels]
+        trial = max(1, min(int(steps), 4))
+        if self._emulate:
+            first = kernels[0][1].run(trial, **inputs)
+            for schedule, kernel in kernels[1:]:
+                got = kernel.run(trial, **inputs)
+                for name, value in first.items():
+                    if not np.allclose(got[name], value, rtol=1e-5 if self.ir.dtype == "float32" else 1e-12, atol=0):
+                        raise ScheduleError(f"schedule='auto' on stencil '{self.ir.name}': candidate {schedule} "
+                                            f"gives another '{name}' than {kernels[0][0]} under the emulator")
+            return kernels[0][1], CudaTuning(kernels[0][0], names, None,
+                                             "emulated: every candidate checked; timing them needs a CUDA device")
+        seconds = {}
+        for schedule, kernel in kernels:  # per step: the difference of two runs, without the copies in and out
+            kernel.run(trial, **inputs)  # warm-up: first launches, caches
+            kernel.run(trial, **inputs)
+            short = kernel.last_run.seconds
+            kernel.run(3 * trial, **inputs)
+            seconds[str(schedule)] = max(kernel.last_run.seconds - short, 0.0) / (2 * trial)
+        best = min(range(len(kernels)), key=lambda i: seconds[names[i]])
+        return kernels[best][1], CudaTuning(kernels[best][0], names, seconds,
+                                            f"seconds per step on the device, from runs of {trial} and {3 * trial} steps")
+
+
+def _copy(value: Any) -> Any:
+    """A device array's copy for a trial run (CuPy arrays have .copy()); anything else as it is."""
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if not is_device_array(value):
+        return value
+    if not hasattr(value, "copy"):
+        raise TargetError("schedule='auto' with device arrays tries its candidates on copies of them: "
+                          f"pass arrays with a .copy() method (CuPy's), not {type(value).__name__}")
+    return value.copy()
 
 
 # CUdevice_attribute values of the driver API (cuda.h)

@@ -1,7 +1,8 @@
 """The kernel IR as CUDA C++ statements: the C printer, with CUDA's spelling
 of what differs (`__restrict__`, `#pragma unroll`), loops mapped onto the
 grid (`codegen/passes/cuda.py`), shared-memory buffers, copies shared among
-a block's threads, `__syncthreads()` for a barrier, and kernel launches."""
+a block's threads, `__syncthreads()` for a barrier, kernel launches, and
+host helpers (the periodic wrap) whose error status is passed on."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class CudaPrinter(CPrinter):
             return [f"{pad}__syncthreads();"]
         if isinstance(node, k.Call) and node.func == LAUNCH:
             return [f"{pad}{LAUNCH}({', '.join(str(a) for a in node.args)});"]
+        if isinstance(node, k.Call):  # a host helper that launches kernels returns their status
+            call = super().lines(node)[0].rstrip(";")
+            return [f"{pad}if (const int msc_status = {call}) return msc_status;"]
         return super().lines(node, depth)
 
     def _loop(self, loop: k.Loop, depth: int) -> list[str]:
