@@ -30,6 +30,10 @@ def is_device_array(value: Any) -> bool:
     return hasattr(value, "__cuda_array_interface__")
 
 
+def _any_device_array(inputs: dict[str, Any]) -> bool:
+    return any(is_device_array(v) or (isinstance(v, list) and any(map(is_device_array, v))) for v in inputs.values())
+
+
 @dataclass(frozen=True)
 class _DeviceArray:
     pointer: int
@@ -75,12 +79,18 @@ class CudaKernel(CompiledKernel):
     def run(self, steps: int, threads: int | None = None, comm: Any = None, dims: Any = None,
             **inputs: Any) -> Any:
         """As CompiledKernel.run; device arrays are used in place (see the module)."""
-        if not any(is_device_array(v) or (isinstance(v, list) and any(map(is_device_array, v)))
-                   for v in inputs.values()):
+        if not _any_device_array(inputs):
             return super().run(steps, threads, comm, dims, **inputs)
         if comm is not None:
             raise StencilArgumentError(f"stencil '{self.ir.name}': device arrays cannot be spread over MPI ranks")
         return self._run_device(steps, inputs)
+
+    def start(self, threads: int | None = None, comm: Any = None, dims: Any = None, **inputs: Any) -> Any:
+        """As CompiledKernel.start, for host arrays (its buffers live on the host between calls)."""
+        if _any_device_array(inputs):
+            raise StencilArgumentError(f"stencil '{self.ir.name}': start() keeps its buffers on the host; "
+                                       "pass device arrays to run(), which uses them in place")
+        return super().start(threads, comm, dims, **inputs)
 
     def _run_device(self, steps: int, inputs: dict[str, Any]) -> dict[str, Any]:
         stencil = self.ir
