@@ -1,0 +1,355 @@
+"""CUDA wmma kernels for the tensor-core plans of codegen/tensor_core.py.
+
+`generate(stencil_ir, statement, precision, dtype, name)` prints, for one
+statement, the device kernel and its host helpers (`<name>_bands`,
+`<name>_launch`, `<name>_step`); `source_file(kernels)` makes a complete .cu
+that includes msc_cuda.h. Per block: `warps` warps stacked along the rows,
+each computing one m x n output tile of the same column range in one plane.
+
+* Staging: each source's tile plus `plan.halo(source)` goes to dynamic
+  shared memory in the operand type (tf32 rounded with `__float_to_tf32`,
+  fp16 with `__float2half`), zeros past the array (Dirichlet) or wrapped
+  (periodic); columns are laid out so `plan.column_alignment(source)` lands
+  on 256 bits and the row pitch is a multiple of 32 bytes, as wmma loads
+  require.
+* Products: per line and chunk, in the plan's order, one `load_matrix_sync`
+  of the input operand at `line.input_origin(chunk, k)`, one of the weight
+  block, `mma_sync`. The weight blocks (`line.band`) are filled by
+  `<name>_bands` from the scalar parameters on the host.
+* Output: `store_matrix_sync` to shared memory, the plan's constant added,
+  the interior points written. Fragments are touched only through
+  load/store/fill, so nothing depends on the fragment element order.
+
+`<name>_launch` takes device pointers (a time loop calls it per step);
+`<name>_step` is a host entry for one step on host arrays, used by `step()`
+to run a plan, emulated or on a device, against `replay` and the reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from msc import ir
+from msc.codegen.printers.cexpr import c_expr
+from msc.codegen.tensor_core import Source, TensorCorePlan, tensor_core_plan
+from msc.errors import ScheduleError
+from msc.runtime import build, cuda_emu
+
+ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
+DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
+MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
+MAX_WARPS = 4
+
+_OPERAND = {"double": ("double", "double", 8), "tf32": ("wmma::precision::tf32", "float", 4),
+            "half": ("__half", "__half", 2)}  # fragment type, storage type, bytes
+_ACC_BYTES = {"double": 8, "float": 4}
+_C_TYPE = {"float64": "double", "float32": "float"}
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where one source's tile and halo sit in shared memory (in operand elements)."""
+
+    source: Source
+    planes: int  # 1 in 2D
+    plane_below: int
+    rows: int
+    row_below: int
+    pitch: int  # elements per row, a multiple of 32 bytes
+    column_offset: int  # staging column of the tile's first column
+    offset: int  # first element of this source's region
+
+    @property
+    def size(self) -> int:
+        return self.planes * self.rows * self.pitch
+
+
+@dataclass(frozen=True)
+class TensorCoreKernel:
+    """The CUDA code for one statement's plan."""
+
+    name: str
+    plan: TensorCorePlan
+    dtype: str
+    params: tuple[str, ...]
+    radius: tuple[int, ...]
+    periodic: bool
+    warps: int
+    staging: tuple[Staging, ...]
+    shared_bytes: int
+    band_elements: int
+    code: str
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        return tuple(s.source for s in self.staging)
+
+
+def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: str, name: str) -> TensorCoreKernel:
+    """The wmma kernel and host helpers of statement `statement`; ScheduleError if it has no plan
+    or its staging does not fit the shared memory of one block."""
+    plan = tensor_core_plan(stencil_ir, statement, precision)
+    if dtype not in _C_TYPE:
+        raise ScheduleError(f"tensor_cores: dtype must be float64 or float32, got {dtype!r}")
+    shape = plan.shape
+    _, _, op_bytes = _OPERAND[shape.operand]
+    acc_bytes = _ACC_BYTES[shape.accumulator]
+    sources = list(dict.fromkeys(line.source for line in plan.lines))
+    for warps in range(MAX_WARPS, 0, -1):
+        staging = _staging(plan, sources, warps)
+        stage_bytes = sum(s.size for s in staging) * op_bytes
+        shared = stage_bytes + warps * shape.m * shape.n * acc_bytes
+        if shared <= MAX_SHARED:
+            break
+    else:
+        raise ScheduleError(f"tensor_cores: statement writing '{plan.target}': staging its sources for one "
+                            f"{shape.m} x {shape.n} tile needs {shared} bytes of shared memory, over the "
+                            f"{MAX_SHARED} bytes of a block")
+    band_elements = sum(len(line.chunks) * (shape.k * shape.n if line.axis == "cols" else shape.m * shape.k)
+                        for line in plan.lines)
+    kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius,
+                              stencil_ir.boundary == "periodic", warps, tuple(staging), shared, band_elements, "")
+    return TensorCoreKernel(**{**kernel.__dict__, "code": _print(kernel)})
+
+
+def _staging(plan: TensorCorePlan, sources: list[Source], warps: int) -> list[Staging]:
+    shape = plan.shape
+    align = ALIGN_BYTES // _OPERAND[shape.operand][2]  # == shape.k for every shape
+    out, offset = [], 0
+    for source in sources:
+        halo = plan.halo(source)
+        (rl, rh), (cl, ch) = halo[-2], halo[-1]
+        planes, below = (halo[0][0] + halo[0][1] + 1, halo[0][0]) if plan.ndim == 3 else (1, 0)
+        column_offset = cl + (-plan.column_alignment(source) - cl) % align
+        pitch = math.ceil((column_offset + shape.n + ch) / align) * align
+        stage = Staging(source, planes, below, warps * shape.m + rl + rh, rl, pitch, column_offset, offset)
+        out.append(stage)
+        offset += stage.size
+    return out
+
+
+def _source_name(source: Source) -> str:
+    field, dt = source
+    return f"{field}_{'in' if dt is None else ('n' if dt < 0 else 'p') + str(abs(dt))}"
+
+
+def _print(k: TensorCoreKernel) -> str:
+    plan, shape = k.plan, k.plan.shape
+    frag_t, op_t, _ = _OPERAND[shape.operand]
+    acc_t, t = shape.accumulator, _C_TYPE[k.dtype]
+    m, n, kk, nd, name = shape.m, shape.n, shape.k, plan.ndim, k.name
+    dims = [f"n{d}" for d in range(nd)]
+    ring = [0 if k.periodic else r for r in k.radius]
+    extent = [f"({d} + {2 * r})" if r else d for d, r in zip(dims, ring)]
+    srcs = [f"src_{_source_name(s.source)}" for s in k.staging]
+    stage_end = sum(s.size for s in k.staging)
+    to_op = {"double": "(double)({})", "tf32": "wmma::__float_to_tf32((float)({}))",
+             "half": "__float2half((float)({}))"}[shape.operand]
+
+    def index(coords: list[str]) -> str:  # array element of interior coordinates (already wrapped/valid)
+        text = f"(size_t)({coords[0]} + {ring[0]})"
+        for d in range(1, nd):
+            text = f"({text} * {extent[d]} + ({coords[d]} + {ring[d]}))"
+        return text
+
+    L: list[str] = []
+    w = L.append
+    w(f"// tensor cores ({plan.precision}, wmma {shape.name}) for the statement writing '{plan.target}': "
+      f"{plan.mmas_per_tile} MMAs per {m} x {n} tile, {100 * plan.useful_fraction:.1f}% of their multiply-adds useful")
+    w(f"__global__ void __launch_bounds__({32 * k.warps}) {name}_kernel({t}* __restrict__ out, "
+      + "".join(f"const {t}* __restrict__ {s}, " for s in srcs)
+      + f"const {op_t}* __restrict__ bands, {acc_t} constant, " + ", ".join(f"int {d}" for d in dims) + ") {")
+    w("    MSC_DYNAMIC_SHARED(unsigned char, msc_tc_shared);")
+    w(f"    {op_t}* const stage = reinterpret_cast<{op_t}*>(msc_tc_shared);")
+    w(f"    {acc_t}* const tiles = reinterpret_cast<{acc_t}*>(msc_tc_shared + {stage_end * _OPERAND[shape.operand][2]});")
+    w(f"    const int c0 = blockIdx.x * {n}, r0 = blockIdx.y * {k.warps * m};")
+    if nd == 3:
+        w("    const int z = blockIdx.z;")
+    for s, src in zip(k.staging, srcs):
+        w(f"    for (int e = threadIdx.x; e < {s.size}; e += blockDim.x) {{  // {s.source[0]} (dt {s.source[1]})")
+        w(f"        const int c = c0 + e % {s.pitch} - {s.column_offset}, r = r0 + e / {s.pitch} % {s.rows} - {s.row_below};")
+        coords = ["r", "c"]
+        if nd == 3:
+            w(f"        const int p = z + e / {s.pitch * s.rows} - {s.plane_below};")
+            coords = ["p", "r", "c"]
+        if k.periodic:
+            wrapped = [f"msc_tc_wrap({c}, {d})" for c, d in zip(coords, dims)]
+            w(f"        stage[{s.offset} + e] = {to_op.format(f'{src}[{index(wrapped)}]')};")
+        else:
+            inside = " && ".join(f"{c} >= {-r} && {c} < {d} + {r}" for c, d, r in zip(coords, dims, ring))
+            w(f"        stage[{s.offset} + e] = {to_op.format(f'{inside} ? {src}[{index(coords)}] : 0')};")
+        w("    }")
+    w("    __syncthreads();")
+    w("    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tr = warp * " + str(m) + ";")
+    w(f"    wmma::fragment<wmma::matrix_a, {m}, {n}, {kk}, {frag_t}, wmma::row_major> a;")
+    w(f"    wmma::fragment<wmma::matrix_b, {m}, {n}, {kk}, {frag_t}, wmma::row_major> b;")
+    w(f"    wmma::fragment<wmma::accumulator, {m}, {n}, {kk}, {acc_t}> acc;")
+    w(f"    wmma::fill_fragment(acc, ({acc_t})0);")
+    stage_of = {s.source: s for s in k.staging}
+    band = 0
+    for line in plan.lines:
+        s = stage_of[line.source]
+        w(f"    // {line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
+          f"offsets {line.lo}..{line.hi}")
+        for chunk in line.chunks:
+            o = line.input_origin(chunk, kk)
+            plane = f"({o[0] + s.plane_below}) * {s.rows} + " if nd == 3 else ""
+            operand = f"stage + {s.offset} + ({plane}tr + {o[-2] + s.row_below}) * {s.pitch} + {o[-1] + s.column_offset}"
+            if line.axis == "cols":
+                w(f"    wmma::load_matrix_sync(a, {operand}, {s.pitch});")
+                w(f"    wmma::load_matrix_sync(b, bands + {band}, {n});")
+                band += kk * n
+            else:
+                w(f"    wmma::load_matrix_sync(a, bands + {band}, {kk});")
+                w(f"    wmma::load_matrix_sync(b, {operand}, {s.pitch});")
+                band += m * kk
+            w("    wmma::mma_sync(acc, a, b, acc);")
+    w(f"    {acc_t}* const tile = tiles + warp * {m * n};")
+    w(f"    wmma::store_matrix_sync(tile, acc, {n}, wmma::mem_row_major);")
+    w("    __syncwarp();")
+    w(f"    for (int e = lane; e < {m * n}; e += 32) {{")
+    w(f"        const int r = r0 + tr + e / {n}, c = c0 + e % {n};")
+    w(f"        if (r < {dims[-2]} && c < {dims[-1]}) out[{index((['z'] if nd == 3 else []) + ['r', 'c'])}] = "
+      f"({t})(tile[e] + constant);")
+    w("    }")
+    w("}")
+    w("")
+    params = "".join(f"double p_{p}, " for p in k.params)
+    coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")  # noqa: E731
+    host_op = {"double": "{}", "tf32": "msc_tc_round_tf32((float)({}))", "half": "__float2half((float)({}))"}
+    w(f"// the weight blocks of every MMA, in issue order ({k.band_elements} elements)")
+    w(f"static void {name}_bands({op_t}* bands{', ' if k.params else ''}{params.rstrip(', ')}) {{")
+    band = 0
+    for line in plan.lines:
+        rows_, cols_ = (kk, n) if line.axis == "cols" else (m, kk)
+        ws = ", ".join(coefficient(c) for c in line.coefficients)
+        chunks = ", ".join(map(str, line.chunks))
+        w(f"    {{  // {line.axis} line of {line.source[0]} (dt {line.source[1]}), shift {line.shift}")
+        w(f"        const double w[{len(line.coefficients)}] = {{{ws}}};")
+        w(f"        const int chunks[{len(line.chunks)}] = {{{chunks}}};")
+        w(f"        for (int ci = 0; ci < {len(line.chunks)}; ++ci)")
+        w(f"            for (int i = 0; i < {rows_}; ++i)")
+        w(f"                for (int j = 0; j < {cols_}; ++j) {{")
+        if line.axis == "cols":  # input position chunk * k + i feeds output column j
+            w(f"                    const int b = chunks[ci] * {kk} + i - j;")
+        else:  # output row i reads input row chunk * k + j
+            w(f"                    const int b = chunks[ci] * {kk} + j - i;")
+        w(f"                    bands[{band} + ci * {rows_ * cols_} + i * {cols_} + j] = "
+          + host_op[shape.operand].format(f"b >= 0 && b < {len(line.coefficients)} ? w[b] : 0.0") + ";")
+        w("                }")
+        w("    }")
+        band += len(line.chunks) * rows_ * cols_
+    w("}")
+    w("")
+    grid_z = dims[0] if nd == 3 else "1"
+    w(f"// one step on device pointers: out's interior from the sources")
+    w(f"static int {name}_launch({t}* out, " + "".join(f"const {t}* {s}, " for s in srcs)
+      + f"const {op_t}* bands, {acc_t} constant, " + ", ".join(f"int {d}" for d in dims) + ") {")
+    w(f"    const dim3 grid(({dims[-1]} + {n - 1}) / {n}, ({dims[-2]} + {k.warps * m - 1}) / {k.warps * m}, {grid_z});")
+    if k.shared_bytes > DEFAULT_SHARED:
+        w(f"    MSC_CUDA_CHECK(cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+          f"{k.shared_bytes}));")
+    w(f"    MSC_LAUNCH({name}_kernel, grid, {32 * k.warps}, {k.shared_bytes}, out, " + "".join(f"{s}, " for s in srcs)
+      + "bands, constant, " + ", ".join(dims) + ");")
+    w("    return 0;")
+    w("}")
+    w("")
+    constant = coefficient(plan.constant) if plan.constant is not None else "0.0"
+    count = " * ".join(f"(size_t){e}" for e in extent)
+    w("// one step on host arrays (each the interior plus the stencil's ring; out's ring is kept)")
+    w(f'extern "C" int {name}_step({t}* out, ' + "".join(f"const {t}* {s}, " for s in srcs) + params
+      + ", ".join(f"int {d}" for d in dims) + ") {")
+    w(f"    const size_t bytes = sizeof({t}) * {count};")
+    w(f"    {t}* d_out = nullptr;")
+    w(f"    {op_t}* d_bands = nullptr;")
+    w(f"    static {op_t} bands[{k.band_elements}];")
+    w(f"    {name}_bands(bands{''.join(f', p_{p}' for p in k.params)});")
+    w("    MSC_CUDA_CHECK(cudaMalloc(&d_out, bytes));")
+    w("    MSC_CUDA_CHECK(cudaMemcpy(d_out, out, bytes, cudaMemcpyHostToDevice));")
+    w("    MSC_CUDA_CHECK(cudaMalloc(&d_bands, sizeof(bands)));")
+    w("    MSC_CUDA_CHECK(cudaMemcpy(d_bands, bands, sizeof(bands), cudaMemcpyHostToDevice));")
+    for s in srcs:
+        w(f"    {t}* d_{s} = nullptr;")
+        w(f"    MSC_CUDA_CHECK(cudaMalloc(&d_{s}, bytes));")
+        w(f"    MSC_CUDA_CHECK(cudaMemcpy(d_{s}, {s}, bytes, cudaMemcpyHostToDevice));")
+    status = f"{name}_launch(d_out, " + "".join(f"d_{s}, " for s in srcs) + f"d_bands, ({acc_t})({constant}), " \
+        + ", ".join(dims) + ")"
+    w(f"    const int status = {status};")
+    w("    if (status != 0) return status;")
+    w("    MSC_CUDA_CHECK(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost));")
+    for p in ["d_out", "d_bands", *(f"d_{s}" for s in srcs)]:
+        w(f"    MSC_CUDA_CHECK(cudaFree({p}));")
+    w("    return 0;")
+    w("}")
+    return "\n".join(L) + "\n"
+
+
+def _no_field(read: ir.FieldRead) -> str:
+    raise AssertionError(f"a weight reads field {read.name}")  # the plan refuses variable coefficients
+
+
+INCLUDES = """#include <stdint.h>
+#include <string.h>
+
+#include "msc_cuda.h"
+
+using namespace nvcuda;
+"""
+
+ROUND_TF32 = """
+// cvt.rna.tf32.f32 on the host: keep 10 mantissa bits, round half away from zero
+static inline float msc_tc_round_tf32(float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &bits, sizeof bits);
+    return v;
+}
+"""
+
+WRAP = """
+__device__ __forceinline__ int msc_tc_wrap(int i, int n) {
+    i %= n;
+    return i < 0 ? i + n : i;
+}
+"""
+
+
+def prelude(kernels: Sequence[TensorCoreKernel]) -> str:
+    """The includes and the helpers `kernels` use (nvcc -Werror refuses unused static functions)."""
+    return (INCLUDES + (ROUND_TF32 if any(k.plan.precision == "tf32" for k in kernels) else "")
+            + (WRAP if any(k.periodic for k in kernels) else ""))
+
+
+def source_file(kernels: Sequence[TensorCoreKernel]) -> str:
+    """A complete .cu holding `kernels` (distinct names)."""
+    return prelude(kernels) + "\n" + "\n".join(k.code for k in kernels)
+
+
+def step(kernel: TensorCoreKernel, library: ctypes.CDLL, read: Mapping[Source, np.ndarray],
+         out: np.ndarray, params: Mapping[str, float]) -> np.ndarray:
+    """Run `<name>_step` of a built library: one step of the statement into a copy of `out`
+    (arrays in the reference layout: the interior plus the stencil's ring, none when periodic)."""
+    c_t = np.dtype(kernel.dtype)
+    result = np.array(out, dtype=c_t, order="C")
+    arrays = [np.ascontiguousarray(read[s], dtype=c_t) for s in kernel.sources]
+    if any(a.shape != result.shape for a in arrays):
+        raise ValueError(f"{kernel.name}: every source must have out's shape {result.shape}")
+    ring = [0 if kernel.periodic else r for r in kernel.radius]
+    interior = [e - 2 * r for e, r in zip(result.shape, ring)]
+    args = [result.ctypes.data_as(ctypes.c_void_p), *(a.ctypes.data_as(ctypes.c_void_p) for a in arrays),
+            *(ctypes.c_double(params[p]) for p in kernel.params), *(ctypes.c_int(n) for n in interior)]
+    status = getattr(library, f"{kernel.name}_step")(*args)
+    if status != 0:
+        raise RuntimeError(f"{kernel.name}_step failed with CUDA error {status}")
+    return result
+
+
+def build_emulated(kernels: Sequence[TensorCoreKernel], name: str) -> ctypes.CDLL:
+    """Build `kernels` into one emulated library (cached) and load it."""
+    return build.load_library(cuda_emu.build_shared(source_file(kernels), name))
