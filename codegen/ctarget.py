@@ -180,7 +180,7 @@ class CTarget:
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
         key = kernel_key(self.name, poly.ir, sched, box, self.toolchain)
-        found = _indexed(key)
+        found = indexed(key)
         if found is not None:
             source, library = found
             try:
@@ -189,7 +189,7 @@ class CTarget:
                 pass  # a damaged library: build it again below
         kernel = CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched,
                                       cc=os.environ.get("CC", self.toolchain.cc), flags=self.toolchain.flags)
-        atomic_write_text(_index_path(key), kernel.library_path.name)
+        atomic_write_text(index_path(key), kernel.library_path.name)
         return kernel
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
@@ -197,24 +197,7 @@ class CTarget:
         if not self.toolchain.main_template:
             raise TargetError(f"target '{self.name}' compiles in process only: it emits no source tree")
         stencil = poly.ir
-        call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
-        call_args += [f"params[{n}]" for n in range(len(stencil.params))]
-        call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
-        call_args += ["0", "steps", "nthreads"]
-        values = dict(
-            version=msc.__version__,
-            name=stencil.name,
-            ndim=stencil.ndim,
-            ctype=C_TYPES[stencil.dtype],
-            descr="<f8" if stencil.dtype == "float64" else "<f4",
-            params=stencil.params,
-            fields=stencil.fields,
-            periodic=stencil.boundary == "periodic",
-            radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
-            parameters=signature(stencil).c_parameters(),
-            call_args=call_args,
-            statements=len(stencil.statements),
-        )
+        values = program_values(stencil)
         files = {
             "kernel.c": self.source(poly, schedule),
             "main.c": render(self.toolchain.main_template, **values),
@@ -222,6 +205,28 @@ class CTarget:
             "Makefile": render(self.toolchain.makefile_template, **values),
         }
         return write_tree(directory, files)
+
+
+def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
+    """What the templates of a standalone program (main.c.j2, Makefile.j2) need."""
+    call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
+    call_args += [f"params[{n}]" for n in range(len(stencil.params))]
+    call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
+    call_args += ["0", "steps", "nthreads"]
+    return dict(
+        version=msc.__version__,
+        name=stencil.name,
+        ndim=stencil.ndim,
+        ctype=C_TYPES[stencil.dtype],
+        descr="<f8" if stencil.dtype == "float64" else "<f4",
+        params=stencil.params,
+        fields=stencil.fields,
+        periodic=stencil.boundary == "periodic",
+        radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
+        parameters=signature(stencil).c_parameters(),
+        call_args=call_args,
+        statements=len(stencil.statements),
+    )
 
 
 def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[str, object]:
@@ -280,17 +285,18 @@ def kernel_key(target: str, stencil: ir.StencilIR, schedule: Schedule | None, bo
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-def _index_path(key: str) -> Path:
+def index_path(key: str) -> Path:
     return cache_dir() / "index" / key
 
 
-def _indexed(key: str) -> tuple[str, Path] | None:
-    """(source, library path) of the kernel indexed under `key`, if both are still
+def indexed(key: str, suffix: str = ".c") -> tuple[str, Path] | None:
+    """(source, library path) of the kernel indexed under `key` (its source
+    file ends in `suffix`), if both are still
     in the cache and the library matches its digest (a damaged one is rebuilt,
     with its warning, by the ordinary build path)."""
     try:
-        library = cache_dir() / _index_path(key).read_text(encoding="utf-8").strip()
-        source = library.with_suffix(".c").read_text(encoding="utf-8")
+        library = cache_dir() / index_path(key).read_text(encoding="utf-8").strip()
+        source = library.with_suffix(suffix).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     return (source, library) if is_intact(library) else None
