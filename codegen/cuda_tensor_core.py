@@ -45,7 +45,7 @@ DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
 MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
 MAX_WARPS = 4
 
-_OPERAND = {"double": ("double", "double", 8), "tf32": ("wmma::precision::tf32", "float", 4),
+_OPERAND = {"double": ("double", "double", 8), "tf32": ("nvcuda::wmma::precision::tf32", "float", 4),
             "half": ("__half", "__half", 2)}  # fragment type, storage type, bytes
 _ACC_BYTES = {"double": 8, "float": 4}
 _C_TYPE = {"float64": "double", "float32": "float"}
@@ -78,7 +78,7 @@ class TensorCoreKernel:
     dtype: str
     params: tuple[str, ...]
     radius: tuple[int, ...]
-    periodic: bool
+    wrap: bool  # levels have no ring and reads wrap (periodic, unpadded); else a ring of `radius`
     warps: int
     staging: tuple[Staging, ...]
     shared_bytes: int
@@ -90,7 +90,8 @@ class TensorCoreKernel:
         return tuple(s.source for s in self.staging)
 
 
-def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: str, name: str) -> TensorCoreKernel:
+def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: str, name: str, *,
+             wrap: bool = False) -> TensorCoreKernel:
     """The wmma kernel and host helpers of statement `statement`; ScheduleError if it has no plan
     or its staging does not fit the shared memory of one block."""
     plan = tensor_core_plan(stencil_ir, statement, precision)
@@ -112,8 +113,8 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
                             f"{MAX_SHARED} bytes of a block")
     band_elements = sum(len(line.chunks) * (shape.k * shape.n if line.axis == "cols" else shape.m * shape.k)
                         for line in plan.lines)
-    kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius,
-                              stencil_ir.boundary == "periodic", warps, tuple(staging), shared, band_elements, "")
+    kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius, wrap, warps,
+                              tuple(staging), shared, band_elements, "")
     return TensorCoreKernel(**{**kernel.__dict__, "code": _print(kernel)})
 
 
@@ -140,15 +141,15 @@ def _source_name(source: Source) -> str:
 
 def _print(k: TensorCoreKernel) -> str:
     plan, shape = k.plan, k.plan.shape
-    frag_t, op_t, _ = _OPERAND[shape.operand]
+    frag_t, op_t, op_bytes = _OPERAND[shape.operand]
     acc_t, t = shape.accumulator, _C_TYPE[k.dtype]
     m, n, kk, nd, name = shape.m, shape.n, shape.k, plan.ndim, k.name
     dims = [f"n{d}" for d in range(nd)]
-    ring = [0 if k.periodic else r for r in k.radius]
+    ring = [0 if k.wrap else r for r in k.radius]
     extent = [f"({d} + {2 * r})" if r else d for d, r in zip(dims, ring)]
     srcs = [f"src_{_source_name(s.source)}" for s in k.staging]
-    stage_end = sum(s.size for s in k.staging)
-    to_op = {"double": "(double)({})", "tf32": "wmma::__float_to_tf32((float)({}))",
+    wmma = "nvcuda::wmma"
+    to_op = {"double": "(double)({})", "tf32": f"{wmma}::__float_to_tf32((float)({{}}))",
              "half": "__float2half((float)({}))"}[shape.operand]
 
     def index(coords: list[str]) -> str:  # array element of interior coordinates (already wrapped/valid)
@@ -159,58 +160,82 @@ def _print(k: TensorCoreKernel) -> str:
 
     L: list[str] = []
     w = L.append
-    w(f"// tensor cores ({plan.precision}, wmma {shape.name}) for the statement writing '{plan.target}': "
-      f"{plan.mmas_per_tile} MMAs per {m} x {n} tile, {100 * plan.useful_fraction:.1f}% of their multiply-adds useful")
-    w(f"__global__ void __launch_bounds__({32 * k.warps}) {name}_kernel({t}* __restrict__ out, "
-      + "".join(f"const {t}* __restrict__ {s}, " for s in srcs)
-      + f"const {op_t}* __restrict__ bands, {acc_t} constant, " + ", ".join(f"int {d}" for d in dims) + ") {")
+    w(f"/* Tensor cores ({plan.precision}, wmma {shape.name}) for the statement writing '{plan.target}': "
+      f"{plan.mmas_per_tile} MMAs per {m} x {n} tile, {100 * plan.useful_fraction:.1f}% of their "
+      "multiply-adds useful. */")
+    if shape.operand == "tf32":
+        w(f"static inline float {name}_tf32(float v) /* cvt.rna.tf32.f32 on the host */")
+        w("{")
+        w("    uint32_t bits;")
+        w("    memcpy(&bits, &v, sizeof bits);")
+        w("    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;")
+        w("    memcpy(&v, &bits, sizeof bits);")
+        w("    return v;")
+        w("}")
+        w("")
+    if k.wrap:
+        w(f"__device__ __forceinline__ int {name}_wrap(int i, int n)")
+        w("{")
+        w("    i %= n;")
+        w("    return i < 0 ? i + n : i;")
+        w("}")
+        w("")
+    w(f"/* the weight blocks of every MMA, in issue order */")
+    w(f"static __device__ __align__(32) {op_t} {name}_weights[{k.band_elements}];")
+    w("")
+    w(f"__global__ void __launch_bounds__({32 * k.warps}) {name}_kernel({t} *__restrict__ out, "
+      + "".join(f"const {t} *__restrict__ {s}, " for s in srcs)
+      + f"const {acc_t} constant, " + ", ".join(f"const int {d}" for d in dims) + ")")
+    w("{")
     w("    MSC_DYNAMIC_SHARED(unsigned char, msc_tc_shared);")
-    w(f"    {op_t}* const stage = reinterpret_cast<{op_t}*>(msc_tc_shared);")
-    w(f"    {acc_t}* const tiles = reinterpret_cast<{acc_t}*>(msc_tc_shared + {stage_end * _OPERAND[shape.operand][2]});")
+    w(f"    {op_t} *const stage = reinterpret_cast<{op_t} *>(msc_tc_shared);")
+    w(f"    {acc_t} *const tiles = reinterpret_cast<{acc_t} *>(msc_tc_shared + "
+      f"{sum(s.size for s in k.staging) * op_bytes});")
     w(f"    const int c0 = blockIdx.x * {n}, r0 = blockIdx.y * {k.warps * m};")
     if nd == 3:
         w("    const int z = blockIdx.z;")
     for s, src in zip(k.staging, srcs):
-        w(f"    for (int e = threadIdx.x; e < {s.size}; e += blockDim.x) {{  // {s.source[0]} (dt {s.source[1]})")
-        w(f"        const int c = c0 + e % {s.pitch} - {s.column_offset}, r = r0 + e / {s.pitch} % {s.rows} - {s.row_below};")
+        w(f"    for (int e = threadIdx.x; e < {s.size}; e += blockDim.x) {{ /* {s.source[0]} (dt {s.source[1]}) */")
+        w(f"        const int c = c0 + e % {s.pitch} - {s.column_offset}, "
+          f"r = r0 + e / {s.pitch} % {s.rows} - {s.row_below};")
         coords = ["r", "c"]
         if nd == 3:
             w(f"        const int p = z + e / {s.pitch * s.rows} - {s.plane_below};")
             coords = ["p", "r", "c"]
-        if k.periodic:
-            wrapped = [f"msc_tc_wrap({c}, {d})" for c, d in zip(coords, dims)]
+        if k.wrap:
+            wrapped = [f"{name}_wrap({c}, {d})" for c, d in zip(coords, dims)]
             w(f"        stage[{s.offset} + e] = {to_op.format(f'{src}[{index(wrapped)}]')};")
-        else:
+        else:  # zeros past the array: the tail tiles and zero-weight columns
             inside = " && ".join(f"{c} >= {-r} && {c} < {d} + {r}" for c, d, r in zip(coords, dims, ring))
             w(f"        stage[{s.offset} + e] = {to_op.format(f'{inside} ? {src}[{index(coords)}] : 0')};")
         w("    }")
     w("    __syncthreads();")
-    w("    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tr = warp * " + str(m) + ";")
-    w(f"    wmma::fragment<wmma::matrix_a, {m}, {n}, {kk}, {frag_t}, wmma::row_major> a;")
-    w(f"    wmma::fragment<wmma::matrix_b, {m}, {n}, {kk}, {frag_t}, wmma::row_major> b;")
-    w(f"    wmma::fragment<wmma::accumulator, {m}, {n}, {kk}, {acc_t}> acc;")
-    w(f"    wmma::fill_fragment(acc, ({acc_t})0);")
+    w(f"    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tr = warp * {m};")
+    w(f"    {wmma}::fragment<{wmma}::matrix_a, {m}, {n}, {kk}, {frag_t}, {wmma}::row_major> a;")
+    w(f"    {wmma}::fragment<{wmma}::matrix_b, {m}, {n}, {kk}, {frag_t}, {wmma}::row_major> b;")
+    w(f"    {wmma}::fragment<{wmma}::accumulator, {m}, {n}, {kk}, {acc_t}> acc;")
+    w(f"    {wmma}::fill_fragment(acc, ({acc_t})0);")
     stage_of = {s.source: s for s in k.staging}
     band = 0
     for line in plan.lines:
         s = stage_of[line.source]
-        w(f"    // {line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
-          f"offsets {line.lo}..{line.hi}")
+        w(f"    /* {line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
+          f"offsets {line.lo}..{line.hi} */")
         for chunk in line.chunks:
             o = line.input_origin(chunk, kk)
-            plane = f"({o[0] + s.plane_below}) * {s.rows} + " if nd == 3 else ""
+            plane = f"{o[0] + s.plane_below} * {s.rows} + " if nd == 3 else ""
             operand = f"stage + {s.offset} + ({plane}tr + {o[-2] + s.row_below}) * {s.pitch} + {o[-1] + s.column_offset}"
             if line.axis == "cols":
-                w(f"    wmma::load_matrix_sync(a, {operand}, {s.pitch});")
-                w(f"    wmma::load_matrix_sync(b, bands + {band}, {n});")
+                w(f"    {wmma}::load_matrix_sync(a, {operand}, {s.pitch});")
+                w(f"    {wmma}::load_matrix_sync(b, {name}_weights + {band}, {n});")
                 band += kk * n
             else:
-                w(f"    wmma::load_matrix_sync(a, bands + {band}, {kk});")
-                w(f"    wmma::load_matrix_sync(b, {operand}, {s.pitch});")
+                w(f"    {wmma}::load_matrix_sync(a, {name}_weights + {band}, {kk});")
+                w(f"    {wmma}::load_matrix_sync(b, {operand}, {s.pitch});")
                 band += m * kk
-            w("    wmma::mma_sync(acc, a, b, acc);")
-    w(f"    {acc_t}* const tile = tiles + warp * {m * n};")
-    w(f"    wmma::store_matrix_sync(tile, acc, {n}, wmma::mem_row_major);")
+            w(f"    {wmma}::mma_sync(acc, a, b, acc);")
+    w(f"    {acc_t} *const tile = tiles + warp * {m * n};")
+    w(f"    {wmma}::store_matrix_sync(tile, acc, {n}, {wmma}::mem_row_major);")
     w("    __syncwarp();")
     w(f"    for (int e = lane; e < {m * n}; e += 32) {{")
     w(f"        const int r = r0 + tr + e / {n}, c = c0 + e % {n};")
@@ -219,25 +244,23 @@ def _print(k: TensorCoreKernel) -> str:
     w("    }")
     w("}")
     w("")
-    params = "".join(f"double p_{p}, " for p in k.params)
+    params = [f"double p_{p}" for p in k.params]
     coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")  # noqa: E731
-    host_op = {"double": "{}", "tf32": "msc_tc_round_tf32((float)({}))", "half": "__float2half((float)({}))"}
-    w(f"// the weight blocks of every MMA, in issue order ({k.band_elements} elements)")
-    w(f"static void {name}_bands({op_t}* bands{', ' if k.params else ''}{params.rstrip(', ')}) {{")
+    host_op = {"double": "{}", "tf32": f"{name}_tf32((float)({{}}))", "half": "__float2half((float)({}))"}
+    w(f"static void {name}_bands({', '.join([f'{op_t} *bands', *params])})")
+    w("{")
     band = 0
     for line in plan.lines:
         rows_, cols_ = (kk, n) if line.axis == "cols" else (m, kk)
-        ws = ", ".join(coefficient(c) for c in line.coefficients)
-        chunks = ", ".join(map(str, line.chunks))
-        w(f"    {{  // {line.axis} line of {line.source[0]} (dt {line.source[1]}), shift {line.shift}")
-        w(f"        const double w[{len(line.coefficients)}] = {{{ws}}};")
-        w(f"        const int chunks[{len(line.chunks)}] = {{{chunks}}};")
+        w(f"    {{ /* {line.axis} line of {line.source[0]} (dt {line.source[1]}), shift {line.shift} */")
+        w(f"        const double w[{len(line.coefficients)}] = {{{', '.join(coefficient(c) for c in line.coefficients)}}};")
+        w(f"        const int chunks[{len(line.chunks)}] = {{{', '.join(map(str, line.chunks))}}};")
         w(f"        for (int ci = 0; ci < {len(line.chunks)}; ++ci)")
         w(f"            for (int i = 0; i < {rows_}; ++i)")
         w(f"                for (int j = 0; j < {cols_}; ++j) {{")
-        if line.axis == "cols":  # input position chunk * k + i feeds output column j
+        if line.axis == "cols":  # input column chunk * k + i of the window feeds output column j
             w(f"                    const int b = chunks[ci] * {kk} + i - j;")
-        else:  # output row i reads input row chunk * k + j
+        else:  # output row i reads input row chunk * k + j of the window
             w(f"                    const int b = chunks[ci] * {kk} + j - i;")
         w(f"                    bands[{band} + ci * {rows_ * cols_} + i * {cols_} + j] = "
           + host_op[shape.operand].format(f"b >= 0 && b < {len(line.coefficients)} ? w[b] : 0.0") + ";")
@@ -246,46 +269,59 @@ def _print(k: TensorCoreKernel) -> str:
         band += len(line.chunks) * rows_ * cols_
     w("}")
     w("")
+    constant = coefficient(plan.constant) if plan.constant is not None else "0.0"
+    w("/* One step on device pointers (each level the interior plus a ring of the stencil's radius, "
+      + ("none: reads wrap" if k.wrap else "the ring read, never written") + "); the weights are uploaded "
+      "when the parameters change. */")
+    w(f"static int {name}_launch({', '.join([f'{t} *out', *(f'const {t} *{s}' for s in srcs), *params, *(f'int {d}' for d in dims)])})")
+    w("{")
+    w(f"    static double uploaded[{len(k.params) + 1}];")
+    w("    static bool ready = false;")
+    w(f"    const double now[{len(k.params) + 1}] = {{{''.join(f'p_{p}, ' for p in k.params)}0.0}};")
+    w("    if (!ready || memcmp(uploaded, now, sizeof now) != 0) {")
+    w(f"        static {op_t} bands[{k.band_elements}];")
+    w(f"        {name}_bands({', '.join(['bands', *(f'p_{p}' for p in k.params)])});")
+    w(f"        MSC_CUDA_CHECK(cudaMemcpyToSymbol({name}_weights, bands, sizeof bands));")
+    w("        memcpy(uploaded, now, sizeof now);")
+    w("        ready = true;")
+    w("    }")
     grid_z = dims[0] if nd == 3 else "1"
-    w(f"// one step on device pointers: out's interior from the sources")
-    w(f"static int {name}_launch({t}* out, " + "".join(f"const {t}* {s}, " for s in srcs)
-      + f"const {op_t}* bands, {acc_t} constant, " + ", ".join(f"int {d}" for d in dims) + ") {")
     w(f"    const dim3 grid(({dims[-1]} + {n - 1}) / {n}, ({dims[-2]} + {k.warps * m - 1}) / {k.warps * m}, {grid_z});")
     if k.shared_bytes > DEFAULT_SHARED:
         w(f"    MSC_CUDA_CHECK(cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
           f"{k.shared_bytes}));")
-    w(f"    MSC_LAUNCH({name}_kernel, grid, {32 * k.warps}, {k.shared_bytes}, out, " + "".join(f"{s}, " for s in srcs)
-      + "bands, constant, " + ", ".join(dims) + ");")
+    w(f"    MSC_LAUNCH({name}_kernel, grid, dim3({32 * k.warps}), {k.shared_bytes}, "
+      + ", ".join(["out", *srcs, f"({acc_t})({constant})", *dims]) + ");")
     w("    return 0;")
     w("}")
-    w("")
-    constant = coefficient(plan.constant) if plan.constant is not None else "0.0"
-    count = " * ".join(f"(size_t){e}" for e in extent)
-    w("// one step on host arrays (each the interior plus the stencil's ring; out's ring is kept)")
-    w(f'extern "C" int {name}_step({t}* out, ' + "".join(f"const {t}* {s}, " for s in srcs) + params
-      + ", ".join(f"int {d}" for d in dims) + ") {")
-    w(f"    const size_t bytes = sizeof({t}) * {count};")
-    w(f"    {t}* d_out = nullptr;")
-    w(f"    {op_t}* d_bands = nullptr;")
-    w(f"    static {op_t} bands[{k.band_elements}];")
-    w(f"    {name}_bands(bands{''.join(f', p_{p}' for p in k.params)});")
-    w("    MSC_CUDA_CHECK(cudaMalloc(&d_out, bytes));")
-    w("    MSC_CUDA_CHECK(cudaMemcpy(d_out, out, bytes, cudaMemcpyHostToDevice));")
-    w("    MSC_CUDA_CHECK(cudaMalloc(&d_bands, sizeof(bands)));")
-    w("    MSC_CUDA_CHECK(cudaMemcpy(d_bands, bands, sizeof(bands), cudaMemcpyHostToDevice));")
+    return "\n".join(L) + "\n"
+
+
+def standalone_entry(k: TensorCoreKernel) -> str:
+    """`extern "C" int <name>_step(out, sources..., params..., extents...)`: one step on host arrays
+    (copied to the device and back; out's ring is kept)."""
+    t = _C_TYPE[k.dtype]
+    dims = [f"n{d}" for d in range(k.plan.ndim)]
+    ring = [0 if k.wrap else r for r in k.radius]
+    count = " * ".join(f"(size_t)({d} + {2 * r})" for d, r in zip(dims, ring))
+    srcs = [f"src_{_source_name(s)}" for s in k.sources]
+    params = [f"double p_{p}" for p in k.params]
+    L = [f'extern "C" int {k.name}_step({", ".join([f"{t} *out", *(f"const {t} *{s}" for s in srcs), *params, *(f"int {d}" for d in dims)])})',
+         "{",
+         f"    const size_t bytes = sizeof({t}) * {count};",
+         f"    {t} *d_out = nullptr;",
+         "    MSC_CUDA_CHECK(cudaMalloc(&d_out, bytes));",
+         "    MSC_CUDA_CHECK(cudaMemcpy(d_out, out, bytes, cudaMemcpyHostToDevice));"]
     for s in srcs:
-        w(f"    {t}* d_{s} = nullptr;")
-        w(f"    MSC_CUDA_CHECK(cudaMalloc(&d_{s}, bytes));")
-        w(f"    MSC_CUDA_CHECK(cudaMemcpy(d_{s}, {s}, bytes, cudaMemcpyHostToDevice));")
-    status = f"{name}_launch(d_out, " + "".join(f"d_{s}, " for s in srcs) + f"d_bands, ({acc_t})({constant}), " \
-        + ", ".join(dims) + ")"
-    w(f"    const int status = {status};")
-    w("    if (status != 0) return status;")
-    w("    MSC_CUDA_CHECK(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost));")
-    for p in ["d_out", "d_bands", *(f"d_{s}" for s in srcs)]:
-        w(f"    MSC_CUDA_CHECK(cudaFree({p}));")
-    w("    return 0;")
-    w("}")
+        L += [f"    {t} *d_{s} = nullptr;",
+              f"    MSC_CUDA_CHECK(cudaMalloc(&d_{s}, bytes));",
+              f"    MSC_CUDA_CHECK(cudaMemcpy(d_{s}, {s}, bytes, cudaMemcpyHostToDevice));"]
+    args = ", ".join(["d_out", *(f"d_{s}" for s in srcs), *(f"p_{p}" for p in k.params), *dims])
+    L += [f"    if (const int status = {k.name}_launch({args})) return status;",
+          "    MSC_CUDA_CHECK(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost));",
+          *(f"    MSC_CUDA_CHECK(cudaFree({p}));" for p in ["d_out", *(f"d_{s}" for s in srcs)]),
+          "    return 0;",
+          "}"]
     return "\n".join(L) + "\n"
 
 
@@ -297,50 +333,24 @@ INCLUDES = """#include <stdint.h>
 #include <string.h>
 
 #include "msc_cuda.h"
-
-using namespace nvcuda;
 """
-
-ROUND_TF32 = """
-// cvt.rna.tf32.f32 on the host: keep 10 mantissa bits, round half away from zero
-static inline float msc_tc_round_tf32(float v) {
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
-    memcpy(&v, &bits, sizeof bits);
-    return v;
-}
-"""
-
-WRAP = """
-__device__ __forceinline__ int msc_tc_wrap(int i, int n) {
-    i %= n;
-    return i < 0 ? i + n : i;
-}
-"""
-
-
-def prelude(kernels: Sequence[TensorCoreKernel]) -> str:
-    """The includes and the helpers `kernels` use (nvcc -Werror refuses unused static functions)."""
-    return (INCLUDES + (ROUND_TF32 if any(k.plan.precision == "tf32" for k in kernels) else "")
-            + (WRAP if any(k.periodic for k in kernels) else ""))
 
 
 def source_file(kernels: Sequence[TensorCoreKernel]) -> str:
-    """A complete .cu holding `kernels` (distinct names)."""
-    return prelude(kernels) + "\n" + "\n".join(k.code for k in kernels)
+    """A complete .cu holding `kernels` (distinct names), each with its host entry `<name>_step`."""
+    return INCLUDES + "".join("\n" + k.code + "\n" + standalone_entry(k) for k in kernels)
 
 
 def step(kernel: TensorCoreKernel, library: ctypes.CDLL, read: Mapping[Source, np.ndarray],
          out: np.ndarray, params: Mapping[str, float]) -> np.ndarray:
     """Run `<name>_step` of a built library: one step of the statement into a copy of `out`
-    (arrays in the reference layout: the interior plus the stencil's ring, none when periodic)."""
+    (arrays in the reference layout: the interior plus the stencil's ring, none when the kernel wraps)."""
     c_t = np.dtype(kernel.dtype)
     result = np.array(out, dtype=c_t, order="C")
     arrays = [np.ascontiguousarray(read[s], dtype=c_t) for s in kernel.sources]
     if any(a.shape != result.shape for a in arrays):
         raise ValueError(f"{kernel.name}: every source must have out's shape {result.shape}")
-    ring = [0 if kernel.periodic else r for r in kernel.radius]
+    ring = [0 if kernel.wrap else r for r in kernel.radius]
     interior = [e - 2 * r for e, r in zip(result.shape, ring)]
     args = [result.ctypes.data_as(ctypes.c_void_p), *(a.ctypes.data_as(ctypes.c_void_p) for a in arrays),
             *(ctypes.c_double(params[p]) for p in kernel.params), *(ctypes.c_int(n) for n in interior)]
@@ -351,5 +361,5 @@ def step(kernel: TensorCoreKernel, library: ctypes.CDLL, read: Mapping[Source, n
 
 
 def build_emulated(kernels: Sequence[TensorCoreKernel], name: str) -> ctypes.CDLL:
-    """Build `kernels` into one emulated library (cached) and load it."""
+    """Build `kernels` with their host entries into one emulated library (cached) and load it."""
     return build.load_library(cuda_emu.build_shared(source_file(kernels), name))

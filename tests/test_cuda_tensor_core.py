@@ -32,7 +32,8 @@ def kernels():
     built = {}
     for precision in PRECISIONS:
         stencils = [make_stencil(*case) for case in CASES]
-        ks = [ctc.generate(st.ir, 0, precision, dtype_of(precision), f"tc{case[0]}") for st, case in zip(stencils, CASES)]
+        ks = [ctc.generate(st.ir, 0, precision, dtype_of(precision), f"tc{case[0]}", wrap=case[4] == "periodic")
+              for st, case in zip(stencils, CASES)]
         built[precision] = (stencils, ks, ctc.build_emulated(ks, f"tensor_cores_{precision}"))
     return built
 
