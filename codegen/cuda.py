@@ -71,7 +71,11 @@ class GPUPlatform(ctarget.Platform):
 
     def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule, launch: mapping.Launch) -> CustomLaunch | None:
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
-        return None
+        if schedule.schedule.tensor_core_precision is None:
+            return None
+        from msc.codegen import cuda_tensor_core  # it builds on this module
+
+        return cuda_tensor_core.custom_launch(poly, schedule, launch)
 
 
 def _entry_scope(stencil: ir.StencilIR, box: bool) -> list[tuple[str, str]]:

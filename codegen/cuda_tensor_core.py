@@ -35,10 +35,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from msc import ir
+from msc.codegen import kernel_ir as kir
+from msc.codegen.cuda import CustomLaunch
+from msc.codegen.lower import param_name
+from msc.codegen.passes.cuda import Launch
 from msc.codegen.printers.cexpr import c_expr
 from msc.codegen.tensor_core import Source, TensorCorePlan, tensor_core_plan
 from msc.errors import ScheduleError
+from msc.poly import PolyIR
 from msc.runtime import build, cuda_emu
+from msc.schedule import LoweredSchedule
 
 ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
@@ -158,7 +164,7 @@ def _print(k: TensorCoreKernel) -> str:
             text = f"({text} * {extent[d]} + ({coords[d]} + {ring[d]}))"
         return text
 
-    L: list[str] = []
+    L: list[str] = ["#include <stdint.h>", "#include <string.h>", ""]
     w = L.append
     w(f"/* Tensor cores ({plan.precision}, wmma {shape.name}) for the statement writing '{plan.target}': "
       f"{plan.mmas_per_tile} MMAs per {m} x {n} tile, {100 * plan.useful_fraction:.1f}% of their "
@@ -180,7 +186,7 @@ def _print(k: TensorCoreKernel) -> str:
         w("    return i < 0 ? i + n : i;")
         w("}")
         w("")
-    w(f"/* the weight blocks of every MMA, in issue order */")
+    w("/* the weight blocks of every MMA, in issue order */")
     w(f"static __device__ __align__(32) {op_t} {name}_weights[{k.band_elements}];")
     w("")
     w(f"__global__ void __launch_bounds__({32 * k.warps}) {name}_kernel({t} *__restrict__ out, "
@@ -245,7 +251,7 @@ def _print(k: TensorCoreKernel) -> str:
     w("}")
     w("")
     params = [f"double p_{p}" for p in k.params]
-    coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")  # noqa: E731
+    coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")
     host_op = {"double": "{}", "tf32": f"{name}_tf32((float)({{}}))", "half": "__float2half((float)({}))"}
     w(f"static void {name}_bands({', '.join([f'{op_t} *bands', *params])})")
     w("{")
@@ -329,11 +335,7 @@ def _no_field(read: ir.FieldRead) -> str:
     raise AssertionError(f"a weight reads field {read.name}")  # the plan refuses variable coefficients
 
 
-INCLUDES = """#include <stdint.h>
-#include <string.h>
-
-#include "msc_cuda.h"
-"""
+INCLUDES = '#include "msc_cuda.h"\n'
 
 
 def source_file(kernels: Sequence[TensorCoreKernel]) -> str:
@@ -363,3 +365,36 @@ def step(kernel: TensorCoreKernel, library: ctypes.CDLL, read: Mapping[Source, n
 def build_emulated(kernels: Sequence[TensorCoreKernel], name: str) -> ctypes.CDLL:
     """Build `kernels` with their host entries into one emulated library (cached) and load it."""
     return build.load_library(cuda_emu.build_shared(source_file(kernels), name))
+
+
+# ---------------------------------------------------------------- the CUDA target's hook
+
+def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> CustomLaunch | None:
+    """Under `Schedule().tensor_cores(precision)`, the tensor-core kernel of the statement that
+    `launch` computes (the CUDA target's `GPUPlatform.custom_launch`); None without tensor cores,
+    and for the box entry msc_run_box (a sub-box of the domain: the plain kernel computes it)."""
+    sched = schedule.schedule
+    precision = sched.tensor_core_precision
+    if precision is None or any(name == "L0" for _, name in launch.scope):
+        return None
+    stencil = poly.ir
+    used = [p for p, on in (("tile", sched.tiles and not sched.time_depth), ("time_tile", sched.time_depth),
+                            ("cache_read", sched.cached_reads), ("cache_write", sched.cached_writes),
+                            ("compute_at", sched.fuse_at), ("reorder", sched.order), ("unroll", sched.unrolls),
+                            ("vectorize", sched.vector_loop)) if on]
+    if used:
+        raise ScheduleError(f"tensor_cores on stencil '{stencil.name}' cannot be combined with "
+                            f"{', '.join(f'{p}()' for p in used)}: the tensor-core kernel tiles the grid by its MMA "
+                            "fragments and stages its inputs itself")
+    assigns = [node for node in kir.walk(launch.body) if isinstance(node, kir.Assign)]
+    if len(assigns) != 1:
+        raise ScheduleError(f"tensor_cores on stencil '{stencil.name}': launch {launch.name} computes "
+                            f"{len(assigns)} statements; tensor cores take one statement per launch")
+    assign = assigns[0]
+    index = next(i for i, st in enumerate(stencil.statements) if st.target == assign.field and st.expr == assign.rhs)
+    kernel = generate(stencil, index, precision, stencil.dtype, f"{launch.name}_tc")
+    pointers = {(read.name, read.dt): ref.array for read, ref in assign.loads}
+    args = (assign.lhs.array, *(pointers[source] for source in kernel.sources),
+            *(f"(double){param_name(p)}" for p in stencil.params),
+            *(f"(int)(P{d} - {2 * r})" for d, r in enumerate(stencil.radius)))
+    return CustomLaunch(kernel.code, kir.Call(f"{kernel.name}_launch", args))

@@ -1,7 +1,9 @@
 """The generated wmma kernels (codegen/cuda_tensor_core.py), run by the CUDA
 emulator, equal the numpy replay of their plan and the reference interpreter
 for 2D and 3D, star and box stencils of radius 1-4, both boundaries, in
-every precision; and every one compiles with nvcc for sm_80 and sm_90."""
+every precision, alone and inside the CUDA target's time loop
+(`Schedule().tensor_cores(precision)`); every one compiles with nvcc for
+sm_80 and sm_90."""
 
 from __future__ import annotations
 
@@ -10,12 +12,18 @@ import subprocess
 
 import numpy as np
 import pytest
-from test_tensor_core import CASES, U, U32, magnitude, make_inputs, make_stencil, run_replay
+from test_tensor_core import CASES, U32, U, magnitude, make_inputs, make_stencil, run_replay
+from test_tensor_core import _nonlinear as nonlinear
 from test_tensor_core import _two as two_statements
+from test_tensor_core import _variable as variable
 
+import msc
 from msc.codegen import cuda_tensor_core as ctc
+from msc.codegen import get_target
 from msc.codegen.tensor_core import MMA_SHAPES
+from msc.errors import ScheduleError
 from msc.runtime import cuda_emu
+from msc.schedule import TENSOR_CORE_PRECISIONS, parse_schedule
 
 PRECISIONS = tuple(MMA_SHAPES)
 NVCC_FLAGS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
@@ -45,7 +53,7 @@ def sources(inputs: dict) -> dict:
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("index", range(len(CASES)))
 def test_emulated_kernel_equals_replay_and_reference(kernels, precision, index):
-    seed, ndim, shape, radius, boundary = CASES[index]
+    seed, boundary = CASES[index][0], CASES[index][4]
     stencils, ks, library = kernels[precision]
     st, kernel = stencils[index], ks[index]
     dtype = dtype_of(precision)
@@ -104,6 +112,80 @@ def test_nvcc_compiles_every_tensor_core_kernel(kernels, tmp_path):
         path = tmp_path / f"tensor_cores_{precision}.cu"
         path.write_text(ctc.source_file(kernels[precision][1]))
         files.append(str(path))
+    command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------- through the CUDA target
+
+TARGET_CASES = [CASES[i] for i in (1, 6, 11, 12)]  # 2D star/box, 3D star/box, both boundaries, radius 1-4
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", TARGET_CASES, ids=lambda c: f"{c[1]}d-{c[2]}-r{c[3]}-{c[4]}")
+def test_target_cuda_with_tensor_cores_matches_reference(precision, case):
+    st = make_stencil(*case)
+    dtype = dtype_of(precision)
+    inputs = make_inputs(st, case[0], dtype)
+    kernel = st.compile("cuda", dtype=dtype, schedule=msc.Schedule().tensor_cores(precision), emulate=True)
+    assert "nvcuda::wmma::mma_sync" in kernel.source
+    got = kernel.run(steps=3, **inputs)
+    ref = st.reference(steps=3, dtype=dtype, **inputs)
+    for name in ref:
+        err = np.abs(got[name].astype(np.float64) - ref[name].astype(np.float64)).max()
+        # fp64 to rounding; tf32/fp16: three steps of the per-step bound (about 5e-4 of sum|w x|,
+        # inputs in [0, 1)): measured up to 1.5e-4
+        assert err <= (1e-12 if precision == "fp64" else 1e-3 * np.abs(ref[name]).max()), (name, err)
+
+
+def test_target_second_statement_reads_the_first_ones_new_level():
+    rng = np.random.default_rng(5)
+    inputs = {"a": rng.random((19, 12)), "b": rng.random((19, 12)), "beta": 0.4}
+    kernel = two_statements.compile("cuda", schedule=msc.Schedule().tensor_cores("fp64"), emulate=True)
+    got, ref = kernel.run(steps=4, **inputs), two_statements.reference(steps=4, **inputs)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=0, atol=1e-12)
+
+
+def test_tensor_cores_schedule_primitive():
+    s = msc.Schedule().tensor_cores("tf32")
+    assert str(s) == "Schedule().tensor_cores('tf32')" and parse_schedule(str(s)) == s
+    assert msc.Schedule().tensor_cores("fp64") != s  # part of the kernel cache key
+    with pytest.raises(ScheduleError, match="precision must be one of 'fp64', 'tf32', 'fp16', got 'bf16'"):
+        msc.Schedule().tensor_cores("bf16")
+    assert set(MMA_SHAPES) == set(TENSOR_CORE_PRECISIONS)
+
+
+@pytest.mark.parametrize("target", ["openmp", "serial"])
+def test_other_targets_refuse_tensor_cores(target):
+    st = make_stencil(*CASES[0])
+    with pytest.raises(ScheduleError, match=f"target '{target}' has no tensor cores; they run on target 'cuda'"):
+        st.compile(target, schedule=msc.Schedule().tensor_cores("fp64"))
+
+
+def test_refusals_name_the_term_and_the_primitive():
+    with pytest.raises(ScheduleError, match=r"not linear.*u\[t, x, y\] \* u\[t, x\+1, y\]"):
+        nonlinear.compile("cuda", schedule=msc.Schedule().tensor_cores("fp64"), emulate=True)
+    with pytest.raises(ScheduleError, match=r"variable coefficient.*c\[x, y\].*u\[t, x-1, y\]"):
+        variable.compile("cuda", schedule=msc.Schedule().tensor_cores("fp16"), emulate=True)
+    st = make_stencil(*CASES[0])
+    with pytest.raises(ScheduleError, match=r"cannot be combined with tile\(\)"):
+        st.compile("cuda", schedule=msc.Schedule().tile(x=8, y=32).tensor_cores("fp64"), emulate=True)
+
+
+def test_nvcc_compiles_target_sources_with_tensor_cores(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found on PATH: the CUDA target's tensor-core sources are not compiled")
+    target = get_target("cuda")
+    files = []
+    for precision in PRECISIONS:
+        for case in TARGET_CASES[:2]:
+            st = make_stencil(*case)
+            path = tmp_path / f"{precision}_{case[0]}.cu"
+            path.write_text(target.source(st.poly(dtype_of(precision)), msc.Schedule().tensor_cores(precision)))
+            files.append(str(path))
     command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
