@@ -122,8 +122,16 @@ def test_nvcc_compiles_every_tensor_core_kernel(kernels, tmp_path):
 TARGET_CASES = [CASES[i] for i in (1, 6, 11, 12)]  # 2D star/box, 3D star/box, both boundaries, radius 1-4
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("case", TARGET_CASES, ids=lambda c: f"{c[1]}d-{c[2]}-r{c[3]}-{c[4]}")
+def target_params() -> list:
+    """Every case in every precision; by default fp64 on TARGET_CASES and one case of tf32 and fp16
+    (each is a build of its own: the rest are slow)."""
+    default = {("fp64", c) for c in TARGET_CASES} | {("tf32", TARGET_CASES[1]), ("fp16", TARGET_CASES[2])}
+    return [pytest.param(p, c, id=f"{p}-{c[1]}d-{c[2]}-r{c[3]}-{c[4]}",
+                         marks=() if (p, c) in default else pytest.mark.slow)
+            for p in PRECISIONS for c in CASES]
+
+
+@pytest.mark.parametrize("precision,case", target_params())
 def test_target_cuda_with_tensor_cores_matches_reference(precision, case):
     st = make_stencil(*case)
     dtype = dtype_of(precision)
@@ -174,6 +182,7 @@ def test_refusals_name_the_term_and_the_primitive():
         st.compile("cuda", schedule=msc.Schedule().tile(x=8, y=32).tensor_cores("fp64"), emulate=True)
 
 
+@pytest.mark.slow  # the kernels are the ones test_nvcc_compiles_every_tensor_core_kernel compiles
 def test_nvcc_compiles_target_sources_with_tensor_cores(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
