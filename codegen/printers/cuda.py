@@ -6,6 +6,7 @@ host helpers (the periodic wrap) whose error status is passed on."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from msc.codegen import kernel_ir as k
@@ -39,6 +40,19 @@ class CudaPrinter(CPrinter):
             call = super().lines(node)[0].rstrip(";")
             return [f"{pad}if (const int msc_status = {call}) return msc_status;"]
         return super().lines(node, depth)
+
+    def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
+        """The nodes in order, without declarations nothing after them reads
+        (nvcc warns about them: a launch's share of a step uses some levels only)."""
+        kept: list[list[str]] = []
+        after = ""
+        for node in reversed(nodes):
+            lines = self.lines(node, depth)
+            if isinstance(node, k.Decl) and not re.search(rf"\b{re.escape(node.name)}\b", after):
+                continue
+            kept.append(lines)
+            after += "\n".join(lines)
+        return [line for lines in reversed(kept) for line in lines]
 
     def _loop(self, loop: k.Loop, depth: int) -> list[str]:
         if loop.mapping is None:
