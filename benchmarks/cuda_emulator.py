@@ -43,6 +43,22 @@ def best(run, repeat: int) -> float:
     return min(times)
 
 
+def measure(library: ctypes.CDLL, ny: int, nx: int, steps: int, repeat: int) -> dict[str, float]:
+    u = np.random.default_rng(0).random((ny + 2, nx + 2))
+    out = u.copy()
+
+    def emulated() -> None:
+        out[:] = u
+        if library.stencil2d(out.ctypes.data_as(ctypes.c_void_p), nx, ny, steps, 1) != 0:
+            raise RuntimeError("the emulated kernel failed")
+
+    emulated_s = best(emulated, repeat)
+    numpy_s = best(lambda: numpy_steps(u, steps), repeat)
+    assert np.allclose(out, numpy_steps(u, steps), rtol=1e-14, atol=0)
+    return {"rows": ny, "columns": nx, "steps": steps, "emulated_s": emulated_s, "numpy_s": numpy_s,
+            "us_per_thread_step": emulated_s / (nx * ny * steps) * 1e6, "emulated_over_numpy": emulated_s / numpy_s}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
@@ -52,22 +68,7 @@ def main() -> None:
     library = build.load_library(cuda_emu.build_shared((ROOT / "tests" / "cuda" / "stencil2d.cu").read_text(),
                                                        "stencil2d"))
     build_s = time.perf_counter() - start
-    cases = []
-    for ny, nx, steps in SIZES:
-        u = np.random.default_rng(0).random((ny + 2, nx + 2))
-        out = u.copy()
-
-        def emulated() -> None:
-            out[:] = u
-            if library.stencil2d(out.ctypes.data_as(ctypes.c_void_p), nx, ny, steps, 1) != 0:
-                raise RuntimeError("the emulated kernel failed")
-
-        emulated_s = best(emulated, args.repeat)
-        numpy_s = best(lambda: numpy_steps(u, steps), args.repeat)
-        assert np.allclose(out, numpy_steps(u, steps), rtol=1e-14, atol=0)
-        cases.append({"rows": ny, "columns": nx, "steps": steps, "emulated_s": emulated_s, "numpy_s": numpy_s,
-                      "us_per_thread_step": emulated_s / (nx * ny * steps) * 1e6,
-                      "emulated_over_numpy": emulated_s / numpy_s})
+    cases = [measure(library, ny, nx, steps, args.repeat) for ny, nx, steps in SIZES]
     result = {"host": platform.processor() or platform.machine(), "compiler": cuda_emu.compiler(),
               "flags": list(cuda_emu.SHARED_FLAGS), "build_s": build_s, "cases": cases}
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
