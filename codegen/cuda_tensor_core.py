@@ -381,7 +381,7 @@ def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> Cu
     used = [p for p, on in (("tile", sched.tiles and not sched.time_depth), ("time_tile", sched.time_depth),
                             ("cache_read", sched.cached_reads), ("cache_write", sched.cached_writes),
                             ("compute_at", sched.fuse_at), ("reorder", sched.order), ("unroll", sched.unrolls),
-                            ("vectorize", sched.vector_loop)) if on]
+                            ("vectorize", sched.vector_loop), ("parallel", sched.parallel_loop)) if on]
     if used:
         raise ScheduleError(f"tensor_cores on stencil '{stencil.name}' cannot be combined with "
                             f"{', '.join(f'{p}()' for p in used)}: the tensor-core kernel tiles the grid by its MMA "

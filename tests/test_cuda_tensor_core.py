@@ -178,8 +178,9 @@ def test_refusals_name_the_term_and_the_primitive():
     with pytest.raises(ScheduleError, match=r"variable coefficient.*c\[x, y\].*u\[t, x-1, y\]"):
         variable.compile("cuda", schedule=msc.Schedule().tensor_cores("fp16"), emulate=True)
     st = make_stencil(*CASES[0])
-    with pytest.raises(ScheduleError, match=r"cannot be combined with tile\(\)"):
-        st.compile("cuda", schedule=msc.Schedule().tile(x=8, y=32).tensor_cores("fp64"), emulate=True)
+    with pytest.raises(ScheduleError, match=r"cannot be combined with tile\(\), parallel\(\)"):
+        st.compile("cuda", schedule=msc.Schedule().tile(x=8, y=32).parallel("x_tile").tensor_cores("fp64"),
+                   emulate=True)
 
 
 @pytest.mark.slow  # the kernels are the ones test_nvcc_compiles_every_tensor_core_kernel compiles
