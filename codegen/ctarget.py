@@ -130,6 +130,8 @@ class CTarget:
 
     def kernels(self, poly: PolyIR, schedule: LoweredSchedule, box: bool) -> tuple[list[k.Kernel], dict[str, Any]]:
         """The entry points' kernel IR after the platform's passes (checked against its capacities)."""
+        if schedule.schedule.tensor_core_precision is not None:
+            raise ScheduleError(f"tensor_cores: target '{self.name}' has no tensor cores; they run on target 'cuda'")
         out: list[k.Kernel] = []
         values: dict[str, Any] = {}
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):

@@ -71,7 +71,11 @@ class GPUPlatform(ctarget.Platform):
 
     def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule, launch: mapping.Launch) -> CustomLaunch | None:
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
-        return None
+        if schedule.schedule.tensor_core_precision is None:
+            return None
+        from msc.codegen import cuda_tensor_core  # it builds on this module
+
+        return cuda_tensor_core.custom_launch(poly, schedule, launch)
 
 
 def _entry_scope(stencil: ir.StencilIR, box: bool) -> list[tuple[str, str]]:
@@ -232,14 +236,11 @@ class CudaTarget(ctarget.CTarget):
         source = self.source(poly, schedule)
         values = dict(ctarget.program_values(stencil), parameters=cuda_parameters(stencil, False))
         runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8") for name in cuda_emu.HEADERS}
-        # the emulator's program flags, reading the headers beside the sources
-        emulate = [f for f in cuda_emu.flags(shared=False) if not f.startswith(("-I", "-DMSC_CUDA_EMU_DIGEST"))
-                   and f not in ("-x", "c++")]
         files = {
             "kernel.cu": source,
             "main.cu": render(self.toolchain.main_template, gpu=True, **values),
             "npy.h": render("npy.h"),
-            "Makefile": render("cuda_Makefile.j2", emulate_flags=emulate, emulator_files=list(runtime), **values),
+            "Makefile": render("cuda_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, emulator_files=list(runtime), **values),
             **runtime,
         }
         return write_tree(directory, files)

@@ -23,12 +23,17 @@ from msc.runtime import build
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "cuda"
 HEADERS = ("msc_cuda.h", "cuda_emu.h")
-DEFAULT_CXX = "g++"
+CXX = "g++"
+#: g++ flags of an emulated program (-O1: the emulator's templates make -O2 about twice as slow to
+#: compile, and emulated kernels are small; -fno-gnu-unique keeps the emulator's state private to
+#: each library a process loads).
+PROGRAM_FLAGS = ("-std=c++17", "-O1", "-fno-gnu-unique", "-DMSC_CUDA_EMULATE")
+SHARED_FLAGS = (*PROGRAM_FLAGS, "-fPIC", "-shared")
 
 
 def compiler() -> str:
     """The host C++ compiler: $CXX, else g++ (GCC 12 or newer: `__half` is `_Float16`)."""
-    return os.environ.get("CXX", DEFAULT_CXX)
+    return os.environ.get("CXX", CXX)
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,12 +46,9 @@ def emulator_digest() -> str:
 
 
 def flags(*, shared: bool) -> tuple[str, ...]:
-    """g++ flags for an emulated program, or with `shared` a shared library. -O1: the emulator's
-    templates make -O2 about twice as slow to compile, and emulated kernels are small.
-    -fno-gnu-unique keeps the emulator's state private to each library a process loads."""
-    common = ("-std=c++17", "-O1", "-fno-gnu-unique", "-DMSC_CUDA_EMULATE",
-              f"-DMSC_CUDA_EMU_DIGEST={emulator_digest()}", f"-I{EMULATOR_DIR}")  # fmt: skip
-    return (*common, "-fPIC", "-shared", "-x", "c++") if shared else (*common, "-x", "c++")
+    """The complete flags for .cu sources: an emulated program, or with `shared` a shared library."""
+    return (*(SHARED_FLAGS if shared else PROGRAM_FLAGS), f"-DMSC_CUDA_EMU_DIGEST={emulator_digest()}",
+            f"-I{EMULATOR_DIR}", "-x", "c++")
 
 
 def build_shared(source: str, name: str) -> Path:

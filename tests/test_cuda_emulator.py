@@ -164,7 +164,7 @@ def test_code_relying_on_fragment_element_order_is_wrong(lib):
     expected = a @ b
     assert not np.allclose(c, expected)
     # the values are all there, each tile's in another order: a permutation of the fragment
-    tiles = lambda x: np.sort(x.reshape(2, 8, 2, 8).transpose(0, 2, 1, 3).reshape(4, 64), axis=1)  # noqa: E731
+    tiles = lambda x: np.sort(x.reshape(2, 8, 2, 8).transpose(0, 2, 1, 3).reshape(4, 64), axis=1)
     np.testing.assert_allclose(tiles(c), tiles(expected), rtol=1e-12)
 
 

@@ -789,11 +789,11 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
 }
 
 template <class T>
-inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t bytes, size_t offset = 0,
+inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, size_t bytes, size_t offset = 0,
                                       cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
     if (offset + bytes > sizeof(T) || (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToDevice))
         return msc_emu::set_error(cudaErrorInvalidValue);
-    memcpy(reinterpret_cast<char*>(&symbol) + offset, src, bytes);
+    memcpy(const_cast<char*>(reinterpret_cast<const char*>(&symbol)) + offset, src, bytes);
     return msc_emu::set_error(cudaSuccess);
 }
 
