@@ -31,6 +31,7 @@ import numpy as np
 import msc
 from msc import ir
 from msc.codegen import ctarget, register
+from msc.codegen import cuda_time_tile as time_tile
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
@@ -143,6 +144,18 @@ class CudaTarget(ctarget.CTarget):
     def _entry(self, poly: PolyIR, schedule: LoweredSchedule, name: str, box: bool,
                printer: CudaPrinter) -> dict[str, object]:
         stencil = poly.ir
+        preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
+        if box:
+            preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
+        preamble += [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]
+        parameters = cuda_parameters(stencil, box)
+        arguments = [re.split(r"[ *]", p)[-1] for p in parameters]
+        device = [f"d_{a}" if a in {_pointer(f) for f in stencil.fields} else a for a in arguments]
+        entry = dict(name=name, parameters=parameters, preamble=preamble, arguments=arguments, device_arguments=device)
+        tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
+        if tiled is not None:
+            source, args = time_tile.kernel_source(tiled, f"{name}_tt")
+            return dict(entry, launches=[dict(source=source)], body=time_tile.host_body(tiled, f"{name}_tt", args))
         kernel = lower_kernel(poly, schedule, name, box)
         host, launches = mapping.split(kernel, poly, schedule, _entry_scope(stencil, box))
         for launch in launches:
@@ -170,15 +183,11 @@ class CudaTarget(ctarget.CTarget):
             return node
 
         host = k.transform_kernel(host, fill)
-        preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
-        if box:
-            preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
-        preamble += [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]
-        parameters = cuda_parameters(stencil, box)
-        arguments = [re.split(r"[ *]", p)[-1] for p in parameters]
-        device = [f"d_{a}" if a in {_pointer(f) for f in stencil.fields} else a for a in arguments]
-        return dict(name=name, launches=printed, parameters=parameters, preamble=preamble,
-                    body=printer.lines(host.body), arguments=arguments, device_arguments=device)
+        body = printer.lines(host.body)
+        why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
+        if why is not None:
+            body.insert(0, f"/* skewed time tiles in global memory, not in shared memory: {why} */")
+        return dict(entry, launches=printed, body=body)
 
 
     # -- building ----------------------------------------------------------------

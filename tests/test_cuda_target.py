@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,60 @@ def test_auto_checks_or_times_every_candidate(assert_matches):
     else:
         assert report.seconds is None and "needs a CUDA device" in report.note
         assert report.schedule == msc.Schedule()
+
+
+# -- time tiles in shared memory ------------------------------------------------
+
+def _shared_tile_cases() -> list[Any]:
+    from msc import t, x, y, z
+
+    @msc.stencil
+    def box3(u, c, k):  # a time-invariant input, a box, float32 below
+        u[t + 1, x, y, z] = u[t, x, y, z] + k * c[x, y, z] * (
+            sum(u[t, x + i, y + j, z + m] for i in (-1, 0, 1) for j in (-1, 0, 1) for m in (-1, 0, 1)) / 27 - u[t, x, y, z])
+
+    @msc.stencil
+    def wide1(u):  # radius 3, a branch and a function
+        u[t + 1, x] = msc.where(u[t, x] > 0.5, 0.3 * u[t, x - 3] + 0.4 * u[t, x + 3], msc.sqrt(u[t, x - 1] * u[t, x + 1])) * 0.98
+
+    rng = np.random.default_rng(1)
+    return [
+        (heat, msc.Schedule().time_tile(3, x=8, y=16), {"u": rng.random((21, 45)), "alpha": 0.2}, "float64"),
+        (box3, msc.Schedule().time_tile(2, x=4, y=4, z=8),
+         {"u": rng.random((9, 11, 21)).astype(np.float32), "c": rng.random((9, 11, 21)).astype(np.float32), "k": 0.5},
+         "float32"),
+        (wide1, msc.Schedule().time_tile(4, x=32), {"u": rng.random(150)}, "float64"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_time_tiles_in_shared_memory_match_reference(index, assert_matches):
+    stencil, schedule, inputs, dtype = _shared_tile_cases()[index]
+    source = get_target("cuda").source(stencil.poly(dtype), schedule)
+    assert "__shared__ real msc_tt[2]" in source and "in shared memory" in source
+    kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
+    for steps in (9, 10):  # the newest level ends in either ring slot
+        expected = stencil.reference(steps=steps, dtype=dtype, **inputs)
+        assert_matches(kernel.run(steps=steps, **inputs), expected, dtype, (stencil.name, steps))
+    sim = kernel.start(**inputs)  # continued from t0 = 4
+    sim.advance(4)
+    sim.advance(7)
+    assert_matches({k: v.copy() for k, v in sim.fields.items()},
+                   stencil.reference(steps=11, dtype=dtype, **inputs), dtype, stencil.name)
+    if NVCC is not None:
+        with tempfile.TemporaryDirectory() as directory:
+            nvcc_check(source, Path(directory))
+
+
+def test_other_time_tiles_say_why_they_stay_in_global_memory():
+    from msc import t, x
+
+    @msc.stencil
+    def wave(u):
+        u[t + 1, x] = 2 * u[t, x] - u[t - 1, x] + 0.1 * (u[t, x - 1] + u[t, x + 1] - 2 * u[t, x])
+
+    source = get_target("cuda").source(wave.poly(), msc.Schedule().time_tile(2, x=16))
+    assert "msc_tt" not in source
+    assert "skewed time tiles in global memory, not in shared memory: field 'u' keeps 2 past levels" in source
+    big = get_target("cuda").source(heat.poly(), msc.Schedule().time_tile(8, x=32, y=32))
+    assert "48 x 48" in big and "2304 threads" in big and "msc_tt" not in big
