@@ -266,12 +266,14 @@ TIME_DEPTHS = (2, 4)
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     """The default launch, then tiles of several block shapes (a tile is a
-    block), then time tiles of those blocks' depth (dirichlet stencils only)."""
+    block), then time tiles of two depths (dirichlet stencils only)."""
     out = [Schedule()]
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]
-    if stencil.boundary == "dirichlet":
-        out += [Schedule().time_tile(depth, **tiles[1]) for depth in TIME_DEPTHS]
+    if stencil.boundary == "dirichlet":  # tiles whose region fits a block, for the shared-memory form
+        base = BLOCKS[stencil.ndim][1]
+        out += [Schedule().time_tile(depth, **dict(zip(stencil.dims, time_tile.fitting_tile(stencil, depth, base))))
+                for depth in TIME_DEPTHS]
     return out
 
 

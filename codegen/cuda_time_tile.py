@@ -58,8 +58,8 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
             return f"field '{f.name}' changes in time but is not computed by the statement"
     if set(tiles) != set(stencil.dims):
         return f"not every dimension is tiled (tile {', '.join(stencil.dims)} for shared memory)"
-    if s.order or s.unrolls or s.parallel_loop or s.vector_loop:
-        return "reorder/unroll/parallel/vectorize choose loops of the skewed tiles"
+    if s.order or s.unrolls or s.vector_loop or s.parallel_loop not in (None, *(f"{d}_tile" for d in stencil.dims)):
+        return "reorder/unroll/vectorize, or parallel() on a point loop, choose loops of the skewed tiles"
     region = [tiles[d] + 2 * s.time_depth * r for d, r in zip(stencil.dims, stencil.radius)]
     threads = 1
     for n in region:
@@ -68,6 +68,19 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
         return (f"its region of {' x '.join(map(str, region))} points (tile plus {s.time_depth} x radius on each "
                 f"side) would need {threads} threads per block, more than {MAX_THREADS}")
     return None
+
+
+def fitting_tile(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> tuple[int, ...]:
+    """`tile` halved along its longest side until tile plus halo fits a block (or every side is 1)."""
+    sides = list(tile)
+    while True:
+        threads = 1
+        for t, r in zip(sides, stencil.radius):
+            threads *= t + 2 * depth * r
+        if threads <= MAX_THREADS or max(sides) == 1:
+            return tuple(sides)
+        longest = sides.index(max(sides))
+        sides[longest] = max(1, sides[longest] // 2)
 
 
 def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | None:
