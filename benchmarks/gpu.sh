@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a machine with an NVIDIA GPU: set up a venv, run the CUDA tests
 # on the device (no emulation), then the GPU benchmark. Writes its JSON and the
-# test log under benchmarks/results/ (or $OUT when set).
+# test log under benchmarks/results/ (or $OUT when set). About 10 minutes at most
+# (the tests and the benchmark each stop at their timeout).
 #
 #     bash benchmarks/gpu.sh [--quick]
 #
@@ -20,7 +21,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 
 python3 -m venv --system-site-packages .venv-gpu
 py=.venv-gpu/bin/python
-$py -m pip install -q -e . || echo "gpu.sh: could not install msc into the venv; using what is importable" >&2
+$py -m pip install -q --no-build-isolation -e . || echo "gpu.sh: could not install msc into the venv; using what is importable" >&2
 for pkg in cupy-cuda12x pystencils pytest; do
     $py -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${pkg%%-*}') is None)" 2>/dev/null \
         || $py -m pip install -q "$pkg" || echo "gpu.sh: could not install $pkg" >&2
@@ -31,7 +32,7 @@ $py -c "import msc.codegen.cuda as c; a = c.device_arch(); print('CUDA device:',
 export MSC_CACHE_DIR="${MSC_CACHE_DIR:-$PWD/.gpu-cache}"
 # the CUDA tests built with nvcc for this device and run on it (MSC_CUDA_ON_DEVICE=1: no emulation)
 status=0
-MSC_CUDA_ON_DEVICE=1 timeout 420 $py -m pytest -q -m "not slow" tests/test_cuda_target.py -p no:cacheprovider \
+MSC_CUDA_ON_DEVICE=1 timeout 240 $py -m pytest -q -m "not slow" tests/test_cuda_target.py -p no:cacheprovider \
     2>&1 | tee "$out/gpu_tests.log" || status=1
-timeout 420 $py benchmarks/stencils_gpu.py $quick --repeat 3 --json "$out/stencils_gpu.json" || status=1
+timeout 300 $py benchmarks/stencils_gpu.py $quick --repeat 3 --json "$out/stencils_gpu.json" || status=1
 exit $status

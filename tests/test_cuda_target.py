@@ -355,3 +355,17 @@ def test_other_time_tiles_say_why_they_stay_in_global_memory():
     assert "skewed time tiles in global memory, not in shared memory: field 'u' keeps 2 past levels" in source
     big = get_target("cuda").source(heat.poly(), msc.Schedule().time_tile(8, x=32, y=32))
     assert "48 x 48" in big and "2304 threads" in big and "msc_tt" not in big
+
+
+@pytest.mark.skipif(ON_DEVICE, reason="on a device the benchmark runs (benchmarks/gpu.sh)")
+def test_gpu_benchmark_parses_its_options_and_fails_clearly_without_a_device():
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "stencils_gpu.py"
+    usage = subprocess.run([sys.executable, str(script), "--help"], check=False, capture_output=True, text=True)
+    assert usage.returncode == 0 and "--quick" in usage.stdout and "--dtypes" in usage.stdout
+    bad = subprocess.run([sys.executable, str(script), "--only", "nosuch"], check=False, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown stencil(s) nosuch" in bad.stderr
+    run = subprocess.run([sys.executable, str(script), "--quick", "--only", "heat2d"], check=False,
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "needs a CUDA device" in run.stderr, run.stderr
