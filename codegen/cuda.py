@@ -104,7 +104,6 @@ def cuda_parameters(stencil: ir.StencilIR, box: bool) -> list[str]:
     return [p.replace("*restrict ", "*__restrict__ ") for p in ctarget.signature(stencil).c_parameters(box)]
 
 
-@dataclass
 class CudaTarget(ctarget.CTarget):
     """CUDA C++: JIT-built (nvcc on a machine with a CUDA device, or g++ and the
     emulator with `emulate=True`), or emitted as a standalone nvcc project."""
@@ -188,7 +187,6 @@ class CudaTarget(ctarget.CTarget):
         if why is not None:
             body.insert(0, f"/* skewed time tiles in global memory, not in shared memory: {why} */")
         return dict(entry, launches=printed, body=body)
-
 
     # -- building ----------------------------------------------------------------
 
