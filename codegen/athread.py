@@ -329,7 +329,7 @@ class AthreadTarget:
         """A standalone program: the kernel, main.c, npy.h, a Makefile and the emulator's sources."""
         stencil = poly.ir
         files = self.generate(poly, schedule, chip)
-        files["main.c"] = render("main.c.j2", openmp=False, **ctarget.main_values(stencil))
+        files["main.c"] = render("main.c.j2", openmp=False, **ctarget.program_values(stencil))
         files["npy.h"] = render("npy.h")
         files["Makefile"] = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(),
                                    version=msc.__version__, name=stencil.name, chip=chip)

@@ -153,6 +153,8 @@ class CTarget:
 
     def kernels(self, poly: PolyIR, schedule: LoweredSchedule, box: bool) -> tuple[list[k.Kernel], dict[str, Any]]:
         """The entry points' kernel IR after the platform's passes (checked against its capacities)."""
+        if schedule.schedule.tensor_core_precision is not None:
+            raise ScheduleError(f"tensor_cores: target '{self.name}' has no tensor cores; they run on target 'cuda'")
         out: list[k.Kernel] = []
         values: dict[str, Any] = {}
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):
@@ -204,7 +206,7 @@ class CTarget:
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
         key = kernel_key(self.name, poly.ir, sched, box, self.toolchain)
-        found = _indexed(key)
+        found = indexed(key)
         if found is not None:
             source, library = found
             try:
@@ -213,14 +215,14 @@ class CTarget:
                 pass  # a damaged library: build it again below
         kernel = CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched,
                                       cc=os.environ.get("CC", self.toolchain.cc), flags=self.toolchain.flags)
-        atomic_write_text(_index_path(key), kernel.library_path.name)
+        atomic_write_text(index_path(key), kernel.library_path.name)
         return kernel
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""
         if not self.toolchain.main_template:
             raise TargetError(f"target '{self.name}' compiles in process only: it emits no source tree")
-        values = main_values(poly.ir)
+        values = program_values(poly.ir)
         files = {
             "kernel.c": self.source(poly, schedule),
             "main.c": render(self.toolchain.main_template, **values),
@@ -249,8 +251,8 @@ class CTarget:
         return NodeKernel({file: self.source(poly, schedule, box)}, (rule,), entry, box_entry)
 
 
-def main_values(stencil: ir.StencilIR) -> dict[str, Any]:
-    """What main.c.j2 (the standalone driver: command line, .npy files, the call of msc_run) needs."""
+def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
+    """What the templates of a standalone program (main.c.j2, Makefile.j2) need."""
     call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
     call_args += [f"params[{n}]" for n in range(len(stencil.params))]
     call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
@@ -327,17 +329,18 @@ def kernel_key(target: str, stencil: ir.StencilIR, schedule: Schedule | None, bo
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-def _index_path(key: str) -> Path:
+def index_path(key: str) -> Path:
     return cache_dir() / "index" / key
 
 
-def _indexed(key: str) -> tuple[str, Path] | None:
-    """(source, library path) of the kernel indexed under `key`, if both are still
+def indexed(key: str, suffix: str = ".c") -> tuple[str, Path] | None:
+    """(source, library path) of the kernel indexed under `key` (its source
+    file ends in `suffix`), if both are still
     in the cache and the library matches its digest (a damaged one is rebuilt,
     with its warning, by the ordinary build path)."""
     try:
-        library = cache_dir() / _index_path(key).read_text(encoding="utf-8").strip()
-        source = library.with_suffix(".c").read_text(encoding="utf-8")
+        library = cache_dir() / index_path(key).read_text(encoding="utf-8").strip()
+        source = library.with_suffix(suffix).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     return (source, library) if is_intact(library) else None

@@ -134,6 +134,14 @@ class TensorCorePlan:
         """Stencil terms (reads with a weight)."""
         return sum(line.points for line in self.lines)
 
+    def column_alignment(self, source: Source) -> int:
+        """The column, relative to the tile's first and modulo k, at which every input operand of
+        `source` starts: its staging buffer puts that column on a 256-bit boundary."""
+        found = {(line.lo if line.axis == "cols" else line.shift[-1]) % self.shape.k
+                 for line in self.lines if line.source == source}
+        assert len(found) == 1, f"lines of {source} disagree on their alignment: {found}"
+        return found.pop()
+
     @property
     def mmas_per_tile(self) -> int:
         return sum(len(line.chunks) for line in self.lines)
@@ -221,31 +229,49 @@ def _explain_nonlinear(stencil_ir: ir.StencilIR, stmt: ir.Statement, where: str,
 
 
 def _lines(source: Source, points: dict[tuple[int, ...], ir.Expr], shape: MmaShape) -> list[Line]:
-    """A column line per row offset; single points off them that share a column gather into
-    a row line when that costs fewer MMAs than their column lines."""
+    """The source's lines for the column alignment that issues fewest MMAs.
+
+    wmma loads need 256-bit aligned operands, and `k` elements are 32 bytes
+    for every shape: all of a source's input operands must start at one
+    column residue modulo `k` relative to the tile (its staging buffer is
+    laid out so that residue is aligned). Column lines start their band
+    window there (zero weights in front); row lines need their column there.
+    """
+    candidates = [_aligned_lines(source, points, shape, align) for align in range(shape.k)]
+    # fewest MMAs, then the fewest zero weights in front (the narrowest staging halo)
+    return min(candidates, key=lambda lines: (sum(len(line.chunks) for line in lines),
+                                              sum(len(line.coefficients) for line in lines)))
+
+
+def _aligned_lines(source: Source, points: dict[tuple[int, ...], ir.Expr], shape: MmaShape,
+                   align: int) -> list[Line]:
+    """A column line per row offset; single points off them that share a column (at `align`
+    modulo k) gather into a row line when that costs fewer MMAs than their column lines."""
     by_row: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for o in points:
         by_row.setdefault(o[:-1], []).append(o)
     by_col: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for group in by_row.values():
-        if len(group) == 1:
+        if len(group) == 1 and group[0][-1] % shape.k == align:
             by_col.setdefault(group[0][:-2] + group[0][-1:], []).append(group[0])
     out: list[Line] = []
     moved: set[tuple[int, ...]] = set()
     for group in by_col.values():
-        row_line = _line(source, "rows", group, points, shape)
-        if len(row_line.chunks) < sum(len(_line(source, "cols", [o], points, shape).chunks) for o in group):
+        row_line = _line(source, "rows", group, points, shape, align)
+        if len(row_line.chunks) < sum(len(_line(source, "cols", [o], points, shape, align).chunks) for o in group):
             out.append(row_line)
             moved.update(group)
-    out += [_line(source, "cols", group, points, shape) for group in by_row.values() if group[0] not in moved]
+    out += [_line(source, "cols", group, points, shape, align) for group in by_row.values() if group[0] not in moved]
     return out
 
 
 def _line(source: Source, axis: Literal["cols", "rows"], offsets: list[tuple[int, ...]],
-          points: dict[tuple[int, ...], ir.Expr], shape: MmaShape) -> Line:
+          points: dict[tuple[int, ...], ir.Expr], shape: MmaShape, align: int) -> Line:
     d = len(offsets[0]) - (1 if axis == "cols" else 2)
     along = {o[d]: points[o] for o in offsets}
     lo, hi = min(along), max(along)
+    if axis == "cols":  # the band window starts at the aligned column at or before the first weight
+        lo -= (lo - align) % shape.k
     shift = tuple(0 if i == d else v for i, v in enumerate(offsets[0]))
     coefficients = tuple(along.get(b, _ZERO) for b in range(lo, hi + 1))
     out_len = shape.n if axis == "cols" else shape.m
@@ -275,8 +301,9 @@ def _reach(plan: TensorCorePlan, source: Source) -> tuple[int, ...]:
     for line in plan.lines:
         if line.source == source:
             axis = plan.ndim - 1 if line.axis == "cols" else plan.ndim - 2
+            weighted = [line.lo + b for b, c in enumerate(line.coefficients) if c != _ZERO]
             for d, s in enumerate(line.shift):
-                reach[d] = max(reach[d], max(-line.lo, line.hi) if d == axis else abs(s))
+                reach[d] = max(reach[d], max(-min(weighted), max(weighted)) if d == axis else abs(s))
     return tuple(reach)
 
 
@@ -307,9 +334,10 @@ def replay(plan: TensorCorePlan, read: Callable[[str, int | None], np.ndarray],
             if any(have < need for have, need in zip(ring, reach)):
                 raise ValueError(f"replay: source {line.source} has a ring of {ring} around the interior "
                                  f"{interior}, the plan reads {reach} beyond it")
-            # zeros past the interior: the tail tiles and the zero-weight edges of the last chunks
-            extra = [(0, 0)] * (plan.ndim - 2) + [(0, rows - interior[-2] + 2 * m + k),
-                                                  (0, cols - interior[-1] + 2 * n + k)]
+            # zeros past the interior: the tail tiles and the zero-weight edges of the chunks
+            extra = [(0, 0)] * (plan.ndim - 2) + [(k, rows - interior[-2] + 2 * m + k),
+                                                  (k, cols - interior[-1] + 2 * n + k)]
+            ring = (*ring[:-2], ring[-2] + k, ring[-1] + k)
             padded[line.source] = (round_operand(np.pad(arr, extra), prec), ring)
         src, ring = padded[line.source]
         blocks = round_operand(line.band(shape, params), prec)

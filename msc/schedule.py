@@ -40,6 +40,7 @@ class Schedule:
     streaming: bool = False
     prefetch_distance: int = 0
     threads: int | None = None
+    tensor_core_precision: str | None = None
 
     def tile(self, **sizes: int) -> Schedule:
         """Split the named space dimensions into tiles: tile(x=32, y=256)."""
@@ -117,6 +118,17 @@ class Schedule:
             raise ScheduleError(f"prefetch distance must be a positive integer, got {distance!r}")
         return replace(self, prefetch_distance=distance)
 
+    def tensor_cores(self, precision: str) -> Schedule:
+        """Run each statement's weighted sum as matrix products on tensor cores
+        (target 'cuda'): "fp64" (DMMA m8n8k4, sm_80+), "tf32" or "fp16" (operands
+        rounded, fp32 accumulation; error bound in docs/tensor_cores.md). Every
+        statement must be linear in its field reads with constant or
+        scalar-parameter weights (checked when the kernel is generated)."""
+        if precision not in TENSOR_CORE_PRECISIONS:
+            raise ScheduleError(f"tensor_cores: precision must be one of {', '.join(map(repr, TENSOR_CORE_PRECISIONS))}, "
+                                f"got {precision!r}")
+        return replace(self, tensor_core_precision=precision)
+
     def with_threads(self, threads: int) -> Schedule:
         return replace(self, threads=threads)
 
@@ -143,10 +155,15 @@ class Schedule:
             parts.append(f"prefetch({self.prefetch_distance})")
         if self.threads:
             parts.append(f"with_threads({self.threads})")
+        if self.tensor_core_precision:
+            parts.append(f"tensor_cores({self.tensor_core_precision!r})")
         return "Schedule()" + "".join("." + p for p in parts)
 
     def __str__(self) -> str:
         return self.describe()
+
+
+TENSOR_CORE_PRECISIONS = ("fp64", "tf32", "fp16")
 
 
 def _kw(pairs: tuple[tuple[str, int], ...]) -> str:
@@ -437,7 +454,7 @@ def as_schedule(value: Any) -> Schedule | None:
 
 
 PRIMITIVES = ("tile", "time_tile", "reorder", "compute_at", "cache_read", "cache_write", "parallel",
-              "vectorize", "unroll", "stream_stores", "prefetch", "with_threads")
+              "vectorize", "unroll", "stream_stores", "prefetch", "with_threads", "tensor_cores")
 
 
 def parse_schedule(text: str) -> Schedule | str:

@@ -19,29 +19,33 @@ static const char *npy_type_name(const char *descr) { return strcmp(descr, "<f8"
 
 static void *npy_load(const char *path, const char *descr, int ndim, long *shape, char *err, size_t errlen)
 {
+    /* declared before the first NPY_FAIL: C++ (a CUDA driver) jumps over no initialisation */
     char *h = 0, got[32] = "";
     void *data = 0;
+    unsigned char magic[8], b[4] = {0};
+    size_t nlen, need;
+    unsigned long hlen = 0;
+    const char *p;
+    long count = 1, here, size = -1;
+    int d = 0;
+    double memory;
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "cannot open it: %s", strerror(errno)); return 0; }
-    unsigned char magic[8], b[4] = {0};
     if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "\x93NUMPY", 6)) NPY_FAIL("not a .npy file (no .npy header)");
     if (magic[6] < 1 || magic[6] > 3) NPY_FAIL("unsupported .npy format version %d", magic[6]);
-    size_t nlen = magic[6] == 1 ? 2 : 4;
-    unsigned long hlen = 0;
+    nlen = magic[6] == 1 ? 2 : 4;
     if (fread(b, 1, nlen, f) != nlen) NPY_FAIL("truncated .npy header");
     for (size_t i = 0; i < nlen; i++) hlen |= (unsigned long)b[i] << (8 * i);
     if (hlen > (1ul << 20)) NPY_FAIL("implausible .npy header length %lu", hlen);
     h = (char *)calloc(hlen + 1, 1);
     if (!h || fread(h, 1, hlen, f) != hlen) NPY_FAIL("truncated .npy header");
-    const char *p = strstr(h, "'descr':");
+    p = strstr(h, "'descr':");
     if (!p || sscanf(p + 8, " '%31[^']'", got) != 1) NPY_FAIL("the .npy header has no 'descr'");
     if (strcmp(got, descr))
         NPY_FAIL("dtype '%s', expected '%s' (%s); save it as a.astype(numpy.%s)", got, descr, npy_type_name(descr),
                  npy_type_name(descr));
     if (strstr(h, "'fortran_order': True")) NPY_FAIL("Fortran order; save it as numpy.ascontiguousarray(a)");
     if (!(p = strstr(h, "'shape':")) || !(p = strchr(p, '('))) NPY_FAIL("the .npy header has no 'shape'");
-    long count = 1;
-    int d = 0;
     for (p++; *p && *p != ')';) {
         char *end;
         long v = strtol(p, &end, 10);
@@ -51,13 +55,13 @@ static void *npy_load(const char *path, const char *descr, int ndim, long *shape
         d++; count *= v; p = end;
     }
     if (d != ndim) NPY_FAIL("a %dD array, expected %dD", d, ndim);
-    const size_t need = (strcmp(descr, "<f8") ? 4 : 8) * (size_t)count;
-    long here = ftell(f), size = -1;
+    need = (strcmp(descr, "<f8") ? 4 : 8) * (size_t)count;
+    here = ftell(f);
     if (here >= 0 && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, here, SEEK_SET)) NPY_FAIL("cannot find its size: %s", strerror(errno));
     if ((size_t)(size - here) != need)
         NPY_FAIL("%ld bytes of data where its header's shape needs %zu (truncated or damaged)", size - here, need);
-    const double memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
     if (memory > 0 && (double)need > memory)
         NPY_FAIL("its %.1f GiB of data exceed this machine's %.1f GiB of memory", need / 1073741824.0,
                  memory / 1073741824.0);

@@ -1,0 +1,310 @@
+"""GPU stencil benchmark: msc's CUDA kernels against pystencils' CUDA backend
+(through CuPy) and a hand-written CUDA kernel, in one process on the same
+device arrays, with the device's copy bandwidth measured in the same rounds.
+Writes JSON. Needs a CUDA device and CuPy (cupy-cuda12x); pystencils is
+optional (its rows say why they are missing).
+
+    python3 benchmarks/stencils_gpu.py --json results.json [--quick] [--only heat2d,star2d2r]
+        [--dtypes float64,float32] [--repeat 5]
+
+msc runs four ways: the default launch ("plain"), the fastest of the CUDA
+tuner's candidates ("tuned", schedule="auto"), the tuner's time tiles alone
+("time-tiled", the fastest of them) and tensor cores (when this msc has
+Schedule.tensor_cores; fp64 for float64, tf32 for float32). Every tool's
+final field is compared with the hand-written kernel's, so a fast wrong
+answer shows. Tools and the copy are timed round robin (best of the rounds);
+GStencil/s counts interior points times steps; the fraction of copy
+bandwidth counts one read and one write per point and step, against a
+device-to-device copy of the same arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Case:
+    """A constant-coefficient stencil on an n^ndim grid (dirichlet ring included)."""
+
+    name: str
+    ndim: int
+    box: bool
+    radius: int
+    n: int
+    steps: int
+
+    def offsets(self) -> list[tuple[tuple[int, ...], float]]:
+        r = range(-self.radius, self.radius + 1)
+        points = [o for o in itertools.product(r, repeat=self.ndim)
+                  if self.box or sum(1 for v in o if v) <= 1]
+        return [(o, 1.0 / len(points)) for o in points]  # an average: values stay bounded over many steps
+
+
+CASES = [
+    Case("heat2d", 2, False, 1, 8192, 100),
+    Case("box2d9p", 2, True, 1, 8192, 100),
+    Case("heat3d", 3, False, 1, 512, 50),
+    Case("box3d27p", 3, True, 1, 512, 50),
+    *(Case(f"star2d{r}r", 2, False, r, 8192, 100) for r in range(1, 5)),
+]
+
+
+def msc_stencil(case: Case) -> Any:
+    import msc
+
+    dims = (msc.x, msc.y, msc.z)[: case.ndim]
+
+    def body(u):  # type: ignore[no-untyped-def]
+        u[(msc.t + 1, *dims)] = sum(w * u[(msc.t, *(d + o for d, o in zip(dims, off)))] for off, w in case.offsets())
+
+    return msc.stencil(name=case.name)(body)
+
+
+@dataclass
+class Tool:
+    """`steps_on(u0, steps)` -> (final device array, seconds of the time loop alone)."""
+
+    name: str
+    steps_on: Callable[[Any, int], tuple[Any, float]]
+    detail: str = ""
+
+
+def _timed(cp: Any, fn: Callable[[], Any]) -> tuple[Any, float]:
+    cp.cuda.Device().synchronize()
+    start = time.perf_counter()
+    out = fn()
+    cp.cuda.Device().synchronize()
+    return out, time.perf_counter() - start
+
+
+def handwritten(cp: Any, case: Case, dtype: str) -> Tool:
+    """One thread per point, the sum of the weighted neighbours written out, ping-pong buffers."""
+    ctype = "double" if dtype == "float64" else "float"
+    n, r = case.n, case.radius
+    index = ["i", "j", "k"][: case.ndim]
+
+    def flat(offs: tuple[int, ...]) -> str:
+        return " + ".join(f"({ix} + ({o})) * {n ** (case.ndim - 1 - d)}L" for d, (ix, o) in enumerate(zip(index, offs)))
+
+    terms = " + ".join(f"({w!r}) * a[{flat(o)}]" for o, w in case.offsets())
+    guards = " && ".join(f"{ix} >= {r} && {ix} < {n - r}" for ix in index)
+    coords = {"i": "blockIdx.z * blockDim.z + threadIdx.z" if case.ndim == 3 else "blockIdx.y * blockDim.y + threadIdx.y",
+              "j": "blockIdx.y * blockDim.y + threadIdx.y" if case.ndim == 3 else "blockIdx.x * blockDim.x + threadIdx.x",
+              "k": "blockIdx.x * blockDim.x + threadIdx.x"}
+    source = f"""extern "C" __global__ void step(const {ctype} *__restrict__ a, {ctype} *__restrict__ b) {{
+    {' '.join(f'const long {ix} = {coords[ix]};' for ix in index)}
+    if ({guards}) b[{flat((0,) * case.ndim)}] = {terms};
+}}"""
+    kernel = cp.RawKernel(source, "step")
+    block = (32, 8) if case.ndim == 2 else (32, 4, 2)
+    grid = tuple((n + b - 1) // b for b in block)
+
+    def steps_on(u0: Any, steps: int) -> tuple[Any, float]:
+        a, b = u0.copy(), u0.copy()
+
+        def loop() -> Any:
+            x, y = a, b
+            for _ in range(steps):
+                kernel(grid, block, (x, y))
+                x, y = y, x
+            return x
+
+        return _timed(cp, loop)
+
+    return Tool("hand-written CUDA", steps_on, f"block {block}")
+
+
+def pystencils_tool(cp: Any, case: Case, dtype: str) -> Tool:
+    import pystencils as ps
+
+    src, dst = ps.fields(f"src, dst: {dtype}[{case.ndim}D]", layout="c")
+    rhs = sum(w * src[off] for off, w in case.offsets())
+    kernel = ps.create_kernel(ps.Assignment(dst.center, rhs), ps.CreateKernelConfig(target=ps.Target.CUDA)).compile()
+
+    def steps_on(u0: Any, steps: int) -> tuple[Any, float]:
+        a, b = u0.copy(), u0.copy()
+
+        def loop() -> Any:
+            x, y = a, b
+            for _ in range(steps):
+                kernel(src=x, dst=y)
+                x, y = y, x
+            return x
+
+        return _timed(cp, loop)
+
+    return Tool("pystencils (CUDA)", steps_on, f"pystencils {ps.__version__}")
+
+
+def msc_tool(cp: Any, name: str, kernel: Any, schedule: str) -> Tool:
+    """An msc kernel on device arrays: its ring buffer is set up from u0 (not timed), then msc_run_device."""
+
+    def steps_on(u0: Any, steps: int) -> tuple[Any, float]:
+        field = kernel.ir.fields[0]
+        ring = cp.empty((field.slots, *u0.shape), dtype=u0.dtype)
+        ring[...] = u0
+        extents = list(u0.shape)
+        _, seconds = _timed(cp, lambda: kernel.advance_device([ring.data.ptr], [], extents, 0, steps))
+        return ring[steps % field.slots], seconds
+
+    return Tool(name, steps_on, schedule)
+
+
+def copy_bandwidth(cp: Any, nbytes: int) -> Callable[[], float]:
+    a = cp.ones(nbytes // 8, dtype=cp.float64)
+    b = cp.empty_like(a)
+
+    def once() -> float:
+        _, seconds = _timed(cp, lambda: cp.copyto(b, a))
+        return 2 * nbytes / seconds / 1e9
+
+    return once
+
+
+def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[str, Any]:
+    import msc
+
+    st = msc_stencil(case)
+    rng = np.random.default_rng(0)
+    u0 = cp.asarray(rng.random((case.n,) * case.ndim).astype(dtype))
+    tools = [handwritten(cp, case, dtype)]
+    missing: dict[str, str] = {}
+    try:
+        tools.append(pystencils_tool(cp, case, dtype))
+    except Exception as e:  # not installed, or no CUDA support in this version
+        missing["pystencils (CUDA)"] = f"{type(e).__name__}: {e}"
+    plain = st.compile(target="cuda", dtype=dtype)
+    tools.append(msc_tool(cp, "msc plain", plain, "default"))
+    auto = st.compile(target="cuda", dtype=dtype, schedule="auto")
+    auto.run(steps=min(steps, 8), u=u0.copy())  # tunes on the device
+    tools.append(msc_tool(cp, "msc tuned", auto.kernel, str(auto.report.schedule)))
+    tiled = {s: t for s, t in auto.report.seconds.items() if "time_tile" in s}
+    if tiled:
+        best = min(tiled, key=tiled.get)
+        tools.append(msc_tool(cp, "msc time-tiled", st.compile(target="cuda", dtype=dtype,
+                                                                schedule=msc.schedule.parse_schedule(best)), best))
+    if hasattr(msc.Schedule, "tensor_cores"):
+        precision = "fp64" if dtype == "float64" else "tf32"
+        try:
+            kernel = st.compile(target="cuda", dtype=dtype, schedule=msc.Schedule().tensor_cores(precision))
+            tools.append(msc_tool(cp, f"msc tensor cores ({precision})", kernel, precision))
+        except msc.errors.MscError as e:
+            missing["msc tensor cores"] = str(e)
+    else:
+        missing["msc tensor cores"] = "this msc has no Schedule.tensor_cores"
+    copy = copy_bandwidth(cp, int(u0.nbytes))
+    best: dict[str, float] = {}
+    finals: dict[str, Any] = {}
+    copies = []
+    for _ in range(repeat):
+        copies.append(copy())
+        for tool in tools:
+            final, seconds = tool.steps_on(u0, steps)
+            best[tool.name] = min(best.get(tool.name, float("inf")), seconds)
+            finals[tool.name] = final
+    bandwidth = max(copies)
+    reference = finals["hand-written CUDA"]
+    interior = (case.n - 2 * case.radius) ** case.ndim
+    itemsize = np.dtype(dtype).itemsize
+    rows = {}
+    for tool in tools:
+        seconds = best[tool.name]
+        error = float(cp.max(cp.abs(finals[tool.name] - reference)) / cp.max(cp.abs(reference)))
+        rows[tool.name] = {
+            "schedule_or_version": tool.detail,
+            "seconds": seconds,
+            "gstencil_per_s": interior * steps / seconds / 1e9,
+            "fraction_of_copy_bandwidth": 2 * itemsize * interior * steps / seconds / 1e9 / bandwidth,
+            "max_rel_difference_to_handwritten": error,
+        }
+    return {"stencil": case.name, "dtype": dtype, "n": case.n, "ndim": case.ndim, "steps": steps,
+            "copy_gb_per_s": bandwidth, "tools": rows, "missing": missing}
+
+
+def precompile(cases: list[Case], dtypes: list[str]) -> None:
+    """Build every kernel the run will use (the tuner's candidates, tensor cores) with
+    nvcc in parallel: the runs then load them from the kernel cache."""
+    import msc
+    from msc.codegen.cuda import cuda_candidates
+
+    jobs = []
+    for case in cases:
+        st = msc_stencil(case)
+        for dtype in dtypes:
+            schedules: list[Any] = cuda_candidates(st.typed(dtype))
+            if hasattr(msc.Schedule, "tensor_cores"):
+                schedules.append(msc.Schedule().tensor_cores("fp64" if dtype == "float64" else "tf32"))
+            jobs += [(st, dtype, schedule) for schedule in schedules]
+
+    def build(job: tuple[Any, str, Any]) -> None:
+        st, dtype, schedule = job
+        try:
+            st.compile(target="cuda", dtype=dtype, schedule=schedule)
+        except msc.errors.MscError:
+            pass  # refused for this stencil (a capacity, tensor cores on a shape): the run says so
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        list(pool.map(build, jobs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write results here")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="1024^2 and 128^3 grids, 10 steps: a smoke test")
+    ap.add_argument("--only", default="", help="comma-separated stencil names: " + ", ".join(c.name for c in CASES))
+    ap.add_argument("--dtypes", default="float64,float32")
+    a = ap.parse_args(argv)
+    cases = [c for c in CASES if not a.only or c.name in a.only.split(",")]
+    unknown = set(filter(None, a.only.split(","))) - {c.name for c in CASES}
+    if unknown:
+        ap.error(f"unknown stencil(s) {', '.join(sorted(unknown))}")
+    try:
+        import cupy as cp
+
+        devices = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no CuPy, no driver, no device
+        print(f"stencils_gpu.py: needs a CUDA device and CuPy (pip install cupy-cuda12x): {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 2
+    if devices < 1:
+        print("stencils_gpu.py: no CUDA device was found", file=sys.stderr)
+        return 2
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    if a.quick:
+        cases = [Case(c.name, c.ndim, c.box, c.radius, 1024 if c.ndim == 2 else 128, 10) for c in cases]
+    dtypes = a.dtypes.split(",")
+    start = time.perf_counter()
+    precompile(cases, dtypes)
+    print(f"built the kernels in {time.perf_counter() - start:.0f} s", flush=True)
+    results = []
+    for case in cases:
+        for dtype in dtypes:
+            row = run_case(cp, case, dtype, a.repeat, case.steps)
+            results.append(row)
+            print(json.dumps({k: row[k] for k in ("stencil", "dtype", "copy_gb_per_s")}),
+                  {name: round(t["gstencil_per_s"], 2) for name, t in row["tools"].items()}, flush=True)
+    out = {"device": props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+           "compute_capability": f"{props['major']}.{props['minor']}", "host": platform.node(),
+           "quick": a.quick, "results": results}
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,372 @@
+"""The CUDA target: a GPU platform x the CUDA C++ printer x nvcc (or g++ and
+the project's CUDA emulator).
+
+The generated kernel.cu runs the whole time loop on the device: the host
+code keeps the loops that must run in order (time, wavefronts) and launches
+one `__global__` function per statement (per parallel loop of the schedule),
+with the loops that carry no dependence mapped onto the grid
+(`passes/cuda.py`). Written fields are ring buffers on the device; a step
+switches levels by pointer. `msc_run` takes host arrays (copied in once and
+out once per call), `msc_run_device` device arrays (used in place: CuPy's,
+through `__cuda_array_interface__`). Every launch goes through
+`MSC_LAUNCH` and every runtime call through `MSC_CUDA_CHECK` from
+runtime/cuda/msc_cuda.h, so the same source builds with nvcc for a GPU, or
+with g++ and `-DMSC_CUDA_EMULATE` for the emulator that runs it on the CPU.
+
+A launch can be written by another generator instead (the tensor-core path):
+`GPUPlatform.custom_launch` is the hook.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+import msc
+from msc import ir
+from msc.codegen import ctarget, register
+from msc.codegen import cuda_time_tile as time_tile
+from msc.codegen import kernel_ir as k
+from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.lower import field_name, lower_kernel, param_name
+from msc.codegen.passes import cuda as mapping
+from msc.codegen.printers.c import C_TYPES
+from msc.codegen.printers.cuda import CudaPrinter
+from msc.codegen.templates_env import render
+from msc.errors import ScheduleError, TargetError
+from msc.poly import PolyIR
+from msc.runtime.build import atomic_write_text, build_shared_library, write_tree
+from msc.runtime.cuda_kernel import CudaKernel, is_device_array
+from msc.runtime.kernel import BOX_ENTRY, ENTRY
+from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
+
+NAME = "cuda"
+SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA device since compute capability 2.0
+NVCC = "nvcc"
+NVCC_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC")
+DEFAULT_ARCH = "sm_90"  # of an emitted Makefile
+
+
+@dataclass(frozen=True)
+class CustomLaunch:
+    """Device code another generator writes for one launch: `source` (its
+    `__global__` functions) replaces the launch's, `call` (host statements)
+    its MSC_LAUNCH."""
+
+    source: str
+    call: k.Node
+
+
+class GPUPlatform(ctarget.Platform):
+    """An NVIDIA GPU: loops onto the grid, cache buffers in a block's shared memory."""
+
+    name = "NVIDIA GPU (CUDA)"
+    kernel_template = "cuda_kernel.cu.j2"
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.SHARED: SHARED_BYTES}
+
+    def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule, launch: mapping.Launch) -> CustomLaunch | None:
+        """Device code of its own for `launch` (None: print the mapped kernel IR)."""
+        if schedule.schedule.tensor_core_precision is None:
+            return None
+        from msc.codegen import cuda_tensor_core  # it builds on this module
+
+        return cuda_tensor_core.custom_launch(poly, schedule, launch)
+
+
+def _entry_scope(stencil: ir.StencilIR, box: bool) -> list[tuple[str, str]]:
+    """The entry point's variables a launch may use: (C type, name)."""
+    scope = [("real *" if f.written else "const real *", _pointer(f)) for f in stencil.fields]
+    scope += [("real", param_name(p)) for p in stencil.params]
+    scope += [("long", f"P{d}") for d in range(stencil.ndim)]
+    if box:
+        scope += [("long", f"{b}{d}") for d in range(stencil.ndim) for b in ("L", "H")]
+    return scope + [("long", "V"), ("long", "t0"), ("long", "T")]
+
+
+def _pointer(f: ir.FieldDecl) -> str:
+    return f"{field_name(f.name)}_buf" if f.written else field_name(f.name)
+
+
+def _parameter(ctype: str, name: str) -> str:
+    """A launch parameter: pointers to one level (or an input) are restrict; a whole ring buffer is not."""
+    if ctype.endswith("*"):
+        return f"{ctype}{'' if name.endswith('_buf') else '__restrict__ '}{name}"
+    return f"const {ctype} {name}"
+
+
+def cuda_parameters(stencil: ir.StencilIR, box: bool) -> list[str]:
+    return [p.replace("*restrict ", "*__restrict__ ") for p in ctarget.signature(stencil).c_parameters(box)]
+
+
+class CudaTarget(ctarget.CTarget):
+    """CUDA C++: JIT-built (nvcc on a machine with a CUDA device, or g++ and the
+    emulator with `emulate=True`), or emitted as a standalone nvcc project."""
+
+    def __init__(self) -> None:
+        super().__init__(NAME, GPUPlatform(), ctarget.Toolchain(cc=NVCC, flags=NVCC_FLAGS), compile_options=("emulate",))
+
+    # -- generation ------------------------------------------------------------
+
+    def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
+        stencil = poly.ir
+        if schedule.schedule.streaming or schedule.schedule.prefetch_distance:
+            what = "stream_stores" if schedule.schedule.streaming else "prefetch"
+            raise ScheduleError(f"target '{NAME}' has no {what}() (an x86 primitive of target 'openmp')")
+        printer = CudaPrinter(stencil.dtype)
+        entries = []
+        for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):
+            entries.append(self._entry(poly, schedule, name, is_box, printer))
+        fields = [dict(c=_pointer(f), slots=f.slots, written=f.written) for f in stencil.fields]
+        return render(
+            self.platform.kernel_template,
+            version=msc.__version__,
+            name=stencil.name,
+            ndim=stencil.ndim,
+            boundary=stencil.boundary,
+            dtype=stencil.dtype,
+            ctype=C_TYPES[stencil.dtype],
+            schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
+            int_helpers=C_HELPERS.replace("static inline", "__host__ __device__ inline"),
+            periodic=stencil.boundary == "periodic",
+            entries=entries,
+            fields=fields,
+            volume=" * ".join(f"P{d}" for d in range(stencil.ndim)),
+            radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
+        )
+
+    def _entry(self, poly: PolyIR, schedule: LoweredSchedule, name: str, box: bool,
+               printer: CudaPrinter) -> dict[str, object]:
+        stencil = poly.ir
+        preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
+        if box:
+            preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
+        preamble += [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]
+        parameters = cuda_parameters(stencil, box)
+        arguments = [re.split(r"[ *]", p)[-1] for p in parameters]
+        device = [f"d_{a}" if a in {_pointer(f) for f in stencil.fields} else a for a in arguments]
+        entry = dict(name=name, parameters=parameters, preamble=preamble, arguments=arguments, device_arguments=device)
+        tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
+        if tiled is not None:
+            source, args = time_tile.kernel_source(tiled, f"{name}_tt")
+            return dict(entry, launches=[dict(source=source)], body=time_tile.host_body(tiled, f"{name}_tt", args))
+        kernel = lower_kernel(poly, schedule, name, box)
+        host, launches = mapping.split(kernel, poly, schedule, _entry_scope(stencil, box))
+        for launch in launches:
+            ctarget.check_capacity(k.Kernel(launch.name, launch.body), poly, schedule, self.platform, self.name)
+        printed = []
+        calls: dict[str, k.Node] = {}
+        for launch in launches:
+            custom = self.platform.custom_launch(poly, schedule, launch) if isinstance(self.platform, GPUPlatform) else None
+            if custom is not None:
+                calls[launch.name] = custom.call
+                printed.append(dict(source=custom.source))
+                continue
+            body = printer.lines(launch.body)
+            text = "\n".join(body)
+            used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
+            printed.append(dict(name=launch.name, source="", body=body,
+                                parameters=[_parameter(t, v) for t, v in used]))
+            grid = f"dim3({', '.join(launch.grid)})"
+            block = f"dim3({', '.join(map(str, launch.block))})"
+            calls[launch.name] = k.Call(mapping.LAUNCH, (launch.name, grid, block, "0", *(v for _, v in used)))
+
+        def fill(node: k.Node) -> k.Node:
+            if isinstance(node, k.Call) and node.func == mapping.LAUNCH and len(node.args) == 1:
+                return calls[str(node.args[0])]
+            return node
+
+        host = k.transform_kernel(host, fill)
+        body = printer.lines(host.body)
+        why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
+        if why is not None:
+            body.insert(0, f"/* skewed time tiles in global memory, not in shared memory: {why} */")
+        return dict(entry, launches=printed, body=body)
+
+    # -- building ----------------------------------------------------------------
+
+    def build_toolchain(self, emulate: bool) -> ctarget.Toolchain:
+        """g++ and the emulator (`emulate`), else nvcc for this machine's CUDA
+        device (a TargetError when it has none). Both read runtime/cuda/; the
+        emulator's digest is a define, so a changed runtime never reuses a built library."""
+        from msc.runtime import cuda_emu
+
+        if emulate:
+            return ctarget.Toolchain(cc=cuda_emu.compiler(), flags=cuda_emu.flags(shared=True))
+        arch = device_arch()
+        if arch is None:
+            raise TargetError(
+                "target 'cuda': no CUDA device was found (no driver, or the driver sees no GPU); "
+                "compile(target='cuda', emulate=True) runs the same generated CUDA on the CPU with msc's emulator")
+        return ctarget.Toolchain(cc=NVCC, flags=(*NVCC_FLAGS, f"-arch={arch}", f"-I{cuda_emu.EMULATOR_DIR}",
+                                                 f"-DMSC_CUDA_EMU_DIGEST={cuda_emu.emulator_digest()}"))
+
+    def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
+                box: bool = False, emulate: bool = False) -> CudaKernel | CudaAutoKernel:
+        """A kernel built before (same IR, schedule, generator, toolchain) is
+        loaded through the kernel index without any isl work."""
+        if not isinstance(emulate, bool):
+            raise TargetError(f"target 'cuda': emulate must be True or False, got {emulate!r}")
+        if schedule == "auto":
+            return CudaAutoKernel(poly, lambda s: self.compile(poly, threads=threads, schedule=s, box=box, emulate=emulate),
+                                  emulate)
+        toolchain = self.build_toolchain(emulate)
+        sched = as_schedule(schedule)
+        key = ctarget.kernel_key(self.name, poly.ir, sched, box, toolchain)
+        found = ctarget.indexed(key, ".cu")
+        if found is not None:
+            source, library = found
+            try:
+                return CudaKernel(poly.ir, source, library, self.name, threads, sched)
+            except OSError:
+                pass  # a damaged library: build it again below
+        source = self.source(poly, sched, box)
+        library = build_shared_library(source, f"msc_{poly.ir.name}", cc=toolchain.cc, flags=toolchain.flags,
+                                       suffix=".cu")
+        atomic_write_text(ctarget.index_path(key), library.name)
+        return CudaKernel(poly.ir, source, library, self.name, threads, sched)
+
+
+    # -- a standalone tree ---------------------------------------------------------
+
+    def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
+        """kernel.cu, main.cu, npy.h, a Makefile (nvcc; `make emulate`: g++ and
+        the emulator) and the CUDA runtime header with the emulator, written atomically."""
+        from msc.runtime import cuda_emu
+
+        stencil = poly.ir
+        source = self.source(poly, schedule)
+        values = dict(ctarget.program_values(stencil), parameters=cuda_parameters(stencil, False))
+        runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8") for name in cuda_emu.HEADERS}
+        files = {
+            "kernel.cu": source,
+            "main.cu": render(self.toolchain.main_template, gpu=True, **values),
+            "npy.h": render("npy.h"),
+            "Makefile": render("cuda_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, emulator_files=list(runtime), **values),
+            **runtime,
+        }
+        return write_tree(directory, files)
+
+
+# -- schedule="auto" -------------------------------------------------------------
+
+# blocks (threads along x, y[, z], the last dimension innermost) the tuner tries
+BLOCKS = {1: ((256,), (128,), (512,)),
+          2: ((4, 64), (8, 32), (8, 64), (16, 32), (2, 128)),
+          3: ((1, 8, 32), (2, 4, 32), (1, 4, 64), (4, 4, 32), (2, 8, 32))}
+TIME_DEPTHS = (2, 4)
+
+
+def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
+    """The default launch, then tiles of several block shapes (a tile is a
+    block), then time tiles of two depths (dirichlet stencils only)."""
+    out = [Schedule()]
+    tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
+    out += [Schedule().tile(**t) for t in tiles]
+    if stencil.boundary == "dirichlet":  # tiles whose region fits a block, for the shared-memory form
+        base = BLOCKS[stencil.ndim][1]
+        out += [Schedule().time_tile(depth, **dict(zip(stencil.dims, time_tile.fitting_tile(stencil, depth, base))))
+                for depth in TIME_DEPTHS]
+    return out
+
+
+@dataclass
+class CudaTuning:
+    """What schedule="auto" chose: `seconds` per step of each candidate,
+    timed on the device (None under the emulator, which only checks them)."""
+
+    schedule: Schedule
+    candidates: list[str]
+    seconds: dict[str, float] | None
+    note: str
+
+
+class CudaAutoKernel:
+    """compile(target="cuda", schedule="auto"): the candidates are built and
+    tried when the kernel first runs, on its inputs. On a device each is
+    timed and the fastest kept; under the emulator (which says nothing about
+    GPU speed) each must give the first's result, and the default is kept."""
+
+    def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule], CudaKernel], emulate: bool) -> None:
+        self.ir = poly.ir
+        self._compile = compile_fn
+        self._emulate = emulate
+        self.kernel: CudaKernel | None = None
+        self.report: CudaTuning | None = None
+
+    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> Any:
+        if self.kernel is None:
+            self.kernel, self.report = self._choose(steps, inputs)
+        return self.kernel.run(steps, threads, **inputs)
+
+    def _choose(self, steps: int, given: dict[str, Any]) -> tuple[CudaKernel, CudaTuning]:
+        inputs = {name: _copy(value) for name, value in given.items()}  # device arrays would be advanced in place
+        kernels = []
+        for schedule in cuda_candidates(self.ir):
+            try:
+                kernels.append((schedule, self._compile(schedule)))
+            except ScheduleError:
+                continue  # illegal for this stencil (a dependence, a capacity)
+        names = [str(s) for s, _ in kernels]
+        trial = max(1, min(int(steps), 4))
+        if self._emulate:
+            first = kernels[0][1].run(trial, **inputs)
+            for schedule, kernel in kernels[1:]:
+                got = kernel.run(trial, **inputs)
+                for name, value in first.items():
+                    if not np.allclose(got[name], value, rtol=1e-5 if self.ir.dtype == "float32" else 1e-12, atol=0):
+                        raise ScheduleError(f"schedule='auto' on stencil '{self.ir.name}': candidate {schedule} "
+                                            f"gives another '{name}' than {kernels[0][0]} under the emulator")
+            return kernels[0][1], CudaTuning(kernels[0][0], names, None,
+                                             "emulated: every candidate checked; timing them needs a CUDA device")
+        seconds = {}
+        for schedule, kernel in kernels:  # per step: the difference of two runs, without the copies in and out
+            kernel.run(trial, **inputs)  # warm-up: first launches, caches
+            kernel.run(trial, **inputs)
+            short = kernel.last_run.seconds
+            kernel.run(3 * trial, **inputs)
+            seconds[str(schedule)] = max(kernel.last_run.seconds - short, 0.0) / (2 * trial)
+        best = min(range(len(kernels)), key=lambda i: seconds[names[i]])
+        return kernels[best][1], CudaTuning(kernels[best][0], names, seconds,
+                                            f"seconds per step on the device, from runs of {trial} and {3 * trial} steps")
+
+
+def _copy(value: Any) -> Any:
+    """A device array's copy for a trial run (CuPy arrays have .copy()); anything else as it is."""
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if not is_device_array(value):
+        return value
+    if not hasattr(value, "copy"):
+        raise TargetError("schedule='auto' with device arrays tries its candidates on copies of them: "
+                          f"pass arrays with a .copy() method (CuPy's), not {type(value).__name__}")
+    return value.copy()
+
+
+# CUdevice_attribute values of the driver API (cuda.h)
+_CC_MAJOR, _CC_MINOR = 75, 76
+
+
+def device_arch() -> str | None:
+    """sm_XY of the first CUDA device, through the driver library (no CUDA
+    toolkit or CuPy needed); None without a driver or a device."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count, device, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return None
+    if (driver.cuDeviceGet(ctypes.byref(device), 0) != 0
+            or driver.cuDeviceGetAttribute(ctypes.byref(major), _CC_MAJOR, device) != 0
+            or driver.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, device) != 0):
+        return None
+    return f"sm_{major.value}{minor.value}"
+
+
+register(NAME, CudaTarget)

@@ -1,0 +1,188 @@
+"""Temporal blocking in shared memory for the CUDA target (AN5D-style).
+
+For `time_tile(depth, ...)` on a stencil of one statement whose field keeps
+one past level (it reads its own level t only, and otherwise time-invariant
+inputs), dirichlet, every dimension tiled: each block loads its tile plus
+a halo of depth x radius into shared memory once, runs up to `depth` steps
+there (each step on a region shrunk by the radius, `__syncthreads()`
+between steps), and writes the tile's interior to the other ring slot. One
+launch advances `depth` steps: global memory is read and written once per
+`depth` steps instead of once per step, at the price of the recomputed
+halo. The block is the loaded region (tile + 2 x depth x radius points per
+dimension), at most 1024 threads.
+
+Other time-tiled schedules (several statements or levels, or a block over
+the limit) keep the general skewed tiles of the kernel IR, run in global
+memory (`passes/cuda.py`); `reason_not_shared` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from msc import ir
+from msc.codegen.lower import field_name, param_name
+from msc.codegen.passes.cuda import AXES, MAX_THREADS
+from msc.codegen.printers.cexpr import c_expr
+from msc.schedule import LoweredSchedule
+
+BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
+
+
+@dataclass(frozen=True)
+class SharedTimeTile:
+    """Geometry of one stencil's shared-memory time tiles (x first in `dims`)."""
+
+    stencil: ir.StencilIR
+    depth: int
+    tile: tuple[int, ...]  # per space dimension, in order
+    region: tuple[int, ...]  # tile + 2 x depth x radius
+
+    @property
+    def target(self) -> ir.FieldDecl:
+        name = self.stencil.statements[0].target
+        return next(f for f in self.stencil.fields if f.name == name)
+
+
+def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | None:
+    """Why the schedule's time tiles cannot run in shared memory (None: they can)."""
+    s = schedule.schedule
+    tiles = dict(s.tiles)
+    if len(stencil.statements) != 1:
+        return f"{len(stencil.statements)} statements (shared-memory time tiles take one)"
+    target = stencil.statements[0].target
+    for f in stencil.fields:
+        if f.name == target and f.window != 1:
+            return f"field '{f.name}' keeps {f.window} past levels (shared-memory time tiles keep one)"
+        if f.name != target and not f.time_invariant:
+            return f"field '{f.name}' changes in time but is not computed by the statement"
+    if set(tiles) != set(stencil.dims):
+        return f"not every dimension is tiled (tile {', '.join(stencil.dims)} for shared memory)"
+    if s.order or s.unrolls or s.vector_loop or s.parallel_loop not in (None, *(f"{d}_tile" for d in stencil.dims)):
+        return "reorder/unroll/vectorize, or parallel() on a point loop, choose loops of the skewed tiles"
+    region = [tiles[d] + 2 * s.time_depth * r for d, r in zip(stencil.dims, stencil.radius)]
+    threads = 1
+    for n in region:
+        threads *= n
+    if threads > MAX_THREADS or region[0] > 64 and stencil.ndim == 3:
+        return (f"its region of {' x '.join(map(str, region))} points (tile plus {s.time_depth} x radius on each "
+                f"side) would need {threads} threads per block, more than {MAX_THREADS}")
+    return None
+
+
+def fitting_tile(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> tuple[int, ...]:
+    """`tile` halved along its longest side until tile plus halo fits a block (or every side is 1)."""
+    sides = list(tile)
+    while True:
+        threads = 1
+        for t, r in zip(sides, stencil.radius):
+            threads *= t + 2 * depth * r
+        if threads <= MAX_THREADS or max(sides) == 1:
+            return tuple(sides)
+        longest = sides.index(max(sides))
+        sides[longest] = max(1, sides[longest] // 2)
+
+
+def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | None:
+    if not schedule.schedule.time_depth or reason_not_shared(stencil, schedule) is not None:
+        return None
+    tiles = dict(schedule.schedule.tiles)
+    depth = schedule.schedule.time_depth
+    tile = tuple(tiles[d] for d in stencil.dims)
+    return SharedTimeTile(stencil, depth, tile, tuple(t + 2 * depth * r for t, r in zip(tile, stencil.radius)))
+
+
+def _linear(terms: list[str], extents: list[str]) -> str:
+    index = terms[0]
+    for term, extent in zip(terms[1:], extents[1:]):
+        index = f"({index}) * {extent} + {term}"
+    return index
+
+
+def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
+    """The `__global__` function and its parameters after the two level pointers, in call order."""
+    st, ndim = plan.stencil, plan.stencil.ndim
+    statement = st.statements[0]
+    axis = {d: AXES[ndim - 1 - d] for d in range(ndim)}  # the last dimension on .x
+    n = [str(v) for v in plan.region]
+    local = [f"l{d}" for d in range(ndim)]
+    glob = [f"g{d}" for d in range(ndim)]
+    extents = [f"P{d}" for d in range(ndim)]
+
+    def shifted(coords: list[str], offsets: tuple[int, ...]) -> list[str]:
+        return [f"{c} + {o}" if o > 0 else f"{c} - {-o}" if o < 0 else c for c, o in zip(coords, offsets)]
+
+    def access(read: ir.FieldRead) -> str:
+        if read.name == statement.target:
+            return f"a[{_linear(shifted(local, read.offsets), n)}]"
+        return f"{field_name(read.name)}[{_linear(shifted(glob, read.offsets), extents)}]"
+
+    expr = c_expr(statement.expr, st.dtype, access, param_name)
+    inputs = [f"const real *__restrict__ {field_name(f.name)}" for f in st.fields if f.time_invariant]
+    params = inputs + [f"const real {param_name(p)}" for p in st.params] + [f"const long {e}" for e in extents]
+    r, depth = st.radius, plan.depth
+    volume = 1
+    for v in plan.region:
+        volume *= v
+    lines = [(f"__global__ void {name}(real *__restrict__ dst, const real *__restrict__ src, "
+              f"{', '.join(params)}, const long steps)"), "{",
+             f"    __shared__ real {BUFFER}[2][{volume}];"]
+    lines += [f"    const long l{d} = threadIdx.{axis[d]};" for d in range(ndim)]
+    lines.append(f"    const long q = {_linear(local, n)};")
+    pad = "    "
+    for d in range(ndim):  # every tile of the grid, block-stride (uniform in the block)
+        tiles = f"(P{d} + {plan.tile[d] - 1}) / {plan.tile[d]}"
+        lines.append(f"{pad}for (long b{d} = blockIdx.{axis[d]}; b{d} < {tiles}; b{d} += gridDim.{axis[d]}) {{")
+        pad += "    "
+    lines += [f"{pad}const long g{d} = b{d} * {plan.tile[d]} - {depth * r[d]} + l{d};" for d in range(ndim)]
+    inside = " && ".join(f"g{d} >= 0 && g{d} < P{d}" for d in range(ndim))
+    interior = " && ".join(f"g{d} >= {r[d]} && g{d} < P{d} - {r[d]}" for d in range(ndim))
+    gidx = _linear(glob, extents)
+    valid = " && ".join(f"l{d} >= {r[d]} * h && l{d} < {n[d]} - {r[d]} * h" for d in range(ndim))
+    tile = " && ".join(f"l{d} >= {depth * r[d]} && l{d} < {depth * r[d] + plan.tile[d]}" for d in range(ndim))
+    lines += [f"{pad}const bool in_array = {inside}, interior = {interior};",
+              f"{pad}{BUFFER}[0][q] = in_array ? src[{gidx}] : (real)0;",
+              f"{pad}__syncthreads();",
+              f"{pad}for (long s = 0; s < steps; s++) {{",
+              f"{pad}    const real *a = {BUFFER}[s & 1];",
+              f"{pad}    real *b = {BUFFER}[(s + 1) & 1];",
+              f"{pad}    const long h = s + 1;  /* the region still valid after this step is h radii in */",
+              f"{pad}    if (in_array && {valid})",
+              f"{pad}        b[q] = interior ? {expr} : a[q];",
+              f"{pad}    __syncthreads();",
+              f"{pad}}}",
+              f"{pad}if (interior && {tile})",
+              f"{pad}    dst[{gidx}] = {BUFFER}[steps & 1][q];",
+              f"{pad}__syncthreads();  /* before the block's next tile overwrites shared memory */"]
+    for d in reversed(range(ndim)):
+        pad = pad[:-4]
+        lines.append(f"{pad}}}")
+    lines.append("}")
+    args = [field_name(f.name) for f in st.fields if f.time_invariant]
+    args += [param_name(p) for p in st.params] + extents
+    return "\n".join(lines) + "\n", args
+
+
+def host_body(plan: SharedTimeTile, kernel: str, args: list[str]) -> list[str]:
+    """The time loop: one launch per `depth` steps between the two ring slots,
+    then the newest level moved to the slot the ring convention gives it (when the
+    number of launches leaves it in the other)."""
+    ndim = plan.stencil.ndim
+    buf = f"{field_name(plan.target.name)}_buf"
+    grid = ", ".join(f"msc_blocks(P{d}, {plan.tile[d]}, {65535 if AXES[ndim - 1 - d] != 'x' else 0})"
+                     for d in reversed(range(ndim)))
+    block = ", ".join(str(plan.region[d]) for d in reversed(range(ndim)))
+    return [
+        (f"/* time tiles of {plan.depth} steps in shared memory: tile {' x '.join(map(str, plan.tile))}, "
+         f"blocks of {' x '.join(map(str, plan.region))} threads */"),
+        "long slot = t0 % 2;",
+        f"for (long t = 0; t < T; t += {plan.depth}) {{",
+        f"    const long steps = msc_imin({plan.depth}, T - t);",
+        (f"    MSC_LAUNCH({kernel}, dim3({grid}), dim3({block}), 0, {buf} + (1 - slot) * V, {buf} + slot * V, "
+         f"{', '.join(args)}, steps);"),
+        "    slot = 1 - slot;",
+        "}",
+        "if (slot != (t0 + T) % 2)",
+        (f"    MSC_CUDA_CHECK(cudaMemcpy({buf} + ((t0 + T) % 2) * V, {buf} + slot * V, sizeof(real) * V, "
+         "cudaMemcpyDeviceToDevice));"),
+    ]

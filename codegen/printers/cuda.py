@@ -1,0 +1,89 @@
+"""The kernel IR as CUDA C++ statements: the C printer, with CUDA's spelling
+of what differs (`__restrict__`, `#pragma unroll`), loops mapped onto the
+grid (`codegen/passes/cuda.py`), shared-memory buffers, copies shared among
+a block's threads, `__syncthreads()` for a barrier, kernel launches, and
+host helpers (the periodic wrap) whose error status is passed on."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from msc.codegen import kernel_ir as k
+from msc.codegen.passes.cuda import LAUNCH
+from msc.codegen.printers.c import INDENT, CPrinter, c_ref
+
+# a mapped loop starts at its share of the grid and strides by the grid's size
+_START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
+          "global": "((long)blockIdx.{a} * blockDim.{a} + threadIdx.{a})"}
+_STRIDE = {"block": "(long)gridDim.{a}", "thread": "(long)blockDim.{a}", "global": "((long)gridDim.{a} * blockDim.{a})"}
+BLOCK_THREAD = "(long)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
+BLOCK_SIZE = "(long)(blockDim.x * blockDim.y * blockDim.z)"
+
+
+@dataclass(frozen=True)
+class CudaPrinter(CPrinter):
+    def lines(self, node: k.Node, depth: int = 0) -> list[str]:
+        pad = INDENT * depth
+        if isinstance(node, k.Decl) and node.kind != "index":
+            const = "const " if node.kind == "const pointer" else ""
+            return [f"{pad}{const}real *__restrict__ {node.name} = {node.init};"]
+        if isinstance(node, k.Buffer) and node.space == k.Space.SHARED:
+            return [f"{pad}__shared__ real {node.name}[{node.points()}];"]
+        if isinstance(node, k.Copy) and k.Space.SHARED in (node.src.space, node.dst.space):
+            return self._shared_copy(node, depth)
+        if isinstance(node, k.Barrier):
+            return [f"{pad}__syncthreads();"]
+        if isinstance(node, k.Call) and node.func == LAUNCH:
+            return [f"{pad}{LAUNCH}({', '.join(str(a) for a in node.args)});"]
+        if isinstance(node, k.Call):  # a host helper that launches kernels returns their status
+            call = super().lines(node)[0].rstrip(";")
+            return [f"{pad}if (const int msc_status = {call}) return msc_status;"]
+        return super().lines(node, depth)
+
+    def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
+        """The nodes in order, without declarations nothing after them reads
+        (nvcc warns about them: a launch's share of a step uses some levels only)."""
+        kept: list[list[str]] = []
+        after = ""
+        for node in reversed(nodes):
+            lines = self.lines(node, depth)
+            if isinstance(node, k.Decl) and not re.search(rf"\b{re.escape(node.name)}\b", after):
+                continue
+            kept.append(lines)
+            after += "\n".join(lines)
+        return [line for lines in reversed(kept) for line in lines]
+
+    def _loop(self, loop: k.Loop, depth: int) -> list[str]:
+        if loop.mapping is None:
+            if not loop.unroll:
+                return super()._loop(loop, depth)
+            pad = INDENT * depth
+            plain = super()._loop(loop, depth)  # its first line is GCC's spelling of the unroll
+            return [f"{pad}#pragma unroll {loop.unroll}", *plain[1:]]
+        kind, axis = loop.mapping.split(".")
+        pad = INDENT * depth
+        it, step = loop.iterator, loop.step
+        scale = "" if step == "1" else f" * {step}"
+        start = f"{loop.init} + {_START[kind].format(a=axis)}{scale}"
+        stride = f"{_STRIDE[kind].format(a=axis)}{scale}"
+        return [f"{pad}for (long {it} = {start}; {loop.cond}; {it} += {stride}) {{",
+                *self.lines(loop.body, depth + 1), f"{pad}}}"]
+
+    def _shared_copy(self, copy: k.Copy, depth: int) -> list[str]:
+        """The box copied point by point, the points dealt out to the block's threads."""
+        pad, inner = INDENT * depth, INDENT * (depth + 1)
+        n = len(copy.iterators)
+        extents = [f"msc_imax(0, ({hi}) - ({lo}))" for lo, hi in copy.region]
+        out = [f"{pad}{{"]
+        out += [f"{inner}const long msc_n{d} = {e};" for d, e in enumerate(extents)]
+        total = " * ".join(f"msc_n{d}" for d in range(n))
+        out.append(f"{inner}for (long msc_q = {BLOCK_THREAD}; msc_q < {total}; msc_q += {BLOCK_SIZE}) {{")
+        rest = "msc_q"
+        for d in reversed(range(n)):
+            it, (lo, _) = copy.iterators[d], copy.region[d]
+            value = f"{rest} % msc_n{d}" if d else rest
+            out.append(f"{inner}{INDENT}const long {it} = {lo} + {value};")
+            rest = f"{rest} / msc_n{d}" if d else rest
+        out.append(f"{inner}{INDENT}{c_ref(copy.dst)} = {c_ref(copy.src)};")
+        return out + [f"{inner}}}", f"{pad}}}"]

@@ -1,0 +1,70 @@
+"""Build CUDA sources for the project's CPU emulator (runtime/cuda/).
+
+A .cu file that includes `msc_cuda.h` compiles as C++17 with
+`-DMSC_CUDA_EMULATE`: the header then includes `cuda_emu.h`, which runs each
+block's threads as fibers on the calling thread, with `__syncthreads` and
+warp collectives as real barriers and `nvcuda::wmma` with the programming
+guide's semantics (see the header's comment and docs/ARCHITECTURE.md). It
+checks correctness only: nothing it measures says how fast a GPU would be.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from msc.errors import CompileError
+from msc.runtime import build
+
+EMULATOR_DIR = Path(__file__).resolve().parent / "cuda"
+HEADERS = ("msc_cuda.h", "cuda_emu.h")
+CXX = "g++"
+#: g++ flags of an emulated program (-O1: the emulator's templates make -O2 about twice as slow to
+#: compile, and emulated kernels are small; -fno-gnu-unique keeps the emulator's state private to
+#: each library a process loads).
+PROGRAM_FLAGS = ("-std=c++17", "-O1", "-fno-gnu-unique", "-DMSC_CUDA_EMULATE")
+SHARED_FLAGS = (*PROGRAM_FLAGS, "-fPIC", "-shared")
+
+
+def compiler() -> str:
+    """The host C++ compiler: $CXX, else g++ (GCC 12 or newer: `__half` is `_Float16`)."""
+    return os.environ.get("CXX", CXX)
+
+
+@functools.lru_cache(maxsize=1)
+def emulator_digest() -> str:
+    """SHA-256 prefix of the emulator's headers; it is one of the flags, so it keys the kernel cache."""
+    h = hashlib.sha256()
+    for name in HEADERS:
+        h.update((EMULATOR_DIR / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def flags(*, shared: bool) -> tuple[str, ...]:
+    """The complete flags for .cu sources: an emulated program, or with `shared` a shared library."""
+    return (*(SHARED_FLAGS if shared else PROGRAM_FLAGS), f"-DMSC_CUDA_EMU_DIGEST={emulator_digest()}",
+            f"-I{EMULATOR_DIR}", "-x", "c++")
+
+
+def build_shared(source: str, name: str) -> Path:
+    """Compile one .cu source text into an emulated shared library (cached, atomic; see runtime/build.py)."""
+    return build.build_shared_library(source, name, cc=compiler(), flags=flags(shared=True), suffix=".cu")
+
+
+def build_program(sources: Iterable[Path], output: Path, *, defs: Iterable[str] = ()) -> Path:
+    """Compile and link .cu sources into the emulated program `output` (written whole or not at all)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}-", dir=output.parent)
+    os.close(fd)
+    command = [compiler(), *flags(shared=False), *(f"-D{d}" for d in defs), *map(str, sources), "-o", tmp]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        os.unlink(tmp)
+        raise CompileError(f"emulated CUDA build of {output} failed:\n{done.stderr}", output=done.stderr)
+    os.replace(tmp, output)
+    return output

@@ -1,0 +1,201 @@
+"""The CUDA emulator (runtime/cuda/) on hand-written kernels (tests/cuda/):
+results against numpy, each fault it must detect, and the same sources
+compiled by nvcc for sm_80 and sm_90 with warnings as errors."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msc.codegen.tensor_core import round_operand
+from msc.runtime import build, cuda_emu
+
+DATA = Path(__file__).parent / "cuda"
+SOURCES = sorted(DATA.glob("*.cu"))
+NVCC_FLAGS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+              "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Werror")  # fmt: skip
+PTR = ctypes.c_void_p
+
+
+def ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return a.ctypes.data_as(PTR)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    def load(name: str) -> ctypes.CDLL:
+        return build.load_library(cuda_emu.build_shared((DATA / f"{name}.cu").read_text(), name))
+
+    return load
+
+
+def test_nvcc_compiles_every_test_kernel(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found on PATH: the CUDA sources are not compiled for sm_80/sm_90")
+    command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *map(str, SOURCES), "-odir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.o")) == sorted(f"{s.stem}.o" for s in SOURCES)
+
+
+def jacobi(u: np.ndarray, steps: int) -> np.ndarray:
+    for _ in range(steps):
+        v = u.copy()
+        v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+        u = v
+    return u
+
+
+@pytest.mark.parametrize("shape", [(37, 50), (8, 16), (5, 3)])
+def test_shared_memory_stencil_matches_numpy(lib, shape):
+    stencil2d = lib("stencil2d").stencil2d
+    u = np.random.default_rng(1).random((shape[0] + 2, shape[1] + 2))
+    out = u.copy()
+    assert stencil2d(ptr(out), shape[1], shape[0], 3, 1) == 0
+    np.testing.assert_allclose(out, jacobi(u, 3), rtol=1e-14, atol=0)
+
+
+def test_missing_syncthreads_changes_the_result(lib):
+    # thread 0 runs until it blocks: without the barrier it reads tile cells its
+    # neighbours have not staged yet (poisoned with NaN before every block)
+    stencil2d = lib("stencil2d").stencil2d
+    u = np.random.default_rng(2).random((39, 52))
+    out = u.copy()
+    assert stencil2d(ptr(out), 50, 37, 1, 0) == 0
+    ref = jacobi(u, 1)
+    wrong = ~np.isclose(out, ref)
+    assert wrong.sum() > 0.5 * 37 * 50, f"only {wrong.sum()} of {37 * 50} points differ"
+
+
+@pytest.mark.parametrize("n,blocks,threads", [(1000, 3, 96), (5000, 2, 1024), (17, 1, 32)])
+def test_warp_shuffle_reduction_and_ballot(lib, n, blocks, threads):
+    x = np.random.default_rng(n).standard_normal(n)
+    partial, positives = np.zeros(blocks), np.zeros(blocks, dtype=np.int32)
+    assert lib("warp_ops").reduce(ptr(x), n, blocks, threads, ptr(partial), ptr(positives)) == 0
+    owner = np.arange(n) // threads % blocks
+    np.testing.assert_allclose(partial, [x[owner == b].sum() for b in range(blocks)], rtol=1e-12)
+    np.testing.assert_array_equal(positives, [(x[owner == b] > 0).sum() for b in range(blocks)])
+
+
+def test_warp_scan_and_segmented_broadcast(lib):
+    v = np.random.default_rng(3).integers(-50, 50, 256).astype(np.int32)
+    scan, head = np.zeros_like(v), np.zeros_like(v)
+    assert lib("warp_ops").scan(ptr(v), ptr(scan), ptr(head), v.size) == 0
+    np.testing.assert_array_equal(scan, np.cumsum(v.reshape(-1, 32), axis=1).ravel())
+    np.testing.assert_array_equal(head, np.repeat(v[::8], 8))
+
+
+def test_launch_errors_as_the_runtime_reports_them(lib):
+    codes = np.zeros(10, dtype=np.int32)
+    assert lib("warp_ops").launch_errors(ptr(codes)) == 0
+    invalid_configuration, invalid_value = 9, 1
+    assert list(codes) == [
+        invalid_configuration,  # 1025 threads
+        invalid_configuration,  # blockDim.z 65
+        invalid_value,  # 48 KiB + 8 of dynamic shared memory without the attribute
+        0, 0, 42,  # raised to 200 KiB: the launch runs and its last byte is usable
+        invalid_value,  # over the 227 KiB opt-in limit
+        invalid_value, 0,  # cudaGetLastError: that error, then cleared
+        227 * 1024,
+    ]  # fmt: skip
+
+
+def gemm_inputs(m: int, n: int, k: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * n + k)
+    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+
+
+def blocked_product(a: np.ndarray, b: np.ndarray, chunk: int) -> np.ndarray:
+    """The MMA model: each k-chunk's product exact, rounded once to float32, added in float32."""
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    for kk in range(0, a.shape[1], chunk):
+        acc += (a[:, kk:kk + chunk] @ b[kk:kk + chunk]).astype(np.float32)
+    return acc
+
+
+def order(a: np.ndarray, row_major: bool) -> np.ndarray:
+    return np.ascontiguousarray(a) if row_major else np.asfortranarray(a)
+
+
+@pytest.mark.parametrize("variant", [0, 1])
+def test_wmma_fp64_gemm(lib, variant):
+    m, n, k = 24, 16, 12
+    a, b = gemm_inputs(m, n, k, np.float64)
+    c = order(np.zeros((m, n)), variant == 0)
+    args = (ptr(order(a, variant == 0)), ptr(order(b, variant == 0)), ptr(c), m, n, k, variant)
+    assert lib("wmma_gemm").gemm_f64(*args, ctypes.c_double(0.5)) == 0
+    np.testing.assert_allclose(c, 0.5 * a @ b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", [0, 1])
+def test_wmma_tf32_gemm_rounds_operands(lib, variant):
+    m, n, k = 32, 48, 24
+    a, b = gemm_inputs(m, n, k, np.float32)
+    c = order(np.zeros((m, n), dtype=np.float32), variant == 0)
+    a_in, b_in = order(a, variant == 0), order(b, variant == 1)  # 0: A row, B col; 1: A col, B row
+    assert lib("wmma_gemm").gemm_tf32(ptr(a_in), ptr(b_in), ptr(c), m, n, k, variant, ctypes.c_float(2.0)) == 0
+    expected = 2 * blocked_product(round_operand(a, "tf32"), round_operand(b, "tf32"), 8)
+    np.testing.assert_allclose(c, expected, rtol=1e-6, atol=1e-6)
+    assert np.abs(c - 2 * a.astype(np.float64) @ b).max() > 1e-4  # tf32 operands, not float32
+
+
+@pytest.mark.parametrize("variant,shape", [(0, (16, 16)), (1, (32, 8))])
+def test_wmma_fp16_gemm(lib, variant, shape):
+    m, n, k = 2 * shape[0], 3 * shape[1], 48
+    a, b = gemm_inputs(m, n, k, np.float16)
+    c = order(np.zeros((m, n), dtype=np.float32), variant == 0)
+    a_in, b_in = order(a, variant == 0), order(b, variant == 0)
+    assert lib("wmma_gemm").gemm_f16(ptr(a_in), ptr(b_in), ptr(c), m, n, k, variant, ctypes.c_float(1.0)) == 0
+    expected = blocked_product(a.astype(np.float64), b.astype(np.float64), 16)
+    np.testing.assert_allclose(c, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_code_relying_on_fragment_element_order_is_wrong(lib):
+    m, n, k = 16, 16, 8
+    a, b = gemm_inputs(m, n, k, np.float64)
+    c = np.zeros((m, n))
+    assert lib("wmma_gemm").gemm_f64_element_order(ptr(a), ptr(b), ptr(c), m, n, k) == 0
+    expected = a @ b
+    assert not np.allclose(c, expected)
+    # the values are all there, each tile's in another order: a permutation of the fragment
+    tiles = lambda x: np.sort(x.reshape(2, 8, 2, 8).transpose(0, 2, 1, 3).reshape(4, 64), axis=1)
+    np.testing.assert_allclose(tiles(c), tiles(expected), rtol=1e-12)
+
+
+FAULTS = {  # mode of tests/cuda/faults.cu -> what the emulator must say
+    1: "__shfl_down_sync at faults.cu:25: lane 31 of warp 0, thread (31,0,0), never calls it (it exited)",
+    2: "__syncthreads at faults.cu:28: thread (0,0,0) waits there, thread (5,0,0) exited",
+    3: "load_matrix_sync at faults.cu:45: the pointer is not 256-bit (32-byte) aligned",
+    4: "mma_sync at faults.cu:47: lane 16 of warp 0, thread (16,0,0), never calls it",
+    5: "__syncthreads reached at different places",
+    6: "its mask names lanes that warp 0 of a block of 16 threads does not have",
+}
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> Path:
+    return cuda_emu.build_program([DATA / "faults.cu"], tmp_path_factory.mktemp("cuda") / "faults")
+
+
+def run_faults(program: Path, mode: int) -> subprocess.CompletedProcess:
+    return subprocess.run([str(program), str(mode)], capture_output=True, text=True, timeout=60, check=False,
+                          cwd=DATA)  # fmt: skip
+
+
+def test_fault_free_mode_runs(faults):
+    done = run_faults(faults, 0)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+@pytest.mark.parametrize("mode", sorted(FAULTS))
+def test_faults_are_detected(faults, mode):
+    done = run_faults(faults, mode)
+    assert done.returncode != 0
+    assert FAULTS[mode] in done.stderr.replace(str(DATA) + "/", "")
+    assert "cudaGetLastError(): unspecified launch failure" in done.stderr  # sticky, via MSC_CUDA_CHECK

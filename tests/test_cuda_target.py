@@ -1,0 +1,371 @@
+"""The CUDA target: the generated stencils (with random schedules) run
+through the CUDA emulator (`emulate=True`: the same kernel.cu built by g++)
+against the reference interpreter; every generated kernel compiles with
+nvcc for sm_80 and sm_90, warnings as errors (a third of them by default,
+the rest marked slow); device arrays in place; the emitted nvcc project;
+the errors of over-capacity schedules and of a machine without a GPU.
+With MSC_CUDA_ON_DEVICE=1 (benchmarks/gpu.sh, on a machine with a GPU) the
+same tests build with nvcc for the device and run there instead."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from stencil_gen import generate, program_arguments
+from test_schedules import random_schedule
+
+import msc
+from msc.codegen import get_target, target_names
+from msc.errors import ScheduleError, TargetError
+from msc.runtime.build import atomic_write_text, cache_dir
+
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA compiler) is not on PATH")
+ARCHS = ("sm_80", "sm_90")
+ON_DEVICE = os.environ.get("MSC_CUDA_ON_DEVICE") == "1"
+EMULATE = not ON_DEVICE
+host_memory = pytest.mark.skipif(ON_DEVICE, reason="host memory described as device memory is valid only under the emulator")
+
+
+def _schedule(seed: int, stencil: msc.Stencil, random: bool) -> msc.Schedule | None:
+    """A random schedule (without the x86 store primitives CUDA lacks), or the default."""
+    if not random:
+        return None
+    return replace(random_schedule(seed, stencil), streaming=False, prefetch_distance=0)
+
+
+def _cases(nvcc: bool) -> list[Any]:
+    """Each seed with the default schedule and with a random one: by default
+    even seeds run the random one and odd seeds the default (nvcc: every
+    third seed of those); the rest are marked slow."""
+    out = []
+    for seed in range(48):
+        for random in (False, True):
+            quick = random == (seed % 2 == 0) and (seed % 3 == 0 or not nvcc)
+            out.append(pytest.param(seed, random, marks=() if quick else pytest.mark.slow,
+                                    id=f"{seed}-{'random' if random else 'default'}"))
+    return out
+
+
+def nvcc_check(source: str, directory: Path) -> None:
+    """`nvcc -c` for sm_80 and sm_90 in one call, warnings as errors; a source
+    checked before (same text, header and nvcc) is not compiled again."""
+    from msc.runtime import cuda_emu
+
+    header = (Path(cuda_emu.EMULATOR_DIR) / "msc_cuda.h").read_bytes()
+    digest = hashlib.sha256(source.encode() + header + str(Path(NVCC or "").resolve()).encode()).hexdigest()[:32]
+    stamp = cache_dir() / "nvcc-checked" / digest
+    if stamp.exists():
+        return
+    path = directory / "kernel.cu"
+    path.write_text(source)
+    gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in ARCHS]
+    cmd = [str(NVCC), "-c", f"-I{cuda_emu.EMULATOR_DIR}", *gencode, "-Werror", "all-warnings",
+           "-Xcompiler", "-Wall,-Werror", str(path), "-o", str(directory / "kernel.o")]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    atomic_write_text(stamp, "")
+
+
+def test_cuda_is_registered_with_its_option():
+    assert "cuda" in target_names()
+    assert get_target("cuda").compile_options == ("emulate",)
+
+
+@pytest.mark.parametrize(("seed", "random"), _cases(nvcc=False))
+def test_emulated_cuda_matches_reference(seed, random, assert_matches):
+    case = generate(seed)
+    schedule = _schedule(seed, case.stencil, random)
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    kernel = case.stencil.compile(target="cuda", dtype=case.dtype, schedule=schedule, emulate=EMULATE)
+    assert kernel.target == "cuda"
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, schedule))
+
+
+@needs_nvcc
+@pytest.mark.parametrize(("seed", "random"), _cases(nvcc=True))
+def test_generated_cuda_compiles_with_nvcc(seed, random, tmp_path):
+    case = generate(seed)
+    schedule = _schedule(seed, case.stencil, random)
+    nvcc_check(get_target("cuda").source(case.stencil.poly(case.dtype), schedule), tmp_path)
+
+
+@msc.stencil
+def heat(u, alpha):
+    u[msc.t + 1, msc.x, msc.y] = u[msc.t, msc.x, msc.y] + alpha * (
+        u[msc.t, msc.x - 1, msc.y] + u[msc.t, msc.x + 1, msc.y] + u[msc.t, msc.x, msc.y - 1]
+        + u[msc.t, msc.x, msc.y + 1] - 4 * u[msc.t, msc.x, msc.y])
+
+
+def test_a_continued_run_equals_one_run(assert_matches):
+    case = generate(7)
+    kernel = case.stencil.compile(target="cuda", dtype=case.dtype, emulate=EMULATE)
+    sim = kernel.start(**case.inputs)
+    sim.advance(case.split)
+    sim.advance(case.steps - case.split)
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches({k: v.copy() for k, v in sim.fields.items()}, expected, case.dtype, case)
+
+
+class HostDeviceArray:
+    """What CuPy's arrays expose (`__cuda_array_interface__`), over host memory:
+    under the emulator a device pointer is a host pointer."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = np.array(array, order="C")  # a copy: the kernel writes into it
+
+    def copy(self) -> HostDeviceArray:
+        return HostDeviceArray(self.array)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.array.shape, "typestr": self.array.dtype.str, "strides": None,
+                "data": (self.array.ctypes.data, False), "version": 3}
+
+
+@host_memory
+@pytest.mark.parametrize("seed", [0, 5, 12, 31])  # 1D-3D, both boundaries, several levels, float32
+def test_device_arrays_are_used_in_place(seed, assert_matches):
+    case = generate(seed)
+    kernel = case.stencil.compile(target="cuda", dtype=case.dtype, emulate=EMULATE)
+    given = {k: [HostDeviceArray(a) for a in v] if isinstance(v, list) else HostDeviceArray(v) if isinstance(v, np.ndarray) else v
+             for k, v in case.inputs.items()}
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    out = kernel.run(steps=case.steps, **given)
+    for name, value in out.items():  # each written field's newest input array holds its result
+        newest = given[name][-1] if isinstance(given[name], list) else given[name]
+        assert value is newest
+    assert_matches({k: v.array for k, v in out.items()}, expected, case.dtype, case)
+
+
+@pytest.mark.skipif(not ON_DEVICE, reason="needs a CUDA device (MSC_CUDA_ON_DEVICE=1) and CuPy")
+def test_cupy_arrays_are_used_in_place(assert_matches):
+    cp = pytest.importorskip("cupy")
+    case = generate(12)
+    kernel = case.stencil.compile(target="cuda", dtype=case.dtype)
+    given = {k: [cp.asarray(a) for a in v] if isinstance(v, list) else cp.asarray(v) if isinstance(v, np.ndarray) else v
+             for k, v in case.inputs.items()}
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    out = kernel.run(steps=case.steps, **given)
+    assert_matches({k: cp.asnumpy(v) for k, v in out.items()}, expected, case.dtype, case)
+
+
+@host_memory
+def test_device_arrays_are_checked_like_host_arrays():
+    kernel = heat.compile(target="cuda", emulate=EMULATE)
+    with pytest.raises(msc.errors.StencilArgumentError, match="dtype|float64"):
+        kernel.run(steps=1, u=HostDeviceArray(np.zeros((8, 8), np.float32)), alpha=0.1)
+    strided = HostDeviceArray(np.zeros((8, 8)))
+    info = dict(strided.__cuda_array_interface__, strides=(8, 64))
+    fortran = type("Fortran", (), {"__cuda_array_interface__": info})()
+    with pytest.raises(msc.errors.StencilArgumentError, match="not C-contiguous"):
+        kernel.run(steps=1, u=fortran, alpha=0.1)
+    with pytest.raises(msc.errors.StencilArgumentError, match="start.*host.*run"):
+        kernel.start(u=HostDeviceArray(np.zeros((8, 8))), alpha=0.1)
+
+
+def test_without_a_device_the_error_names_emulate(monkeypatch):
+    from msc.codegen import cuda
+
+    monkeypatch.setattr(cuda, "device_arch", lambda: None)
+    with pytest.raises(TargetError, match=r"no CUDA device was found.*emulate=True"):
+        heat.compile(target="cuda")
+
+
+def test_over_capacity_schedules_name_the_limit_and_both_sizes():
+    from msc import t, x, y, z
+
+    @msc.stencil
+    def wave(u, c):
+        u[t + 1, x, y, z] = sum(u[t + dt, x + i, y, z] + u[t + dt, x, y + i, z] + u[t + dt, x, y, z + i]
+                                for dt in (0, -1) for i in (-2, 2)) * c
+
+    target = get_target("cuda")
+    with pytest.raises(ScheduleError) as err:  # 1024 threads, but two levels of 8 x 20 x 20 points
+        target.source(wave.poly(), msc.Schedule().tile(x=4, y=16, z=16).cache_read("u"))
+    text = str(err.value)
+    for words in ("shared", "x=4, y=16, z=16", "u 8x20x20", str(2 * 8 * 20 * 20 * 8), str(48 << 10), "'cuda'"):
+        assert words in text, (words, text)
+    target.source(wave.poly(), msc.Schedule().tile(x=2, y=16, z=16).cache_read("u"))  # 6x20x20 x 2 levels fit
+    with pytest.raises(ScheduleError) as err:
+        target.source(heat.poly(), msc.Schedule().tile(x=64, y=32))
+    text = str(err.value)
+    for words in ("x=64, y=32", "2048 threads", "1024 threads per block"):
+        assert words in text, (words, text)
+
+
+def test_shared_memory_staging_is_synchronised():
+    source = get_target("cuda").source(heat.poly(), msc.Schedule().tile(x=16, y=32).cache_read("u"))
+    kernel = source[source.index("__global__ void msc_run_k0"):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert "__shared__ real cr_f_u_t0[612];" in kernel  # (16 + 2) x (32 + 2)
+    copy, compute = kernel.index("cr_f_u_t0[("), kernel.index("f_u_tp1[")
+    assert copy < kernel.index("__syncthreads();", copy) < compute
+    assert "<<<" not in source and "MSC_LAUNCH(msc_run_k0, dim3(" in source
+
+
+def test_x86_primitives_are_refused():
+    with pytest.raises(ScheduleError, match="target 'cuda' has no stream_stores"):
+        get_target("cuda").source(heat.poly(), msc.Schedule().stream_stores())
+
+
+# -- the emitted nvcc project --------------------------------------------------
+
+EMITTED = ["Makefile", "kernel.cu", "main.cu", "msc_cuda.h", "npy.h"]
+
+
+@pytest.mark.parametrize("seed", [4, 19])
+def test_emitted_program_built_with_the_emulator_matches_reference(seed, tmp_path, assert_matches):
+    case = generate(seed)
+    directory = case.stencil.emit("cuda", tmp_path / "src", dtype=case.dtype)
+    assert set(EMITTED) <= {p.name for p in directory.iterdir()}
+    proc = subprocess.run(["make", "-s", "-C", str(directory), "emulate"], check=False, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    written = [f.name for f in case.stencil.ir.written_fields]
+    cmd = [str(directory / f"{case.stencil.name}-emulated"), "--steps", str(case.steps),
+           *program_arguments(case.inputs, tmp_path)]
+    for name in written:
+        cmd += ["--out", f"{name}={tmp_path / (name + '.npy')}"]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "GStencil/s" in proc.stdout
+    result = {name: np.load(tmp_path / f"{name}.npy") for name in written}
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches(result, expected, case.dtype, case)
+    usage = subprocess.run(cmd[:1] + ["--help"], check=False, capture_output=True, text=True)
+    assert usage.returncode == 0 and "--steps N" in usage.stdout and "--threads" not in usage.stdout
+
+
+@needs_nvcc
+def test_emitted_project_builds_with_nvcc(tmp_path):
+    directory = heat.emit("cuda", tmp_path / "heat")
+    proc = subprocess.run(["make", "-s", "-C", str(directory), "ARCH=sm_80"], check=False, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (directory / "heat").is_file()  # linked; running it needs a GPU
+    if ON_DEVICE:
+        u0 = np.random.default_rng(0).random((40, 50))
+        np.save(tmp_path / "u0.npy", u0)
+        proc = subprocess.run([str(directory / "heat"), "--steps", "7", "--param", "alpha=0.1", "--in",
+                               f"u={tmp_path / 'u0.npy'}", "--out", f"u={tmp_path / 'u.npy'}"],
+                              check=False, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(np.load(tmp_path / "u.npy"), heat.reference(steps=7, u=u0, alpha=0.1)["u"], rtol=1e-12)
+
+
+def test_cli_emits_the_cuda_tree(tmp_path):
+    from msc.cli import main
+
+    source = tmp_path / "heat.py"
+    source.write_text("import msc\n\n@msc.stencil\ndef heat(u, alpha):\n"
+                      "    u[msc.t + 1, msc.x] = u[msc.t, msc.x] + alpha * (u[msc.t, msc.x - 1] - 2 * u[msc.t, msc.x]"
+                      " + u[msc.t, msc.x + 1])\n")
+    assert main(["emit", f"{source}:heat", "--target", "cuda", "-o", str(tmp_path / "out")]) == 0
+    assert set(EMITTED) <= {p.name for p in (tmp_path / "out").iterdir()}
+    makefile = (tmp_path / "out" / "Makefile").read_text()
+    assert "NVCC ?= nvcc" in makefile and "ARCH ?= sm_90" in makefile
+
+
+def test_tuner_candidates_are_legal_cuda_schedules():
+    from msc.codegen.cuda import cuda_candidates
+
+    for seed in (0, 5):  # 2D periodic, 3D dirichlet
+        case = generate(seed)
+        candidates = cuda_candidates(case.stencil.ir)
+        assert candidates[0] == msc.Schedule() and len(set(candidates)) == len(candidates)
+        for schedule in candidates:
+            get_target("cuda").source(case.stencil.poly(case.dtype), schedule)
+
+
+@pytest.mark.slow
+def test_auto_checks_or_times_every_candidate(assert_matches):
+    case = generate(1, boundary="dirichlet")  # 1D: tiles and time tiles
+    kernel = case.stencil.compile(target="cuda", dtype=case.dtype, schedule="auto", emulate=EMULATE)
+    result = kernel.run(steps=case.steps, **case.inputs)
+    assert_matches(result, case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs), case.dtype, case)
+    report = kernel.report
+    assert any("time_tile" in c for c in report.candidates)
+    if ON_DEVICE:
+        assert report.seconds is not None and set(report.seconds) == set(report.candidates)
+    else:
+        assert report.seconds is None and "needs a CUDA device" in report.note
+        assert report.schedule == msc.Schedule()
+
+
+# -- time tiles in shared memory ------------------------------------------------
+
+def _shared_tile_cases() -> list[Any]:
+    from msc import t, x, y, z
+
+    @msc.stencil
+    def box3(u, c, k):  # a time-invariant input, a box, float32 below
+        u[t + 1, x, y, z] = u[t, x, y, z] + k * c[x, y, z] * (
+            sum(u[t, x + i, y + j, z + m] for i in (-1, 0, 1) for j in (-1, 0, 1) for m in (-1, 0, 1)) / 27 - u[t, x, y, z])
+
+    @msc.stencil
+    def wide1(u):  # radius 3, a branch and a function
+        u[t + 1, x] = msc.where(u[t, x] > 0.5, 0.3 * u[t, x - 3] + 0.4 * u[t, x + 3], msc.sqrt(u[t, x - 1] * u[t, x + 1])) * 0.98
+
+    rng = np.random.default_rng(1)
+    return [
+        (heat, msc.Schedule().time_tile(3, x=8, y=16), {"u": rng.random((21, 45)), "alpha": 0.2}, "float64"),
+        (box3, msc.Schedule().time_tile(2, x=4, y=4, z=8),
+         {"u": rng.random((9, 11, 21)).astype(np.float32), "c": rng.random((9, 11, 21)).astype(np.float32), "k": 0.5},
+         "float32"),
+        (wide1, msc.Schedule().time_tile(4, x=32), {"u": rng.random(150)}, "float64"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_time_tiles_in_shared_memory_match_reference(index, assert_matches):
+    stencil, schedule, inputs, dtype = _shared_tile_cases()[index]
+    source = get_target("cuda").source(stencil.poly(dtype), schedule)
+    assert "__shared__ real msc_tt[2]" in source and "in shared memory" in source
+    kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
+    for steps in (9, 10):  # the newest level ends in either ring slot
+        expected = stencil.reference(steps=steps, dtype=dtype, **inputs)
+        assert_matches(kernel.run(steps=steps, **inputs), expected, dtype, (stencil.name, steps))
+    sim = kernel.start(**inputs)  # continued from t0 = 4
+    sim.advance(4)
+    sim.advance(7)
+    assert_matches({k: v.copy() for k, v in sim.fields.items()},
+                   stencil.reference(steps=11, dtype=dtype, **inputs), dtype, stencil.name)
+    if NVCC is not None:
+        with tempfile.TemporaryDirectory() as directory:
+            nvcc_check(source, Path(directory))
+
+
+def test_other_time_tiles_say_why_they_stay_in_global_memory():
+    from msc import t, x
+
+    @msc.stencil
+    def wave(u):
+        u[t + 1, x] = 2 * u[t, x] - u[t - 1, x] + 0.1 * (u[t, x - 1] + u[t, x + 1] - 2 * u[t, x])
+
+    source = get_target("cuda").source(wave.poly(), msc.Schedule().time_tile(2, x=16))
+    assert "msc_tt" not in source
+    assert "skewed time tiles in global memory, not in shared memory: field 'u' keeps 2 past levels" in source
+    big = get_target("cuda").source(heat.poly(), msc.Schedule().time_tile(8, x=32, y=32))
+    assert "48 x 48" in big and "2304 threads" in big and "msc_tt" not in big
+
+
+@pytest.mark.skipif(ON_DEVICE, reason="on a device the benchmark runs (benchmarks/gpu.sh)")
+def test_gpu_benchmark_parses_its_options_and_fails_clearly_without_a_device():
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "stencils_gpu.py"
+    usage = subprocess.run([sys.executable, str(script), "--help"], check=False, capture_output=True, text=True)
+    assert usage.returncode == 0 and "--quick" in usage.stdout and "--dtypes" in usage.stdout
+    bad = subprocess.run([sys.executable, str(script), "--only", "nosuch"], check=False, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown stencil(s) nosuch" in bad.stderr
+    run = subprocess.run([sys.executable, str(script), "--quick", "--only", "heat2d"], check=False,
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "needs a CUDA device" in run.stderr, run.stderr

@@ -1,0 +1,201 @@
+"""The generated wmma kernels (codegen/cuda_tensor_core.py), run by the CUDA
+emulator, equal the numpy replay of their plan and the reference interpreter
+for 2D and 3D, star and box stencils of radius 1-4, both boundaries, in
+every precision, alone and inside the CUDA target's time loop
+(`Schedule().tensor_cores(precision)`); every one compiles with nvcc for
+sm_80 and sm_90."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from test_tensor_core import CASES, U32, U, magnitude, make_inputs, make_stencil, run_replay
+from test_tensor_core import _nonlinear as nonlinear
+from test_tensor_core import _two as two_statements
+from test_tensor_core import _variable as variable
+
+import msc
+from msc.codegen import cuda_tensor_core as ctc
+from msc.codegen import get_target
+from msc.codegen.tensor_core import MMA_SHAPES
+from msc.errors import ScheduleError
+from msc.runtime import cuda_emu
+from msc.schedule import TENSOR_CORE_PRECISIONS, parse_schedule
+
+PRECISIONS = tuple(MMA_SHAPES)
+NVCC_FLAGS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+              "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Werror")  # fmt: skip
+
+
+def dtype_of(precision: str) -> str:
+    return "float64" if precision == "fp64" else "float32"
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """Per precision: the stencils, their kernels and one emulated library holding them all."""
+    built = {}
+    for precision in PRECISIONS:
+        stencils = [make_stencil(*case) for case in CASES]
+        ks = [ctc.generate(st.ir, 0, precision, dtype_of(precision), f"tc{case[0]}", wrap=case[4] == "periodic")
+              for st, case in zip(stencils, CASES)]
+        built[precision] = (stencils, ks, ctc.build_emulated(ks, f"tensor_cores_{precision}"))
+    return built
+
+
+def sources(inputs: dict) -> dict:
+    return {("u", 0): inputs["u"][1], ("u", -1): inputs["u"][0], ("k", None): inputs["k"]}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_emulated_kernel_equals_replay_and_reference(kernels, precision, index):
+    seed, boundary = CASES[index][0], CASES[index][4]
+    stencils, ks, library = kernels[precision]
+    st, kernel = stencils[index], ks[index]
+    dtype = dtype_of(precision)
+    inputs = make_inputs(st, seed, dtype)
+    out = inputs["u"][1]
+    got = ctc.step(kernel, library, sources(inputs), out, {"alpha": inputs["alpha"]})
+    replayed, ref = run_replay(st, kernel.plan, inputs, dtype)
+    periodic = boundary == "periodic"
+    inner = tuple(slice(None) if periodic else slice(r, -r) for r in st.ir.radius)
+    if not periodic:  # the ring is left as it was
+        ring = np.ones(out.shape, dtype=bool)
+        ring[inner] = False
+        np.testing.assert_array_equal(got[ring], out[ring])
+    got = got[inner]
+    if precision == "fp64":
+        np.testing.assert_allclose(got, replayed, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
+        return
+    # the emulator's MMA is the replay's model: each block's exact sum rounded once to float32
+    np.testing.assert_allclose(got, replayed, rtol=1e-6, atol=1e-7)
+    s, absolute = magnitude(st, inputs, precision)
+    bound = (2 * U + U * U + (kernel.plan.mmas_per_tile + 3) * U32) * s + 2.0 ** -25 * absolute
+    err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    assert np.all(err <= bound), f"max error / sum|w||x| = {np.max(err / s):.3g}"
+
+
+def test_second_statement_reads_the_first_ones_new_level():
+    rng = np.random.default_rng(7)
+    inputs = {"a": rng.random((19, 12)), "b": rng.random((19, 12)), "beta": 0.4}
+    ref = two_statements.reference(steps=1, **inputs)
+    ks = [ctc.generate(two_statements.ir, s, "fp64", "float64", f"two{s}") for s in (0, 1)]
+    library = ctc.build_emulated(ks, "tensor_cores_two")
+    levels = {("a", 0): inputs["a"], ("b", 0): inputs["b"], ("a", 1): ref["a"]}
+    for kernel, target in zip(ks, "ab"):
+        got = ctc.step(kernel, library, levels, inputs[target], {"beta": 0.4})
+        np.testing.assert_allclose(got[1:-1, 1:-1], ref[target][1:-1, 1:-1], rtol=0, atol=1e-12)
+
+
+def test_staging_is_aligned_for_wmma(kernels):
+    for precision in PRECISIONS:
+        _, ks, _ = kernels[precision]
+        elements = 32 // {"double": 8, "tf32": 4, "half": 2}[MMA_SHAPES[precision].operand]
+        for kernel in ks:
+            for s in kernel.staging:
+                assert s.pitch % elements == 0 and s.offset % elements == 0
+                assert (s.column_offset + kernel.plan.column_alignment(s.source)) % elements == 0
+            assert kernel.shared_bytes <= ctc.MAX_SHARED
+
+
+def test_nvcc_compiles_every_tensor_core_kernel(kernels, tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found on PATH: the tensor-core kernels are not compiled for sm_80/sm_90")
+    files = []
+    for precision in PRECISIONS:
+        path = tmp_path / f"tensor_cores_{precision}.cu"
+        path.write_text(ctc.source_file(kernels[precision][1]))
+        files.append(str(path))
+    command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------- through the CUDA target
+
+TARGET_CASES = [CASES[i] for i in (1, 6, 11, 12)]  # 2D star/box, 3D star/box, both boundaries, radius 1-4
+
+
+def target_params() -> list:
+    """Every case in every precision; by default fp64 on TARGET_CASES and one case of tf32 and fp16
+    (each is a build of its own: the rest are slow)."""
+    default = {("fp64", c) for c in TARGET_CASES} | {("tf32", TARGET_CASES[1]), ("fp16", TARGET_CASES[2])}
+    return [pytest.param(p, c, id=f"{p}-{c[1]}d-{c[2]}-r{c[3]}-{c[4]}",
+                         marks=() if (p, c) in default else pytest.mark.slow)
+            for p in PRECISIONS for c in CASES]
+
+
+@pytest.mark.parametrize("precision,case", target_params())
+def test_target_cuda_with_tensor_cores_matches_reference(precision, case):
+    st = make_stencil(*case)
+    dtype = dtype_of(precision)
+    inputs = make_inputs(st, case[0], dtype)
+    kernel = st.compile("cuda", dtype=dtype, schedule=msc.Schedule().tensor_cores(precision), emulate=True)
+    assert "nvcuda::wmma::mma_sync" in kernel.source
+    got = kernel.run(steps=3, **inputs)
+    ref = st.reference(steps=3, dtype=dtype, **inputs)
+    for name in ref:
+        err = np.abs(got[name].astype(np.float64) - ref[name].astype(np.float64)).max()
+        # fp64 to rounding; tf32/fp16: three steps of the per-step bound (about 5e-4 of sum|w x|,
+        # inputs in [0, 1)): measured up to 1.5e-4
+        assert err <= (1e-12 if precision == "fp64" else 1e-3 * np.abs(ref[name]).max()), (name, err)
+
+
+def test_target_second_statement_reads_the_first_ones_new_level():
+    rng = np.random.default_rng(5)
+    inputs = {"a": rng.random((19, 12)), "b": rng.random((19, 12)), "beta": 0.4}
+    kernel = two_statements.compile("cuda", schedule=msc.Schedule().tensor_cores("fp64"), emulate=True)
+    got, ref = kernel.run(steps=4, **inputs), two_statements.reference(steps=4, **inputs)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=0, atol=1e-12)
+
+
+def test_tensor_cores_schedule_primitive():
+    s = msc.Schedule().tensor_cores("tf32")
+    assert str(s) == "Schedule().tensor_cores('tf32')" and parse_schedule(str(s)) == s
+    assert msc.Schedule().tensor_cores("fp64") != s  # part of the kernel cache key
+    with pytest.raises(ScheduleError, match="precision must be one of 'fp64', 'tf32', 'fp16', got 'bf16'"):
+        msc.Schedule().tensor_cores("bf16")
+    assert set(MMA_SHAPES) == set(TENSOR_CORE_PRECISIONS)
+
+
+@pytest.mark.parametrize("target", ["openmp", "serial"])
+def test_other_targets_refuse_tensor_cores(target):
+    st = make_stencil(*CASES[0])
+    with pytest.raises(ScheduleError, match=f"target '{target}' has no tensor cores; they run on target 'cuda'"):
+        st.compile(target, schedule=msc.Schedule().tensor_cores("fp64"))
+
+
+def test_refusals_name_the_term_and_the_primitive():
+    with pytest.raises(ScheduleError, match=r"not linear.*u\[t, x, y\] \* u\[t, x\+1, y\]"):
+        nonlinear.compile("cuda", schedule=msc.Schedule().tensor_cores("fp64"), emulate=True)
+    with pytest.raises(ScheduleError, match=r"variable coefficient.*c\[x, y\].*u\[t, x-1, y\]"):
+        variable.compile("cuda", schedule=msc.Schedule().tensor_cores("fp16"), emulate=True)
+    st = make_stencil(*CASES[0])
+    with pytest.raises(ScheduleError, match=r"cannot be combined with tile\(\), parallel\(\)"):
+        st.compile("cuda", schedule=msc.Schedule().tile(x=8, y=32).parallel("x_tile").tensor_cores("fp64"),
+                   emulate=True)
+
+
+@pytest.mark.slow  # the kernels are the ones test_nvcc_compiles_every_tensor_core_kernel compiles
+def test_nvcc_compiles_target_sources_with_tensor_cores(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found on PATH: the CUDA target's tensor-core sources are not compiled")
+    target = get_target("cuda")
+    files = []
+    for precision in PRECISIONS:
+        for case in TARGET_CASES[:2]:
+            st = make_stencil(*case)
+            path = tmp_path / f"{precision}_{case[0]}.cu"
+            path.write_text(target.source(st.poly(dtype_of(precision)), msc.Schedule().tensor_cores(precision)))
+            files.append(str(path))
+    command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
