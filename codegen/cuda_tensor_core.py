@@ -37,7 +37,7 @@ import numpy as np
 from msc import ir
 from msc.codegen import kernel_ir as kir
 from msc.codegen.cuda import CustomLaunch
-from msc.codegen.lower import param_name
+from msc.codegen.lower import array_name, level_name, param_name
 from msc.codegen.passes.cuda import Launch
 from msc.codegen.printers.cexpr import c_expr
 from msc.codegen.tensor_core import Source, TensorCorePlan, tensor_core_plan
@@ -393,8 +393,10 @@ def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> Cu
     assign = assigns[0]
     index = next(i for i, st in enumerate(stencil.statements) if st.target == assign.field and st.expr == assign.rhs)
     kernel = generate(stencil, index, precision, stencil.dtype, f"{launch.name}_tc")
-    pointers = {(read.name, read.dt): ref.array for read, ref in assign.loads}
-    args = (assign.lhs.array, *(pointers[source] for source in kernel.sources),
+    pointers = [level_name(assign.field, 1), *(array_name(*source) for source in kernel.sources)]
+    missing = sorted(set(pointers) - {name for _, name in launch.scope})
+    assert not missing, f"launch {launch.name} has no level pointers {missing} in scope"
+    args = (*pointers,
             *(f"(double){param_name(p)}" for p in stencil.params),
             *(f"(int)(P{d} - {2 * r})" for d, r in enumerate(stencil.radius)))
     return CustomLaunch(kernel.code, kir.Call(f"{kernel.name}_launch", args))
