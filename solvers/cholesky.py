@@ -149,7 +149,7 @@ class Symbolic:
         stats["queues"] = q.as_dict()
         stats["queue_stats"] = qstats
         stats["gflops"] = S.flops / max(t2 - t1, 1e-12) / 1e9
-        return Factor(S, self.schedule, Lx, timings, stats)
+        return Factor(S, Lx, timings, stats)
 
 
 def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",

@@ -9,7 +9,6 @@ import scipy.sparse as sp
 
 from msc.solvers import native
 from msc.solvers.errors import RightHandSideError
-from msc.solvers.schedule import Schedule
 from msc.solvers.symbolic import SupernodalStructure
 
 
@@ -20,10 +19,9 @@ class Factor:
     nnz (entries of L), nnz_stored (including amalgamation zeros), flops,
     timings (seconds per phase) and stats (queue statistics and sizes)."""
 
-    def __init__(self, structure: SupernodalStructure, schedule: Schedule, Lx: np.ndarray,
+    def __init__(self, structure: SupernodalStructure, Lx: np.ndarray,
                  timings: dict[str, float], stats: dict[str, object]) -> None:
         self._S = structure
-        self._schedule = schedule
         self._Lx = Lx
         self.timings = timings
         self.stats = stats
@@ -92,11 +90,9 @@ class Factor:
         out = np.empty_like(X)
         S = self._S
         if X.size:
-            sched = self._schedule
             status = native.numeric_lib().chol_solve(
-                S.n, S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, S.perm, X, out,
-                1 if X.ndim == 1 else X.shape[1], sched.phase1_lo.shape[0], sched.phase1_lo,
-                sched.phase1_hi, sched.top.shape[0], sched.top, sched.nthreads)
+                S.n, S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, S.perm, X, np.empty_like(X), out,
+                1 if X.ndim == 1 else X.shape[1])
             if status != 0:
                 raise MemoryError(f"no memory for the solve's workspace ({X.shape[0]} x {X.size // max(X.shape[0], 1)})")
         self.timings["solve"] = time.perf_counter() - t0

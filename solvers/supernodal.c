@@ -554,28 +554,20 @@ static void backward_many(int64_t nscol, int64_t nsrow, const int32_t *rows, con
     }
 }
 
-/* Forward sweep over supernodes lo .. hi-1 (ascending). W: workspace of a
- * supernode's rows. With tpos, rows at or above limit (the top part's
- * columns) are redirected to rows base + tpos[row] of X (a thread's own
- * buffer, summed into X afterwards), through lrows. */
+/* Forward sweep over supernodes lo .. hi-1 (ascending). W: nsrow doubles. */
 static void sweep_forward(int32_t lo, int32_t hi, const int32_t *super, const int64_t *Sp,
                           const int32_t *Si, const int64_t *Px, const double *Lx, double *X,
-                          int64_t r, double *W, int32_t limit, int32_t base, const int32_t *tpos,
-                          int32_t *lrows)
+                          int64_t r, double *W)
 {
     for (int32_t s = lo; s < hi; s++) {
         const int64_t nscol = super[s + 1] - super[s], nsrow = Sp[s + 1] - Sp[s];
         const int32_t *rows = Si + Sp[s];
-        if (tpos != NULL && rows[nsrow - 1] >= limit) {
-            for (int64_t i = 0; i < nsrow; i++) lrows[i] = rows[i] < limit ? rows[i] : base + tpos[rows[i]];
-            rows = lrows;
-        }
-        const double *Ls = Lx + Px[s];
         if (r > 1) {
-            forward_many(nscol, nsrow, rows, Ls, X, r);
+            forward_many(nscol, nsrow, rows, Lx + Px[s], X, r);
             continue;
         }
         double *x1 = X + super[s];
+        const double *Ls = Lx + Px[s];
         if (nscol * nsrow <= SMALL_BLOCK) { /* in place: copying costs more than the work */
             for (int64_t c = 0; c < nscol; c++) {
                 const double *col = Ls + c * nsrow;
@@ -602,12 +594,12 @@ static void sweep_backward(int32_t lo, int32_t hi, const int32_t *super, const i
     for (int32_t s = hi - 1; s >= lo; s--) {
         const int64_t nscol = super[s + 1] - super[s], nsrow = Sp[s + 1] - Sp[s];
         const int32_t *rows = Si + Sp[s];
-        const double *Ls = Lx + Px[s];
         if (r > 1) {
-            backward_many(nscol, nsrow, rows, Ls, X, r);
+            backward_many(nscol, nsrow, rows, Lx + Px[s], X, r);
             continue;
         }
         double *x1 = X + super[s];
+        const double *Ls = Lx + Px[s];
         if (nscol * nsrow <= SMALL_BLOCK) {
             for (int64_t c = nscol - 1; c >= 0; c--) {
                 const double *col = Ls + c * nsrow;
@@ -627,92 +619,23 @@ static void sweep_backward(int32_t lo, int32_t hi, const int32_t *super, const i
 
 /* Solve A X = B for P A P^T = L L^T (P = I[perm]): X[k] = B[perm[k]], then
  * L Y = X (forward) and L^T Z = Y (backward) supernode by supernode, then
- * out[perm[k]] = Z[k]. B and out are n x nrhs row-major.
- *
- * With nthreads > 1 the sweeps use the factorization's schedule: forward,
- * the subtrees task_lo[t] .. task_hi[t] (inclusive) on the threads, each
- * free thread taking the next, each thread adding what its subtrees send to
- * the top part's rows into its own buffer; then the buffers are summed and
- * the top supernodes top[0..ntop) (ascending) follow on one thread.
- * Backward: the top supernodes, then the subtrees on the threads again.
+ * out[perm[k]] = Z[k]. B, X (workspace) and out are n x nrhs row-major.
  * Returns 0, or -1 when the workspace cannot be allocated. */
 int32_t chol_solve(int32_t n, int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
                    const int64_t *Px, const double *Lx, const int64_t *perm, const double *B,
-                   double *out, int32_t nrhs, int32_t ntask, const int32_t *task_lo,
-                   const int32_t *task_hi, int32_t ntop, const int32_t *top, int32_t nthreads)
+                   double *X, double *out, int32_t nrhs)
 {
     const int64_t r = nrhs;
-    int64_t maxrow = 1, ntc = 0;
+    int64_t maxrow = 1;
     for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
-    for (int32_t j = 0; j < ntop; j++) ntc += super[top[j] + 1] - super[top[j]];
-    const int parallel = nthreads > 1 && ntask > 1 && n + ntc * nthreads < INT32_MAX;
-    const int64_t nbuf = parallel ? ntc * nthreads : 0;
-    double *X = malloc((size_t)((n + nbuf) * r) * sizeof(double));
-    int32_t *tpos = parallel ? malloc((size_t)n * sizeof(int32_t)) : NULL;
-    int failed = X == NULL || (parallel && tpos == NULL);
-    for (int64_t k = 0; k < n && !failed; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
-    if (!failed && !parallel) {
-        double *W = malloc((size_t)maxrow * sizeof(double));
-        failed = W == NULL;
-        if (!failed) {
-            sweep_forward(0, ns, super, Sp, Si, Px, Lx, X, r, W, 0, 0, NULL, NULL);
-            sweep_backward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
-        }
-        free(W);
-    } else if (!failed) {
-        int64_t q = 0;
-        for (int32_t j = 0; j < ntop; j++)
-            for (int32_t c = super[top[j]]; c < super[top[j] + 1]; c++) tpos[c] = (int32_t)q++;
-        memset(X + n * r, 0, (size_t)(nbuf * r) * sizeof(double));
-        int32_t next_fwd = 0, next_bwd = 0;
-#pragma omp parallel num_threads(nthreads)
-        {
-            const int t = omp_get_thread_num();
-            double *W = malloc((size_t)maxrow * sizeof(double));
-            int32_t *lrows = malloc((size_t)maxrow * sizeof(int32_t));
-            int ok = W != NULL && lrows != NULL;
-            if (!ok) {
-#pragma omp atomic write
-                failed = 1;
-            }
-            for (;;) {
-                int32_t k;
-#pragma omp atomic capture
-                k = next_fwd++;
-                if (k >= ntask || !ok) break;
-                sweep_forward(task_lo[k], task_hi[k] + 1, super, Sp, Si, Px, Lx, X, r, W,
-                              super[task_hi[k] + 1], (int32_t)(n + t * ntc), tpos, lrows);
-            }
-#pragma omp barrier
-#pragma omp single
-            if (!failed) {
-                for (int32_t j = 0, q2 = 0; j < ntop; j++)
-                    for (int32_t c = super[top[j]]; c < super[top[j] + 1]; c++, q2++)
-                        for (int32_t th = 0; th < nthreads; th++) {
-                            const double *bt = X + (n + (int64_t)th * ntc + q2) * r;
-                            for (int64_t p = 0; p < r; p++) X[(int64_t)c * r + p] += bt[p];
-                        }
-                for (int32_t j = 0; j < ntop; j++)
-                    sweep_forward(top[j], top[j] + 1, super, Sp, Si, Px, Lx, X, r, W, 0, 0, NULL, NULL);
-                for (int32_t j = ntop - 1; j >= 0; j--)
-                    sweep_backward(top[j], top[j] + 1, super, Sp, Si, Px, Lx, X, r, W);
-            } /* implied barrier */
-            for (;;) {
-                int32_t k;
-#pragma omp atomic capture
-                k = next_bwd++;
-                if (k >= ntask || !ok || failed) break;
-                sweep_backward(task_lo[k], task_hi[k] + 1, super, Sp, Si, Px, Lx, X, r, W);
-            }
-            free(W);
-            free(lrows);
-        }
-    }
-    if (!failed)
-        for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
-    free(X);
-    free(tpos);
-    return failed ? -1 : 0;
+    double *W = malloc((size_t)maxrow * sizeof(double));
+    if (W == NULL) return -1;
+    for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
+    sweep_forward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
+    sweep_backward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
+    for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
+    free(W);
+    return 0;
 }
 
 /* Copy the supernodal factor into CSC arrays (lower triangle, sorted rows). */
