@@ -9,7 +9,9 @@ threads again while a background process this script starts keeps one core
 busy. Every phase is repeated (--repeat) and reported as the median with
 the spread (max/min); every solution is checked by its normwise backward
 error. The machine's load average is recorded before and after each
-matrix. Peers run only when they load; the missing ones are listed with the
+matrix, and the cores other processes kept busy meanwhile (from
+/proc/stat, less this process's own CPU time; the busy background process
+counts as one). Peers run only when they load; the missing ones are listed with the
 reason.
 
     python3 benchmarks/cholesky.py [--quick] [--cases "2D,3D 40"] [--json benchmarks/results/cholesky.json]
@@ -245,6 +247,34 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+class OtherLoad:
+    """Cores kept busy by other processes between start() and cores():
+    the machine's busy CPU time (/proc/stat) less this process's own."""
+
+    def start(self) -> None:
+        self.t0, self.busy0, self.own0 = time.perf_counter(), self.busy(), self.own()
+
+    @staticmethod
+    def busy() -> float | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                ticks = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+    @staticmethod
+    def own() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def cores(self) -> float | None:
+        busy = self.busy()
+        if busy is None or self.busy0 is None:
+            return None
+        return round(max(0.0, (busy - self.busy0) - (self.own() - self.own0)) / (time.perf_counter() - self.t0), 2)
+
+
 def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
     import numpy as np
     from threadpoolctl import threadpool_info
@@ -262,6 +292,8 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
         rng = np.random.default_rng(0)
         b, B = rng.standard_normal(n), rng.standard_normal((n, 16))
         load_before = load_average()
+        other = OtherLoad()
+        other.start()
         timings = {"msc swCholesky": Timing(msc_steps(A, threads))}
         if "CHOLMOD" not in missing:
             timings["CHOLMOD"] = Timing(cholmod_steps(A))
@@ -279,14 +311,16 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
         if "SuperLU" in rows:
             rows["SuperLU"]["note"] = "analysis is part of factorize (splu)"
         load = [load_before, load_average()]
+        other_cores = other.cores()
         for solver, r in rows.items():
             med = r["median_s"]
             print(f"{name:22s} {solver:15s} " + " ".join(f"{p} {med[p]:8.4f}" for p in PHASES)
                   + f"  spread(total) {r['spread']['total']:.2f}  backward error {r['backward_error']:.1e}"
-                  + f"  load average {load[0]}-{load[1]}", flush=True)
+                  + f"  load average {load[0]}-{load[1]}, other processes' cores {other_cores}", flush=True)
         for t in timings.values():
             t.factor = None
-        results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "load_average": load, "solvers": rows})
+        results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "load_average": load,
+                        "other_cores_busy": other_cores, "solvers": rows})
         del A
     blas = [{"internal_api": lib.get("internal_api"), "version": lib.get("version"),
              "num_threads": lib.get("num_threads"), "library": Path(str(lib.get("filepath"))).name}
@@ -324,13 +358,17 @@ def tables(data: dict[str, Any]) -> str:
                         cells.append(f"{r['median_s'][p]:.4g} ({r['spread'][p]:.2f})")
                 lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + f" | {r['backward_error']:.1e} |")
         lines += ["", "swCholesky time / peer time (medians; below 1 is faster), the spread (max/min) of the"
-                  " total, swCholesky's vs the peer's, and the 1-minute load average before-after the matrix:", "",
-                  "| matrix | peer | analyze | factorize | solve(1) | solve(16) | total | spread of total | load |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  " total, swCholesky's vs the peer's, the 1-minute load average before-after the matrix and"
+                  " the cores other processes kept busy meanwhile (of the machine's"
+                  f" {data.get('cpus', '?')}):", "",
+                  "| matrix | peer | analyze | factorize | solve(1) | solve(16) | total | spread of total | load"
+                  " | other cores |", "|---|---|---|---|---|---|---|---|---|---|"]
         for case in run["cases"]:
             ours = case["solvers"]["msc swCholesky"]
             load = case.get("load_average")
             load_cell = f"{load[0]:.1f}-{load[1]:.1f}" if load else "-"
+            other = case.get("other_cores_busy")
+            load_cell += f" | {other:.2f}" if other is not None else " | -"
             for solver in SOLVERS[1:]:
                 r = case["solvers"].get(solver)
                 if r is None:
