@@ -364,7 +364,7 @@ static void forward1(int64_t nscol, int64_t nsrow, const double *restrict Ls, do
         double a[SB];
         for (int64_t k = 0; k < cb; k++) {
             const double *col = Ls + (c0 + k) * nsrow;
-            const double v = y[c0 + k] / col[c0 + k];
+            const double v = y[c0 + k] * (1.0 / col[c0 + k]); /* the division is off the dependence chain */
             a[k] = v;
             y[c0 + k] = v;
             for (int64_t k2 = k + 1; k2 < cb; k2++) y[c0 + k2] -= col[c0 + k2] * v;
@@ -423,7 +423,7 @@ static void backward1(int64_t nscol, int64_t nsrow, const double *restrict Ls, d
             const double *col = Ls + (c0 + k) * nsrow;
             double v = a[k];
             for (int64_t k2 = k + 1; k2 < cb; k2++) v -= col[c0 + k2] * a[k2];
-            a[k] = v / col[c0 + k];
+            a[k] = v * (1.0 / col[c0 + k]);
             y[c0 + k] = a[k];
         }
     }
@@ -571,7 +571,7 @@ static void sweep_forward(int32_t lo, int32_t hi, const int32_t *super, const in
         if (nscol * nsrow <= SMALL_BLOCK) { /* in place: copying costs more than the work */
             for (int64_t c = 0; c < nscol; c++) {
                 const double *col = Ls + c * nsrow;
-                const double xj = x1[c] / col[c];
+                const double xj = x1[c] * (1.0 / col[c]);
                 x1[c] = xj;
                 for (int64_t i = c + 1; i < nscol; i++) x1[i] -= col[i] * xj;
                 for (int64_t i = nscol; i < nsrow; i++) X[rows[i]] -= col[i] * xj;
@@ -606,7 +606,7 @@ static void sweep_backward(int32_t lo, int32_t hi, const int32_t *super, const i
                 double sum = x1[c];
                 for (int64_t i = c + 1; i < nscol; i++) sum -= col[i] * x1[i];
                 for (int64_t i = nscol; i < nsrow; i++) sum -= col[i] * X[rows[i]];
-                x1[c] = sum / col[c];
+                x1[c] = sum * (1.0 / col[c]);
             }
             continue;
         }
@@ -630,10 +630,16 @@ int32_t chol_solve(int32_t n, int32_t ns, const int32_t *super, const int64_t *S
     for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
     double *W = malloc((size_t)maxrow * sizeof(double));
     if (W == NULL) return -1;
-    for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
+    if (r == 1)
+        for (int64_t k = 0; k < n; k++) X[k] = B[perm[k]];
+    else
+        for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
     sweep_forward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
     sweep_backward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
-    for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
+    if (r == 1)
+        for (int64_t k = 0; k < n; k++) out[perm[k]] = X[k];
+    else
+        for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
     free(W);
     return 0;
 }
