@@ -352,6 +352,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
  * the work on the many small supernodes. */
 #define SB 8 /* columns per block */
 #define RB 8 /* right-hand sides per chunk */
+#define SUM_CHUNK 32 /* several right-hand sides: backward sums by chunks of this many rows */
 #define SMALL_BLOCK 64 /* one right-hand side: blocks of at most this many entries in place */
 
 static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -441,14 +442,31 @@ static inline vrb load_rb(const double *p)
 
 static inline void store_rb(double *p, vrb v) { memcpy(p, &v, sizeof v); }
 
+/* Several right-hand sides, forward: where row i of a supernode's block is
+ * updated: its own rows in X1 (the supernode's rows of X), those below in
+ * W when the supernode has more than one column block (what it sends,
+ * summed from zero and added to X once, as for one right-hand side: X
+ * updated in place block by block was 2-3x less accurate), else in X. */
+typedef struct {
+    int64_t nscol, r;
+    const int32_t *rows;
+    double *X, *X1, *W;
+} rows_t;
+
+static inline double *row_of(const rows_t *t, int64_t i)
+{
+    if (i < t->nscol) return t->X1 + i * t->r;
+    return t->W != NULL ? t->W + (i - t->nscol) * t->r : t->X + (int64_t)t->rows[i] * t->r;
+}
+
 /* Forward, several right-hand sides: columns c0 .. c0+cb-1 of a supernode
  * (cb <= SB, a constant where inlined), right-hand sides q0 .. q0+RB-1. */
 static inline __attribute__((always_inline)) void forward_rb(
-    int64_t c0, int64_t cb, int64_t nsrow, const int32_t *rows, const double *restrict Ls,
-    double *restrict X, int64_t r, int64_t q0)
+    int64_t c0, int64_t cb, int64_t nsrow, const double *restrict Ls, const rows_t *t, int64_t q0)
 {
+    const int64_t r = t->r;
     vrb a[SB];
-    double *X0 = X + (int64_t)rows[c0] * r + q0; /* the block's own rows are consecutive */
+    double *X0 = t->X1 + c0 * r + q0;
     for (int64_t k = 0; k < cb; k++) a[k] = load_rb(X0 + k * r);
     for (int64_t k = 0; k < cb; k++) {
         const double *col = Ls + (c0 + k) * nsrow + c0;
@@ -458,26 +476,33 @@ static inline __attribute__((always_inline)) void forward_rb(
     for (int64_t k = 0; k < cb; k++) store_rb(X0 + k * r, a[k]);
     const double *L0 = Ls + c0 * nsrow;
     for (int64_t i = c0 + cb; i < nsrow; i++) {
-        double *xi = X + (int64_t)rows[i] * r + q0;
+        double *xi = row_of(t, i) + q0;
         vrb s = L0[i] * a[0];
         for (int64_t k = 1; k < cb; k++) s += L0[k * nsrow + i] * a[k];
         store_rb(xi, load_rb(xi) - s);
     }
 }
 
-/* Backward, as forward_rb, transposed. */
+/* Backward, as forward_rb, transposed (X below the supernode read in place). */
 static inline __attribute__((always_inline)) void backward_rb(
     int64_t c0, int64_t cb, int64_t nsrow, const int32_t *rows, const double *restrict Ls,
     double *restrict X, int64_t r, int64_t q0)
 {
     vrb a[SB];
     double *X0 = X + (int64_t)rows[c0] * r + q0;
-    for (int64_t k = 0; k < cb; k++) a[k] = load_rb(X0 + k * r);
+    for (int64_t k = 0; k < cb; k++) a[k] = (vrb){0};
     const double *L0 = Ls + c0 * nsrow;
-    for (int64_t i = c0 + cb; i < nsrow; i++) {
-        const vrb xi = load_rb(X + (int64_t)rows[i] * r + q0);
-        for (int64_t k = 0; k < cb; k++) a[k] -= L0[k * nsrow + i] * xi;
+    for (int64_t i0 = c0 + cb; i0 < nsrow; i0 += SUM_CHUNK) { /* sums by chunks of rows: fewer roundings */
+        const int64_t i1 = imin64(i0 + SUM_CHUNK, nsrow);
+        vrb t[SB];
+        for (int64_t k = 0; k < cb; k++) t[k] = (vrb){0};
+        for (int64_t i = i0; i < i1; i++) {
+            const vrb xi = load_rb(X + (int64_t)rows[i] * r + q0);
+            for (int64_t k = 0; k < cb; k++) t[k] += L0[k * nsrow + i] * xi;
+        }
+        for (int64_t k = 0; k < cb; k++) a[k] += t[k];
     }
+    for (int64_t k = 0; k < cb; k++) a[k] = load_rb(X0 + k * r) - a[k];
     for (int64_t k = cb - 1; k >= 0; k--) {
         const double *col = Ls + (c0 + k) * nsrow + c0;
         for (int64_t k2 = k + 1; k2 < cb; k2++) a[k] -= col[k2] * a[k2];
@@ -487,17 +512,16 @@ static inline __attribute__((always_inline)) void backward_rb(
 }
 
 /* Forward/backward for the last w < RB right-hand sides, in scalars. */
-static void forward_tail(int64_t c0, int64_t cb, int64_t nsrow, const int32_t *rows,
-                         const double *Ls, double *X, int64_t r, int64_t q0, int64_t w)
+static void forward_tail(int64_t c0, int64_t cb, int64_t nsrow, const double *Ls, const rows_t *t,
+                         int64_t q0, int64_t w)
 {
-    double *X0 = X + (int64_t)rows[c0] * r + q0;
     for (int64_t k = 0; k < cb; k++) {
         const double *col = Ls + (c0 + k) * nsrow;
-        double *xk = X0 + k * r;
+        double *xk = t->X1 + (c0 + k) * t->r + q0;
         const double inv = 1.0 / col[c0 + k];
         for (int64_t q = 0; q < w; q++) xk[q] *= inv;
         for (int64_t i = c0 + k + 1; i < nsrow; i++) {
-            double *xi = X + (int64_t)rows[i] * r + q0;
+            double *xi = row_of(t, i) + q0;
             for (int64_t q = 0; q < w; q++) xi[q] -= col[i] * xk[q];
         }
     }
@@ -509,13 +533,13 @@ static void backward_tail(int64_t c0, int64_t cb, int64_t nsrow, const int32_t *
     double *X0 = X + (int64_t)rows[c0] * r + q0;
     for (int64_t k = cb - 1; k >= 0; k--) {
         const double *col = Ls + (c0 + k) * nsrow;
-        double *xk = X0 + k * r;
+        double *xk = X0 + k * r, acc[RB] = {0};
         for (int64_t i = c0 + k + 1; i < nsrow; i++) {
             const double *xi = X + (int64_t)rows[i] * r + q0;
-            for (int64_t q = 0; q < w; q++) xk[q] -= col[i] * xi[q];
+            for (int64_t q = 0; q < w; q++) acc[q] += col[i] * xi[q];
         }
         const double inv = 1.0 / col[c0 + k];
-        for (int64_t q = 0; q < w; q++) xk[q] *= inv;
+        for (int64_t q = 0; q < w; q++) xk[q] = (xk[q] - acc[q]) * inv;
     }
 }
 
@@ -533,13 +557,21 @@ static void backward_tail(int64_t c0, int64_t cb, int64_t nsrow, const int32_t *
     }
 
 static void forward_many(int64_t nscol, int64_t nsrow, const int32_t *rows, const double *Ls,
-                         double *X, int64_t r)
+                         double *X, int64_t r, double *W)
 {
+    /* the supernode's own rows are consecutive */
+    const rows_t t = {nscol, r, rows, X, X + (int64_t)rows[0] * r, nscol > SB ? W : NULL};
+    if (t.W != NULL) memset(W, 0, (size_t)((nsrow - nscol) * r) * sizeof(double));
     for (int64_t c0 = 0; c0 < nscol; c0 += SB) {
         const int64_t cb = imin64(SB, nscol - c0);
         int64_t q0 = 0;
-        for (; q0 + RB <= r; q0 += RB) BY_WIDTH(forward_rb, nsrow, rows, Ls, X, r, q0)
-        if (q0 < r) forward_tail(c0, cb, nsrow, rows, Ls, X, r, q0, r - q0);
+        for (; q0 + RB <= r; q0 += RB) BY_WIDTH(forward_rb, nsrow, Ls, &t, q0)
+        if (q0 < r) forward_tail(c0, cb, nsrow, Ls, &t, q0, r - q0);
+    }
+    for (int64_t i = nscol; i < nsrow && t.W != NULL; i++) {
+        double *xi = X + (int64_t)rows[i] * r;
+        const double *wi = W + (i - nscol) * r;
+        for (int64_t q = 0; q < r; q++) xi[q] += wi[q];
     }
 }
 
@@ -554,7 +586,7 @@ static void backward_many(int64_t nscol, int64_t nsrow, const int32_t *rows, con
     }
 }
 
-/* Forward sweep over supernodes lo .. hi-1 (ascending). W: nsrow doubles. */
+/* Forward sweep over supernodes lo .. hi-1 (ascending). W: nsrow x r doubles. */
 static void sweep_forward(int32_t lo, int32_t hi, const int32_t *super, const int64_t *Sp,
                           const int32_t *Si, const int64_t *Px, const double *Lx, double *X,
                           int64_t r, double *W)
@@ -563,7 +595,7 @@ static void sweep_forward(int32_t lo, int32_t hi, const int32_t *super, const in
         const int64_t nscol = super[s + 1] - super[s], nsrow = Sp[s + 1] - Sp[s];
         const int32_t *rows = Si + Sp[s];
         if (r > 1) {
-            forward_many(nscol, nsrow, rows, Lx + Px[s], X, r);
+            forward_many(nscol, nsrow, rows, Lx + Px[s], X, r, W);
             continue;
         }
         double *x1 = X + super[s];
@@ -628,7 +660,7 @@ int32_t chol_solve(int32_t n, int32_t ns, const int32_t *super, const int64_t *S
     const int64_t r = nrhs;
     int64_t maxrow = 1;
     for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
-    double *W = malloc((size_t)maxrow * sizeof(double));
+    double *W = malloc((size_t)(maxrow * r) * sizeof(double));
     if (W == NULL) return -1;
     if (r == 1)
         for (int64_t k = 0; k < n; k++) X[k] = B[perm[k]];
