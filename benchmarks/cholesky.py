@@ -8,9 +8,13 @@ counts are fixed when the libraries load): 1 thread, 2 threads, and 2
 threads again while a background process this script starts keeps one core
 busy. Every phase is repeated (--repeat) and reported as the median with
 the spread (max/min); every solution is checked by its normwise backward
-error. Peers run only when importable; the missing ones are listed.
+error. The machine's load average is recorded before and after each
+matrix, and the cores other processes kept busy meanwhile (from
+/proc/stat, less this process's own CPU time; the busy background process
+counts as one). Peers run only when they load; the missing ones are listed with the
+reason.
 
-    python3 benchmarks/cholesky.py [--quick] [--json benchmarks/results/cholesky.json]
+    python3 benchmarks/cholesky.py [--quick] [--cases "2D,3D 40"] [--json benchmarks/results/cholesky.json]
     python3 benchmarks/cholesky.py --tables benchmarks/results/cholesky.json   # Markdown
 """
 
@@ -40,9 +44,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="small cases (2D 300^2, 3D 20^3, the largest shared matrix), 3 repeats")
     parser.add_argument("--repeat", type=int, default=None, help="runs per phase (default 5, --quick 3)")
-    parser.add_argument("--threads", default="1,2", help="thread counts of the idle runs (comma separated)")
-    parser.add_argument("--loaded-threads", type=int, default=2,
-                        help="threads of the run with a busy background process (0: skip that run)")
+    parser.add_argument("--threads", default="1,2", help="thread counts of the runs without added load (comma separated)")
+    parser.add_argument("--loaded-threads", default="2",
+                        help="thread counts of the runs with a busy background process (comma separated, '' to skip)")
+    parser.add_argument("--cases", default="",
+                        help="run only the matrices whose name contains one of these (comma separated)")
     parser.add_argument("--tables", metavar="JSON", help="print the Markdown tables of a results file and exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: "threads,loaded" of one configuration
     return parser.parse_args()
@@ -57,18 +63,18 @@ def main() -> int:
         threads, loaded = (int(v) for v in args.worker.split(","))
         return worker(args, threads, bool(loaded))
     repeat = args.repeat or (3 if args.quick else 5)
-    configs = [(int(t), False) for t in args.threads.split(",") if t]
-    if args.loaded_threads > 0:
-        configs.append((args.loaded_threads, True))
+    configs = [(int(t), False) for t in args.threads.split(",") if t.strip()]
+    configs += [(int(t), True) for t in args.loaded_threads.split(",") if t.strip()]
     if not configs:
         print("nothing to run: give --threads or --loaded-threads")
         return 2
     runs = []
     out: dict[str, Any] = {}
+    start = time.perf_counter()
     for threads, loaded in configs:
         part = Path(args.json).with_suffix(f".part-{threads}-{int(loaded)}.json")
         cmd = [sys.executable, __file__, "--worker", f"{threads},{int(loaded)}", "--json", str(part),
-               "--repeat", str(repeat)] + (["--quick"] if args.quick else [])
+               "--repeat", str(repeat), "--cases", args.cases] + (["--quick"] if args.quick else [])
         env = dict(os.environ)
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(threads)  # before numpy / the BLAS libraries load
@@ -88,7 +94,8 @@ def main() -> int:
         runs.append(json.loads(part.read_text()))
         part.unlink()
         out = {"quick": args.quick, "repeat": repeat, "machine": platform.processor() or platform.machine(),
-               "cpus": os.cpu_count(), "runs": runs}
+               "cpus": os.cpu_count(), "command": " ".join(sys.argv[1:]),
+               "wall_seconds": round(time.perf_counter() - start, 1), "runs": runs}
         Path(args.json).write_text(json.dumps(out, indent=1))  # after each configuration: a stopped run keeps them
         print(f"wrote {args.json}")
     print(tables(out))
@@ -108,7 +115,7 @@ def laplacian(m: int, dim: int):  # type: ignore[no-untyped-def]
     return sp.csc_array(sp.kron(sp.kron(T, I), I) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(I, I), T))
 
 
-def cases(quick: bool) -> list[tuple[str, Callable[[], Any]]]:
+def cases(quick: bool, only: str) -> list[tuple[str, Callable[[], Any]]]:
     import scipy.sparse as sp
 
     from msc.solvers import io as mio
@@ -122,7 +129,8 @@ def cases(quick: bool) -> list[tuple[str, Callable[[], Any]]]:
         out += [(r["matrix"], (lambda p=root / r["local_path"]: sp.csc_array(mio.read_matrix(p)))) for r in rows]
     else:
         print(f"shared matrices not found at {root} (set MSC_MATRICES): skipped")
-    return out
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    return [(name, build) for name, build in out if not wanted or any(w in name for w in wanted)]
 
 
 def backward_error(A: Any, X: Any, B: Any) -> float:
@@ -146,6 +154,7 @@ class Timing:
         self.steps = steps
         self.times: dict[str, list[float]] = {p: [] for p in PHASES}
         self.error = 0.0
+        self.factor: Any = None  # of the last run
 
     def run(self, A: Any, b: Any, B: Any) -> None:
         analyze, factorize, solve = self.steps()
@@ -161,6 +170,7 @@ class Timing:
         for phase, t in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t3 - t0)):
             self.times[phase].append(t)
         self.error = max(self.error, backward_error(A, x, b), backward_error(A, X, B))
+        self.factor = fac
 
     def result(self) -> Result:
         return {"median_s": {p: statistics.median(v) for p, v in self.times.items()},
@@ -174,11 +184,8 @@ def msc_steps(A: Any, threads: int) -> Callable[[], Steps]:
     return lambda: (lambda: analyze(A, threads=threads), lambda S: S.factorize(A), lambda F, rhs: F.solve(rhs))
 
 
-def msc_info(A: Any, threads: int) -> Result:
-    from msc.solvers import analyze
-
-    S = analyze(A, threads=threads)
-    return {"nnz_L": S.nnz, "ordering": S.ordering, "flops": S.flops}
+def msc_info(F: Any) -> Result:
+    return {"nnz_L": F.nnz, "ordering": F.stats["ordering"], "flops": F.flops}
 
 
 def cholmod_steps(A: Any) -> Callable[[], Steps]:
@@ -192,12 +199,8 @@ def cholmod_steps(A: Any) -> Callable[[], Steps]:
     return lambda: (lambda: analyze(M, mode="supernodal"), lambda S: S.cholesky(M), lambda F, rhs: F(rhs))
 
 
-def cholmod_info(A: Any) -> Result:
-    import scipy.sparse as sp
-    from sksparse.cholmod import analyze
-
-    M = sp.csc_matrix(A)
-    return {"nnz_L": int(analyze(M, mode="supernodal").cholesky(M).L().nnz)}
+def cholmod_info(F: Any) -> Result:
+    return {"nnz_L": int(F.L().nnz)}
 
 
 def pardiso_steps(A: Any, b: Any) -> Callable[[], Steps]:
@@ -231,56 +234,100 @@ def splu_steps(A: Any) -> Callable[[], Steps]:
                     lambda lu, rhs: lu.solve(rhs))
 
 
-def importable(module: str) -> bool:
+def load_error(module: str) -> str | None:
+    """Why `module` cannot be used here (None when it loads)."""
     try:
         __import__(module)
-        return True
-    except ImportError:
-        return False
+        return None
+    except Exception as exc:  # a peer built against a missing library fails with OSError too
+        return f"{type(exc).__name__}: {exc}"
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+class OtherLoad:
+    """Cores kept busy by other processes between start() and cores():
+    the machine's busy CPU time (/proc/stat) less this process's own."""
+
+    def start(self) -> None:
+        self.t0, self.busy0, self.own0 = time.perf_counter(), self.busy(), self.own()
+
+    @staticmethod
+    def busy() -> float | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                ticks = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+    @staticmethod
+    def own() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def cores(self) -> float | None:
+        busy = self.busy()
+        if busy is None or self.busy0 is None:
+            return None
+        return round(max(0.0, (busy - self.busy0) - (self.own() - self.own0)) / (time.perf_counter() - self.t0), 2)
 
 
 def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
     import numpy as np
     from threadpoolctl import threadpool_info
 
-    peers = {"CHOLMOD": importable("sksparse.cholmod"), "MKL PARDISO": importable("pypardiso")}
-    missing = [name for name, ok in peers.items() if not ok]
-    print(f"threads={threads} loaded={loaded} repeat={args.repeat} peers missing: {', '.join(missing) or 'none'}",
-          flush=True)
+    from msc.solvers import analyze
+
+    errors = {"CHOLMOD": load_error("sksparse.cholmod"), "MKL PARDISO": load_error("pypardiso")}
+    missing = {name: why for name, why in errors.items() if why is not None}
+    print(f"threads={threads} loaded={loaded} repeat={args.repeat} load average {load_average()}, peers missing: "
+          + ("; ".join(f"{k} ({v})" for k, v in missing.items()) or "none"), flush=True)
     results = []
-    for name, build in cases(args.quick):
+    for name, build in cases(args.quick, args.cases):
         A = build()
         n = A.shape[0]
         rng = np.random.default_rng(0)
         b, B = rng.standard_normal(n), rng.standard_normal((n, 16))
-        info = msc_info(A, threads)
+        load_before = load_average()
+        other = OtherLoad()
+        other.start()
         timings = {"msc swCholesky": Timing(msc_steps(A, threads))}
-        if peers["CHOLMOD"]:
+        if "CHOLMOD" not in missing:
             timings["CHOLMOD"] = Timing(cholmod_steps(A))
-        if peers["MKL PARDISO"]:
+        if "MKL PARDISO" not in missing:
             timings["MKL PARDISO"] = Timing(pardiso_steps(A, b))
-        if info["flops"] <= SUPERLU_MAX_FLOPS:
+        if analyze(A, threads=threads).flops <= SUPERLU_MAX_FLOPS:
             timings["SuperLU"] = Timing(splu_steps(A))
         for _ in range(args.repeat):  # solvers interleaved: a busy moment hits them all alike
             for timing in timings.values():
                 timing.run(A, b, B)
         rows = {name: t.result() for name, t in timings.items()}
-        rows["msc swCholesky"].update(info)
+        rows["msc swCholesky"].update(msc_info(timings["msc swCholesky"].factor))
         if "CHOLMOD" in rows:
-            rows["CHOLMOD"].update(cholmod_info(A))
+            rows["CHOLMOD"].update(cholmod_info(timings["CHOLMOD"].factor))
         if "SuperLU" in rows:
             rows["SuperLU"]["note"] = "analysis is part of factorize (splu)"
+        load = [load_before, load_average()]
+        other_cores = other.cores()
         for solver, r in rows.items():
             med = r["median_s"]
             print(f"{name:22s} {solver:15s} " + " ".join(f"{p} {med[p]:8.4f}" for p in PHASES)
-                  + f"  spread(total) {r['spread']['total']:.2f}  backward error {r['backward_error']:.1e}", flush=True)
-        results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "solvers": rows})
+                  + f"  spread(total) {r['spread']['total']:.2f}  backward error {r['backward_error']:.1e}"
+                  + f"  load average {load[0]}-{load[1]}, other processes' cores {other_cores}", flush=True)
+        for t in timings.values():
+            t.factor = None
+        results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "load_average": load,
+                        "other_cores_busy": other_cores, "solvers": rows})
         del A
     blas = [{"internal_api": lib.get("internal_api"), "version": lib.get("version"),
              "num_threads": lib.get("num_threads"), "library": Path(str(lib.get("filepath"))).name}
             for lib in threadpool_info()]
     Path(args.json).write_text(json.dumps({"threads": threads, "loaded": loaded, "repeat": args.repeat,
-                                           "peers_missing": missing, "blas": blas, "cases": results}, indent=1))
+                                           "peers_missing": list(missing), "peers_missing_why": missing,
+                                           "blas": blas, "cases": results}, indent=1))
     return 0
 
 
@@ -289,7 +336,8 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
 
 def tables(data: dict[str, Any]) -> str:
     """Markdown: per configuration, the medians (spread max/min) of every
-    phase, then swCholesky's time over each peer's."""
+    phase, then swCholesky's time over each peer's with both spreads of the
+    total and the load average while the matrix ran."""
     lines: list[str] = []
     for run in data["runs"]:
         title = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}" + \
@@ -309,19 +357,30 @@ def tables(data: dict[str, Any]) -> str:
                     else:
                         cells.append(f"{r['median_s'][p]:.4g} ({r['spread'][p]:.2f})")
                 lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + f" | {r['backward_error']:.1e} |")
-        lines += ["", "swCholesky time / peer time (medians; below 1 is faster):", "",
-                  "| matrix | peer | analyze | factorize | solve(1) | solve(16) | total |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "swCholesky time / peer time (medians; below 1 is faster), the spread (max/min) of the"
+                  " total, swCholesky's vs the peer's, the 1-minute load average before-after the matrix and"
+                  " the cores other processes kept busy meanwhile (of the machine's"
+                  f" {data.get('cpus', '?')}):", "",
+                  "| matrix | peer | analyze | factorize | solve(1) | solve(16) | total | spread of total | load"
+                  " | other cores |", "|---|---|---|---|---|---|---|---|---|---|"]
         for case in run["cases"]:
-            ours = case["solvers"]["msc swCholesky"]["median_s"]
+            ours = case["solvers"]["msc swCholesky"]
+            load = case.get("load_average")
+            load_cell = f"{load[0]:.1f}-{load[1]:.1f}" if load else "-"
+            other = case.get("other_cores_busy")
+            load_cell += f" | {other:.2f}" if other is not None else " | -"
             for solver in SOLVERS[1:]:
                 r = case["solvers"].get(solver)
                 if r is None:
                     continue
-                cells = [("-" if solver == "SuperLU" and p == "analyze" else f"{ours[p] / r['median_s'][p]:.2f}")
-                         for p in PHASES]
-                lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + " |")
+                cells = [("-" if solver == "SuperLU" and p == "analyze"
+                          else f"{ours['median_s'][p] / r['median_s'][p]:.2f}") for p in PHASES]
+                cells.append(f"{ours['spread']['total']:.2f} vs {r['spread']['total']:.2f}")
+                lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + f" | {load_cell} |")
         if run["peers_missing"]:
-            lines.append(f"\nNot measured (not installed): {', '.join(run['peers_missing'])}.")
+            why = run.get("peers_missing_why", {})
+            lines.append("\nNot measured: " + "; ".join(
+                f"{name}{f' ({why[name]})' if name in why else ''}" for name in run["peers_missing"]) + ".")
         lines.append("")
     return "\n".join(lines)
 

@@ -9,7 +9,6 @@ import scipy.sparse as sp
 
 from msc.solvers import native
 from msc.solvers.errors import RightHandSideError
-from msc.solvers.numeric import blas_threads
 from msc.solvers.symbolic import SupernodalStructure
 
 
@@ -91,12 +90,9 @@ class Factor:
         out = np.empty_like(X)
         S = self._S
         if X.size:
-            # single-threaded BLAS: the solve's calls are too small to share
-            # (threaded, they cost 10x more on a busy machine)
-            with blas_threads().limit(limits=1, user_api="blas"):
-                status = native.numeric_lib().chol_solve(
-                    S.n, S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, S.perm, X, np.empty_like(X), out,
-                    1 if X.ndim == 1 else X.shape[1], *native.solve_blas_pointers())
+            status = native.numeric_lib().chol_solve(
+                S.n, S.nsuper, S.super, S.Sp, S.Si, S.Px, self._Lx, S.perm, X, np.empty_like(X), out,
+                1 if X.ndim == 1 else X.shape[1])
             if status != 0:
                 raise MemoryError(f"no memory for the solve's workspace ({X.shape[0]} x {X.size // max(X.shape[0], 1)})")
         self.timings["solve"] = time.perf_counter() - t0

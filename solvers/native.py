@@ -53,8 +53,7 @@ def numeric_lib() -> ctypes.CDLL:
     lib = load_library(build_shared_library((_HERE / "supernodal.c").read_text(), "swchol_supernodal"))
     _declare(lib, "chol_factor", i64, i32, i32, I32, I32, I64, I32, I64, I64, I32, F64, F64,
              I32, I32, I64, i32, I32, I32, i32, I64, ptr, ptr, ptr, ptr, F64)
-    _declare(lib, "chol_solve", i32, i32, i32, I32, I64, I32, I64, F64, I64, F64, F64, F64, i32,
-             ptr, ptr, ptr, ptr)
+    _declare(lib, "chol_solve", i32, i32, i32, I32, I64, I32, I64, F64, I64, F64, F64, F64, i32)
     _declare(lib, "chol_to_csc", None, i32, I32, I64, I32, I64, F64, I64, I32, F64)
     return lib
 
@@ -68,17 +67,6 @@ def _capsule_pointer(module: object, name: str) -> int:
     get_pointer.restype = ctypes.c_void_p
     get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
     return int(get_pointer(capsule, get_name(capsule)))
-
-
-@functools.lru_cache(maxsize=None)
-def solve_blas_pointers() -> tuple[int, int, int, int]:
-    """(dtrsv, dgemv, dtrsm, dgemm) for the supernodal solves."""
-    return (
-        _capsule_pointer(cython_blas, "dtrsv"),
-        _capsule_pointer(cython_blas, "dgemv"),
-        _capsule_pointer(cython_blas, "dtrsm"),
-        _capsule_pointer(cython_blas, "dgemm"),
-    )
 
 
 @functools.lru_cache(maxsize=None)

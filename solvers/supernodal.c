@@ -340,144 +340,338 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
     return fail;
 }
 
-typedef void (*dtrsv_t)(const char *, const char *, const char *, const int *, const double *,
-                        const int *, double *, const int *);
-typedef void (*dgemv_t)(const char *, const int *, const int *, const double *, const double *,
-                        const int *, const double *, const int *, const double *, double *,
-                        const int *);
+/* Solves: each supernode's block is swept in column blocks of SB columns,
+ * reading each entry of L once per sweep: the block's small triangle, then
+ * all the rows below it in one pass over SB column streams. One right-hand
+ * side: the supernode's rows are gathered into a contiguous vector, so the
+ * pass vectorizes over the rows. Several: X is row-major (n x r), the pass
+ * vectorizes over the right-hand sides, RB at a time, with the block's
+ * SB x RB solution in registers, and reads and writes X's rows in place.
+ * No BLAS: dgemm packed (copied) every block before multiplying 16 columns,
+ * half of a 16-column solve's time, and dtrsv + dgemv calls cost more than
+ * the work on the many small supernodes. */
+#define SB 8 /* columns per block */
+#define RB 8 /* right-hand sides per chunk */
+#define SUM_CHUNK 32 /* several right-hand sides: backward sums by chunks of this many rows */
+#define SMALL_BLOCK 64 /* one right-hand side: blocks of at most this many entries in place */
 
-/* Below this many entries in a supernode's block the solve stays in plain C
- * (a BLAS call costs more than the arithmetic); _1: for one right-hand side. */
-#ifndef SOLVE_BLAS_MIN
-#define SOLVE_BLAS_MIN 256
-#endif
-#ifndef SOLVE_BLAS_MIN_1
-#define SOLVE_BLAS_MIN_1 1024
-#endif
+static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Forward sweep, supernode s: X1 = L11^-1 X1, then X[rows below] -= L21 X1.
- * X is n x r row-major, so a supernode's own rows X1 are one contiguous
- * r x nscol column-major block (X1^T) for the BLAS. W: workspace. */
-static void solve_forward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_t *rows,
-                          const double *Ls, double *X, int32_t r, double *W,
-                          dtrsv_t dtrsv, dgemv_t dgemv, dtrsm_t dtrsm, dgemm_t dgemm)
+/* L y = y on a supernode's rows: y[0..nscol) its own entries, the rest below. */
+static void forward1(int64_t nscol, int64_t nsrow, const double *restrict Ls, double *restrict y)
 {
-    double *X1 = X + k1 * r;
-    const int64_t m = nsrow - nscol;
-    if (r == 1 && nscol * nsrow < SOLVE_BLAS_MIN_1) {
-        for (int64_t c = 0; c < nscol; c++) {
-            const double *col = Ls + c * nsrow;
-            const double xj = X1[c] / col[c];
-            X1[c] = xj;
-            for (int64_t i = c + 1; i < nscol; i++) X1[i] -= col[i] * xj;
-            for (int64_t i = nscol; i < nsrow; i++) X[rows[i]] -= col[i] * xj;
+    for (int64_t c0 = 0; c0 < nscol; c0 += SB) {
+        const int64_t cb = imin64(SB, nscol - c0);
+        double a[SB];
+        for (int64_t k = 0; k < cb; k++) {
+            const double *col = Ls + (c0 + k) * nsrow;
+            const double v = y[c0 + k] * (1.0 / col[c0 + k]); /* the division is off the dependence chain */
+            a[k] = v;
+            y[c0 + k] = v;
+            for (int64_t k2 = k + 1; k2 < cb; k2++) y[c0 + k2] -= col[c0 + k2] * v;
         }
-        return;
-    }
-    if (nscol * nsrow < SOLVE_BLAS_MIN) {
-        for (int64_t c = 0; c < nscol; c++) {
-            const double *col = Ls + c * nsrow;
-            double *xj = X1 + c * r;
-            const double inv = 1.0 / col[c];
-            for (int32_t q = 0; q < r; q++) xj[q] *= inv;
-            for (int64_t i = c + 1; i < nsrow; i++) {
-                double *xi = X + (int64_t)rows[i] * r;
-                const double l = col[i];
-                for (int32_t q = 0; q < r; q++) xi[q] -= l * xj[q];
+        const double *L0 = Ls + c0 * nsrow;
+        if (cb == SB) {
+            const double *L1 = L0 + nsrow, *L2 = L1 + nsrow, *L3 = L2 + nsrow, *L4 = L3 + nsrow,
+                         *L5 = L4 + nsrow, *L6 = L5 + nsrow, *L7 = L6 + nsrow;
+            for (int64_t i = c0 + SB; i < nsrow; i++)
+                y[i] -= ((L0[i] * a[0] + L1[i] * a[1]) + (L2[i] * a[2] + L3[i] * a[3])) +
+                        ((L4[i] * a[4] + L5[i] * a[5]) + (L6[i] * a[6] + L7[i] * a[7]));
+        } else {
+            for (int64_t k = 0; k < cb; k++) {
+                const double *l = L0 + k * nsrow;
+                for (int64_t i = c0 + cb; i < nsrow; i++) y[i] -= l[i] * a[k];
             }
-        }
-        return;
-    }
-    const int nc = (int)nscol, ld = (int)nsrow, mm = (int)m, rr = r, inc = 1;
-    const double one = 1.0, zero = 0.0;
-    if (r == 1) dtrsv("L", "N", "N", &nc, Ls, &ld, X1, &inc);
-    else dtrsm("R", "L", "T", "N", &rr, &nc, &one, Ls, &ld, X1, &rr);
-    if (m == 0) return;
-    if (r == 1) {
-        dgemv("N", &mm, &nc, &one, Ls + nscol, &ld, X1, &inc, &zero, W, &inc);
-        for (int64_t i = 0; i < m; i++) X[rows[nscol + i]] -= W[i];
-    } else {
-        dgemm("N", "T", &rr, &mm, &nc, &one, X1, &rr, Ls + nscol, &ld, &zero, W, &rr);
-        for (int64_t i = 0; i < m; i++) {
-            double *xi = X + (int64_t)rows[nscol + i] * r;
-            const double *wi = W + i * r;
-            for (int32_t q = 0; q < r; q++) xi[q] -= wi[q];
         }
     }
 }
 
-/* Backward sweep, supernode s: X1 -= L21^T X[rows below], X1 = L11^-T X1. */
-static void solve_backward(int64_t k1, int64_t nscol, int64_t nsrow, const int32_t *rows,
-                           const double *Ls, double *X, int32_t r, double *W,
-                           dtrsv_t dtrsv, dgemv_t dgemv, dtrsm_t dtrsm, dgemm_t dgemm)
+/* L^T y = y on a supernode's rows (those below its own are final). */
+static void backward1(int64_t nscol, int64_t nsrow, const double *restrict Ls, double *restrict y)
 {
-    double *X1 = X + k1 * r;
-    const int64_t m = nsrow - nscol;
-    if (r == 1 && nscol * nsrow < SOLVE_BLAS_MIN_1) {
-        for (int64_t c = nscol - 1; c >= 0; c--) {
-            const double *col = Ls + c * nsrow;
-            double sum = X1[c];
-            for (int64_t i = c + 1; i < nscol; i++) sum -= col[i] * X1[i];
-            for (int64_t i = nscol; i < nsrow; i++) sum -= col[i] * X[rows[i]];
-            X1[c] = sum / col[c];
-        }
-        return;
-    }
-    if (nscol * nsrow < SOLVE_BLAS_MIN) {
-        for (int64_t c = nscol - 1; c >= 0; c--) {
-            const double *col = Ls + c * nsrow;
-            double *xj = X1 + c * r;
-            for (int64_t i = c + 1; i < nsrow; i++) {
-                const double *xi = X + (int64_t)rows[i] * r;
-                const double l = col[i];
-                for (int32_t q = 0; q < r; q++) xj[q] -= l * xi[q];
+    for (int64_t c0 = (nscol - 1) / SB * SB; c0 >= 0; c0 -= SB) {
+        const int64_t cb = imin64(SB, nscol - c0);
+        const double *L0 = Ls + c0 * nsrow;
+        double a[SB];
+        if (cb == SB) {
+            const double *L1 = L0 + nsrow, *L2 = L1 + nsrow, *L3 = L2 + nsrow, *L4 = L3 + nsrow,
+                         *L5 = L4 + nsrow, *L6 = L5 + nsrow, *L7 = L6 + nsrow;
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+            for (int64_t i = c0 + SB; i < nsrow; i++) {
+                const double v = y[i];
+                s0 += L0[i] * v;
+                s1 += L1[i] * v;
+                s2 += L2[i] * v;
+                s3 += L3[i] * v;
+                s4 += L4[i] * v;
+                s5 += L5[i] * v;
+                s6 += L6[i] * v;
+                s7 += L7[i] * v;
             }
-            const double inv = 1.0 / col[c];
-            for (int32_t q = 0; q < r; q++) xj[q] *= inv;
+            a[0] = y[c0] - s0, a[1] = y[c0 + 1] - s1, a[2] = y[c0 + 2] - s2, a[3] = y[c0 + 3] - s3;
+            a[4] = y[c0 + 4] - s4, a[5] = y[c0 + 5] - s5, a[6] = y[c0 + 6] - s6, a[7] = y[c0 + 7] - s7;
+        } else {
+            for (int64_t k = 0; k < cb; k++) {
+                const double *l = L0 + k * nsrow;
+                double s = 0;
+#pragma omp simd reduction(+ : s)
+                for (int64_t i = c0 + cb; i < nsrow; i++) s += l[i] * y[i];
+                a[k] = y[c0 + k] - s;
+            }
         }
-        return;
-    }
-    const int nc = (int)nscol, ld = (int)nsrow, mm = (int)m, rr = r, inc = 1;
-    const double one = 1.0, minus = -1.0;
-    if (m > 0) {
-        for (int64_t i = 0; i < m; i++) {
-            const double *xi = X + (int64_t)rows[nscol + i] * r;
-            double *wi = W + i * r;
-            for (int32_t q = 0; q < r; q++) wi[q] = xi[q];
+        for (int64_t k = cb - 1; k >= 0; k--) {
+            const double *col = Ls + (c0 + k) * nsrow;
+            double v = a[k];
+            for (int64_t k2 = k + 1; k2 < cb; k2++) v -= col[c0 + k2] * a[k2];
+            a[k] = v * (1.0 / col[c0 + k]);
+            y[c0 + k] = a[k];
         }
-        if (r == 1) dgemv("T", &mm, &nc, &minus, Ls + nscol, &ld, W, &inc, &one, X1, &inc);
-        else dgemm("N", "N", &rr, &nc, &mm, &minus, W, &rr, Ls + nscol, &ld, &one, X1, &rr);
     }
-    if (r == 1) dtrsv("L", "T", "N", &nc, Ls, &ld, X1, &inc);
-    else dtrsm("R", "L", "N", "N", &rr, &nc, &one, Ls, &ld, X1, &rr);
+}
+
+/* RB right-hand sides as one vector (GCC/Clang vector extension). */
+typedef double vrb __attribute__((vector_size(RB * sizeof(double))));
+
+static inline vrb load_rb(const double *p)
+{
+    vrb v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store_rb(double *p, vrb v) { memcpy(p, &v, sizeof v); }
+
+/* Several right-hand sides, forward: where row i of a supernode's block is
+ * updated: its own rows in X1 (the supernode's rows of X), those below in
+ * W when the supernode has more than one column block (what it sends,
+ * summed from zero and added to X once, as for one right-hand side: X
+ * updated in place block by block was 2-3x less accurate), else in X. */
+typedef struct {
+    int64_t nscol, r;
+    const int32_t *rows;
+    double *X, *X1, *W;
+} rows_t;
+
+static inline double *row_of(const rows_t *t, int64_t i)
+{
+    if (i < t->nscol) return t->X1 + i * t->r;
+    return t->W != NULL ? t->W + (i - t->nscol) * t->r : t->X + (int64_t)t->rows[i] * t->r;
+}
+
+/* Forward, several right-hand sides: columns c0 .. c0+cb-1 of a supernode
+ * (cb <= SB, a constant where inlined), right-hand sides q0 .. q0+RB-1. */
+static inline __attribute__((always_inline)) void forward_rb(
+    int64_t c0, int64_t cb, int64_t nsrow, const double *restrict Ls, const rows_t *t, int64_t q0)
+{
+    const int64_t r = t->r;
+    vrb a[SB];
+    double *X0 = t->X1 + c0 * r + q0;
+    for (int64_t k = 0; k < cb; k++) a[k] = load_rb(X0 + k * r);
+    for (int64_t k = 0; k < cb; k++) {
+        const double *col = Ls + (c0 + k) * nsrow + c0;
+        a[k] *= 1.0 / col[k];
+        for (int64_t k2 = k + 1; k2 < cb; k2++) a[k2] -= col[k2] * a[k];
+    }
+    for (int64_t k = 0; k < cb; k++) store_rb(X0 + k * r, a[k]);
+    const double *L0 = Ls + c0 * nsrow;
+    for (int64_t i = c0 + cb; i < nsrow; i++) {
+        double *xi = row_of(t, i) + q0;
+        vrb s = L0[i] * a[0];
+        for (int64_t k = 1; k < cb; k++) s += L0[k * nsrow + i] * a[k];
+        store_rb(xi, load_rb(xi) - s);
+    }
+}
+
+/* Backward, as forward_rb, transposed (X below the supernode read in place). */
+static inline __attribute__((always_inline)) void backward_rb(
+    int64_t c0, int64_t cb, int64_t nsrow, const int32_t *rows, const double *restrict Ls,
+    double *restrict X, int64_t r, int64_t q0)
+{
+    vrb a[SB];
+    double *X0 = X + (int64_t)rows[c0] * r + q0;
+    for (int64_t k = 0; k < cb; k++) a[k] = (vrb){0};
+    const double *L0 = Ls + c0 * nsrow;
+    for (int64_t i0 = c0 + cb; i0 < nsrow; i0 += SUM_CHUNK) { /* sums by chunks of rows: fewer roundings */
+        const int64_t i1 = imin64(i0 + SUM_CHUNK, nsrow);
+        vrb t[SB];
+        for (int64_t k = 0; k < cb; k++) t[k] = (vrb){0};
+        for (int64_t i = i0; i < i1; i++) {
+            const vrb xi = load_rb(X + (int64_t)rows[i] * r + q0);
+            for (int64_t k = 0; k < cb; k++) t[k] += L0[k * nsrow + i] * xi;
+        }
+        for (int64_t k = 0; k < cb; k++) a[k] += t[k];
+    }
+    for (int64_t k = 0; k < cb; k++) a[k] = load_rb(X0 + k * r) - a[k];
+    for (int64_t k = cb - 1; k >= 0; k--) {
+        const double *col = Ls + (c0 + k) * nsrow + c0;
+        for (int64_t k2 = k + 1; k2 < cb; k2++) a[k] -= col[k2] * a[k2];
+        a[k] *= 1.0 / col[k];
+    }
+    for (int64_t k = 0; k < cb; k++) store_rb(X0 + k * r, a[k]);
+}
+
+/* Forward/backward for the last w < RB right-hand sides, in scalars. */
+static void forward_tail(int64_t c0, int64_t cb, int64_t nsrow, const double *Ls, const rows_t *t,
+                         int64_t q0, int64_t w)
+{
+    for (int64_t k = 0; k < cb; k++) {
+        const double *col = Ls + (c0 + k) * nsrow;
+        double *xk = t->X1 + (c0 + k) * t->r + q0;
+        const double inv = 1.0 / col[c0 + k];
+        for (int64_t q = 0; q < w; q++) xk[q] *= inv;
+        for (int64_t i = c0 + k + 1; i < nsrow; i++) {
+            double *xi = row_of(t, i) + q0;
+            for (int64_t q = 0; q < w; q++) xi[q] -= col[i] * xk[q];
+        }
+    }
+}
+
+static void backward_tail(int64_t c0, int64_t cb, int64_t nsrow, const int32_t *rows,
+                          const double *Ls, double *X, int64_t r, int64_t q0, int64_t w)
+{
+    double *X0 = X + (int64_t)rows[c0] * r + q0;
+    for (int64_t k = cb - 1; k >= 0; k--) {
+        const double *col = Ls + (c0 + k) * nsrow;
+        double *xk = X0 + k * r, acc[RB] = {0};
+        for (int64_t i = c0 + k + 1; i < nsrow; i++) {
+            const double *xi = X + (int64_t)rows[i] * r + q0;
+            for (int64_t q = 0; q < w; q++) acc[q] += col[i] * xi[q];
+        }
+        const double inv = 1.0 / col[c0 + k];
+        for (int64_t q = 0; q < w; q++) xk[q] = (xk[q] - acc[q]) * inv;
+    }
+}
+
+/* One case per block width, so that each kernel is compiled with cb constant. */
+#define BY_WIDTH(kernel, ...)                                                                  \
+    switch (cb) {                                                                              \
+    case 1: kernel(c0, 1, __VA_ARGS__); break;                                                 \
+    case 2: kernel(c0, 2, __VA_ARGS__); break;                                                 \
+    case 3: kernel(c0, 3, __VA_ARGS__); break;                                                 \
+    case 4: kernel(c0, 4, __VA_ARGS__); break;                                                 \
+    case 5: kernel(c0, 5, __VA_ARGS__); break;                                                 \
+    case 6: kernel(c0, 6, __VA_ARGS__); break;                                                 \
+    case 7: kernel(c0, 7, __VA_ARGS__); break;                                                 \
+    default: kernel(c0, SB, __VA_ARGS__); break;                                               \
+    }
+
+static void forward_many(int64_t nscol, int64_t nsrow, const int32_t *rows, const double *Ls,
+                         double *X, int64_t r, double *W)
+{
+    /* the supernode's own rows are consecutive */
+    const rows_t t = {nscol, r, rows, X, X + (int64_t)rows[0] * r, nscol > SB ? W : NULL};
+    if (t.W != NULL) memset(W, 0, (size_t)((nsrow - nscol) * r) * sizeof(double));
+    for (int64_t c0 = 0; c0 < nscol; c0 += SB) {
+        const int64_t cb = imin64(SB, nscol - c0);
+        int64_t q0 = 0;
+        for (; q0 + RB <= r; q0 += RB) BY_WIDTH(forward_rb, nsrow, Ls, &t, q0)
+        if (q0 < r) forward_tail(c0, cb, nsrow, Ls, &t, q0, r - q0);
+    }
+    for (int64_t i = nscol; i < nsrow && t.W != NULL; i++) {
+        double *xi = X + (int64_t)rows[i] * r;
+        const double *wi = W + (i - nscol) * r;
+        for (int64_t q = 0; q < r; q++) xi[q] += wi[q];
+    }
+}
+
+static void backward_many(int64_t nscol, int64_t nsrow, const int32_t *rows, const double *Ls,
+                          double *X, int64_t r)
+{
+    for (int64_t c0 = (nscol - 1) / SB * SB; c0 >= 0; c0 -= SB) {
+        const int64_t cb = imin64(SB, nscol - c0);
+        int64_t q0 = 0;
+        for (; q0 + RB <= r; q0 += RB) BY_WIDTH(backward_rb, nsrow, rows, Ls, X, r, q0)
+        if (q0 < r) backward_tail(c0, cb, nsrow, rows, Ls, X, r, q0, r - q0);
+    }
+}
+
+/* Forward sweep over supernodes lo .. hi-1 (ascending). W: nsrow x r doubles. */
+static void sweep_forward(int32_t lo, int32_t hi, const int32_t *super, const int64_t *Sp,
+                          const int32_t *Si, const int64_t *Px, const double *Lx, double *X,
+                          int64_t r, double *W)
+{
+    for (int32_t s = lo; s < hi; s++) {
+        const int64_t nscol = super[s + 1] - super[s], nsrow = Sp[s + 1] - Sp[s];
+        const int32_t *rows = Si + Sp[s];
+        if (r > 1) {
+            forward_many(nscol, nsrow, rows, Lx + Px[s], X, r, W);
+            continue;
+        }
+        double *x1 = X + super[s];
+        const double *Ls = Lx + Px[s];
+        if (nscol * nsrow <= SMALL_BLOCK) { /* in place: copying costs more than the work */
+            for (int64_t c = 0; c < nscol; c++) {
+                const double *col = Ls + c * nsrow;
+                const double xj = x1[c] * (1.0 / col[c]);
+                x1[c] = xj;
+                for (int64_t i = c + 1; i < nscol; i++) x1[i] -= col[i] * xj;
+                for (int64_t i = nscol; i < nsrow; i++) X[rows[i]] -= col[i] * xj;
+            }
+            continue;
+        }
+        memcpy(W, x1, (size_t)nscol * sizeof(double));
+        memset(W + nscol, 0, (size_t)(nsrow - nscol) * sizeof(double));
+        forward1(nscol, nsrow, Ls, W);
+        memcpy(x1, W, (size_t)nscol * sizeof(double));
+        for (int64_t i = nscol; i < nsrow; i++) X[rows[i]] += W[i];
+    }
+}
+
+/* Backward sweep over supernodes hi-1 down to lo. */
+static void sweep_backward(int32_t lo, int32_t hi, const int32_t *super, const int64_t *Sp,
+                           const int32_t *Si, const int64_t *Px, const double *Lx, double *X,
+                           int64_t r, double *W)
+{
+    for (int32_t s = hi - 1; s >= lo; s--) {
+        const int64_t nscol = super[s + 1] - super[s], nsrow = Sp[s + 1] - Sp[s];
+        const int32_t *rows = Si + Sp[s];
+        if (r > 1) {
+            backward_many(nscol, nsrow, rows, Lx + Px[s], X, r);
+            continue;
+        }
+        double *x1 = X + super[s];
+        const double *Ls = Lx + Px[s];
+        if (nscol * nsrow <= SMALL_BLOCK) {
+            for (int64_t c = nscol - 1; c >= 0; c--) {
+                const double *col = Ls + c * nsrow;
+                double sum = x1[c];
+                for (int64_t i = c + 1; i < nscol; i++) sum -= col[i] * x1[i];
+                for (int64_t i = nscol; i < nsrow; i++) sum -= col[i] * X[rows[i]];
+                x1[c] = sum * (1.0 / col[c]);
+            }
+            continue;
+        }
+        memcpy(W, x1, (size_t)nscol * sizeof(double));
+        for (int64_t i = nscol; i < nsrow; i++) W[i] = X[rows[i]];
+        backward1(nscol, nsrow, Ls, W);
+        memcpy(x1, W, (size_t)nscol * sizeof(double));
+    }
 }
 
 /* Solve A X = B for P A P^T = L L^T (P = I[perm]): X[k] = B[perm[k]], then
- * L Y = X (forward) and L^T Z = Y (backward) supernode by supernode on the
- * dense blocks, then out[perm[k]] = Z[k]. B, X (workspace) and out are
- * n x nrhs row-major. BLAS (dtrsv, dgemv, dtrsm, dgemm) come as pointers.
+ * L Y = X (forward) and L^T Z = Y (backward) supernode by supernode, then
+ * out[perm[k]] = Z[k]. B, X (workspace) and out are n x nrhs row-major.
  * Returns 0, or -1 when the workspace cannot be allocated. */
 int32_t chol_solve(int32_t n, int32_t ns, const int32_t *super, const int64_t *Sp, const int32_t *Si,
                    const int64_t *Px, const double *Lx, const int64_t *perm, const double *B,
-                   double *X, double *out, int32_t nrhs,
-                   void *dtrsv, void *dgemv, void *dtrsm, void *dgemm)
+                   double *X, double *out, int32_t nrhs)
 {
     const int64_t r = nrhs;
-    int64_t maxm = 1;
-    for (int32_t s = 0; s < ns; s++) {
-        const int64_t m = (Sp[s + 1] - Sp[s]) - (super[s + 1] - super[s]);
-        maxm = imax64(maxm, m);
-    }
-    double *W = malloc((size_t)(maxm * r) * sizeof(double));
+    int64_t maxrow = 1;
+    for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
+    double *W = malloc((size_t)(maxrow * r) * sizeof(double));
     if (W == NULL) return -1;
-    for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
-    for (int32_t s = 0; s < ns; s++)
-        solve_forward(super[s], super[s + 1] - super[s], Sp[s + 1] - Sp[s], Si + Sp[s], Lx + Px[s],
-                      X, nrhs, W, (dtrsv_t)dtrsv, (dgemv_t)dgemv, (dtrsm_t)dtrsm, (dgemm_t)dgemm);
-    for (int32_t s = ns - 1; s >= 0; s--)
-        solve_backward(super[s], super[s + 1] - super[s], Sp[s + 1] - Sp[s], Si + Sp[s], Lx + Px[s],
-                       X, nrhs, W, (dtrsv_t)dtrsv, (dgemv_t)dgemv, (dtrsm_t)dtrsm, (dgemm_t)dgemm);
-    for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
+    if (r == 1)
+        for (int64_t k = 0; k < n; k++) X[k] = B[perm[k]];
+    else
+        for (int64_t k = 0; k < n; k++) memcpy(X + k * r, B + perm[k] * r, (size_t)r * sizeof(double));
+    sweep_forward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
+    sweep_backward(0, ns, super, Sp, Si, Px, Lx, X, r, W);
+    if (r == 1)
+        for (int64_t k = 0; k < n; k++) out[perm[k]] = X[k];
+    else
+        for (int64_t k = 0; k < n; k++) memcpy(out + perm[k] * r, X + k * r, (size_t)r * sizeof(double));
     free(W);
     return 0;
 }

@@ -44,7 +44,7 @@ def test_read_and_solve(row: dict[str, str]) -> None:
     b = np.random.default_rng(0).standard_normal(A.shape[0])
     x = F.solve(b)
     assert backward_error(A, x, b) <= BACKWARD_ERROR_EPS * np.finfo(np.float64).eps
-    X = F.solve(np.column_stack([b, -2.0 * b, np.ones_like(b)]))  # the blocked (dtrsm/dgemm) path
+    X = F.solve(np.column_stack([b, -2.0 * b, np.ones_like(b)]))  # the several-right-hand-side path
     for k in range(X.shape[1]):
         bk = b if k == 0 else (-2.0 * b if k == 1 else np.ones_like(b))
         assert backward_error(A, X[:, k], bk) <= BACKWARD_ERROR_EPS * np.finfo(np.float64).eps
