@@ -91,7 +91,9 @@ def test_generated_stencils_match_reference(seed, assert_matches):
     _run_case(seed, None, assert_matches)
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s % 4 == 0 else [pytest.mark.slow]) for s in range(48)])
+# a quarter of the seeds by default, another quarter slow (each run starts 64 emulated CPEs)
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s % 4 == 0 else [pytest.mark.slow])
+                                  for s in range(48) if s % 2 == 0])
 def test_random_tile_schedules_match_reference(seed, assert_matches):
     _run_case(seed, athread_schedule(seed, generate(seed).stencil), assert_matches)
 
@@ -108,13 +110,14 @@ def _time_tileable(seed: int) -> bool:
 DIRICHLET = [s for s in range(48) if _time_tileable(s)]
 
 
-# 1-3D, one to three statements, cheap under the emulator (the others' tiny tiles under wide halos take up to a minute)
+# 1-3D, one to three statements, cheap under the emulator (time tiles of a wide-radius 3D stencil
+# are tiny under their halos and take up to a minute each emulated, too long for the suite)
 TIME_TILE_SAMPLE = [3, 6, 7, 8, 12, 27, 40]
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s in TIME_TILE_SAMPLE else [pytest.mark.slow])
-                                  for s in DIRICHLET])
+@pytest.mark.parametrize("seed", TIME_TILE_SAMPLE)
 def test_random_time_tiles_match_reference(seed, assert_matches):
+    assert _time_tileable(seed)
     _run_case(seed, time_tile_schedule(seed, generate(seed).stencil), assert_matches)
 
 

@@ -17,7 +17,7 @@ from msc.runtime import build, cuda_emu
 
 DATA = Path(__file__).parent / "cuda"
 SOURCES = sorted(DATA.glob("*.cu"))
-NVCC_FLAGS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+NVCC_FLAGS = ("--threads", "2", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
               "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Werror")  # fmt: skip
 PTR = ctypes.c_void_p
 
