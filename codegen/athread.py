@@ -42,7 +42,7 @@ from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
 from msc.codegen.mpi import MPITarget
 from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
-from msc.codegen.printers.c import C_TYPES, CPrinter
+from msc.codegen.printers.c import CPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
@@ -287,16 +287,7 @@ class AthreadTarget:
         unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
         printer = CPrinter(stencil.dtype)
         levels = _all_levels(stencil)
-        common = dict(
-            version=msc.__version__,
-            name=stencil.name,
-            ndim=stencil.ndim,
-            boundary=stencil.boundary,
-            dtype=stencil.dtype,
-            ctype=C_TYPES[stencil.dtype],
-            chip=chip,
-            schedule=str(lowered.schedule),
-        )
+        common = dict(ctarget.stencil_values(stencil), chip=chip, schedule=str(lowered.schedule))
         params = [param_name(p) for p in stencil.params]
         suffix = f"_{tag}" if tag else ""
         names = {"host.c": f"host{suffix}.c", "slave.c": f"slave{suffix}.c", "msc_args.h": f"msc_args{suffix}.h"}
@@ -322,7 +313,7 @@ class AthreadTarget:
             entries.append(dict(name=f"{BOX_ENTRY}{suffix}", parameters=signature.c_parameters(box=True), box=True))
         host = render("athread_host.c.j2", steps=_host_steps(poly, suffix), fields=_host_fields(stencil),
                       entries=entries, levels=levels, params=params, radius=list(stencil.radius),
-                      periodic=stencil.boundary == "periodic", time_tile=time_tile, **common)
+                      time_tile=time_tile, **common)
         return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
 
     def _tree(self, poly: PolyIR, schedule: object, chip: str) -> dict[str, str]:

@@ -173,16 +173,10 @@ class CTarget:
         entries = [_entry(stencil, kernel, printer) for kernel in kernels]
         return render(
             self.platform.kernel_template,
-            version=msc.__version__,
-            name=stencil.name,
-            ndim=stencil.ndim,
-            boundary=stencil.boundary,
-            dtype=stencil.dtype,
-            ctype=C_TYPES[stencil.dtype],
+            **stencil_values(stencil),
             schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
             work_shared=schedule.parallel_dim is not None,
             int_helpers=C_HELPERS,
-            periodic=stencil.boundary == "periodic",
             entries=entries,
             **values,
         )
@@ -273,16 +267,25 @@ def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
     )
 
 
+def stencil_values(stencil: ir.StencilIR) -> dict[str, Any]:
+    """What every kernel template says about the stencil itself."""
+    return dict(version=msc.__version__, name=stencil.name, ndim=stencil.ndim, boundary=stencil.boundary,
+                dtype=stencil.dtype, ctype=C_TYPES[stencil.dtype], periodic=stencil.boundary == "periodic")
+
+
+def entry_preamble(stencil: ir.StencilIR, box: bool) -> list[str]:
+    """An entry point's first lines: the parameters as `real`, the box bounds, the volume V."""
+    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
+    if box:
+        preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
+    return preamble + [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]
+
+
 def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[str, object]:
     """Name, parameters, preamble and body of one entry point."""
-    volume = " * ".join(f"P{d}" for d in range(stencil.ndim))
-    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
-    if kernel.box:
-        preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
-    preamble.append(f"const long V = {volume};")
-    preamble.append("(void)V;")
     parameters = signature(stencil).c_parameters(kernel.box)
-    return dict(name=kernel.name, parameters=parameters, preamble=preamble, body=printer.lines(kernel.body))
+    return dict(name=kernel.name, parameters=parameters, preamble=entry_preamble(stencil, kernel.box),
+                body=printer.lines(kernel.body))
 
 
 # -- the kernel index: (target, IR, schedule text, generator, compiler, host) -> built library

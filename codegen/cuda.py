@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-import msc
 from msc import ir
 from msc.codegen import ctarget, register
 from msc.codegen import cuda_time_tile as time_tile
@@ -36,7 +35,6 @@ from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
 from msc.codegen.passes import cuda as mapping
-from msc.codegen.printers.c import C_TYPES
 from msc.codegen.printers.cuda import CudaPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
@@ -125,15 +123,9 @@ class CudaTarget(ctarget.CTarget):
         fields = [dict(c=_pointer(f), slots=f.slots, written=f.written) for f in stencil.fields]
         return render(
             self.platform.kernel_template,
-            version=msc.__version__,
-            name=stencil.name,
-            ndim=stencil.ndim,
-            boundary=stencil.boundary,
-            dtype=stencil.dtype,
-            ctype=C_TYPES[stencil.dtype],
+            **ctarget.stencil_values(stencil),
             schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
             int_helpers=C_HELPERS.replace("static inline", "__host__ __device__ inline"),
-            periodic=stencil.boundary == "periodic",
             entries=entries,
             fields=fields,
             volume=" * ".join(f"P{d}" for d in range(stencil.ndim)),
@@ -143,10 +135,7 @@ class CudaTarget(ctarget.CTarget):
     def _entry(self, poly: PolyIR, schedule: LoweredSchedule, name: str, box: bool,
                printer: CudaPrinter) -> dict[str, object]:
         stencil = poly.ir
-        preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
-        if box:
-            preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
-        preamble += [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]
+        preamble = ctarget.entry_preamble(stencil, box)
         parameters = cuda_parameters(stencil, box)
         arguments = [re.split(r"[ *]", p)[-1] for p in parameters]
         device = [f"d_{a}" if a in {_pointer(f) for f in stencil.fields} else a for a in arguments]

@@ -91,9 +91,9 @@ def test_generated_stencils_match_reference(seed, assert_matches):
     _run_case(seed, None, assert_matches)
 
 
-# a quarter of the seeds by default, another quarter slow (each run starts 64 emulated CPEs)
+# a quarter of the seeds by default, an eighth more slow (each run starts 64 emulated CPEs)
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s % 4 == 0 else [pytest.mark.slow])
-                                  for s in range(48) if s % 2 == 0])
+                                  for s in range(48) if s % 8 in (0, 2, 4)])
 def test_random_tile_schedules_match_reference(seed, assert_matches):
     _run_case(seed, athread_schedule(seed, generate(seed).stencil), assert_matches)
 
@@ -213,7 +213,9 @@ def test_a_missing_dma_wait_is_caught(heat2d, tmp_path):
     schedule = msc.Schedule().tile(x=1, y=8)  # 48 x 5 tiles: every CPE has three or four
     # no wait for a tile's fetch: the CPE computes on what is not there yet, and returns with the gets in flight
     no_get_wait = _emit_and_break(heat2d, tmp_path / "get", schedule, "&got[s], gets[s]")
-    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*athread_get.* not waited for"):
+    # (the first CPE to notice reports it: freeing a buffer with the get pending, or returning with it)
+    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*(athread_get.* not waited for|"
+                                            r"never waited for \(first: athread_get)"):
         no_get_wait.run(steps=2, u=u, alpha=0.1)
     # no wait before an output buffer is reused: a put still in flight sends the next tile's values
     no_put_wait = _emit_and_break(heat2d, tmp_path / "put", schedule, "&put[s], puts[s]")

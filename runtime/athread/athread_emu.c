@@ -80,19 +80,26 @@ static __thread volatile char tls_anchor;
 
 static cpe_t *self(void) { return (cpe_t *)pthread_getspecific(cpe_key); }
 
+/* The first failure wins: its message is formatted whole and written in one call while a lock
+ * holds back any other CPE failing at the same moment (whose text would interleave or be cut
+ * short by this abort). */
 static void fail(const char *call, const char *fmt, ...) {
+    static pthread_mutex_t failing = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&failing);
     cpe_t *c = self();
+    char msg[2048];
+    int n = c ? snprintf(msg, sizeof msg, "athread emulator: CPE %d (row %d, col %d) in kernel '%s': %s: ", c->id,
+                         c->id / ATHREAD_EMU_MESH, c->id % ATHREAD_EMU_MESH, spawned_name, call)
+              : snprintf(msg, sizeof msg, "athread emulator: MPE: %s: ", call);
     va_list ap;
-    if (c)
-        fprintf(stderr, "athread emulator: CPE %d (row %d, col %d) in kernel '%s': %s: ", c->id,
-                c->id / ATHREAD_EMU_MESH, c->id % ATHREAD_EMU_MESH, spawned_name, call);
-    else
-        fprintf(stderr, "athread emulator: MPE: %s: ", call);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    if (n >= 0 && (size_t)n < sizeof msg) n += vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (n < 0 || (size_t)n >= sizeof msg - 1) n = (int)sizeof msg - 2;
+    msg[n++] = '\n';
     fflush(stderr);
+    ssize_t written = write(STDERR_FILENO, msg, (size_t)n);
+    (void)written;
     abort();
 }
 
