@@ -21,7 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 
 import msc
 from msc import ir
@@ -36,6 +36,7 @@ from msc.runtime.build import (
     DEFAULT_CC,
     DEFAULT_CFLAGS,
     atomic_write_text,
+    build_shared_library,
     cache_dir,
     host_identity,
     is_intact,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from msc.codegen.node import NodeBuild, NodeKernel
     from msc.tuner import AutoKernel
 
+Loaded = TypeVar("Loaded")  # what a kernel index entry loads into
 
 @dataclass(frozen=True)
 class KernelSignature:
@@ -200,17 +202,13 @@ class CTarget:
         sched = as_schedule(schedule)
         threads = threads or (sched.threads if sched else None)
         key = kernel_key(self.name, poly.ir, sched, box, self.toolchain)
-        found = indexed(key)
-        if found is not None:
-            source, library = found
-            try:
-                return CompiledKernel(poly.ir, source, library, self.name, threads, sched)
-            except OSError:
-                pass  # a damaged library: build it again below
-        kernel = CompiledKernel.build(poly.ir, self.source(poly, sched, box), self.name, threads, sched,
-                                      cc=os.environ.get("CC", self.toolchain.cc), flags=self.toolchain.flags)
-        atomic_write_text(index_path(key), kernel.library_path.name)
-        return kernel
+        def build() -> tuple[str, Path]:
+            source = self.source(poly, sched, box)
+            cc = os.environ.get("CC", self.toolchain.cc)
+            return source, build_shared_library(source, f"msc_{poly.ir.name}", cc=cc, flags=self.toolchain.flags)
+
+        return through_index(
+            key, lambda source, library: CompiledKernel(poly.ir, source, library, self.name, threads, sched), build)
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""
@@ -334,6 +332,22 @@ def kernel_key(target: str, stencil: ir.StencilIR, schedule: Schedule | None, bo
 
 def index_path(key: str) -> Path:
     return cache_dir() / "index" / key
+
+
+def through_index(key: str, load: Callable[[str, Path], Loaded], build: Callable[[], tuple[str, Path]],
+                  suffix: str = ".c") -> Loaded:
+    """The kernel indexed under `key`, loaded by `load(source, library)`; when
+    there is none (or its library is damaged), `build()` makes it and the index
+    records it."""
+    found = indexed(key, suffix)
+    if found is not None:
+        try:
+            return load(*found)
+        except OSError:
+            pass  # a damaged library: build it again below
+    source, library = build()
+    atomic_write_text(index_path(key), library.name)
+    return load(source, library)
 
 
 def indexed(key: str, suffix: str = ".c") -> tuple[str, Path] | None:

@@ -39,7 +39,7 @@ from msc.codegen.printers.cuda import CudaPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
-from msc.runtime.build import atomic_write_text, build_shared_library, write_tree
+from msc.runtime.build import build_shared_library, write_tree
 from msc.runtime.cuda_kernel import CudaKernel, is_device_array
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
@@ -207,19 +207,14 @@ class CudaTarget(ctarget.CTarget):
         toolchain = self.build_toolchain(emulate)
         sched = as_schedule(schedule)
         key = ctarget.kernel_key(self.name, poly.ir, sched, box, toolchain)
-        found = ctarget.indexed(key, ".cu")
-        if found is not None:
-            source, library = found
-            try:
-                return CudaKernel(poly.ir, source, library, self.name, threads, sched)
-            except OSError:
-                pass  # a damaged library: build it again below
-        source = self.source(poly, sched, box)
-        library = build_shared_library(source, f"msc_{poly.ir.name}", cc=toolchain.cc, flags=toolchain.flags,
-                                       suffix=".cu")
-        atomic_write_text(ctarget.index_path(key), library.name)
-        return CudaKernel(poly.ir, source, library, self.name, threads, sched)
 
+        def build() -> tuple[str, Path]:
+            source = self.source(poly, sched, box)
+            return source, build_shared_library(source, f"msc_{poly.ir.name}", cc=toolchain.cc,
+                                                flags=toolchain.flags, suffix=".cu")
+
+        return ctarget.through_index(
+            key, lambda source, library: CudaKernel(poly.ir, source, library, self.name, threads, sched), build, ".cu")
 
     # -- a standalone tree ---------------------------------------------------------
 

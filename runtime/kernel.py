@@ -15,7 +15,7 @@ from msc import ir
 from msc.arguments import bind_arguments
 from msc.errors import StencilArgumentError
 from msc.runtime.buffers import ghost_width, pack, padded_shape
-from msc.runtime.build import DEFAULT_CFLAGS, build_shared_library, load_library
+from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
 BOX_ENTRY = "msc_run_box"  # the same on a box of the domain (a kernel compiled with box=True)
@@ -80,12 +80,6 @@ class CompiledKernel:
             self._box_fn = self._entry(BOX_ENTRY, box=True)
         bounds = [(ctypes.c_long * len(b))(*b) for b in (lo, hi)]
         self._box_fn(*call, *bounds, t0, steps, nthreads)
-
-    @classmethod
-    def build(cls, stencil: ir.StencilIR, source: str, target: str, threads: int | None,
-              schedule: Any = None, cc: str | None = None, flags: tuple[str, ...] = DEFAULT_CFLAGS) -> CompiledKernel:
-        path = build_shared_library(source, f"msc_{stencil.name}", cc=cc, flags=flags)
-        return cls(stencil, source, path, target, threads, schedule)
 
     @overload
     def run(self, steps: int, threads: int | None = None, comm: None = None, dims: Any = None,
