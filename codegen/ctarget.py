@@ -119,6 +119,13 @@ class Toolchain:
     makefile_template: str = "Makefile.j2"
 
 
+def refuse_x86_primitives(schedule: Schedule, target: str) -> None:
+    """A ScheduleError when `schedule` asks a target without them for the x86 store primitives."""
+    for name, asked in (("stream_stores", schedule.streaming), ("prefetch", schedule.prefetch_distance > 0)):
+        if asked:
+            raise ScheduleError(f"target '{target}' has no {name}() (an x86 primitive of target 'openmp')")
+
+
 def check_capacity(kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule, platform: Platform, target: str) -> None:
     """Every per-worker buffer of the kernel fits its memory space: else a
     ScheduleError naming the buffers' fields, the tile and both sizes."""

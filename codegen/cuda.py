@@ -113,9 +113,7 @@ class CudaTarget(ctarget.CTarget):
 
     def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
         stencil = poly.ir
-        if schedule.schedule.streaming or schedule.schedule.prefetch_distance:
-            what = "stream_stores" if schedule.schedule.streaming else "prefetch"
-            raise ScheduleError(f"target '{NAME}' has no {what}() (an x86 primitive of target 'openmp')")
+        ctarget.refuse_x86_primitives(schedule.schedule, NAME)
         printer = CudaPrinter(stencil.dtype)
         entries = []
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):

@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 
 from msc.codegen import ctarget, register_node
 from msc.codegen import kernel_ir as k
-from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import DEFAULT_CFLAGS
 from msc.schedule import LoweredSchedule
@@ -24,10 +23,7 @@ class SerialPlatform(ctarget.Platform):
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: 512 << 10}  # as target 'openmp'
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
-        for name, asked in (("stream_stores", schedule.schedule.streaming),
-                            ("prefetch", schedule.schedule.prefetch_distance > 0)):
-            if asked:
-                raise ScheduleError(f"target '{NAME}' has no {name}() (an x86 primitive of target 'openmp')")
+        ctarget.refuse_x86_primitives(schedule.schedule, NAME)
         return k.transform_kernel(kernel, _one_worker), {}
 
 
