@@ -12,7 +12,6 @@ in thread wake-ups than it saves (a 2-thread run of a 3D 20^3 grid took
 from __future__ import annotations
 
 import functools
-import mmap
 import time
 from dataclasses import asdict, dataclass
 
@@ -88,28 +87,27 @@ def top_tiles(S: SupernodalStructure, top: np.ndarray) -> np.ndarray:
     return np.where(supernode_work(S.super, S.Sp)[top] >= TOP_SPLIT_FLOPS, tiles, 0).astype(np.int32)
 
 
-POPULATE_BYTES = 1 << 24  # factors from this size up are mapped with their pages populated
+POPULATE_BYTES = 1 << 24  # factors from this size up get their pages before the factorization
 
 
-def factor_values(count: int) -> np.ndarray:
-    """An uninitialized float64 array for L's values. From POPULATE_BYTES up it
-    is an anonymous mapping whose pages the kernel supplies in one call
-    (MAP_POPULATE) instead of one page fault at a time as the factorization
-    first touches them: on a virtual machine, pages the process never had
-    cost 0.6-0.8 s per 240 MB touched one by one against 0.12 s populated, so
-    a 1.1 s factorization (2D 1000^2, one thread) took 1.1-2.9 s run to run
-    with np.empty and 1.2-1.3 s populated."""
-    nbytes = 8 * count
-    if nbytes < POPULATE_BYTES or not hasattr(mmap, "MAP_POPULATE"):
-        return np.empty(count, dtype=np.float64)
-    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
-    return np.frombuffer(buffer, dtype=np.float64)
+def factor_values(count: int, nthreads: int) -> np.ndarray:
+    """An uninitialized float64 array for L's values. From POPULATE_BYTES up
+    its pages are handed to the process before the factorization, by the
+    kernel in one call per thread (supernodal.c: chol_populate), instead of
+    one page fault at a time as the factorization first touches them: on a
+    virtual machine, pages new to the process cost 0.6-0.8 s per 240 MB touched
+    one by one against 0.12 s in one call, and a 1.1 s factorization (2D
+    1000^2, one thread) took 1.1-2.9 s run to run, 1.2-1.3 s populated."""
+    values = np.empty(count, dtype=np.float64)
+    if values.nbytes >= POPULATE_BYTES:
+        native.numeric_lib().chol_populate(values.ctypes.data, values.nbytes, nthreads)
+    return values
 
 
 def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
               params: QueueParams) -> tuple[np.ndarray, int, dict[str, float]]:
     """(Lx, failing column in permuted numbering or -1, statistics)."""
-    Lx = factor_values(int(S.Px[-1]))
+    Lx = factor_values(int(S.Px[-1]), schedule.nthreads)
     ns = S.nsuper
     lists = (np.full(max(ns, 1), -1, dtype=np.int32), np.empty(max(ns, 1), dtype=np.int32),
              np.zeros(max(ns, 1), dtype=np.int64))

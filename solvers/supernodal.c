@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, const int *,
                         const double *, const double *, const int *, const double *,
@@ -935,5 +937,26 @@ void chol_to_csc(int32_t ns, const int32_t *super, const int64_t *Sp, const int3
             }
             Lp[k1 + c + 1] = q;
         }
+    }
+}
+
+/* Give the pages of [p, p + nbytes) to the process now, on nthreads threads,
+ * each asking the kernel for its share in one call (MADV_POPULATE_WRITE)
+ * where the kernel has it, else touching one byte per page. */
+void chol_populate(char *p, int64_t nbytes, int32_t nthreads)
+{
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    char *first = (char *)(((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
+    const int64_t len = (p + nbytes - first) / page * page;
+    if (len <= 0) return;
+    const int64_t pages = len / page;
+#pragma omp parallel num_threads(nthreads)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        char *a = first + pages * t / nt * page, *b = first + pages * (t + 1) / nt * page;
+#ifdef MADV_POPULATE_WRITE
+        if (b > a && madvise(a, (size_t)(b - a), MADV_POPULATE_WRITE) == 0) a = b;
+#endif
+        for (; a < b; a += page) *(volatile char *)a = 0;
     }
 }
