@@ -19,6 +19,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from msc.solvers import native
+from msc.solvers.memory import factor_values
 from msc.solvers.schedule import Schedule, supernode_work
 from msc.solvers.symbolic import SupernodalStructure
 
@@ -85,23 +86,6 @@ def top_tiles(S: SupernodalStructure, top: np.ndarray) -> np.ndarray:
     ncols = np.diff(S.super)[top]
     tiles = np.clip(-(-ncols // (32 * TILES_PER_SUPERNODE)) * 32, TILE_MIN, TILE_MAX)
     return np.where(supernode_work(S.super, S.Sp)[top] >= TOP_SPLIT_FLOPS, tiles, 0).astype(np.int32)
-
-
-POPULATE_BYTES = 1 << 24  # factors from this size up get their pages before the factorization
-
-
-def factor_values(count: int, nthreads: int) -> np.ndarray:
-    """An uninitialized float64 array for L's values. From POPULATE_BYTES up
-    its pages are handed to the process before the factorization, by the
-    kernel in one call per thread (supernodal.c: chol_populate), instead of
-    one page fault at a time as the factorization first touches them: on a
-    virtual machine, pages new to the process cost 0.6-0.8 s per 240 MB touched
-    one by one against 0.12 s in one call, and a 1.1 s factorization (2D
-    1000^2, one thread) took 1.1-2.9 s run to run, 1.2-1.3 s populated."""
-    values = np.empty(count, dtype=np.float64)
-    if values.nbytes >= POPULATE_BYTES:
-        native.numeric_lib().chol_populate(values.ctypes.data, values.nbytes, nthreads)
-    return values
 
 
 def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
