@@ -12,7 +12,6 @@ in thread wake-ups than it saves (a 2-thread run of a 3D 20^3 grid took
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -34,6 +33,7 @@ STAT_NAMES = (
     "dpq_updates", "dpq_flops", "dpq_seconds",
     "diag_c", "diag_lapack", "diag_seconds",
     "assemble_seconds",
+    "subtrees_seconds", "top_seconds",
 )
 
 
@@ -71,13 +71,6 @@ def blas_threads() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def _ctx(S: SupernodalStructure, Ax: np.ndarray, Lx: np.ndarray, lists: tuple[np.ndarray, ...]) -> tuple:
-    """The leading arguments of chol_factor and chol_factor_top."""
-    head, nxt, lpos = lists
-    return (S.n, S.nsuper, S.super, S.snode_of, S.Sp, S.Si, S.Px, S.pattern.indptr, S.pattern.indices,
-            Ax, Lx, head, nxt, lpos)
-
-
 def top_tiles(S: SupernodalStructure, top: np.ndarray) -> np.ndarray:
     """Columns per tile of each top supernode (int32, aligned with top), 0 for
     those factored whole by one thread: about TILES_PER_SUPERNODE column blocks,
@@ -92,21 +85,14 @@ def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
               params: QueueParams) -> tuple[np.ndarray, int, dict[str, float]]:
     """(Lx, failing column in permuted numbering or -1, statistics)."""
     Lx = factor_values(int(S.Px[-1]), schedule.nthreads)
-    ns = S.nsuper
-    lists = (np.full(max(ns, 1), -1, dtype=np.int32), np.empty(max(ns, 1), dtype=np.int32),
-             np.zeros(max(ns, 1), dtype=np.int64))
+    ns = max(S.nsuper, 1)
+    head, nxt, lpos = np.full(ns, -1, dtype=np.int32), np.empty(ns, dtype=np.int32), np.zeros(ns, dtype=np.int64)
     stats = np.zeros(len(STAT_NAMES))
-    lib, blas, ctx = native.numeric_lib(), native.blas_pointers(), _ctx(S, Ax, Lx, lists)
-    t0 = time.perf_counter()
     with blas_threads().limit(limits=1, user_api="blas"):
-        fail = int(lib.chol_factor(*ctx, schedule.phase1_lo.shape[0], schedule.phase1_lo, schedule.phase1_hi,
-                                   schedule.nthreads, params.as_array(), *blas, stats))
-        t1 = time.perf_counter()
-        if fail < 0 and schedule.top.shape[0]:
-            fail = int(lib.chol_factor_top(*ctx, schedule.top.shape[0], schedule.top, top_tiles(S, schedule.top),
-                                           schedule.nthreads, params.as_array(), *blas, stats))
-    t2 = time.perf_counter()
+        fail = int(native.numeric_lib().chol_factor(
+            S.n, S.nsuper, S.super, S.snode_of, S.Sp, S.Si, S.Px, S.pattern.indptr, S.pattern.indices,
+            Ax, Lx, head, nxt, lpos, schedule.phase1_lo.shape[0], schedule.phase1_lo, schedule.phase1_hi,
+            schedule.top.shape[0], schedule.top, top_tiles(S, schedule.top), schedule.nthreads,
+            params.as_array(), *native.blas_pointers(), stats))
     out = dict(zip(STAT_NAMES, (float(v) for v in stats)))
-    out["subtrees_seconds"] = t1 - t0
-    out["top_seconds"] = t2 - t1
     return Lx, fail, out

@@ -43,6 +43,7 @@ enum {
     ST_DPQ_N, ST_DPQ_FLOPS, ST_DPQ_SEC,
     ST_DIAG_C, ST_DIAG_BLAS, ST_DIAG_SEC,
     ST_ASSEMBLE_SEC,
+    ST_SUBTREES_SEC, ST_TOP_SEC,
     NSTAT
 };
 
@@ -329,22 +330,11 @@ static void work_free(work_t *w, double *stats)
  * union of whole subtrees or a single supernode whose descendants are done)
  * on nthreads threads. Threads take the next task in the given order when
  * they are free (largest first is best): a thread slowed by another process
- * on its core then holds up only its own task. head/next/lpos persist across
- * calls (head must start as -1). params: inst_max, tpq_max, tpq_batch,
- * diag_small. stats: NSTAT doubles, accumulated. Returns -1, or the smallest
+ * on its core then holds up only its own task. Returns -1, or the smallest
  * failing column found (permuted numbering). */
-int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *snode_of,
-                    const int64_t *Sp, const int32_t *Si, const int64_t *Px,
-                    const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
-                    int32_t *head, int32_t *next, int64_t *lpos,
-                    int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
-                    int32_t nthreads, const int64_t *params,
-                    void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
+static int64_t factor_subtrees(ctx_t *c, int64_t maxrow, int32_t ntask, const int32_t *task_lo,
+                               const int32_t *task_hi, int32_t nthreads, double *stats)
 {
-    ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
-               params[0], params[1], params[2], params[3],
-               (dgemm_t)dgemm, (dsyrk_t)dsyrk, (dtrsm_t)dtrsm, (dpotrf_t)dpotrf};
-    const int64_t maxrow = max_rows(ns, Sp);
     int64_t fail = -1;
     int32_t next_task = 0;
     const int shared = nthreads > 1;
@@ -352,7 +342,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
 #pragma omp parallel num_threads(nthreads)
     {
         work_t w;
-        work_init(&w, &c, maxrow);
+        work_init(&w, c, maxrow);
         for (;;) {
             int32_t t;
 #pragma omp atomic capture
@@ -363,7 +353,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
 #pragma omp atomic read
                 failed_now = fail;
                 if (failed_now >= 0) break;
-                int64_t bad = factor_snode(&c, &w, s, task_hi[t], shared);
+                int64_t bad = factor_snode(c, &w, s, task_hi[t], shared);
                 if (bad >= 0) {
 #pragma omp critical(swchol_fail)
                     if (fail < 0 || bad < fail) fail = bad;
@@ -554,36 +544,54 @@ static int64_t factor_snode_tiled(ctx_t *c, work_t *works, int self, int32_t s, 
     return -1;
 }
 
-/* Factor the top supernodes top[0 .. ntop) in order (their descendants
- * below the top done by chol_factor), on nthreads threads: those with
- * tile[t] > 0 as tasks over tiles of tile[t] columns, the others by one
- * thread.
- * Arguments and result otherwise as chol_factor. */
-int64_t chol_factor_top(int32_t n, int32_t ns, const int32_t *super, const int32_t *snode_of,
-                        const int64_t *Sp, const int32_t *Si, const int64_t *Px,
-                        const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
-                        int32_t *head, int32_t *next, int64_t *lpos,
-                        int32_t ntop, const int32_t *top, const int32_t *tile,
-                        int32_t nthreads, const int64_t *params,
-                        void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
+/* Factor the top supernodes top[0 .. ntop) in order (the rest of the tree
+ * done) on nthreads threads: those with tile[t] > 0 as tasks over tiles of
+ * tile[t] columns, the others by one thread. Returns -1 or the failing
+ * column (permuted numbering). */
+static int64_t factor_top(ctx_t *c, int64_t maxrow, int32_t ntop, const int32_t *top,
+                          const int32_t *tile, int32_t nthreads, double *stats)
 {
-    ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
-               params[0], params[1], params[2], params[3],
-               (dgemm_t)dgemm, (dsyrk_t)dsyrk, (dtrsm_t)dtrsm, (dpotrf_t)dpotrf};
-    const int64_t maxrow = max_rows(ns, Sp);
     work_t *works = malloc((size_t)nthreads * sizeof(work_t));
-    for (int t = 0; t < nthreads; t++) work_init(&works[t], &c, maxrow);
+    for (int t = 0; t < nthreads; t++) work_init(&works[t], c, maxrow);
     int64_t fail = -1;
 #pragma omp parallel num_threads(nthreads)
 #pragma omp single
     {
         const int self = omp_get_thread_num();
         for (int32_t t = 0; t < ntop && fail < 0; t++)
-            fail = tile[t] > 0 ? factor_snode_tiled(&c, works, self, top[t], tile[t])
-                            : factor_snode(&c, &works[self], top[t], ns, 0);
+            fail = tile[t] > 0 ? factor_snode_tiled(c, works, self, top[t], tile[t])
+                               : factor_snode(c, &works[self], top[t], 0, 0);
     }
     for (int t = 0; t < nthreads; t++) work_free(&works[t], stats);
     free(works);
+    return fail;
+}
+
+/* Factor the supernodes: the subtree ranges task_lo[t] .. task_hi[t] (see
+ * factor_subtrees), then the top supernodes top[] with their tile sizes
+ * (see factor_top), on nthreads threads. head/next/lpos: descendant lists
+ * (head all -1 on entry). params: inst_max, tpq_max, tpq_batch, diag_small.
+ * stats: NSTAT doubles, accumulated. Returns -1, or the smallest failing
+ * column found (permuted numbering). */
+int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *snode_of,
+                    const int64_t *Sp, const int32_t *Si, const int64_t *Px,
+                    const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
+                    int32_t *head, int32_t *next, int64_t *lpos,
+                    int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
+                    int32_t ntop, const int32_t *top, const int32_t *tile,
+                    int32_t nthreads, const int64_t *params,
+                    void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
+{
+    ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
+               params[0], params[1], params[2], params[3],
+               (dgemm_t)dgemm, (dsyrk_t)dsyrk, (dtrsm_t)dtrsm, (dpotrf_t)dpotrf};
+    const int64_t maxrow = max_rows(ns, Sp);
+    double t0 = omp_get_wtime();
+    int64_t fail = factor_subtrees(&c, maxrow, ntask, task_lo, task_hi, nthreads, stats);
+    double t1 = omp_get_wtime();
+    if (fail < 0 && ntop > 0) fail = factor_top(&c, maxrow, ntop, top, tile, nthreads, stats);
+    stats[ST_SUBTREES_SEC] += t1 - t0;
+    stats[ST_TOP_SEC] += omp_get_wtime() - t1;
     return fail;
 }
 
