@@ -209,9 +209,13 @@ def pardiso_steps(A: Any, b: Any) -> Callable[[], Steps]:
     import scipy.sparse as sp
 
     upper = sp.csr_matrix(sp.triu(A, format="csr"))
+    previous: list[Any] = []
 
     def steps() -> Steps:
+        if previous:  # PARDISO keeps its factor until told: release the last run's (untimed)
+            previous.pop().free_memory(everything=True)
         solver = pypardiso.PyPardisoSolver(mtype=2)
+        previous.append(solver)
 
         def phase(p: int, rhs: Any) -> Any:
             solver.set_phase(p)

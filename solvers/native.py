@@ -52,8 +52,9 @@ def numeric_lib() -> ctypes.CDLL:
     """supernodal.c: the queued left-looking factorization, solves, export."""
     lib = load_library(build_shared_library((_HERE / "supernodal.c").read_text(), "swchol_supernodal"))
     _declare(lib, "chol_factor", i64, i32, i32, I32, I32, I64, I32, I64, I64, I32, F64, F64,
-             I32, I32, I64, i32, I32, I32, i32, I64, ptr, ptr, ptr, ptr, F64)
+             I32, I32, I64, i32, I32, I32, i32, I32, I32, i32, I64, ptr, ptr, ptr, ptr, F64)
     _declare(lib, "chol_solve", i32, i32, i32, I32, I64, I32, I64, F64, I64, F64, F64, F64, i32)
+    _declare(lib, "chol_populate", None, ptr, i64, i32)
     _declare(lib, "chol_to_csc", None, i32, I32, I64, I32, I64, F64, I64, I32, F64)
     return lib
 

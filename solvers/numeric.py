@@ -1,26 +1,31 @@
 """Numeric factorization: runs supernodal.c's queued left-looking kernel over
-the schedule and gathers queue statistics. One level of parallelism at a
-time: independent subtrees on the OpenMP threads with single-threaded BLAS,
-then the top of the tree one supernode after another, where only the large
-supernodes (the top separators) get threaded BLAS. Threaded BLAS on small
-blocks costs more in thread wake-ups than it saves, and on a busy machine
-the waits dominate (measured: a 2-thread run of a 3D 20^3 grid took 0.2-2 s
-against 0.03 s single-threaded)."""
+the schedule and gathers queue statistics. One level of parallelism, on the
+solver's own OpenMP threads, with single-threaded BLAS throughout:
+independent subtrees first, then the top of the tree one supernode after
+another, where the large supernodes (the top separators) are split into
+tiles factored as tasks. Threaded BLAS on the top separators lost 2.5x of
+its speed when another process held a core (each BLAS call splits its work
+evenly and waits for the slowest thread), and on small blocks it costs more
+in thread wake-ups than it saves (a 2-thread run of a 3D 20^3 grid took
+0.2-2 s against 0.03 s single-threaded)."""
 
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from msc.solvers import native
+from msc.solvers.memory import factor_values
 from msc.solvers.schedule import Schedule, supernode_work
 from msc.solvers.symbolic import SupernodalStructure
 
-TOP_THREADED_FLOPS = 1e8  # top supernodes below this work run with single-threaded BLAS
+TOP_SPLIT_FLOPS = 1e8  # top supernodes with at least this work are split into tiles
+TILE_MAX = 256  # columns per tile: the largest (most efficient BLAS calls) ...
+TILE_MIN = 64  # ... and the smallest, for supernodes too narrow for TILES_PER_SUPERNODE of TILE_MAX
+TILES_PER_SUPERNODE = 6  # column blocks wanted per split supernode, to keep the threads busy
 
 STAT_NAMES = (
     "inst_updates", "inst_flops", "inst_seconds",
@@ -28,6 +33,7 @@ STAT_NAMES = (
     "dpq_updates", "dpq_flops", "dpq_seconds",
     "diag_c", "diag_lapack", "diag_seconds",
     "assemble_seconds",
+    "subtrees_seconds", "top_seconds",
 )
 
 
@@ -65,46 +71,28 @@ def blas_threads() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def _run(S: SupernodalStructure, Ax: np.ndarray, Lx: np.ndarray, lists: tuple[np.ndarray, ...],
-         lo: np.ndarray, hi: np.ndarray, nthreads: int,
-         params: QueueParams, stats: np.ndarray) -> int:
-    head, nxt, lpos = lists
-    return int(native.numeric_lib().chol_factor(
-        S.n, S.nsuper, S.super, S.snode_of, S.Sp, S.Si, S.Px, S.pattern.indptr, S.pattern.indices,
-        Ax, Lx, head, nxt, lpos, lo.shape[0], lo, hi, nthreads, params.as_array(),
-        *native.blas_pointers(), stats,
-    ))
-
-
-def top_segments(S: SupernodalStructure, top: np.ndarray) -> list[tuple[np.ndarray, bool]]:
-    """The top supernodes (ascending) in runs of the same BLAS mode: threaded
-    for those whose own work is at least TOP_THREADED_FLOPS."""
-    if top.shape[0] == 0:
-        return []
-    big = supernode_work(S.super, S.Sp)[top] >= TOP_THREADED_FLOPS
-    cuts = np.flatnonzero(np.diff(big.astype(np.int8))) + 1
-    return [(seg, bool(big[start])) for seg, start in zip(np.split(top, cuts), np.r_[0, cuts])]
+def top_tiles(S: SupernodalStructure, top: np.ndarray) -> np.ndarray:
+    """Columns per tile of each top supernode (int32, aligned with top), 0 for
+    those factored whole by one thread: about TILES_PER_SUPERNODE column blocks,
+    in multiples of 32 within [TILE_MIN, TILE_MAX]. Measured on 2 threads, 3D
+    64^3: tiles of 256 columns took 0.9x the time of 128 idle, 0.8x under load."""
+    ncols = np.diff(S.super)[top]
+    tiles = np.clip(-(-ncols // (32 * TILES_PER_SUPERNODE)) * 32, TILE_MIN, TILE_MAX)
+    return np.where(supernode_work(S.super, S.Sp)[top] >= TOP_SPLIT_FLOPS, tiles, 0).astype(np.int32)
 
 
 def factorize(S: SupernodalStructure, Ax: np.ndarray, schedule: Schedule,
               params: QueueParams) -> tuple[np.ndarray, int, dict[str, float]]:
     """(Lx, failing column in permuted numbering or -1, statistics)."""
-    Lx = np.empty(int(S.Px[-1]), dtype=np.float64)
-    ns = S.nsuper
-    lists = (np.full(max(ns, 1), -1, dtype=np.int32), np.empty(max(ns, 1), dtype=np.int32),
-             np.zeros(max(ns, 1), dtype=np.int64))
+    Lx = factor_values(int(S.Px[-1]), schedule.nthreads)
+    ns = max(S.nsuper, 1)
+    head, nxt, lpos = np.full(ns, -1, dtype=np.int32), np.empty(ns, dtype=np.int32), np.zeros(ns, dtype=np.int64)
     stats = np.zeros(len(STAT_NAMES))
-    t0 = time.perf_counter()
     with blas_threads().limit(limits=1, user_api="blas"):
-        fail = _run(S, Ax, Lx, lists, schedule.phase1_lo, schedule.phase1_hi, schedule.nthreads, params, stats)
-    t1 = time.perf_counter()
-    for segment, threaded in top_segments(S, schedule.top):
-        if fail >= 0:
-            break
-        with blas_threads().limit(limits=schedule.nthreads if threaded else 1, user_api="blas"):
-            fail = _run(S, Ax, Lx, lists, segment, segment, 1, params, stats)
-    t2 = time.perf_counter()
+        fail = int(native.numeric_lib().chol_factor(
+            S.n, S.nsuper, S.super, S.snode_of, S.Sp, S.Si, S.Px, S.pattern.indptr, S.pattern.indices,
+            Ax, Lx, head, nxt, lpos, schedule.phase1_lo.shape[0], schedule.phase1_lo, schedule.phase1_hi,
+            schedule.top.shape[0], schedule.top, top_tiles(S, schedule.top), schedule.nthreads,
+            params.as_array(), *native.blas_pointers(), stats))
     out = dict(zip(STAT_NAMES, (float(v) for v in stats)))
-    out["subtrees_seconds"] = t1 - t0
-    out["top_seconds"] = t2 - t1
     return Lx, fail, out

@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, const int *,
                         const double *, const double *, const int *, const double *,
@@ -41,6 +43,7 @@ enum {
     ST_DPQ_N, ST_DPQ_FLOPS, ST_DPQ_SEC,
     ST_DIAG_C, ST_DIAG_BLAS, ST_DIAG_SEC,
     ST_ASSEMBLE_SEC,
+    ST_SUBTREES_SEC, ST_TOP_SEC,
     NSTAT
 };
 
@@ -79,6 +82,7 @@ typedef struct { /* per-thread workspace */
 } work_t;
 
 static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* C (ndrow2 x ndrow1, column-major, ldc = ndrow2) = lower part of
  * Ld[r1:, :] * Ld[r1:r1+ndrow1, :]^T; four columns at a time so the inner
@@ -113,13 +117,25 @@ static void update_kernel(const double *Ld, int64_t ldd, int64_t ndcol, int64_t 
     }
 }
 
-/* Subtract C (as above) from supernode s through the relative map. */
-static void scatter(const ctx_t *c, work_t *w, int32_t d, int64_t r1, int64_t ndrow1,
-                    int64_t ndrow2, const double *C, double *Ls, int64_t ld)
+/* The same C by the BLAS: one dsyrk (the ndrow1 x ndrow1 triangle) and one
+ * dgemm (the ndrow2 - ndrow1 rows below it). */
+static void blas_update(const ctx_t *c, const double *Ld, int64_t ldd, int64_t ndcol, int64_t ndrow1,
+                        int64_t ndrow2, double *C)
+{
+    const double one = 1.0, zero = 0.0;
+    const int m1 = (int)ndrow1, m3 = (int)(ndrow2 - ndrow1), kk = (int)ndcol, lda = (int)ldd,
+              ldc = (int)ndrow2;
+    c->dsyrk("L", "N", &m1, &kk, &one, Ld, &lda, &zero, C, &ldc);
+    if (m3 > 0) c->dgemm("N", "T", &m3, &m1, &kk, &one, Ld + ndrow1, &lda, Ld, &lda, &zero, C + ndrow1, &ldc);
+}
+
+/* Subtract C (as above) from supernode s through the relative map
+ * (map: global row -> local row of s; rel: workspace of ndrow2 entries). */
+static void scatter(const ctx_t *c, const int32_t *map, int32_t *rel, int32_t d, int64_t r1,
+                    int64_t ndrow1, int64_t ndrow2, const double *C, double *Ls, int64_t ld)
 {
     const int32_t *rows = c->Si + c->Sp[d] + r1;
-    int32_t *rel = w->rel;
-    for (int64_t i = 0; i < ndrow2; i++) rel[i] = w->map[rows[i]];
+    for (int64_t i = 0; i < ndrow2; i++) rel[i] = map[rows[i]];
     for (int64_t j = 0; j < ndrow1; j++) {
         double *col = Ls + (int64_t)rel[j] * ld;
         const double *cj = C + j * ndrow2;
@@ -151,7 +167,8 @@ static void run_tpq(const ctx_t *c, work_t *w, double *Ls, int64_t ld)
     }
     for (int64_t b = 0; b < w->nitems; b++) {
         const item_t *it = &w->items[b];
-        scatter(c, w, it->d, it->r1, it->ndrow1, it->ndrow2, w->bbuf + b * c->tpq_max, Ls, ld);
+        scatter(c, w->map, w->rel, it->d, it->r1, it->ndrow1, it->ndrow2, w->bbuf + b * c->tpq_max,
+                Ls, ld);
     }
     w->stats[ST_TPQ_BATCHES] += 1;
     w->stats[ST_TPQ_SEC] += omp_get_wtime() - t0;
@@ -179,6 +196,18 @@ static int64_t panel_c(double *Ls, int64_t ld, int64_t nscol, int64_t nsrow)
     return -1;
 }
 
+/* Zero columns j0 .. j1-1 (global) of the supernode whose first column is k1
+ * and add A's entries (map: global row -> local row). */
+static void assemble(const ctx_t *c, const int32_t *map, int64_t k1, int64_t j0, int64_t j1,
+                     double *Ls, int64_t ld)
+{
+    memset(Ls + (j0 - k1) * ld, 0, (size_t)((j1 - j0) * ld) * sizeof(double));
+    for (int64_t j = j0; j < j1; j++) {
+        double *col = Ls + (j - k1) * ld;
+        for (int64_t p = c->Ap[j]; p < c->Ap[j + 1]; p++) col[map[c->Ai[p]]] += c->Ax[p];
+    }
+}
+
 static void link_snode(ctx_t *c, int32_t d, int64_t off, int32_t lim, int shared)
 {
     int32_t t = c->snode_of[c->Si[c->Sp[d] + off]];
@@ -201,15 +230,11 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
     const int64_t k1 = c->super[s], k2 = c->super[s + 1], nscol = k2 - k1;
     const int64_t p0 = c->Sp[s], nsrow = c->Sp[s + 1] - p0, ld = nsrow;
     double *Ls = c->Lx + c->Px[s];
-    const double one = 1.0, zero = 0.0;
+    const double one = 1.0;
 
     double t0 = omp_get_wtime();
-    memset(Ls, 0, (size_t)(nsrow * nscol) * sizeof(double));
     for (int64_t p = 0; p < nsrow; p++) w->map[c->Si[p0 + p]] = (int32_t)p;
-    for (int64_t j = k1; j < k2; j++) {
-        double *col = Ls + (j - k1) * ld;
-        for (int64_t p = c->Ap[j]; p < c->Ap[j + 1]; p++) col[w->map[c->Ai[p]]] += c->Ax[p];
-    }
+    assemble(c, w->map, k1, k1, k2, Ls, ld);
     w->stats[ST_ASSEMBLE_SEC] += omp_get_wtime() - t0;
 
     int32_t d = c->head[s];
@@ -228,7 +253,7 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
             double ti = omp_get_wtime();
             double C[c->inst_max * 2 * c->inst_max];
             update_kernel(c->Lx + c->Px[d] + r1, ldd, ndcol, ndrow1, ndrow2, C);
-            scatter(c, w, d, r1, ndrow1, ndrow2, C, Ls, ld);
+            scatter(c, w->map, w->rel, d, r1, ndrow1, ndrow2, C, Ls, ld);
             w->stats[ST_INST_N] += 1;
             w->stats[ST_INST_FLOPS] += flops;
             w->stats[ST_INST_SEC] += omp_get_wtime() - ti;
@@ -244,13 +269,8 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
         } else {
             double td = omp_get_wtime();
             double *C = cbuf_reserve(w, ndrow2 * ndrow1);
-            const int m1 = (int)ndrow1, m3 = (int)ndrow3, kk = (int)ndcol, lda = (int)ldd,
-                      ldc = (int)ndrow2;
-            const double *Ld = c->Lx + c->Px[d] + r1;
-            c->dsyrk("L", "N", &m1, &kk, &one, Ld, &lda, &zero, C, &ldc);
-            if (m3 > 0) c->dgemm("N", "T", &m3, &m1, &kk, &one, Ld + ndrow1, &lda, Ld, &lda, &zero,
-                                 C + ndrow1, &ldc);
-            scatter(c, w, d, r1, ndrow1, ndrow2, C, Ls, ld);
+            blas_update(c, c->Lx + c->Px[d] + r1, ldd, ndcol, ndrow1, ndrow2, C);
+            scatter(c, w->map, w->rel, d, r1, ndrow1, ndrow2, C, Ls, ld);
             w->stats[ST_DPQ_N] += 1;
             w->stats[ST_DPQ_FLOPS] += flops;
             w->stats[ST_DPQ_SEC] += omp_get_wtime() - td;
@@ -279,27 +299,42 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
     return -1;
 }
 
+static int64_t max_rows(int32_t ns, const int64_t *Sp)
+{
+    int64_t maxrow = 1;
+    for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
+    return maxrow;
+}
+
+static void work_init(work_t *w, const ctx_t *c, int64_t maxrow)
+{
+    memset(w, 0, sizeof *w);
+    w->map = malloc((size_t)(c->n > 0 ? c->n : 1) * sizeof(int32_t));
+    w->rel = malloc((size_t)maxrow * sizeof(int32_t));
+    w->bbuf = malloc((size_t)(c->tpq_batch * c->tpq_max) * sizeof(double));
+    w->items = malloc((size_t)c->tpq_batch * sizeof(item_t));
+}
+
+/* Adds w's statistics to stats and frees w. */
+static void work_free(work_t *w, double *stats)
+{
+    for (int k = 0; k < NSTAT; k++) stats[k] += w->stats[k];
+    free(w->map);
+    free(w->rel);
+    free(w->cbuf);
+    free(w->bbuf);
+    free(w->items);
+}
+
 /* Factor the supernode ranges task_lo[t] .. task_hi[t] (inclusive, each a
  * union of whole subtrees or a single supernode whose descendants are done)
  * on nthreads threads. Threads take the next task in the given order when
  * they are free (largest first is best): a thread slowed by another process
- * on its core then holds up only its own task. head/next/lpos persist across
- * calls (head must start as -1). params: inst_max, tpq_max, tpq_batch,
- * diag_small. stats: NSTAT doubles, accumulated. Returns -1, or the smallest
+ * on its core then holds up only its own task. Returns -1, or the smallest
  * failing column found (permuted numbering). */
-int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *snode_of,
-                    const int64_t *Sp, const int32_t *Si, const int64_t *Px,
-                    const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
-                    int32_t *head, int32_t *next, int64_t *lpos,
-                    int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
-                    int32_t nthreads, const int64_t *params,
-                    void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
+static int64_t factor_subtrees(ctx_t *c, int64_t maxrow, int32_t ntask, const int32_t *task_lo,
+                               const int32_t *task_hi, int32_t nthreads, double *stats)
 {
-    ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
-               params[0], params[1], params[2], params[3],
-               (dgemm_t)dgemm, (dsyrk_t)dsyrk, (dtrsm_t)dtrsm, (dpotrf_t)dpotrf};
-    int64_t maxrow = 1;
-    for (int32_t s = 0; s < ns; s++) maxrow = imax64(maxrow, Sp[s + 1] - Sp[s]);
     int64_t fail = -1;
     int32_t next_task = 0;
     const int shared = nthreads > 1;
@@ -307,11 +342,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
 #pragma omp parallel num_threads(nthreads)
     {
         work_t w;
-        memset(&w, 0, sizeof w);
-        w.map = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-        w.rel = malloc((size_t)maxrow * sizeof(int32_t));
-        w.bbuf = malloc((size_t)(c.tpq_batch * c.tpq_max) * sizeof(double));
-        w.items = malloc((size_t)c.tpq_batch * sizeof(item_t));
+        work_init(&w, c, maxrow);
         for (;;) {
             int32_t t;
 #pragma omp atomic capture
@@ -322,7 +353,7 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
 #pragma omp atomic read
                 failed_now = fail;
                 if (failed_now >= 0) break;
-                int64_t bad = factor_snode(&c, &w, s, task_hi[t], shared);
+                int64_t bad = factor_snode(c, &w, s, task_hi[t], shared);
                 if (bad >= 0) {
 #pragma omp critical(swchol_fail)
                     if (fail < 0 || bad < fail) fail = bad;
@@ -330,13 +361,237 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
             }
         }
 #pragma omp critical(swchol_stats)
-        for (int k = 0; k < NSTAT; k++) stats[k] += w.stats[k];
-        free(w.map);
-        free(w.rel);
-        free(w.cbuf);
-        free(w.bbuf);
-        free(w.items);
+        work_free(&w, stats);
     }
+    return fail;
+}
+
+/* ---------------------------------------------------------------- top part
+ * A large top supernode is split into column blocks of `tile` columns and
+ * factored by OpenMP tasks with single-threaded BLAS: one task per column
+ * block assembles A and applies every descendant's update to that block
+ * (blocks never share an entry, so no locks), then a tiled right-looking
+ * Cholesky of the panel (dpotrf on diagonal tiles, dtrsm below them,
+ * dsyrk/dgemm on the trailing tiles), each tile op a task ordered by its
+ * tiles' dependences. A thread that another process keeps off its core
+ * holds up one tile at a time, not a fixed share of every BLAS call (as
+ * threaded BLAS does), and no thread spins waiting inside the BLAS. */
+
+typedef struct { /* a descendant of the supernode being factored */
+    int32_t d;
+    int64_t r1, r2; /* its rows in the supernode's columns: offsets r1 .. r2-1 */
+} desc_t;
+
+/* First offset p in [lo, hi) of d's rows with row index >= row (else hi). */
+static int64_t lower_bound(const int32_t *rows, int64_t lo, int64_t hi, int64_t row)
+{
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (rows[mid] < row) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Column block [j0, j1) (global columns) of supernode s: assemble it, then
+ * subtract each descendant's update of those columns. */
+static void update_block(const ctx_t *c, work_t *w, const int32_t *map, const desc_t *desc,
+                         int64_t ndesc, int32_t s, int64_t j0, int64_t j1, double *Ls, int64_t ld)
+{
+    const int64_t k1 = c->super[s];
+    double t0 = omp_get_wtime();
+    assemble(c, map, k1, j0, j1, Ls, ld);
+    w->stats[ST_ASSEMBLE_SEC] += omp_get_wtime() - t0;
+    for (int64_t e = 0; e < ndesc; e++) {
+        const int32_t d = desc[e].d;
+        const int32_t *rows = c->Si + c->Sp[d];
+        const int64_t ja = lower_bound(rows, desc[e].r1, desc[e].r2, j0);
+        const int64_t jb = lower_bound(rows, ja, desc[e].r2, j1);
+        if (ja == jb) continue;
+        const int64_t ldd = c->Sp[d + 1] - c->Sp[d], ndcol = c->super[d + 1] - c->super[d];
+        const int64_t m1 = jb - ja, m2 = ldd - ja;
+        const double *Ld = c->Lx + c->Px[d] + ja;
+        const double flops = (double)ndcol * (double)m1 * (double)(m1 + 2 * (m2 - m1));
+        double *C = cbuf_reserve(w, m2 * m1);
+        double tu = omp_get_wtime();
+        if (m2 * m1 <= c->tpq_max) {
+            update_kernel(Ld, ldd, ndcol, m1, m2, C);
+            w->stats[ST_TPQ_N] += 1;
+            w->stats[ST_TPQ_FLOPS] += flops;
+        } else {
+            blas_update(c, Ld, ldd, ndcol, m1, m2, C);
+            w->stats[ST_DPQ_N] += 1;
+            w->stats[ST_DPQ_FLOPS] += flops;
+        }
+        scatter(c, map, w->rel, d, ja, m1, m2, C, Ls, ld);
+        w->stats[m2 * m1 <= c->tpq_max ? ST_TPQ_SEC : ST_DPQ_SEC] += omp_get_wtime() - tu;
+    }
+}
+
+/* Row block i of a panel with nb diagonal blocks: rows [*r0, *r0 + *m). */
+static void row_block(int64_t i, int64_t nb, int64_t tile, int64_t nscol, int64_t nsrow,
+                      int64_t *r0, int64_t *m)
+{
+    *r0 = i < nb ? i * tile : nscol + (i - nb) * tile;
+    const int64_t end = i < nb ? imin64(*r0 + tile, nscol) : imin64(*r0 + tile, nsrow);
+    *m = end - *r0;
+}
+
+/* Factor supernode s (its descendants done) with tasks on the team's
+ * threads; works[t] is thread t's workspace and works[self] holds the map.
+ * Returns -1 or the failing column (permuted numbering). */
+static int64_t factor_snode_tiled(ctx_t *c, work_t *works, int self, int32_t s, int64_t tile)
+{
+    const int64_t k1 = c->super[s], k2 = c->super[s + 1], nscol = k2 - k1;
+    const int64_t p0 = c->Sp[s], nsrow = c->Sp[s + 1] - p0, ld = nsrow;
+    double *Ls = c->Lx + c->Px[s];
+    const int32_t *map = works[self].map;
+    for (int64_t p = 0; p < nsrow; p++) works[self].map[c->Si[p0 + p]] = (int32_t)p;
+
+    int64_t ndesc = 0;
+    for (int32_t d = c->head[s]; d != -1; d = c->next[d]) ndesc++;
+    desc_t *desc = malloc((size_t)(ndesc > 0 ? ndesc : 1) * sizeof(desc_t));
+    ndesc = 0;
+    for (int32_t d = c->head[s]; d != -1; d = c->next[d]) {
+        const int64_t pd = c->Sp[d], pdend = c->Sp[d + 1];
+        int64_t r2 = c->lpos[d];
+        while (pd + r2 < pdend && c->Si[pd + r2] < k2) r2++;
+        desc[ndesc++] = (desc_t){d, c->lpos[d], r2};
+    }
+
+    const int64_t nb = (nscol + tile - 1) / tile, nr = nb + (nsrow - nscol + tile - 1) / tile;
+    char *ready = calloc((size_t)nb, 1);      /* dependence tokens: column block assembled */
+    char *tok = calloc((size_t)(nr * nb), 1); /* dependence tokens: tile (i, j) */
+    int64_t bad = -1;
+    const double one = 1.0, minus = -1.0;
+
+    for (int64_t j = 0; j < nb; j++) {
+#pragma omp task firstprivate(j) depend(out : ready[j])
+        {
+            const int64_t j0 = k1 + j * tile, j1 = imin64(j0 + tile, k2);
+            update_block(c, &works[omp_get_thread_num()], map, desc, ndesc, s, j0, j1, Ls, ld);
+        }
+    }
+    for (int64_t k = 0; k < nb; k++) {
+        int64_t kr, kb;
+        row_block(k, nb, tile, nscol, nsrow, &kr, &kb);
+        double *Lkk = Ls + kr + kr * ld;
+#pragma omp task firstprivate(k, kr, kb, Lkk) shared(bad) depend(in : ready[k]) \
+    depend(inout : tok[k * nb + k])
+        {
+            int64_t failed;
+#pragma omp atomic read
+            failed = bad;
+            if (failed < 0) {
+                work_t *w = &works[omp_get_thread_num()];
+                double tf = omp_get_wtime();
+                const int nk = (int)kb, lda = (int)ld;
+                int info = 0;
+                c->dpotrf("L", &nk, Lkk, &lda, &info);
+                if (info > 0) {
+#pragma omp atomic write
+                    bad = kr + info - 1;
+                }
+                w->stats[ST_DIAG_SEC] += omp_get_wtime() - tf;
+            }
+        }
+        for (int64_t i = k + 1; i < nr; i++) {
+            int64_t ir, im;
+            row_block(i, nb, tile, nscol, nsrow, &ir, &im);
+#pragma omp task firstprivate(i, k, ir, im, kr, kb) depend(in : tok[k * nb + k]) \
+    depend(inout : tok[i * nb + k])
+            {
+                work_t *w = &works[omp_get_thread_num()];
+                double tf = omp_get_wtime();
+                const int m = (int)im, nk = (int)kb, lda = (int)ld;
+                c->dtrsm("R", "L", "T", "N", &m, &nk, &one, Ls + kr + kr * ld, &lda, Ls + ir + kr * ld, &lda);
+                w->stats[ST_DIAG_SEC] += omp_get_wtime() - tf;
+            }
+        }
+        for (int64_t j = k + 1; j < nb; j++) {
+            int64_t jr, jm;
+            row_block(j, nb, tile, nscol, nsrow, &jr, &jm);
+            for (int64_t i = j; i < nr; i++) {
+                int64_t ir, im;
+                row_block(i, nb, tile, nscol, nsrow, &ir, &im);
+#pragma omp task firstprivate(i, j, k, ir, im, jr, jm, kr, kb) depend(in : ready[j]) \
+    depend(in : tok[i * nb + k], tok[j * nb + k]) depend(inout : tok[i * nb + j])
+                {
+                    work_t *w = &works[omp_get_thread_num()];
+                    double tu = omp_get_wtime();
+                    const int m = (int)im, nj = (int)jm, nk = (int)kb, lda = (int)ld;
+                    if (i == j)
+                        c->dsyrk("L", "N", &nj, &nk, &minus, Ls + jr + kr * ld, &lda, &one,
+                                 Ls + jr + jr * ld, &lda);
+                    else
+                        c->dgemm("N", "T", &m, &nj, &nk, &minus, Ls + ir + kr * ld, &lda,
+                                 Ls + jr + kr * ld, &lda, &one, Ls + ir + jr * ld, &lda);
+                    w->stats[ST_DIAG_SEC] += omp_get_wtime() - tu;
+                }
+            }
+        }
+    }
+#pragma omp taskwait
+    works[self].stats[ST_DIAG_BLAS] += 1;
+    for (int64_t e = 0; e < ndesc; e++)
+        if (desc[e].r2 < c->Sp[desc[e].d + 1] - c->Sp[desc[e].d]) link_snode(c, desc[e].d, desc[e].r2, 0, 0);
+    c->head[s] = -1;
+    free(desc);
+    free(ready);
+    free(tok);
+    if (bad >= 0) return k1 + bad;
+    if (nsrow > nscol) link_snode(c, s, nscol, 0, 0);
+    return -1;
+}
+
+/* Factor the top supernodes top[0 .. ntop) in order (the rest of the tree
+ * done) on nthreads threads: those with tile[t] > 0 as tasks over tiles of
+ * tile[t] columns, the others by one thread. Returns -1 or the failing
+ * column (permuted numbering). */
+static int64_t factor_top(ctx_t *c, int64_t maxrow, int32_t ntop, const int32_t *top,
+                          const int32_t *tile, int32_t nthreads, double *stats)
+{
+    work_t *works = malloc((size_t)nthreads * sizeof(work_t));
+    for (int t = 0; t < nthreads; t++) work_init(&works[t], c, maxrow);
+    int64_t fail = -1;
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+    {
+        const int self = omp_get_thread_num();
+        for (int32_t t = 0; t < ntop && fail < 0; t++)
+            fail = tile[t] > 0 ? factor_snode_tiled(c, works, self, top[t], tile[t])
+                               : factor_snode(c, &works[self], top[t], 0, 0);
+    }
+    for (int t = 0; t < nthreads; t++) work_free(&works[t], stats);
+    free(works);
+    return fail;
+}
+
+/* Factor the supernodes: the subtree ranges task_lo[t] .. task_hi[t] (see
+ * factor_subtrees), then the top supernodes top[] with their tile sizes
+ * (see factor_top), on nthreads threads. head/next/lpos: descendant lists
+ * (head all -1 on entry). params: inst_max, tpq_max, tpq_batch, diag_small.
+ * stats: NSTAT doubles, accumulated. Returns -1, or the smallest failing
+ * column found (permuted numbering). */
+int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *snode_of,
+                    const int64_t *Sp, const int32_t *Si, const int64_t *Px,
+                    const int64_t *Ap, const int32_t *Ai, const double *Ax, double *Lx,
+                    int32_t *head, int32_t *next, int64_t *lpos,
+                    int32_t ntask, const int32_t *task_lo, const int32_t *task_hi,
+                    int32_t ntop, const int32_t *top, const int32_t *tile,
+                    int32_t nthreads, const int64_t *params,
+                    void *dgemm, void *dsyrk, void *dtrsm, void *dpotrf, double *stats)
+{
+    ctx_t c = {n, super, snode_of, Sp, Px, Si, Ap, Ai, Ax, Lx, head, next, lpos,
+               params[0], params[1], params[2], params[3],
+               (dgemm_t)dgemm, (dsyrk_t)dsyrk, (dtrsm_t)dtrsm, (dpotrf_t)dpotrf};
+    const int64_t maxrow = max_rows(ns, Sp);
+    double t0 = omp_get_wtime();
+    int64_t fail = factor_subtrees(&c, maxrow, ntask, task_lo, task_hi, nthreads, stats);
+    double t1 = omp_get_wtime();
+    if (fail < 0 && ntop > 0) fail = factor_top(&c, maxrow, ntop, top, tile, nthreads, stats);
+    stats[ST_SUBTREES_SEC] += t1 - t0;
+    stats[ST_TOP_SEC] += omp_get_wtime() - t1;
     return fail;
 }
 
@@ -354,8 +609,6 @@ int64_t chol_factor(int32_t n, int32_t ns, const int32_t *super, const int32_t *
 #define RB 8 /* right-hand sides per chunk */
 #define SUM_CHUNK 32 /* several right-hand sides: backward sums by chunks of this many rows */
 #define SMALL_BLOCK 64 /* one right-hand side: blocks of at most this many entries in place */
-
-static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* L y = y on a supernode's rows: y[0..nscol) its own entries, the rest below. */
 static void forward1(int64_t nscol, int64_t nsrow, const double *restrict Ls, double *restrict y)
@@ -692,5 +945,26 @@ void chol_to_csc(int32_t ns, const int32_t *super, const int64_t *Sp, const int3
             }
             Lp[k1 + c + 1] = q;
         }
+    }
+}
+
+/* Give the pages of [p, p + nbytes) to the process now, on nthreads threads,
+ * each asking the kernel for its share in one call (MADV_POPULATE_WRITE)
+ * where the kernel has it, else touching one byte per page. */
+void chol_populate(char *p, int64_t nbytes, int32_t nthreads)
+{
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    char *first = (char *)(((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
+    const int64_t len = (p + nbytes - first) / page * page;
+    if (len <= 0) return;
+    const int64_t pages = len / page;
+#pragma omp parallel num_threads(nthreads)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        char *a = first + pages * t / nt * page, *b = first + pages * (t + 1) / nt * page;
+#ifdef MADV_POPULATE_WRITE
+        if (b > a && madvise(a, (size_t)(b - a), MADV_POPULATE_WRITE) == 0) a = b;
+#endif
+        for (; a < b; a += page) *(volatile char *)a = 0;
     }
 }

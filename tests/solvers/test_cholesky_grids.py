@@ -147,19 +147,50 @@ def test_threads_give_same_factor() -> None:
     np.testing.assert_allclose(L1.L.toarray(), L2.L.toarray(), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("threshold", [0.0, 5e4, 1e30], ids=["all threaded", "mixed", "none threaded"])
-def test_top_blas_modes_give_same_factor(threshold: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The top of the tree runs in segments of threaded / single-threaded
-    BLAS; the factor does not depend on where the segments are cut."""
+@pytest.mark.parametrize("split,tile_min,tile_max", [("all", 8, 8), ("all", 24, 40), ("half", 16, 256), ("none", 64, 256)],
+                         ids=["all split, tiles of 8", "all split, tiles of 24-40", "half split", "none split"])
+@pytest.mark.parametrize("m,dim", [(40, 2), (9, 3)])
+def test_split_top_supernodes_give_same_factor(split: str, tile_min: int, tile_max: int, m: int, dim: int,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top supernodes factored as tasks over tiles (column blocks that do not
+    divide the supernode, rows below it) give the factor of one thread."""
     from msc.solvers import numeric
 
-    A = laplacian(40, 2)
+    A = laplacian(m, dim)
     ref = cholesky(A, threads=1, ordering="metis")
-    monkeypatch.setattr(numeric, "TOP_THREADED_FLOPS", threshold)
     S = analyze(A, threads=4, ordering=ref.perm)
-    segments = numeric.top_segments(S.structure, S.schedule.top)
-    assert sum(seg.shape[0] for seg, _ in segments) == S.schedule.top.shape[0] > 0
-    if threshold == 5e4:
-        assert {threaded for _, threaded in segments} == {True, False}
+    work = numeric.supernode_work(S.structure.super, S.structure.Sp)[S.schedule.top]
+    threshold = {"all": 0.0, "half": float(np.median(work)) + 1, "none": float(work.max()) + 1}[split]
+    monkeypatch.setattr(numeric, "TOP_SPLIT_FLOPS", threshold)
+    monkeypatch.setattr(numeric, "TILE_MIN", tile_min)
+    monkeypatch.setattr(numeric, "TILE_MAX", tile_max)
+    tiles = numeric.top_tiles(S.structure, S.schedule.top)
+    assert tiles.shape == S.schedule.top.shape and tiles.shape[0] > 1
+    split_count = np.count_nonzero(tiles)
+    assert {"all": split_count == tiles.shape[0], "half": 0 < split_count < tiles.shape[0],
+            "none": split_count == 0}[split]
+    assert ((tiles == 0) | ((tiles >= tile_min) & (tiles <= tile_max))).all()
     F = S.factorize(A)
     np.testing.assert_allclose(F.L.toarray(), ref.L.toarray(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("where", [0, 0.5, 1], ids=["first", "middle", "last"])
+def test_split_top_supernode_names_failing_column(where: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A matrix that is not positive definite at a column of the root
+    supernode, factored in tiles of 8 columns, fails at that column."""
+    from msc.solvers import NotPositiveDefiniteError, numeric
+
+    monkeypatch.setattr(numeric, "TOP_SPLIT_FLOPS", 0.0)
+    monkeypatch.setattr(numeric, "TILE_MIN", 8)
+    monkeypatch.setattr(numeric, "TILE_MAX", 8)
+    A = laplacian(20, 2)
+    S = analyze(A, threads=3, ordering="metis")
+    root = int(S.schedule.top[-1])
+    first, last = int(S.structure.super[root]), int(S.structure.super[root + 1]) - 1
+    assert last - first + 1 > 8  # several tiles
+    bad = int(S.perm[first + round(where * (last - first))])
+    B = A.tolil()
+    B[bad, bad] = -10.0
+    with pytest.raises(NotPositiveDefiniteError) as info:
+        S.factorize(sp.csc_array(B))
+    assert info.value.column == bad

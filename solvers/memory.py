@@ -1,0 +1,84 @@
+"""Memory of the factor's values: large arrays get their pages before the
+factorization, and the pages of the last factor dropped are kept for the
+next one.
+
+On a virtual machine a page the process has not had recently is expensive:
+touched one at a time by the factorization, such pages cost 0.6-0.8 s per
+240 MB against 0.12 s asked for in one call, and a 1.1 s factorization (2D
+1000^2, one thread) took 1.1-2.9 s run to run. Pages the process gives back
+are soon returned to the host, so a refactorization loop (new values each
+step, the previous factor dropped) paid that again at every step: the spare
+buffer keeps one factor's pages in the process instead. `release_spare()`
+gives them back."""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import weakref
+
+import numpy as np
+
+from msc.solvers import native
+
+LARGE_BYTES = 1 << 24  # arrays from this size up are mapped, populated and recycled
+SPARE_SLACK = 2  # a spare buffer serves requests down to 1/SPARE_SLACK of its size
+
+_lock = threading.Lock()
+_spare: mmap.mmap | None = None
+
+
+def factor_values(count: int, nthreads: int) -> np.ndarray:
+    """An uninitialized float64 array of count entries. From LARGE_BYTES up it
+    lives in the spare buffer when that fits, else in a new anonymous mapping
+    whose pages the kernel hands over now, in one call per thread
+    (supernodal.c: chol_populate); either way it becomes the spare buffer when
+    the array and all its views are gone."""
+    nbytes = 8 * count
+    if nbytes < LARGE_BYTES:
+        return np.empty(count, dtype=np.float64)
+    buffer = _take_spare(nbytes)
+    if buffer is None:
+        buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        values = np.frombuffer(buffer, dtype=np.float64, count=count)
+        native.numeric_lib().chol_populate(values.ctypes.data, nbytes, nthreads)
+    else:
+        values = np.frombuffer(buffer, dtype=np.float64, count=count)
+    weakref.finalize(values, _give_back, buffer)
+    return values
+
+
+def release_spare() -> None:
+    """Give the spare buffer's pages back to the system."""
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
+    if spare is not None:
+        spare.close()
+
+
+def spare_bytes() -> int:
+    """Size of the spare buffer (0 when there is none)."""
+    with _lock:
+        return len(_spare) if _spare is not None else 0
+
+
+def _take_spare(nbytes: int) -> mmap.mmap | None:
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
+    if spare is None:
+        return None
+    if nbytes <= len(spare) <= SPARE_SLACK * nbytes:
+        return spare
+    spare.close()
+    return None
+
+
+def _give_back(buffer: mmap.mmap) -> None:
+    """The array over buffer is gone: keep buffer as the spare (the newest wins)."""
+    global _spare
+    with _lock:
+        old, _spare = _spare, buffer
+    if old is not None:
+        old.close()

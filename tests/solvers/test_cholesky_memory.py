@@ -1,0 +1,77 @@
+"""The factor's values: populated mappings, and the spare buffer that the
+last dropped factor leaves for the next factorization."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import laplacian
+
+from msc.solvers import analyze, cholesky, memory
+
+
+@pytest.fixture(autouse=True)
+def small_large_bytes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every array of at least 4 KiB counts as large; no spare before or after."""
+    monkeypatch.setattr(memory, "LARGE_BYTES", 4096)
+    memory.release_spare()
+    yield
+    gc.collect()
+    memory.release_spare()
+
+
+def test_small_arrays_are_plain() -> None:
+    values = memory.factor_values(100, 2)
+    assert values.shape == (100,) and values.dtype == np.float64 and values.flags.owndata
+    del values
+    assert memory.spare_bytes() == 0
+
+
+def test_dropped_values_become_the_spare_and_are_reused() -> None:
+    values = memory.factor_values(10_000, 2)
+    values[:] = 1.5  # writable
+    address = values.ctypes.data
+    view = values[10:20]
+    del values
+    gc.collect()
+    assert memory.spare_bytes() == 0  # a view still uses the buffer
+    del view
+    gc.collect()
+    assert memory.spare_bytes() == 80_000
+    again = memory.factor_values(9_000, 1)  # fits within the slack: the same pages
+    assert again.ctypes.data == address and again.shape == (9_000,)
+    assert memory.spare_bytes() == 0
+
+
+def test_spare_much_larger_than_asked_is_released() -> None:
+    big = memory.factor_values(100_000, 2)
+    big_address = big.ctypes.data
+    del big
+    gc.collect()
+    assert memory.spare_bytes() == 800_000
+    small = memory.factor_values(1_000, 2)
+    assert small.ctypes.data != big_address
+    assert memory.spare_bytes() == 0
+    memory.release_spare()
+
+
+def test_refactorization_through_the_spare_is_exact(rng: np.random.Generator) -> None:
+    """New values factored in the pages of a dropped factor (which still hold
+    the old values) give the factor of a fresh run."""
+    A = laplacian(30, 2)
+    S = analyze(A, threads=2)
+    F = S.factorize(A)
+    del F
+    gc.collect()
+    assert memory.spare_bytes() > 0
+    A2 = sp.csc_array(A + sp.diags_array(rng.uniform(0.5, 1.5, A.shape[0])))
+    F2 = S.factorize(A2)
+    assert memory.spare_bytes() == 0  # it took the spare
+    fresh = cholesky(A2, threads=1, ordering=F2.perm)
+    np.testing.assert_allclose(F2.L.toarray(), fresh.L.toarray(), rtol=0, atol=1e-12)
+    b = rng.standard_normal(A.shape[0])
+    assert np.linalg.norm(A2 @ F2.solve(b) - b) <= 1e-12 * np.linalg.norm(b) * 100
