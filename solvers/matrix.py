@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
+from msc.solvers import native
 from msc.solvers.errors import InvalidMatrixError, NotSymmetricError
 
 Triangle = Literal["full", "lower", "upper"]
@@ -52,23 +53,39 @@ def lower_triangle(A: object, uplo: Triangle = "full", symmetry_rtol: float = DE
         col = int(np.searchsorted(C.indptr, bad, side="right") - 1)
         raise InvalidMatrixError(f"matrix has a non-finite entry {C.data[bad]} at ({int(C.indices[bad])}, {col})")
     if uplo == "full":
-        D = (C - C.T).tocoo()
-        if D.nnz:
-            k = int(np.argmax(np.abs(D.data)))
-            worst = float(abs(D.data[k]))
-            scale = float(np.abs(C.data).max())
-            if worst > symmetry_rtol * scale:
-                raise NotSymmetricError(
-                    f"matrix is not symmetric: |A - A^T| max {worst:.3g} at ({int(D.row[k])}, {int(D.col[k])})"
-                    f" (max |A| {scale:.3g}, tolerance {symmetry_rtol:g} relative); pass uplo='lower' or"
-                    " 'upper' to use one triangle"
-                )
-            C = ((C + C.T) * 0.5).tocsc()
-        L = sp.tril(C, format="csc")
-    elif uplo == "lower":
+        return _lower_of_full(C, symmetry_rtol)
+    if uplo == "lower":
         L = sp.tril(C, format="csc")
     else:
         L = sp.triu(C, format="csc").T.tocsc()
     L = sp.csc_array(L)
     L.sort_indices()
+    return L
+
+
+def _lower_of_full(C: sp.csc_array, symmetry_rtol: float) -> sp.csc_array:
+    """The lower triangle of C (canonical CSC holding both triangles, finite),
+    averaged with the upper one, after checking that they agree within
+    symmetry_rtol * max|C| (symbolic.c: one pass, no transpose; 0.09 s of
+    scipy transposes and sums on a 2D 1000^2 Laplacian)."""
+    n = C.shape[0]
+    Lp, Li, Lx = np.empty(n + 1, dtype=np.int64), np.empty(C.nnz, dtype=np.int32), np.empty(C.nnz)
+    report = np.zeros(5)
+    nnz = native.symbolic_lib().sym_lower_full(
+        n, C.indptr.astype(np.int64, copy=False), C.indices.astype(np.int32, copy=False), C.data,
+        Lp, Li, Lx, np.empty(n, dtype=np.int64), report)
+    worst, row, col, scale, unmatched = report
+    if worst > symmetry_rtol * scale:
+        raise NotSymmetricError(
+            f"matrix is not symmetric: |A - A^T| max {worst:.3g} at ({int(row)}, {int(col)})"
+            f" (max |A| {scale:.3g}, tolerance {symmetry_rtol:g} relative); pass uplo='lower' or"
+            " 'upper' to use one triangle"
+        )
+    if unmatched:  # the pattern is not symmetric: L has entries A's lower triangle lacks
+        L = sp.csc_array(sp.tril((C + C.T) * 0.5, format="csc"))
+        L.sort_indices()
+        return L
+    indptr = Lp.astype(np.int32) if nnz <= np.iinfo(np.int32).max else Lp  # scipy's own choice for tril
+    L = sp.csc_array((Lx[:nnz], Li[:nnz], indptr), shape=(n, n))
+    L.has_sorted_indices = True
     return L

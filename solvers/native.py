@@ -33,7 +33,8 @@ def _declare(lib: ctypes.CDLL, name: str, restype: object, *argtypes: object) ->
 
 @functools.lru_cache(maxsize=None)
 def symbolic_lib() -> ctypes.CDLL:
-    """symbolic.c: etree, postorder, column counts, amalgamation, structure."""
+    """symbolic.c: etree, postorder, column counts, amalgamation, structure, and the
+    lower triangle of a matrix given in full."""
     lib = load_library(build_shared_library((_HERE / "symbolic.c").read_text(), "swchol_symbolic"))
     _declare(lib, "sym_etree", None, i32, I64, I32, I32, I32)
     _declare(lib, "sym_postorder", None, i32, I32, I32, I32)
@@ -44,6 +45,7 @@ def symbolic_lib() -> ctypes.CDLL:
     _declare(lib, "sym_subtree_sum", None, i32, I32, F64, F64, I32)
     _declare(lib, "sym_permute", None, i32, I64, I32, I64, I64, I32, I64, I64, I32, I64)
     _declare(lib, "sym_adjacency32", i64, i32, I64, I32, I32, I32, I64)
+    _declare(lib, "sym_lower_full", i64, i32, I64, I32, F64, I64, I32, F64, I64, F64)
     return lib
 
 

@@ -3,6 +3,7 @@
  * supernode amalgamation (CHOLMOD's rule) and the row structure of each
  * supernode. All loops are O(nnz(A) * alpha(n)) or O(size of the output).
  * Built at run time through msc.runtime (same cache as the stencils). */
+#include <math.h>
 #include <stdint.h>
 
 /* Elimination tree of a symmetric matrix given by its strictly upper part
@@ -272,4 +273,57 @@ int64_t sym_adjacency32(int32_t n, const int64_t *Ap, const int32_t *Ai, int32_t
             Gi[fill[i]++] = j;
         }
     return Gp[n];
+}
+
+/* The lower triangle of a matrix that holds both (CSC, sorted rows, no
+ * duplicates, finite), averaged with its mirror: L[i,j] = (A[i,j] + A[j,i])
+ * / 2 for i >= j, in one pass without forming the transpose. The mirror of a
+ * lower entry (i, j) is the upper entry (j, i) of column i; columns are
+ * visited in order, so each column's upper entries are asked for in
+ * increasing row order and one pointer per column (next: n entries of
+ * workspace) walks them. report: [0] the largest |A[i,j] - A[j,i]|, [1] its
+ * row, [2] its column, [3] max |A|, [4] the number of nonzero upper entries
+ * without a lower mirror: L then lacks their mirrored entries (the caller
+ * builds it otherwise). Lp: n + 1; Li, Lx: room for nnz(A). Returns nnz(L). */
+int64_t sym_lower_full(int32_t n, const int64_t *Ap, const int32_t *Ai, const double *Ax,
+                       int64_t *Lp, int32_t *Li, double *Lx, int64_t *next, double *report)
+{
+    double worst = 0.0, scale = 0.0;
+    int64_t worst_row = -1, worst_col = -1, nz = 0, unmatched = 0;
+#define SYM_ASYMMETRY(value, row, col) \
+    if ((value) > worst) { worst = (value); worst_row = (row); worst_col = (col); }
+#define SYM_UNMATCHED(q, col) \
+    if (Ax[q] != 0.0) { unmatched++; SYM_ASYMMETRY(fabs(Ax[q]), Ai[q], col) }
+    for (int32_t j = 0; j < n; j++) next[j] = Ap[j];
+    for (int32_t j = 0; j < n; j++) {
+        Lp[j] = nz;
+        for (int64_t p = Ap[j]; p < Ap[j + 1]; p++) {
+            const int32_t i = Ai[p];
+            const double a = Ax[p];
+            if (fabs(a) > scale) scale = fabs(a);
+            if (i < j) continue; /* an upper entry: met as a mirror from column i */
+            double mirror = a;   /* the diagonal is its own mirror */
+            if (i > j) {
+                int64_t q = next[i];
+                for (; q < Ap[i + 1] && Ai[q] < j; q++) /* upper entries of column i without a lower mirror */
+                    SYM_UNMATCHED(q, i)
+                mirror = q < Ap[i + 1] && Ai[q] == j ? Ax[q++] : 0.0;
+                next[i] = q;
+                SYM_ASYMMETRY(fabs(a - mirror), i, j)
+            }
+            Li[nz] = i;
+            Lx[nz++] = a == mirror ? a : 0.5 * a + 0.5 * mirror;
+        }
+    }
+    Lp[n] = nz;
+    for (int32_t i = 0; i < n; i++) /* upper entries never asked for */
+        for (int64_t q = next[i]; q < Ap[i + 1] && Ai[q] < i; q++) SYM_UNMATCHED(q, i)
+#undef SYM_UNMATCHED
+#undef SYM_ASYMMETRY
+    report[0] = worst;
+    report[1] = (double)worst_row;
+    report[2] = (double)worst_col;
+    report[3] = scale;
+    report[4] = (double)unmatched;
+    return nz;
 }

@@ -181,3 +181,32 @@ def test_readers_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
     csparse = tmp_path / "m"
     csparse.write_text("0 0 4.0\n1 0 1.0\n1 1 3.0\n")
     np.testing.assert_array_equal(mio.read_matrix(csparse).toarray(), [[4, 1], [1, 3]])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lower_triangle_of_full_matches_the_definition(seed: int) -> None:
+    """The one-pass lower triangle equals tril((A + A^T) / 2) on patterns that
+    are not symmetric (entries whose mirror is missing, above and below the
+    diagonal), and names the largest |A - A^T| with its position: an upper or
+    a lower entry without a mirror, or a pair that differs."""
+    from msc.solvers.matrix import lower_triangle
+
+    rng = np.random.default_rng(seed)
+    n = 40
+    S = sp.random_array((n, n), density=0.15, rng=rng) * 1e-13  # tiny, unsymmetric in pattern
+    A = sp.csc_array(sp.eye_array(n) * 4.0 + S)
+    L = lower_triangle(A, symmetry_rtol=1e-10)
+    np.testing.assert_array_equal(L.toarray(), np.tril((A + A.T).toarray() * 0.5))
+    P = sp.csc_array(A + S.T * 1.5)  # a symmetric pattern whose values differ a little
+    np.testing.assert_array_equal(lower_triangle(P).toarray(), np.tril((P + P.T).toarray() * 0.5))
+    dense = A.toarray()
+    empty = [(i, j) for i in range(n) for j in range(n) if i != j and dense[i, j] == 0 and dense[j, i] == 0]
+    upper = next((i, j) for i, j in empty if i < j)
+    lower = next((i, j) for i, j in empty if i > j)
+    pair = next((i, j) for i in range(n) for j in range(i) if dense[i, j] != 0 and dense[j, i] != 0)
+    for i, j in (upper, lower, pair):
+        bad = sp.lil_array(A)
+        bad[i, j] = bad[i, j] + 1.0
+        with pytest.raises(NotSymmetricError) as info:
+            lower_triangle(sp.csc_array(bad))
+        assert f"at ({i}, {j})" in str(info.value) or f"at ({j}, {i})" in str(info.value)
