@@ -38,12 +38,12 @@ def factor_values(count: int, nthreads: int) -> np.ndarray:
     if nbytes < LARGE_BYTES:
         return np.empty(count, dtype=np.float64)
     buffer = _take_spare(nbytes)
+    fresh = buffer is None
     if buffer is None:
         buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        values = np.frombuffer(buffer, dtype=np.float64, count=count)
+    values = np.frombuffer(buffer, dtype=np.float64, count=count)
+    if fresh:
         native.numeric_lib().chol_populate(values.ctypes.data, nbytes, nthreads)
-    else:
-        values = np.frombuffer(buffer, dtype=np.float64, count=count)
     weakref.finalize(values, _give_back, buffer)
     return values
 

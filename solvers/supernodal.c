@@ -224,6 +224,16 @@ static void link_snode(ctx_t *c, int32_t d, int64_t off, int32_t lim, int shared
     }
 }
 
+/* Descendant d's rows that update the supernode ending before column k2 run
+ * from offset lpos[d] to the offset this returns (the first row >= k2). */
+static int64_t rows_end(const ctx_t *c, int32_t d, int64_t k2)
+{
+    const int64_t pd = c->Sp[d], pdend = c->Sp[d + 1];
+    int64_t r2 = c->lpos[d];
+    while (pd + r2 < pdend && c->Si[pd + r2] < k2) r2++;
+    return r2;
+}
+
 /* Factor supernode s. Returns -1 or the failing column (permuted numbering). */
 static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int shared)
 {
@@ -241,11 +251,9 @@ static int64_t factor_snode(ctx_t *c, work_t *w, int32_t s, int32_t lim, int sha
     c->head[s] = -1;
     while (d != -1) {
         const int32_t dnext = c->next[d];
-        const int64_t pd = c->Sp[d], pdend = c->Sp[d + 1], ldd = pdend - pd;
+        const int64_t ldd = c->Sp[d + 1] - c->Sp[d];
         const int64_t ndcol = c->super[d + 1] - c->super[d];
-        const int64_t r1 = c->lpos[d];
-        int64_t r2 = r1;
-        while (pd + r2 < pdend && c->Si[pd + r2] < k2) r2++;
+        const int64_t r1 = c->lpos[d], r2 = rows_end(c, d, k2);
         const int64_t ndrow1 = r2 - r1, ndrow2 = ldd - r1, ndrow3 = ndrow2 - ndrow1;
         const double flops = (double)ndcol * (double)ndrow1 * (double)(ndrow1 + 2 * ndrow3);
 
@@ -413,18 +421,14 @@ static void update_block(const ctx_t *c, work_t *w, const int32_t *map, const de
         const double *Ld = c->Lx + c->Px[d] + ja;
         const double flops = (double)ndcol * (double)m1 * (double)(m1 + 2 * (m2 - m1));
         double *C = cbuf_reserve(w, m2 * m1);
+        const int small = m2 * m1 <= c->tpq_max; /* counted as TPQ (C kernel), else DPQ (BLAS) */
         double tu = omp_get_wtime();
-        if (m2 * m1 <= c->tpq_max) {
-            update_kernel(Ld, ldd, ndcol, m1, m2, C);
-            w->stats[ST_TPQ_N] += 1;
-            w->stats[ST_TPQ_FLOPS] += flops;
-        } else {
-            blas_update(c, Ld, ldd, ndcol, m1, m2, C);
-            w->stats[ST_DPQ_N] += 1;
-            w->stats[ST_DPQ_FLOPS] += flops;
-        }
+        if (small) update_kernel(Ld, ldd, ndcol, m1, m2, C);
+        else blas_update(c, Ld, ldd, ndcol, m1, m2, C);
         scatter(c, map, w->rel, d, ja, m1, m2, C, Ls, ld);
-        w->stats[m2 * m1 <= c->tpq_max ? ST_TPQ_SEC : ST_DPQ_SEC] += omp_get_wtime() - tu;
+        w->stats[small ? ST_TPQ_N : ST_DPQ_N] += 1;
+        w->stats[small ? ST_TPQ_FLOPS : ST_DPQ_FLOPS] += flops;
+        w->stats[small ? ST_TPQ_SEC : ST_DPQ_SEC] += omp_get_wtime() - tu;
     }
 }
 
@@ -445,19 +449,14 @@ static int64_t factor_snode_tiled(ctx_t *c, work_t *works, int self, int32_t s, 
     const int64_t k1 = c->super[s], k2 = c->super[s + 1], nscol = k2 - k1;
     const int64_t p0 = c->Sp[s], nsrow = c->Sp[s + 1] - p0, ld = nsrow;
     double *Ls = c->Lx + c->Px[s];
-    const int32_t *map = works[self].map;
-    for (int64_t p = 0; p < nsrow; p++) works[self].map[c->Si[p0 + p]] = (int32_t)p;
+    int32_t *map = works[self].map; /* read by every task, written only here */
+    for (int64_t p = 0; p < nsrow; p++) map[c->Si[p0 + p]] = (int32_t)p;
 
     int64_t ndesc = 0;
     for (int32_t d = c->head[s]; d != -1; d = c->next[d]) ndesc++;
     desc_t *desc = malloc((size_t)(ndesc > 0 ? ndesc : 1) * sizeof(desc_t));
     ndesc = 0;
-    for (int32_t d = c->head[s]; d != -1; d = c->next[d]) {
-        const int64_t pd = c->Sp[d], pdend = c->Sp[d + 1];
-        int64_t r2 = c->lpos[d];
-        while (pd + r2 < pdend && c->Si[pd + r2] < k2) r2++;
-        desc[ndesc++] = (desc_t){d, c->lpos[d], r2};
-    }
+    for (int32_t d = c->head[s]; d != -1; d = c->next[d]) desc[ndesc++] = (desc_t){d, c->lpos[d], rows_end(c, d, k2)};
 
     const int64_t nb = (nscol + tile - 1) / tile, nr = nb + (nsrow - nscol + tile - 1) / tile;
     char *ready = calloc((size_t)nb, 1);      /* dependence tokens: column block assembled */
