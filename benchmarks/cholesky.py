@@ -6,9 +6,12 @@ sides, and the total (analyze + factorize + solve(1)), as a user runs them.
 Each configuration runs in its own process (the BLAS and OpenMP thread
 counts are fixed when the libraries load): 1 thread, 2 threads, and 2
 threads again while a background process this script starts keeps one core
-busy. Every phase is repeated (--repeat) and reported as the median with
-the spread (max/min); every solution is checked by its normwise backward
-error. The machine's load average is recorded before and after each
+busy. The native libraries are loaded (compiled on first use, then cached)
+before anything is timed. Each solver first runs once on each matrix as a
+cold start (a process's first call pays for fresh memory and library
+set-up), reported on its own; then every phase is repeated (--repeat) and
+reported as the median with the spread (max/min). Every solution is checked
+by its normwise backward error. The machine's load average is recorded before and after each
 matrix, and the cores other processes kept busy meanwhile (from
 /proc/stat, less this process's own CPU time; the busy background process
 counts as one). Peers run only when they load; the missing ones are listed with the
@@ -148,10 +151,12 @@ Steps = tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any, Any], Any]
 
 class Timing:
     """Times of one solver's runs: analyze -> factorize -> solve(b) -> solve(B),
-    each run from scratch; medians and spread (max/min) per phase."""
+    each run from scratch; the cold start (first run) on its own, then
+    medians and spread (max/min) per phase of the repeats."""
 
     def __init__(self, steps: Callable[[], Steps]) -> None:
         self.steps = steps
+        self.first: dict[str, float] = {}
         self.times: dict[str, list[float]] = {p: [] for p in PHASES}
         self.error = 0.0
         self.factor: Any = None  # of the last run
@@ -167,15 +172,19 @@ class Timing:
         t3 = time.perf_counter()
         X = solve(fac, B)
         t4 = time.perf_counter()
+        cold = not self.first
         for phase, t in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t3 - t0)):
-            self.times[phase].append(t)
+            if cold:
+                self.first[phase] = t
+            else:
+                self.times[phase].append(t)
         self.error = max(self.error, backward_error(A, x, b), backward_error(A, X, B))
         self.factor = fac
 
     def result(self) -> Result:
         return {"median_s": {p: statistics.median(v) for p, v in self.times.items()},
                 "spread": {p: max(v) / min(v) if min(v) > 0 else float("nan") for p, v in self.times.items()},
-                "runs_s": self.times, "backward_error": self.error}
+                "runs_s": self.times, "first_run_s": self.first, "backward_error": self.error}
 
 
 def msc_steps(A: Any, threads: int) -> Callable[[], Steps]:
@@ -283,12 +292,13 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
     import numpy as np
     from threadpoolctl import threadpool_info
 
-    from msc.solvers import analyze
+    from msc.solvers import analyze, native
 
     errors = {"CHOLMOD": load_error("sksparse.cholmod"), "MKL PARDISO": load_error("pypardiso")}
     missing = {name: why for name, why in errors.items() if why is not None}
     print(f"threads={threads} loaded={loaded} repeat={args.repeat} load average {load_average()}, peers missing: "
           + ("; ".join(f"{k} ({v})" for k, v in missing.items()) or "none"), flush=True)
+    native.symbolic_lib(), native.numeric_lib()  # compiled on first use, then cached: not timed
     results = []
     for name, build in cases(args.quick, args.cases):
         A = build()
@@ -305,7 +315,8 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
             timings["MKL PARDISO"] = Timing(pardiso_steps(A, b))
         if analyze(A, threads=threads).flops <= SUPERLU_MAX_FLOPS:
             timings["SuperLU"] = Timing(splu_steps(A))
-        for _ in range(args.repeat):  # solvers interleaved: a busy moment hits them all alike
+        for _ in range(1 + args.repeat):  # the cold start, then the repeats; solvers interleaved:
+            # a busy moment hits them all alike
             for timing in timings.values():
                 timing.run(A, b, B)
         rows = {name: t.result() for name, t in timings.items()}
@@ -346,9 +357,9 @@ def tables(data: dict[str, Any]) -> str:
     for run in data["runs"]:
         title = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}" + \
             (", one core kept busy by a background process" if run["loaded"] else ", no load added")
-        lines += [f"#### {title} (median of {run['repeat']} s, spread max/min)", "",
-                  "| matrix | solver | analyze | factorize | solve(1) | solve(16) | total | backward error |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"#### {title} (median of {run['repeat']} s, spread max/min; cold start: the first run's total)",
+                  "", "| matrix | solver | analyze | factorize | solve(1) | solve(16) | total | cold start"
+                  " | backward error |", "|---|---|---|---|---|---|---|---|---|"]
         for case in run["cases"]:
             for solver in SOLVERS:
                 r = case["solvers"].get(solver)
@@ -360,6 +371,8 @@ def tables(data: dict[str, Any]) -> str:
                         cells.append("(in factorize)")
                     else:
                         cells.append(f"{r['median_s'][p]:.4g} ({r['spread'][p]:.2f})")
+                first = r.get("first_run_s", {}).get("total")
+                cells.append(f"{first:.4g}" if first is not None else "-")
                 lines.append(f"| {case['case']} | {solver} | " + " | ".join(cells) + f" | {r['backward_error']:.1e} |")
         lines += ["", "swCholesky time / peer time (medians; below 1 is faster), the spread (max/min) of the"
                   " total, swCholesky's vs the peer's, the 1-minute load average before-after the matrix and"

@@ -15,6 +15,7 @@ from msc.solvers import schedule as schedules
 from msc.solvers.errors import InvalidMatrixError, NotPositiveDefiniteError
 from msc.solvers.factor import Factor
 from msc.solvers.matrix import DEFAULT_SYMMETRY_RTOL, Triangle, lower_triangle
+from msc.solvers.memory import small_pages
 from msc.solvers.numeric import QueueParams, factorize
 from msc.solvers.symbolic import Amalgamation, analyze_structure, permute, predicted_cost, tree_and_counts
 
@@ -72,6 +73,7 @@ class Symbolic:
     supernodes and parallel schedule. factorize(A) reuses it for any matrix
     with the same pattern (and the same uplo)."""
 
+    @small_pages()
     def __init__(self, lower: sp.csc_array, ordering: Ordering = "auto", *, uplo: Triangle = "full",
                  amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
                  threads: int | None = None, max_factor_bytes: int | None = None,
@@ -118,11 +120,13 @@ class Symbolic:
     def flops(self) -> float:
         return self.structure.flops
 
+    @small_pages()
     def factorize(self, A: object, queues: QueueParams | None = None) -> Factor:
         """Numeric factorization of A (same pattern as analyzed)."""
         lower = lower_triangle(A, self.uplo, self.symmetry_rtol)
         return self.factorize_lower(lower, queues)
 
+    @small_pages()
     def factorize_lower(self, lower: sp.csc_array, queues: QueueParams | None = None) -> Factor:
         """As factorize(), for an already checked lower triangle."""
         if lower.shape[0] != self.structure.n or not (
@@ -152,6 +156,7 @@ class Symbolic:
         return Factor(S, Lx, timings, stats)
 
 
+@small_pages()
 def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
             amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
             threads: int | None = None, max_factor_bytes: int | None = None,
@@ -168,6 +173,7 @@ def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
                     threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
 
 
+@small_pages()
 def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo: Triangle = "full",
              amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
              threads: int | None = None, max_factor_bytes: int | None = None,

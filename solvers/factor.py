@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from msc.solvers import native
 from msc.solvers.errors import RightHandSideError
+from msc.solvers.memory import small_pages
 from msc.solvers.symbolic import SupernodalStructure
 
 
@@ -75,6 +76,7 @@ class Factor:
         """log(det(A)) = 2 * sum(log(diag(L)))."""
         return float(2.0 * np.sum(np.log(self.diagonal())))
 
+    @small_pages()
     def solve(self, b: object) -> np.ndarray:
         """Solve A x = b for b of shape (n,) or (n, k); returns float64 of b's shape."""
         t0 = time.perf_counter()

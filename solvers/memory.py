@@ -1,6 +1,6 @@
-"""Memory of the factor's values: large arrays get their pages before the
-factorization, and the pages of the last factor dropped are kept for the
-next one.
+"""Memory of the solver: large arrays get their pages before the
+factorization, the pages of the last factor dropped are kept for the next
+one, and numpy's large arrays get ordinary pages while the solver runs.
 
 On a virtual machine a page the process has not had recently is expensive:
 touched one at a time by the factorization, such pages cost 0.6-0.8 s per
@@ -9,13 +9,21 @@ touched one at a time by the factorization, such pages cost 0.6-0.8 s per
 are soon returned to the host, so a refactorization loop (new values each
 step, the previous factor dropped) paid that again at every step: the spare
 buffer keeps one factor's pages in the process instead. `release_spare()`
-gives them back."""
+gives them back.
+
+numpy asks for transparent huge pages for arrays from 4 MB up. On the same
+machine a fresh huge page (one the host had taken back) cost 15x the same
+memory in ordinary pages: 1.4-1.7 s against 0.1 s for 360 MB, and the first
+16-column solve of a 2D 1000^2 factor took 1.0-2.4 s against 0.3 s later.
+Ordinary pages (small_pages) inside the solver's entry points removed that."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import threading
 import weakref
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -26,6 +34,29 @@ SPARE_SLACK = 2  # a spare buffer serves requests down to 1/SPARE_SLACK of its s
 
 _lock = threading.Lock()
 _spare: mmap.mmap | None = None
+_set_huge_pages = getattr(getattr(np, "_core", None) or np.core, "multiarray")._set_madvise_hugepage
+_small_depth = 0  # small_pages blocks open, in any thread
+_huge_before = True  # numpy's setting when the first of them opened
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """numpy's large arrays get ordinary pages, not transparent huge pages,
+    inside the block (a decorator too). The setting is numpy's, for the
+    process: the first block to open turns it off, the last to close
+    restores it."""
+    global _small_depth, _huge_before
+    with _lock:
+        if _small_depth == 0:
+            _huge_before = _set_huge_pages(False)
+        _small_depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _small_depth -= 1
+            if _small_depth == 0:
+                _set_huge_pages(_huge_before)
 
 
 def factor_values(count: int, nthreads: int) -> np.ndarray:

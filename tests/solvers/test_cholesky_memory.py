@@ -75,3 +75,33 @@ def test_refactorization_through_the_spare_is_exact(rng: np.random.Generator) ->
     np.testing.assert_allclose(F2.L.toarray(), fresh.L.toarray(), rtol=0, atol=1e-12)
     b = rng.standard_normal(A.shape[0])
     assert np.linalg.norm(A2 @ F2.solve(b) - b) <= 1e-12 * np.linalg.norm(b) * 100
+
+
+def test_small_pages_turns_numpy_huge_pages_off_inside_and_restores_them() -> None:
+    setting = memory._set_huge_pages
+    before = setting(True)
+    try:
+        with memory.small_pages():
+            assert setting(False) is False  # off inside
+            with pytest.raises(RuntimeError), memory.small_pages():
+                raise RuntimeError("inner block fails")
+            assert setting(False) is False  # still off: the outer block is open
+        assert setting(True) is True  # restored after the last block
+        setting(False)
+        with memory.small_pages():
+            pass
+        assert setting(False) is False  # a process that had them off keeps them off
+    finally:
+        setting(before)
+
+
+def test_solver_entry_points_run_with_small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+    real = memory._set_huge_pages
+    monkeypatch.setattr(memory, "_set_huge_pages", lambda on: seen.append(on) or real(on))
+    A = laplacian(6, 2)
+    F = cholesky(A)
+    F.solve(np.ones(A.shape[0]))
+    # cholesky, then solve: each turns them off once (nested entry points share
+    # the outer block) and restores numpy's setting once
+    assert len(seen) == 4 and seen[0::2] == [False, False]

@@ -115,3 +115,34 @@ def test_analysis_has_no_python_loop_over_the_matrix(ordering: str) -> None:
     lines_large = _solver_lines_executed(lambda: analyze(large, ordering=ordering, threads=1))
     assert lines_small > 50  # the tracer sees the package
     assert lines_large <= lines_small + 20
+
+
+@pytest.mark.parametrize("case", ["grid", "random", "dense row", "diagonal"])
+def test_amd_gives_amd_order_permutation(case: str) -> None:
+    """ordering.amd calls AMD's core (amd_2) on its own graph and workspace: the
+    permutation must be the one the library's amd_order gives for the matrix."""
+    import ctypes
+
+    import scipy.sparse as sp
+    from conftest import laplacian
+
+    from msc.solvers import ordering
+
+    lib = ordering._libamd()
+    if lib is None:
+        pytest.skip("no AMD shared library here (the cvxopt.amd.order fallback is used)")
+    A = {"grid": lambda: laplacian(12, 2), "random": lambda: random_spd(300, 0.02, 5),
+         "dense row": lambda: sp.csc_array(random_spd(400, 0.005, 6) + sp.csc_array(
+             (np.full(400, 1.0), (np.zeros(400, dtype=int), np.arange(400))), shape=(400, 400))
+             + sp.csc_array((np.full(400, 1.0), (np.arange(400), np.zeros(400, dtype=int))), shape=(400, 400))),
+         "diagonal": lambda: sp.csc_array(sp.eye_array(7))}[case]()
+    full = sp.csc_array(A)
+    full.sort_indices()
+    n = full.shape[0]
+    expected = np.empty(n, dtype=np.int32)
+    lib.amd_order.restype = ctypes.c_int32
+    lib.amd_order.argtypes = [ctypes.c_int32] + [ctypes.c_void_p] * 5
+    indptr, indices = full.indptr.astype(np.int32), full.indices.astype(np.int32)
+    assert lib.amd_order(n, indptr.ctypes.data, indices.ctypes.data, expected.ctypes.data, None, None) == 0
+    got = ordering.amd(lower_triangle(A, "full", 1e-12))
+    np.testing.assert_array_equal(got, expected)
