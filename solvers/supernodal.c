@@ -947,22 +947,24 @@ void chol_to_csc(int32_t ns, const int32_t *super, const int64_t *Sp, const int3
     }
 }
 
-/* Give the pages of [p, p + nbytes) to the process now, on nthreads threads,
- * each asking the kernel for its share in one call (MADV_POPULATE_WRITE)
- * where the kernel has it, else touching one byte per page. */
+/* Give the pages of [p, p + nbytes) to the process now, on nthreads threads
+ * taking chunks of POPULATE_CHUNK bytes as they come free (a thread that
+ * another process keeps off its core populates fewer), asking the kernel for
+ * each chunk in one call (MADV_POPULATE_WRITE) where the kernel has it, else
+ * touching one byte per page. */
+#define POPULATE_CHUNK (8 << 20)
 void chol_populate(char *p, int64_t nbytes, int32_t nthreads)
 {
     const int64_t page = sysconf(_SC_PAGESIZE);
     char *first = (char *)(((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
     const int64_t len = (p + nbytes - first) / page * page;
     if (len <= 0) return;
-    const int64_t pages = len / page;
-#pragma omp parallel num_threads(nthreads)
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        char *a = first + pages * t / nt * page, *b = first + pages * (t + 1) / nt * page;
+    const int64_t chunk = POPULATE_CHUNK / page * page, nchunk = (len + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+    for (int64_t k = 0; k < nchunk; k++) {
+        char *a = first + k * chunk, *b = first + imin64((k + 1) * chunk, len);
 #ifdef MADV_POPULATE_WRITE
-        if (b > a && madvise(a, (size_t)(b - a), MADV_POPULATE_WRITE) == 0) a = b;
+        if (madvise(a, (size_t)(b - a), MADV_POPULATE_WRITE) == 0) a = b;
 #endif
         for (; a < b; a += page) *(volatile char *)a = 0;
     }
