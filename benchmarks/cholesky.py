@@ -11,11 +11,12 @@ before anything is timed. Each solver first runs once on each matrix as a
 cold start (a process's first call pays for fresh memory and library
 set-up), reported on its own; then every phase is repeated (--repeat) and
 reported as the median with the spread (max/min). Every solution is checked
-by its normwise backward error. The machine's load average is recorded before and after each
-matrix, and the cores other processes kept busy meanwhile (from
-/proc/stat, less this process's own CPU time; the busy background process
-counts as one). Peers run only when they load; the missing ones are listed with the
-reason.
+by its normwise backward error. The machine's load average is recorded
+before and after each matrix, and the cores other processes kept busy
+meanwhile (from /proc/stat, less this process's own CPU time; the busy
+background process counts as one), of which a virtual machine's host took
+the steal time. Peers run only when they load; the missing ones are listed
+with the reason.
 
     python3 benchmarks/cholesky.py [--quick] [--cases "2D,3D 40"] [--json benchmarks/results/cholesky.json]
     python3 benchmarks/cholesky.py --tables benchmarks/results/cholesky.json   # Markdown
@@ -262,19 +263,35 @@ def load_average() -> float:
 
 class OtherLoad:
     """Cores kept busy by other processes between start() and cores():
-    the machine's busy CPU time (/proc/stat) less this process's own."""
+    the machine's busy CPU time (/proc/stat) less this process's own; and
+    of those, the cores a virtual machine's host took (steal time)."""
 
     def start(self) -> None:
-        self.t0, self.busy0, self.own0 = time.perf_counter(), self.busy(), self.own()
+        self.t0, self.busy0, self.own0, self.steal0 = time.perf_counter(), self.busy(), self.own(), self.steal()
 
     @staticmethod
-    def busy() -> float | None:
+    def ticks() -> list[int] | None:
         try:
             with open("/proc/stat", encoding="ascii") as f:
-                ticks = [int(v) for v in f.readline().split()[1:]]
+                return [int(v) for v in f.readline().split()[1:]]
         except (OSError, ValueError):
             return None
-        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+    @classmethod
+    def busy(cls) -> float | None:
+        ticks = cls.ticks()
+        return None if ticks is None else (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle, iowait
+
+    @classmethod
+    def steal(cls) -> float | None:
+        ticks = cls.ticks()
+        return None if ticks is None or len(ticks) < 8 else ticks[7] / os.sysconf("SC_CLK_TCK")
+
+    def steal_cores(self) -> float | None:
+        steal = self.steal()
+        if steal is None or self.steal0 is None:
+            return None
+        return round((steal - self.steal0) / (time.perf_counter() - self.t0), 3)
 
     @staticmethod
     def own() -> float:
@@ -326,16 +343,17 @@ def worker(args: argparse.Namespace, threads: int, loaded: bool) -> int:
         if "SuperLU" in rows:
             rows["SuperLU"]["note"] = "analysis is part of factorize (splu)"
         load = [load_before, load_average()]
-        other_cores = other.cores()
+        other_cores, steal_cores = other.cores(), other.steal_cores()
         for solver, r in rows.items():
             med = r["median_s"]
             print(f"{name:22s} {solver:15s} " + " ".join(f"{p} {med[p]:8.4f}" for p in PHASES)
                   + f"  spread(total) {r['spread']['total']:.2f}  backward error {r['backward_error']:.1e}"
-                  + f"  load average {load[0]}-{load[1]}, other processes' cores {other_cores}", flush=True)
+                  + f"  load average {load[0]}-{load[1]}, other processes' cores {other_cores}"
+                  + f" (host steal {steal_cores})", flush=True)
         for t in timings.values():
             t.factor = None
         results.append({"case": name, "n": int(n), "nnz": int(A.nnz), "load_average": load,
-                        "other_cores_busy": other_cores, "solvers": rows})
+                        "other_cores_busy": other_cores, "host_steal_cores": steal_cores, "solvers": rows})
         del A
     blas = [{"internal_api": lib.get("internal_api"), "version": lib.get("version"),
              "num_threads": lib.get("num_threads"), "library": Path(str(lib.get("filepath"))).name}
@@ -377,7 +395,7 @@ def tables(data: dict[str, Any]) -> str:
         lines += ["", "swCholesky time / peer time (medians; below 1 is faster), the spread (max/min) of the"
                   " total, swCholesky's vs the peer's, the 1-minute load average before-after the matrix and"
                   " the cores other processes kept busy meanwhile (of the machine's"
-                  f" {data.get('cpus', '?')}):", "",
+                  f" {data.get('cpus', '?')}; the host's steal time among them):", "",
                   "| matrix | peer | analyze | factorize | solve(1) | solve(16) | total | spread of total | load"
                   " | other cores |", "|---|---|---|---|---|---|---|---|---|---|"]
         for case in run["cases"]:
@@ -386,6 +404,8 @@ def tables(data: dict[str, Any]) -> str:
             load_cell = f"{load[0]:.1f}-{load[1]:.1f}" if load else "-"
             other = case.get("other_cores_busy")
             load_cell += f" | {other:.2f}" if other is not None else " | -"
+            steal = case.get("host_steal_cores")
+            load_cell += f" ({steal:.3f} host steal)" if steal is not None else ""
             for solver in SOLVERS[1:]:
                 r = case["solvers"].get(solver)
                 if r is None:
