@@ -280,7 +280,8 @@ class OtherLoad:
     @classmethod
     def busy(cls) -> float | None:
         ticks = cls.ticks()
-        return None if ticks is None else (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle, iowait
+        # all but idle and iowait
+        return None if ticks is None else (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
     @classmethod
     def steal(cls) -> float | None:
