@@ -34,7 +34,7 @@ SPARE_SLACK = 2  # a spare buffer serves requests down to 1/SPARE_SLACK of its s
 
 _lock = threading.Lock()
 _spare: mmap.mmap | None = None
-_set_huge_pages = getattr(getattr(np, "_core", None) or np.core, "multiarray")._set_madvise_hugepage
+_set_huge_pages = (getattr(np, "_core", None) or np.core).multiarray._set_madvise_hugepage
 _small_depth = 0  # small_pages blocks open, in any thread
 _huge_before = True  # numpy's setting when the first of them opened
 

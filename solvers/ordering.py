@@ -28,18 +28,24 @@ from msc.solvers import native
 from msc.solvers.errors import OrderingError
 
 METHODS = ("auto", "amd", "metis", "natural")
-AMD_INT32_MAX_NNZ = 1 << 30
 
 
 def natural(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
 
 
+def _amd_iwlen(nz: int, n: int) -> int:
+    """AMD's workspace for a graph of nz entries: the graph, 20% elbow room
+    and n more, as amd_order allocates."""
+    return nz + nz // 5 + n
+
+
 def _adjacency(lower: sp.csc_array) -> tuple[np.ndarray, np.ndarray]:
     """The symmetric graph of the matrix without self loops, columns sorted:
-    (indptr, indices), int32 (built in symbolic.c) when it fits, else int64."""
+    (indptr, indices), int32 (built in symbolic.c) when AMD's workspace for it
+    fits in int32, else int64."""
     n = lower.shape[0]
-    if 2 * lower.nnz < AMD_INT32_MAX_NNZ:
+    if _amd_iwlen(2 * lower.nnz, n) < np.iinfo(np.int32).max:
         Gp = np.empty(n + 1, dtype=np.int32)
         Gi = np.empty(2 * lower.nnz, dtype=np.int32)
         count = native.symbolic_lib().sym_adjacency32(
@@ -104,9 +110,7 @@ def amd(lower: sp.csc_array) -> np.ndarray:
         return _amd_cvxopt(lower)
     Gp, Gi = _adjacency(lower)  # A + A^T without the diagonal, sorted
     nz = int(Gp[-1])
-    iwlen = nz + nz // 5 + n  # the graph, 20% elbow room and n more, as amd_order allocates
-    if iwlen >= np.iinfo(Gp.dtype).max:
-        Gp, Gi = Gp.astype(np.int64), Gi.astype(np.int64)
+    iwlen = _amd_iwlen(nz, n)
     Iw = np.empty(iwlen, dtype=Gp.dtype)
     Iw[:nz] = Gi
     Pe, Len = Gp[:-1].copy(), np.diff(Gp).astype(Gp.dtype)
