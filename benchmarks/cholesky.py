@@ -377,8 +377,8 @@ def tables(data: dict[str, Any]) -> str:
         title = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}" + \
             (", one core kept busy by a background process" if run["loaded"] else ", no load added")
         lines += [f"#### {title} (median of {run['repeat']} s, spread max/min; cold start: the first run's total)",
-                  "", "| matrix | solver | analyze | factorize | solve(1) | solve(16) | total | cold start"
-                  " | backward error |", "|---|---|---|---|---|---|---|---|---|"]
+                  "", ("| matrix | solver | analyze | factorize | solve(1) | solve(16) | total | cold start"
+                       " | backward error |"), "|---|---|---|---|---|---|---|---|---|"]
         for case in run["cases"]:
             for solver in SOLVERS:
                 r = case["solvers"].get(solver)

@@ -64,7 +64,7 @@ def _libamd() -> ctypes.CDLL | None:
     candidates: list[str] = []
     try:
         import cvxopt
-        import cvxopt.amd  # noqa: F401  (loads the bundled libamd's own dependencies)
+        import cvxopt.amd  # loads the bundled libamd's own dependencies
 
         candidates += [str(p) for p in sorted((Path(cvxopt.__file__).parent.parent / "cvxopt.libs").glob("libamd*.so*"))]
     except ImportError:  # pragma: no cover - depends on the installation
