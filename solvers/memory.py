@@ -75,7 +75,8 @@ def factor_values(count: int, nthreads: int) -> np.ndarray:
     values = np.frombuffer(buffer, dtype=np.float64, count=count)
     if fresh:
         native.numeric_lib().chol_populate(values.ctypes.data, nbytes, nthreads)
-    weakref.finalize(values, _give_back, buffer)
+    # not at interpreter exit: the arrays are still alive then, and the system takes the pages back anyway
+    weakref.finalize(values, _give_back, buffer).atexit = False
     return values
 
 
@@ -85,7 +86,7 @@ def release_spare() -> None:
     with _lock:
         spare, _spare = _spare, None
     if spare is not None:
-        spare.close()
+        _close(spare)
 
 
 def spare_bytes() -> int:
@@ -102,7 +103,7 @@ def _take_spare(nbytes: int) -> mmap.mmap | None:
         return None
     if nbytes <= len(spare) <= SPARE_SLACK * nbytes:
         return spare
-    spare.close()
+    _close(spare)
     return None
 
 
@@ -112,4 +113,12 @@ def _give_back(buffer: mmap.mmap) -> None:
     with _lock:
         old, _spare = _spare, buffer
     if old is not None:
-        old.close()
+        _close(old)
+
+
+def _close(buffer: mmap.mmap) -> None:
+    """Unmap buffer now, or leave that to the garbage collector while an array still exports it."""
+    try:
+        buffer.close()
+    except BufferError:
+        pass

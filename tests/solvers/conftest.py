@@ -31,6 +31,22 @@ def relative_residual(A: sp.sparray, x: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(A @ x - b) / np.linalg.norm(b))
 
 
+BACKWARD_ERROR_EPS = 64  # allowed backward error, in units of the machine epsilon
+
+
+def backward_error(A: sp.sparray, x: np.ndarray, b: np.ndarray) -> float:
+    """Normwise backward error ||Ax - b|| / (||A|| ||x|| + ||b||), infinity norms: a backward-stable
+    Cholesky keeps it at a small multiple of the machine epsilon whatever the condition number."""
+    norm_A = float(abs(A).sum(axis=1).max())
+    r = np.abs(A @ x - b).max()
+    return float(r / (norm_A * np.abs(x).max() + np.abs(b).max()))
+
+
+def backward_stable(A: sp.sparray, x: np.ndarray, b: np.ndarray) -> bool:
+    """The solve's backward error is within BACKWARD_ERROR_EPS machine epsilons."""
+    return backward_error(A, x, b) <= BACKWARD_ERROR_EPS * np.finfo(np.float64).eps
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

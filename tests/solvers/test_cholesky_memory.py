@@ -4,7 +4,10 @@ last dropped factor leaves for the next factorization."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +108,20 @@ def test_solver_entry_points_run_with_small_pages(monkeypatch: pytest.MonkeyPatc
     # cholesky, then solve: each turns them off once (nested entry points share
     # the outer block) and restores numpy's setting once
     assert len(seen) == 4 and seen[0::2] == [False, False]
+
+
+def test_interpreter_exit_with_live_factors_prints_nothing() -> None:
+    """Two factors alive when the interpreter exits: their mappings are neither given
+    back nor closed while exported (that printed a BufferError traceback at exit)."""
+    script = (
+        "from msc.solvers import cholesky, memory\n"
+        "from conftest import laplacian\n"
+        "memory.LARGE_BYTES = 4096\n"
+        "A = laplacian(30, 2)\n"
+        "F1, F2 = cholesky(A), cholesky(A)\n"
+        "print('factored', F1.nnz == F2.nnz)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout == "factored True\n", run.stderr
+    assert run.stderr == ""
