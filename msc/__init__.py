@@ -18,7 +18,8 @@ from msc.errors import (
     StencilDefinitionError,
     TargetError,
 )
-from msc.frontend.symbols import abs, cos, exp, log, maximum, minimum, sin, sqrt, t, where, x, y, z
+from msc.frontend.symbols import (abs, atan2, cos, exp, floor, log, maximum, minimum, sin, sqrt, t, tanh, where, x, y,
+                                  z)
 from msc.linear import NonLinearError
 from msc.pde import Implicit, Operator, explicit, implicit, operator, solve
 from msc.schedule import Schedule
@@ -28,5 +29,5 @@ __all__ = [
     "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
     "TargetError", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
     "Schedule", "Stencil", "stencil", "t", "x", "y", "z",
-    "sqrt", "exp", "log", "sin", "cos", "abs", "minimum", "maximum", "where", "__version__",
+    "sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs", "minimum", "maximum", "atan2", "where", "__version__",
 ]

@@ -24,8 +24,8 @@ from msc.errors import StencilArgumentError
 DTYPES = ("float64", "float32")
 BOUNDARIES = ("dirichlet", "periodic")
 DIM_NAMES = ("x", "y", "z")
-MATH_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "abs")
-BINARY_FUNCTIONS = ("minimum", "maximum")
+MATH_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs")
+BINARY_FUNCTIONS = ("minimum", "maximum", "atan2")
 ARITH_OPS = ("+", "-", "*", "/", "**")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("&", "|")
@@ -93,7 +93,7 @@ class Not:
 
 @dataclass(frozen=True)
 class Call:
-    """A math function: sqrt, exp, log, sin, cos, abs (one arg), minimum, maximum (two)."""
+    """A math function: sqrt, exp, log, sin, cos, tanh, floor, abs (one arg), minimum, maximum, atan2 (two)."""
 
     func: str
     args: tuple[Expr, ...]

@@ -24,6 +24,8 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "log": np.log,
     "sin": np.sin,
     "cos": np.cos,
+    "tanh": np.tanh,
+    "floor": np.floor,
     "abs": np.abs,
 }
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -42,6 +44,7 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "|": np.logical_or,
     "minimum": np.minimum,
     "maximum": np.maximum,
+    "atan2": np.arctan2,
 }
 
 

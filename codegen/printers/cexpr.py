@@ -7,7 +7,9 @@ from typing import Callable
 
 from msc import ir
 
-_C_FUNC = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "abs": "fabs"}
+_C_FUNC = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tanh": "tanh", "floor": "floor",
+           "abs": "fabs", "atan2": "atan2"}
+_C_HELPER = {"minimum": "msc_min", "maximum": "msc_max"}  # defined by every kernel template
 _C_OP = {"&": "&&", "|": "||"}
 
 
@@ -49,9 +51,8 @@ class _CExpr(ir.Visitor[str]):
         return f"({self.visit(e.lhs)} {_C_OP.get(e.op, e.op)} {self.visit(e.rhs)})"
 
     def call(self, e: ir.Call) -> str:
-        if e.func in ir.BINARY_FUNCTIONS:
-            return f"msc_{e.func[:3]}({self.visit(e.args[0])}, {self.visit(e.args[1])})"
-        return f"{_C_FUNC[e.func]}{self._suffix()}({self.visit(e.args[0])})"
+        name = _C_HELPER.get(e.func) or f"{_C_FUNC[e.func]}{self._suffix()}"
+        return f"{name}({', '.join(self.visit(a) for a in e.args)})"
 
     def where(self, e: ir.Where) -> str:
         return f"(({self.visit(e.cond)}) ? {self.visit(e.then)} : {self.visit(e.otherwise)})"

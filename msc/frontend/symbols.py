@@ -10,8 +10,11 @@ and the user's file:line.
 from __future__ import annotations
 
 import numbers
+import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from msc import ir
 from msc.errors import StencilDefinitionError
@@ -82,6 +85,18 @@ class Operand:
     def _bin(self, op: str, other: Any, reverse: bool = False) -> Traced:
         a, b = self._expr(), as_expr(other)
         return Traced(ir.BinOp(op, b, a) if reverse else ir.BinOp(op, a, b))
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """numpy's operators on a traced value (a numpy number times a field read) build
+        expressions; its math functions are refused, naming msc's own."""
+        arithmetic = _NUMPY_OPERATORS.get(ufunc)
+        if arithmetic is not None and method == "__call__" and not kwargs:
+            return arithmetic(*(v if isinstance(v, Operand) else Traced(as_expr(v)) for v in inputs))
+        name = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+        ours = _NUMPY_EQUIVALENTS.get(ufunc.__name__)
+        advice = f"use msc.{ours}" if ours else f"msc's functions are {', '.join(FUNCTIONS)}"
+        raise context.definition_error(f"{name} cannot take a traced value (numpy computes on numbers, "
+                                       f"not on stencil expressions): {advice}")
 
     def __add__(self, o: Any) -> Traced:
         return self._bin("+", o)
@@ -189,6 +204,19 @@ def as_expr(value: Any) -> ir.Expr:
     )
 
 
+_NUMPY_OPERATORS: dict[np.ufunc, Callable[..., Any]] = {
+    np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul, np.true_divide: operator.truediv,
+    np.power: operator.pow, np.negative: operator.neg, np.positive: operator.pos, np.less: operator.lt,
+    np.less_equal: operator.le, np.greater: operator.gt, np.greater_equal: operator.ge, np.equal: operator.eq,
+    np.not_equal: operator.ne,
+}
+# numpy's name of a function -> msc's
+_NUMPY_EQUIVALENTS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tanh": "tanh",
+                      "floor": "floor", "absolute": "abs", "fabs": "abs", "minimum": "minimum", "fmin": "minimum",
+                      "maximum": "maximum", "fmax": "maximum", "arctan2": "atan2"}
+FUNCTIONS = (*ir.MATH_FUNCTIONS, *ir.BINARY_FUNCTIONS, "where")
+
+
 def _call(func: str, *args: Any) -> Traced:
     return Traced(ir.Call(func, tuple(as_expr(a) for a in args)))
 
@@ -213,6 +241,14 @@ def cos(a: Any) -> Traced:
     return _call("cos", a)
 
 
+def tanh(a: Any) -> Traced:
+    return _call("tanh", a)
+
+
+def floor(a: Any) -> Traced:
+    return _call("floor", a)
+
+
 def abs(a: Any) -> Traced:  # noqa: A001 - the DSL's name
     return _call("abs", a)
 
@@ -223,6 +259,11 @@ def minimum(a: Any, b: Any) -> Traced:
 
 def maximum(a: Any, b: Any) -> Traced:
     return _call("maximum", a, b)
+
+
+def atan2(a: Any, b: Any) -> Traced:
+    """The angle of the point (b, a), as numpy's arctan2(a, b) and C's atan2(a, b)."""
+    return _call("atan2", a, b)
 
 
 def where(cond: Any, a: Any, b: Any) -> Traced:
