@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 from msc.errors import (
     CompileError,
     MscError,
+    NonFiniteWarning,
     ScheduleError,
     StencilArgumentError,
     StencilDefinitionError,
@@ -27,7 +28,7 @@ from msc.stencil import Stencil, stencil
 
 __all__ = [
     "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
-    "TargetError", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
+    "TargetError", "NonFiniteWarning", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
     "Schedule", "Stencil", "stencil", "t", "x", "y", "z",
     "sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs", "minimum", "maximum", "atan2", "where", "__version__",
 ]

@@ -36,5 +36,9 @@ class EmitError(MscError):
     """A standalone source tree could not be written (nothing partial is left)."""
 
 
+class NonFiniteWarning(RuntimeWarning):
+    """A run left NaN or infinite values in a field (an unstable step, most often)."""
+
+
 class CacheWarning(UserWarning):
     """A damaged cache entry was found and is being rebuilt."""

@@ -14,6 +14,7 @@ ScheduleError that names a violated dependence and the statements involved.
 from __future__ import annotations
 
 import ast
+import difflib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -161,6 +162,19 @@ class Schedule:
 
     def __str__(self) -> str:
         return self.describe()
+
+    def __getattr__(self, name: str) -> Any:
+        """A misspelt primitive (Schedule().tiel) names the closest primitive and all of them."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        close = difflib.get_close_matches(name, PRIMITIVES, n=1)
+        hint = f"did you mean {close[0]}()? " if close else ""
+        raise UnknownPrimitiveError(f"Schedule has no primitive {name!r}: {hint}the primitives are "
+                                    f"{', '.join(PRIMITIVES)}")
+
+
+class UnknownPrimitiveError(ScheduleError, AttributeError):
+    """A name that is not a schedule primitive (an AttributeError too, for hasattr and getattr)."""
 
 
 TENSOR_CORE_PRECISIONS = ("fp64", "tf32", "fp16")
@@ -366,12 +380,46 @@ def _check_legal(poly: PolyIR, lowered: LoweredSchedule) -> None:
 
 
 def _example(poly: PolyIR, deps: isl.UnionMap) -> str:
-    """One concrete dependence, with the statements' source lines."""
+    """One concrete dependence: in the user's terms (which statement, which read, how far
+    apart in time and space), then as isl prints it, with the statements' source lines."""
     sample = deps.sample()
     text = str(sample).split("{", 1)[-1].rsplit("}", 1)[0].strip()
     names = [st for st in poly.statements if f"{st.name}[" in text]
     where = "; ".join(_describe(st) for st in names)
-    return f"{text} ({where})" if where else text
+    isl_text = f"{text} ({where})" if where else text
+    plain = _in_user_terms(poly, sample)
+    return f"{plain}; in isl: {isl_text})" if plain else isl_text
+
+
+def _in_user_terms(poly: PolyIR, sample: isl.BasicMap) -> str:
+    """'of u[t+1] at heat.py:7 on u[t, x-1, y], written 1 step earlier by u[t+1] at heat.py:7 (the
+    schedule must run that write first' for a dependence between two statements ('' for the periodic
+    wrap); the caller closes the parenthesis."""
+    by_name = {st.name: st for st in poly.statements}
+    src = by_name.get(sample.get_tuple_name(isl.dim_type.in_))
+    dst = by_name.get(sample.get_tuple_name(isl.dim_type.out))
+    if src is None or dst is None or src.stmt is None or dst.stmt is None:
+        return ""
+    point = sample.wrap().sample_point()
+    n = sample.dim(isl.dim_type.in_)
+    coords = [point.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(2 * n)]
+    (t0, *at), (t1, *to) = coords[:n], coords[n:]
+    steps = t1 - t0
+    apart = "in the same step" if steps == 0 else f"{steps} step{'s' * (steps != 1)} earlier"
+    if isl.Map.from_basic_map(sample).is_subset(poly.flow_dependences.extract_map(sample.get_space())):
+        read = _read_text(src.target, 1 - steps, [a - b for a, b in zip(at, to)])
+        return (f"of {dst.target}[t+1] at {dst.stmt.loc} on {read}, written {apart} by {src.target}[t+1] at "
+                f"{src.stmt.loc} (the schedule must run that write first")
+    return (f"of {dst.target}[t+1] at {dst.stmt.loc}, which overwrites a ring slot of '{dst.target}' that "
+            f"{src.target}[t+1] at {src.stmt.loc} reads {apart} (the schedule must run that read first")
+
+
+def _read_text(field: str, dt: int, offsets: list[int]) -> str:
+    """A read as the user writes it: u[t, x-1, y]."""
+    def shifted(symbol: str, offset: int) -> str:
+        return symbol if offset == 0 else f"{symbol}{offset:+d}"
+
+    return f"{field}[{', '.join([shifted('t', dt), *map(shifted, ir.DIM_NAMES, offsets)])}]"
 
 
 def _describe(st: PolyStatement) -> str:

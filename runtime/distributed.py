@@ -41,7 +41,7 @@ from msc.errors import MscError
 from msc.poly import PolyIR
 from msc.runtime.buffers import pack
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
-from msc.runtime.kernel import CompiledKernel, RunStats
+from msc.runtime.kernel import CompiledKernel, RunStats, not_finite, warn_not_finite
 from msc.schedule import Schedule, as_schedule
 
 __all__ = ["DistributedError", "DistributedKernel", "DistributedSimulation", "DistributedStats", "GlobalSimulation",
@@ -404,16 +404,23 @@ class DistributedSimulation:
         self.owner = owner
         self.step = 0
         self._buffers, self._scalars, self._nthreads = buffers, scalars, nthreads
+        self._blown_up = False  # warned once that a field is no longer finite
 
-    def advance(self, steps: int) -> None:
-        """Run `steps` more steps (every rank the same number)."""
+    def advance(self, steps: int, _stacklevel: int = 2) -> None:
+        """Run `steps` more steps (every rank the same number); rank 0 warns once
+        (NonFiniteWarning) when a written field is no longer finite on any rank."""
         owner = self.owner
         _collectively(owner.comm, lambda: _check_steps(owner.kernel.ir.name, steps))
         counts = owner.comm.allgather(steps)
         if len(set(counts)) > 1:
             raise DistributedError(f"ranks were given different numbers of steps: {counts}")
         owner._advance(self._buffers, self._scalars, self.step, steps, self._nthreads)
-        self.step += steps
+        first, self.step = self.step, self.step + steps
+        if not self._blown_up and steps:
+            bad = sorted(set().union(*owner.comm.allgather(not_finite(self.fields))))
+            self._blown_up = bool(bad)
+            if owner.comm.rank == 0:
+                warn_not_finite(owner.kernel.ir.name, bad, first, self.step, _stacklevel)
 
     @property
     def fields(self) -> dict[str, np.ndarray]:
@@ -442,8 +449,8 @@ class GlobalSimulation:
     def step(self) -> int:
         return self._local.step
 
-    def advance(self, steps: int) -> None:
-        self._local.advance(steps)
+    def advance(self, steps: int, _stacklevel: int = 2) -> None:
+        self._local.advance(steps, _stacklevel + 1)
 
     @property
     def fields(self) -> dict[str, np.ndarray] | None:
@@ -507,6 +514,6 @@ def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mappi
     _collectively(comm, lambda: _check_steps(kernel.ir.name, steps) if comm.rank == 0 else None)
     steps = comm.bcast(steps, root=0)  # rank 0's count, as for the arrays
     with start_distributed(kernel, comm, inputs, dims, threads, schedule, overlap) as sim:
-        sim.advance(steps)
+        sim.advance(steps, _stacklevel=4)  # the user's line: run -> run_distributed -> here
         fields = sim.fields
         return None if fields is None else {name: array.copy() for name, array in fields.items()}

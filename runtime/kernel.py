@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import numbers
 import time
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -13,12 +15,29 @@ import numpy as np
 
 from msc import ir
 from msc.arguments import bind_arguments
-from msc.errors import StencilArgumentError
+from msc.errors import NonFiniteWarning, StencilArgumentError
 from msc.runtime.buffers import ghost_width, pack, padded_shape
 from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
 BOX_ENTRY = "msc_run_box"  # the same on a box of the domain (a kernel compiled with box=True)
+
+
+def not_finite(fields: Mapping[str, np.ndarray]) -> list[str]:
+    """The names of the fields holding NaN or inf (one read of each array)."""
+    return [name for name, level in fields.items() if not np.isfinite(level).all()]
+
+
+def warn_not_finite(stencil: str, bad: list[str], first: int, last: int, stacklevel: int) -> bool:
+    """Warn (NonFiniteWarning) that the fields `bad` hold NaN or inf after steps first..last-1;
+    True when it did. `stacklevel` counts from the caller of this function to the user's line."""
+    if bad:
+        which = f"field '{bad[0]}' is" if len(bad) == 1 else f"fields {', '.join(repr(b) for b in bad)} are"
+        warnings.warn(f"stencil '{stencil}': {which} no longer finite (NaN or inf) after steps {first}..{last - 1}; "
+                      "an explicit step past its stability limit blows up like this (a smaller time step or "
+                      "coefficient, or an implicit method, keeps it finite)", NonFiniteWarning,
+                      stacklevel=stacklevel + 1)
+    return bool(bad)
 
 
 @dataclass
@@ -104,7 +123,7 @@ class CompiledKernel:
 
             return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
         sim = self.start(threads, **inputs)
-        sim.advance(steps)
+        sim.advance(steps, _stacklevel=3)
         return {name: level.copy() for name, level in sim.fields.items()}
 
     @overload
@@ -151,17 +170,22 @@ class Simulation:
         self._domain = tuple(slice(g, n - g) for g, n in zip(ghost_width(stencil), extents))
         interior = int(np.prod([n - 2 * r for n, r in zip(extents, stencil.radius)]))
         self._points = interior * len(stencil.statements)
+        self._blown_up = False  # warned once that a field is no longer finite
 
-    def advance(self, steps: int) -> None:
-        """Run `steps` more steps in place (timed into `kernel.last_run`)."""
+    def advance(self, steps: int, _stacklevel: int = 2) -> None:
+        """Run `steps` more steps in place (timed into `kernel.last_run`); warns once
+        (NonFiniteWarning) when a written field is no longer finite."""
         if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
             raise StencilArgumentError(f"stencil '{self.kernel.ir.name}': steps must be a non-negative integer, "
                                        f"got {steps!r}")
         start = time.perf_counter()
         self.kernel.advance(self._call, self.step, int(steps), self._nthreads)
         seconds = time.perf_counter() - start
-        self.step += int(steps)
+        first, self.step = self.step, self.step + int(steps)
         self.kernel.last_run = RunStats(seconds, int(steps), self._points)
+        if not self._blown_up and steps:
+            self._blown_up = warn_not_finite(self.kernel.ir.name, not_finite(self.fields), first, self.step,
+                                            _stacklevel)
 
     @property
     def fields(self) -> dict[str, np.ndarray]:

@@ -556,3 +556,13 @@ def test_long_sums_are_analysed_without_deep_recursion():
 def test_singular_steady_problem_is_reported():
     with pytest.raises(msc.MscError, match="msc.solve with operator 'periodic_lap': the matrix is singular"):
         msc.solve(periodic_lap, np.ones((6, 6)), c=1.0)
+
+
+def test_unknown_methods_and_non_operators_are_msc_errors_naming_the_choices():
+    with pytest.raises(msc.StencilArgumentError,
+                       match=r"implicit\(\): method='bdf2' is not one of 'backward_euler', 'crank_nicolson'"):
+        msc.implicit(lap5, 0.1, "bdf2", shape=(6, 6), h=1.0)
+    with pytest.raises(msc.StencilArgumentError, match=r"explicit\(\): method='rk3' is not one of 'euler', 'rk2', 'rk4'"):
+        msc.explicit(lap5, 0.1, "rk3")
+    with pytest.raises(msc.StencilArgumentError, match="implicit\\(\\) takes an msc.operator, got function"):
+        msc.implicit(lambda u: u, 0.1, shape=(6, 6))

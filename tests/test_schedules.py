@@ -129,17 +129,22 @@ def test_each_primitive(schedule, stencil, assert_matches):
 @pytest.mark.parametrize(
     "stencil, schedule, words",
     [
-        (heat, Schedule().parallel("t"), ["loop 't' of stencil 'heat' cannot run in parallel", "S0[", "-> S0["]),
+        (heat, Schedule().parallel("t"), ["loop 't' of stencil 'heat' cannot run in parallel", "S0[", "-> S0[",
+                                          "carries the dependence of u[t+1] at ", "written 1 step earlier by u[t+1] at",
+                                          "(the schedule must run that write first; in isl: S0["]),
         (heat, Schedule().time_tile(4, x=8).parallel("wave"), ["loop 'wave'", "cannot run in parallel"]),
         (heat, Schedule().time_tile(4, x=8).parallel("t"), ["loop 't'", "carries the dependence"]),
-        (wave_two_stage, Schedule().parallel("t"), ["cannot run in parallel", "at "]),
+        (wave_two_stage, Schedule().parallel("t"), ["cannot run in parallel", "at ",
+                                                     "overwrites a ring slot of 'u' that v[t+1] at",
+                                                     "(the schedule must run that read first; in isl: S0["]),
         (heat, Schedule().tile(x=4).vectorize("x"), ["vectorize: 'x' is not the innermost loop ('y' is)"]),
         (heat, Schedule().tile(x=4).reorder("q"), ["reorder: no loop named 'q'"]),
         (heat, Schedule().parallel("x_tile"), ["no loop named 'x_tile' in this schedule"]),
         (heat, Schedule().parallel("x").unroll("x", 2), ["unroll: loop 'x' is already shared among threads"]),
         (ring, Schedule().time_tile(4, x=8), ["time_tile needs a dirichlet boundary"]),
         (heat, Schedule().compute_at("x_tile"), ["compute_at: 'x_tile' is not a tile loop (tile loops: none: tile() first)"]),
-        (wave_two_stage, Schedule().tile(x=8).compute_at("x_tile").parallel("x_tile"), ["loop 'x_tile'", "cannot run in parallel"]),
+        (wave_two_stage, Schedule().tile(x=8).compute_at("x_tile").parallel("x_tile"),
+         ["loop 'x_tile'", "cannot run in parallel", "on v[t+1, x, y-1], written in the same step by v[t+1] at"]),
         (heat, Schedule().tile(x=8).cache_read("u"), ["tile every dimension first"]),
         (heat, Schedule().time_tile(2, x=8, y=8).cache_read("u"), ["use both cache_read('u') and cache_write('u')"]),
         (heat, Schedule().tile(x=8, y=8).cache_read("q"), ["reads no field 'q'"]),
@@ -159,6 +164,15 @@ def test_illegal_schedules_are_rejected(stencil, schedule, words):
         stencil.compile(schedule=schedule)
     for w in words:
         assert w in str(info.value), str(info.value)
+
+
+def test_a_misspelt_primitive_names_the_closest_and_all():
+    with pytest.raises(ScheduleError, match=r"Schedule has no primitive 'tiel': did you mean tile\(\)\? the "
+                       r"primitives are tile, time_tile, reorder, .*tensor_cores"):
+        Schedule().tiel(x=4)
+    with pytest.raises(ScheduleError, match="no primitive 'fastest': the primitives are tile, "):
+        Schedule().fastest()
+    assert not hasattr(Schedule(), "tiel")  # still an AttributeError for hasattr and getattr
 
 
 def test_bad_primitive_arguments():

@@ -3,6 +3,8 @@ against `run` and the reference interpreter."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,26 @@ def test_bad_calls_say_what_is_wrong():
     with pytest.raises(StencilArgumentError, match="missing argument"):
         wave.compile().start(u=wave_inputs()["u"])
     assert sim.step == 0
+
+
+@msc.stencil
+def heat(u, alpha):
+    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]
+                                           - 4 * u[t, x, y])
+
+
+def test_a_run_that_blows_up_warns_once_naming_the_steps():
+    u0 = np.random.default_rng(5).random((18, 20))
+    kernel = heat.compile(threads=1)
+    with pytest.warns(msc.NonFiniteWarning, match=r"stencil 'heat': field 'u' is no longer finite \(NaN or inf\) "
+                      r"after steps 0\.\.1999; an explicit step past its stability limit") as caught:
+        kernel.run(steps=2000, u=u0, alpha=1.0)
+    assert [w.filename for w in caught] == [__file__]  # the user's line, not msc's
+    sim = kernel.start(u=u0, alpha=1.0)
+    sim.advance(10)
+    with pytest.warns(msc.NonFiniteWarning, match=r"after steps 10\.\.2009"):
+        sim.advance(2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.advance(3)  # once per simulation
+        kernel.run(steps=2000, u=u0, alpha=0.2)  # a stable run says nothing

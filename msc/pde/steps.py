@@ -34,6 +34,11 @@ EXPLICIT_METHODS = ("euler", "rk2", "rk4")
 IMPLICIT_METHODS = ("backward_euler", "crank_nicolson")
 
 
+def _check_method(caller: str, method: Any, methods: tuple[str, ...]) -> None:
+    if method not in methods:
+        raise StencilArgumentError(f"{caller}(): method={method!r} is not one of {', '.join(map(repr, methods))}")
+
+
 def _c(v: float) -> ir.Const:
     return ir.Const(float(v))
 
@@ -92,9 +97,8 @@ class _StageKernel:
 def explicit(L: Operator, dt: float, method: str = "euler") -> ExplicitStencil:
     """The explicit update u <- u + dt*L(u) (euler), midpoint rk2, or classical rk4, as a Stencil."""
     if not isinstance(L, Operator):
-        raise TypeError(f"explicit() takes an msc.operator, got {type(L).__name__}")
-    if method not in EXPLICIT_METHODS:
-        raise ValueError(f"method={method!r} is not one of {', '.join(EXPLICIT_METHODS)}")
+        raise StencilArgumentError(f"explicit() takes an msc.operator, got {type(L).__name__}")
+    _check_method("explicit", method, EXPLICIT_METHODS)
     dt = float(dt)
     us = L.ir.unknowns
     taken = set(us) | set(L.ir.coefficients) | set(L.ir.params)
@@ -213,9 +217,8 @@ class Implicit:
 
     def __init__(self, L: Operator, dt: float, method: str, shape: tuple[int, ...], inputs: dict[str, Any]) -> None:
         if not isinstance(L, Operator):
-            raise TypeError(f"implicit() takes an msc.operator, got {type(L).__name__}")
-        if method not in IMPLICIT_METHODS:
-            raise ValueError(f"method={method!r} is not one of {', '.join(IMPLICIT_METHODS)}")
+            raise StencilArgumentError(f"implicit() takes an msc.operator, got {type(L).__name__}")
+        _check_method("implicit", method, IMPLICIT_METHODS)
         self.L, self.dt, self.method, self.shape = L, float(dt), method, tuple(shape)
         self.theta = 1.0 if method == "backward_euler" else 0.5
         self.params = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
