@@ -30,7 +30,8 @@ def heat2d(u, alpha):
 
 
 def initial_plate(n: int) -> np.ndarray:
-    """A cold plate with a hot square off-centre and a warm left edge."""
+    """A cold plate with a hot square off-centre and a warm edge at y = 0 (u[:, 0]: the
+    bottom of the picture, where x runs left to right and y upwards)."""
     u = np.zeros((n, n))
     q = n // 4
     u[q : 2 * q, q : 2 * q] = 1.0

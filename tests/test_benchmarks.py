@@ -29,3 +29,26 @@ def test_stencil_benchmark_quick_run_and_report(tmp_path, monkeypatch):
                             capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     assert "| msc_time_tiled |" in report.stdout and "best peer c_handwritten" in report.stdout
+
+
+def test_readme_pde_figures_are_the_latest_committed_run():
+    """Every PDE figure the README quotes is the one of the newest benchmarks/results/pde-run*.json."""
+    latest = max((ROOT / "benchmarks" / "results").glob("pde-run*.json"), key=lambda p: int(p.stem.split("run")[1]))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert latest.name in readme
+    cases = {c["case"]: c for c in json.loads(latest.read_text())["cases"]}
+    two, three = cases["2D 1000^2"], cases["3D 64^3"]
+    figures = [f"{two['assembly']['ratio_msc_over_kron']:.2f}x", f"{three['assembly']['ratio_msc_over_kron']:.2f}x",
+               f"{two['implicit_step']['msc']['per_step_s']:.2f} s", f"{three['implicit_step']['msc']['per_step_s']:.2f} s",
+               f"{two['implicit_step']['cholmod']['per_step_s']:.2f} s",
+               f"{three['implicit_step']['cholmod']['per_step_s']:.2f} s",
+               f"{round(1 / two['implicit_step']['ratio_msc_over_scipy_spsolve'], -1):.0f}x less"]
+    text = " ".join(readme.split())
+    for figure in figures:
+        assert figure in text, f"README lacks {figure} from {latest.name}"
+
+
+def test_readme_says_what_the_test_command_runs_and_skips():
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for words in ('-m "not slow"', "marked `slow`", "MSC_MATRICES", "skipped"):
+        assert words in text, words

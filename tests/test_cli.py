@@ -142,3 +142,17 @@ def test_msc_file_error_shows_line_and_caret(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"msc: error: {bad}:3:") and "not an affine index" in err[0]
     assert err[1].strip() == "u[t+1, x] = u[t, 2*x];" and err[2].strip() == "^"
+
+
+def test_demo_picture_puts_the_warm_edge_where_its_docstring_says():
+    from msc.demo import initial_plate
+    from msc.plot import figure
+
+    u0 = initial_plate(16)
+    assert "warm edge at y = 0" in initial_plate.__doc__ and "bottom of the picture" in initial_plate.__doc__
+    axes = figure(u0, "plate").axes[0]
+    image = axes.images[0]
+    assert image.origin == "lower"  # row 0 of the image is drawn at the bottom
+    np.testing.assert_array_equal(image.get_array()[0, :], u0[:, 0])  # the bottom row: y = 0, the warm edge
+    np.testing.assert_array_equal(image.get_array()[:, 0], u0[0, :])  # the left column: x = 0
+    assert axes.get_xlabel().startswith("x") and axes.get_ylabel().startswith("y")
