@@ -1,20 +1,26 @@
 """Faults met by the emitted standalone program: --help, bad .npy input (each
 a one-line error naming the file), an --out write that fails (no half file),
-and arrays too large for the machine's memory (refused before allocation)."""
+arrays too large for the machine's memory (refused before allocation), and,
+for the openmp, athread (emulated) and cuda (emulated, and nvcc's build on a
+machine without a GPU) programs, arguments that are not numbers and a kernel
+that fails: an error, no throughput line and no output file."""
 
 from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
-from conftest import diffuse
+from conftest import diffuse, heat
 
 from msc.arguments import memory_bytes
+from msc.codegen.cuda import device_arch
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +156,95 @@ def test_input_larger_than_memory(program, tmp_path):
     proc = _run(program, "--in", f"u={path}", "--in", f"c={tmp_path / 'c.npy'}")
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1
     assert "GiB of data exceed this machine's" in proc.stderr and str(path) in proc.stderr
+
+
+# -- arguments that are not numbers, and kernels that fail, in every single-process program --
+
+MAKE_ARGUMENTS = {"openmp": [], "athread": ["EMULATE=1"], "cuda": ["emulate"]}
+
+
+@pytest.fixture(scope="module")
+def heat_program(tmp_path_factory) -> Callable[[str], Path]:
+    """heat's program for a target, emitted and built once: nvcc's for "cuda-nvcc", else the CPU build."""
+    built: dict[str, Path] = {}
+
+    def get(target: str) -> Path:
+        if target not in built:
+            directory = heat.emit(target.split("-")[0], tmp_path_factory.mktemp(target) / "heat")
+            make = ["ARCH=sm_80"] if target == "cuda-nvcc" else MAKE_ARGUMENTS[target]
+            proc = subprocess.run(["make", "-s", "-C", str(directory), *make], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+            built[target] = directory / ("heat-emulated" if target == "cuda" else "heat")
+        return built[target]
+
+    return get
+
+
+def _heat_run(program: Path, tmp: Path, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    """Run heat on a 12 x 14 array with --out; `args` come after good ones, and an option given twice takes
+    its last value."""
+    np.save(tmp / "u.npy", np.random.default_rng(2).random((12, 14)))
+    return subprocess.run([str(program), "--steps", "3", "--param", "alpha=0.1", *args, "--in", f"u={tmp / 'u.npy'}",
+                           "--out", f"u={tmp / 'out.npy'}"], capture_output=True, text=True, **kwargs)
+
+
+def _refused(proc: subprocess.CompletedProcess[str], tmp: Path, message: str) -> None:
+    """Exit 2 with `message` as the last line; no throughput, no output file."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == "", proc.stdout
+    assert proc.stderr.splitlines()[-1] == message, proc.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == ["u.npy"]
+
+
+@pytest.mark.parametrize("target", list(MAKE_ARGUMENTS))
+@pytest.mark.parametrize("value, what", [("abc", "a number"), ("0.04xyz", "a number"), ("", "a number"),
+                                         ("inf", "a finite number"), ("nan", "a finite number")])
+def test_param_that_is_not_a_number(heat_program, target, value, what, tmp_path):
+    proc = _heat_run(heat_program(target), tmp_path, "--param", f"alpha={value}")
+    _refused(proc, tmp_path, f"heat: --param alpha: '{value}' is not {what}")
+
+
+@pytest.mark.parametrize("target", list(MAKE_ARGUMENTS))
+@pytest.mark.parametrize("value", ["-5", "5x", "", "2.5"])
+def test_steps_that_are_not_a_whole_number(heat_program, target, value, tmp_path):
+    proc = _heat_run(heat_program(target), tmp_path, "--steps", value)
+    _refused(proc, tmp_path, f"heat: --steps must be a whole number >= 0, got '{value}'")
+
+
+def test_threads_that_are_not_a_whole_number(heat_program, tmp_path):
+    proc = _heat_run(heat_program("openmp"), tmp_path, "--threads", "two")
+    _refused(proc, tmp_path, "heat: --threads must be a whole number >= 0, got 'two'")
+
+
+def test_out_of_an_input_field_is_refused_before_the_run(program, tmp_path):
+    u = np.zeros((8, 8))
+    np.save(tmp_path / "u.npy", u)
+    proc = _run(program, *_inputs(tmp_path, u), "--out", f"u={tmp_path / 'u_out.npy'}",
+                "--out", f"c={tmp_path / 'c_out.npy'}")
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == "diffuse: not a computed field: c\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npy", "u.npy"]
+
+
+def test_failed_emulated_cuda_run_writes_nothing(heat_program, tmp_path):
+    """Every cudaMalloc of the CUDA emulator fails (its aligned_alloc, replaced by LD_PRELOAD)."""
+    (tmp_path / "no_memory.c").write_text("#include <errno.h>\n#include <stddef.h>\n"
+                                          "void *aligned_alloc(size_t alignment, size_t size)\n"
+                                          "{ (void)alignment; (void)size; errno = ENOMEM; return NULL; }\n")
+    shim = tmp_path / "no_memory.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "no_memory.c")], check=True)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    proc = _heat_run(heat_program("cuda"), runs, env=dict(os.environ, LD_PRELOAD=str(shim)))
+    assert "msc: CUDA error at kernel.cu" in proc.stderr and ": out of memory" in proc.stderr
+    _refused(proc, runs, "heat: the kernel failed (msc_run returned 2); no output written")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not on PATH")
+def test_nvcc_program_without_a_gpu_writes_nothing(heat_program, tmp_path):
+    if device_arch() is not None:
+        pytest.skip("a GPU is present: the nvcc program runs (test_cuda_target.py checks its output there)")
+    proc = _heat_run(heat_program("cuda-nvcc"), tmp_path)
+    assert "msc: CUDA error at kernel.cu" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
+    assert "heat: the kernel failed (msc_run returned " in proc.stderr.splitlines()[-1], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["u.npy"]

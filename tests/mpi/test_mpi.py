@@ -94,11 +94,15 @@ def test_time_tiled_schedules(ranks):
 def _emit_and_build(stencil, directory: Path, dtype: str, schedule: msc.Schedule | None = None,
                     target: str = "openmp+mpi") -> Path:
     stencil.emit(target, directory, dtype=dtype, schedule=schedule)
+    _make(directory)
+    return directory / stencil.name
+
+
+def _make(directory: Path) -> None:
     mpicc = Path(sys.executable).parent / "mpicc"
     make = ["make", "-C", str(directory)] + ([f"MPICC={mpicc}"] if mpicc.exists() else [])
     proc = subprocess.run(make, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    return directory / stencil.name
 
 
 @pytest.mark.parametrize("seed", [0, 5, 10, 23])
@@ -154,6 +158,37 @@ def test_emitted_mpi_program_errors(tmp_path):
     missing = subprocess.run(mpi_command(2, *base[:-2], "--in", "f0=nowhere.npy"), capture_output=True, text=True,
                              env=env, timeout=60)
     assert missing.returncode != 0 and "nowhere.npy (--in f0): cannot open it: No such file" in missing.stderr
+    out = tmp_path / "out.npy"
+    for option, value, message in [("--param", "a=0.5x", "--param a: '0.5x' is not a number"),
+                                   ("--steps", "-5", "--steps must be a whole number >= 0, got '-5'")]:
+        bad = subprocess.run(mpi_command(2, *base, "--out", f"f0={out}", option, value), capture_output=True,
+                             text=True, env=env, timeout=60)
+        assert bad.returncode != 0 and bad.stdout == "" and message in bad.stderr, (bad.stdout, bad.stderr)
+        assert not out.exists()
+
+
+def test_emitted_program_whose_kernel_fails_on_one_rank_writes_nothing(tmp_path):
+    """Every phase kernel (entry and box entry) of rank 1 returns 3 (the rank as the launcher tells it: MPICH's
+    PMI_RANK, Open MPI's OMPI_COMM_WORLD_RANK): every rank ends, no throughput, no output."""
+    directory = tmp_path / "src"
+    three_phases.emit("openmp+mpi", directory)
+    failing = ("#include <stdlib.h>\nstatic int msc_test_status(void)\n{\n"
+               '    const char *r = getenv("PMI_RANK") ? getenv("PMI_RANK") : getenv("OMPI_COMM_WORLD_RANK");\n'
+               "    return r && atoi(r) == 1 ? 3 : 0;\n}\n")
+    for kernel in directory.glob("kernel_phase*.c"):
+        text = kernel.read_text()
+        assert text.count("    return 0;\n}") == 2, kernel
+        kernel.write_text(failing + text.replace("    return 0;\n}", "    return msc_test_status();\n}"))
+    _make(directory)
+    args = ["--steps", "5", "--param", "k=0.3"]
+    for name in "pqr":
+        np.save(tmp_path / f"{name}.npy", np.zeros((17, 21)))
+        args += ["--in", f"{name}={tmp_path / f'{name}.npy'}"]
+    proc = subprocess.run(mpi_command(2, str(directory / "three_phases"), *args, "--out", f"p={tmp_path / 'out.npy'}"),
+                          capture_output=True, text=True, env=dict(os.environ, **ENV), timeout=60)
+    assert proc.returncode != 0 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert "three_phases: the kernel failed on 1 of 2 ranks; no output written" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.npy").exists()
 
 
 @msc.stencil
