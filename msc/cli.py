@@ -112,6 +112,8 @@ def _inputs(st: Stencil, a: argparse.Namespace) -> dict[str, Any]:
             inputs[name] = float(value)
         except ValueError:
             raise UsageError(f"--param {name}: {value!r} is not a number") from None
+        if not np.isfinite(inputs[name]):
+            raise UsageError(f"--param {name}: {value!r} is not a finite number")  # as the emitted programs say
     for name, files in _pairs(a.input, "--in").items():
         arrays = [_load_npy(f) for f in files.split(",")]
         inputs[name] = arrays[0] if len(arrays) == 1 else arrays

@@ -94,6 +94,8 @@ def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
         (["emit", "{file}:heat", "--target", "fpga", "-o", "x"], "unknown target 'fpga'"),
         (["run", "{file}:heat", "--steps", "1", "--param", "alpha"], "--param expects NAME=VALUE"),
         (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.1"], "missing argument(s) u"),
+        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.04xyz"], "--param alpha: '0.04xyz' is not a number"),
+        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=nan"], "--param alpha: 'nan' is not a finite number"),
         (["run", "{file}:heat", "--steps", "1", "--in", "u=missing.npy", "--param", "alpha=1"], "cannot read missing.npy"),
         (["bench", "{file}:heat", "--shape", "ax3"], "--shape expects sizes like 512x512"),
         (["bench", "{file}:heat", "--schedule", "tile(x=8).warp(2)"], "unknown primitive 'warp'; the primitives are tile,"),
