@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -102,6 +104,22 @@ def cmd_emit(a: argparse.Namespace) -> int:
     options = {"chip": a.chip} if a.chip is not None else {}  # the target's own options, only when given
     out = st.emit(a.target, a.output, dtype=a.dtype, schedule=parse_schedule(a.schedule), **options)
     print(f"wrote {a.target} sources for '{st.name}' to {out}; build with: make -C {out}")
+    return 0
+
+
+KERNEL_FILES = ("kernel*.c", "kernel*.cu", "host.c", "slave.c")  # what a target generates; the rest is scaffolding
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    st = load_source(a.source)
+    options = {"chip": a.chip} if a.chip is not None else {}
+    with tempfile.TemporaryDirectory(prefix="msc-show-") as tmp:
+        out = st.emit(a.target, Path(tmp) / st.name, dtype=a.dtype, schedule=parse_schedule(a.schedule), **options)
+        files = sorted({f for pattern in KERNEL_FILES for f in Path(out).glob(pattern)})
+        for f in files:
+            if len(files) > 1:
+                print(f"/* ---- {f.name} ---- */")
+            print(f.read_text(), end="")
     return 0
 
 
@@ -205,7 +223,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--dtype", default=None, choices=["float64", "float32"],
                         help="default: the stencil's own (float64 unless it declares float32)")
         sp.add_argument("--threads", type=int, default=None)
-        sp.add_argument("--param", action="append", metavar="NAME=VALUE")
+        sp.add_argument("--param", action="append", metavar="NAME=VALUE",
+                        help="a scalar parameter's value, e.g. alpha=0.1; repeat for each")
         schedule_option(sp)
 
     e = sub.add_parser("emit", help="write standalone sources with a Makefile")
@@ -218,11 +237,23 @@ def parser() -> argparse.ArgumentParser:
     schedule_option(e)
     e.set_defaults(func=cmd_emit)
 
+    w = sub.add_parser("show", help="print the kernel code a target generates for a stencil")
+    w.add_argument("source", help="path/file.py:function or path/file.msc")
+    w.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
+    w.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                   help="default: the stencil's own (float64 unless it declares float32)")
+    w.add_argument("--chip", default=None, help="target athread: sw26010 or sw26010pro (default: sw26010pro)")
+    schedule_option(w)
+    w.set_defaults(func=cmd_show)
+
     r = sub.add_parser("run", help="run a stencil on .npy inputs")
     common(r)
-    r.add_argument("--steps", type=int, required=True)
-    r.add_argument("--in", dest="input", action="append", metavar="NAME=FILE.npy[,FILE.npy]")
-    r.add_argument("--out", dest="output", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--steps", type=int, required=True, help="time steps to run (a whole number >= 0)")
+    r.add_argument("--in", dest="input", action="append", metavar="NAME=FILE.npy[,FILE.npy]",
+                   help="a field's initial value (with its boundary ring); a field that reads W levels takes W "
+                        "files, oldest first, or one for all; repeat for each field")
+    r.add_argument("--out", dest="output", action="append", metavar="NAME=FILE.npy",
+                   help="write the newest level of a computed field; repeat for each")
     r.add_argument("--check", action="store_true", help="compare with the reference interpreter")
     r.set_defaults(func=cmd_run)
 
@@ -240,6 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # `msc show ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # one line for the user; the traceback with --debug
         if args.debug:
             raise

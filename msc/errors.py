@@ -36,6 +36,10 @@ class EmitError(MscError):
     """A standalone source tree could not be written (nothing partial is left)."""
 
 
+class CheckpointError(MscError):
+    """A checkpoint cannot be read, or belongs to another stencil, dtype or shape."""
+
+
 class NonFiniteWarning(RuntimeWarning):
     """A run left NaN or infinite values in a field (an unstable step, most often)."""
 

@@ -163,6 +163,8 @@ class Schedule:
     def __str__(self) -> str:
         return self.describe()
 
+    __repr__ = __str__
+
     def __getattr__(self, name: str) -> Any:
         """A misspelt primitive (Schedule().tiel) names the closest primitive and all of them."""
         if name.startswith("_"):

@@ -31,6 +31,18 @@ class Stencil:
         fields = ", ".join(f.name for f in self.ir.fields)
         return f"<msc.Stencil {self.name} ({self.ir.ndim}D, fields {fields}, {self.ir.boundary})>"
 
+    def _repr_html_(self) -> str:
+        """Its equations (as the .msc language prints them), radius and fields, for notebooks."""
+        import html
+
+        from msc.textual import print_stencil
+
+        fields = ", ".join(f"{f.name} ({'written, window ' + str(f.window) if f.written else 'input'})"
+                           for f in self.ir.fields)
+        return (f"<div><b>msc stencil '{html.escape(self.name)}'</b>: {self.ir.ndim}D, {self.ir.boundary}, radius "
+                f"{self.ir.radius}, fields {html.escape(fields)}, parameters {html.escape(', '.join(self.ir.params)) or 'none'}"
+                f"<pre>{html.escape(print_stencil(self.ir))}</pre></div>")
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"stencil '{self.name}' is not called directly: use .reference(steps=..., ...), "

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 import msc
 from msc.arguments import bind_arguments
@@ -63,6 +64,11 @@ class TuningReport:
     def speedup(self) -> float:
         """Gain of the chosen schedule over the default single sweep."""
         return self.default_ms_per_step / self.ms_per_step if self.ms_per_step > 0 else 1.0
+
+    def __repr__(self) -> str:
+        how = "from the cache" if self.from_cache else f"{len(self.trials)} candidates timed"
+        return (f"<TuningReport {self.schedule}: {self.ms_per_step:.3g} ms/step, {self.speedup:.2f}x the default "
+                f"({how})>")
 
 
 KINDS = ("all", "sweep", "temporal")
@@ -186,9 +192,13 @@ class AutoKernel:
         kernel = next(reversed(self._kernels.values()), None)
         return kernel.last_run if kernel else None
 
-    def _say(self, text: str) -> None:
+    def _say(self, text: str, bar: Any = None) -> None:
+        """A line on stderr (above the candidates' bar while there is one)."""
         if self.echo:
-            print(f"msc tune: {text}", file=sys.stderr, flush=True)
+            if bar is not None:
+                bar.write(f"msc tune: {text}", file=sys.stderr)
+            else:
+                print(f"msc tune: {text}", file=sys.stderr, flush=True)
 
     def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
         args = bind_arguments(self.ir, steps, inputs)
@@ -265,18 +275,22 @@ class AutoKernel:
                   f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
         trials: list[Trial] = []
         timed: dict[Schedule, float] = {}
-        for n, schedule in enumerate(pool, 1):
-            if trials and time.perf_counter() - start > self.budget_s:
-                self._say(f"budget spent after {len(trials)} of {len(pool)} schedules")
-                break
-            try:
-                ms = self._time(schedule, max_threads, inputs, trial_steps)
-            except MscError as e:  # an illegal or failing candidate is skipped, and said
-                self._say(f"[{n}/{len(pool)}] {schedule}: skipped ({str(e).splitlines()[0]})")
-                continue
-            trials.append(Trial(str(schedule), ms))
-            timed[schedule] = ms
-            self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})")
+        with tqdm(total=len(pool), desc=f"msc tune '{self.ir.name}'", unit="schedule", file=sys.stderr,
+                  disable=not self.echo, leave=False) as bar:  # the candidates as a bar, each line above it
+            for n, schedule in enumerate(pool, 1):
+                if trials and time.perf_counter() - start > self.budget_s:
+                    self._say(f"budget spent after {len(trials)} of {len(pool)} schedules", bar)
+                    break
+                try:
+                    ms = self._time(schedule, max_threads, inputs, trial_steps)
+                except MscError as e:  # an illegal or failing candidate is skipped, and said
+                    self._say(f"[{n}/{len(pool)}] {schedule}: skipped ({str(e).splitlines()[0]})", bar)
+                    continue
+                finally:
+                    bar.update(1)
+                trials.append(Trial(str(schedule), ms))
+                timed[schedule] = ms
+                self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})", bar)
         assert trials
         # a busy machine makes single timings noisy: the finalists and the default, again, interleaved
         finalists = _dedupe([Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]])

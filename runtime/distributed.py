@@ -29,7 +29,9 @@ import numbers
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -39,7 +41,8 @@ from msc.codegen import get_target
 from msc.codegen.halo_plan import plan
 from msc.errors import MscError
 from msc.poly import PolyIR
-from msc.runtime.buffers import pack
+from msc.runtime.buffers import aligned_empty, pack
+from msc.runtime.checkpoint import Block, checkpoint_blocks, fill, header, scalars_of, write_block, write_manifest
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.kernel import CompiledKernel, RunStats, not_finite, warn_not_finite
 from msc.schedule import Schedule, as_schedule
@@ -233,6 +236,33 @@ class DistributedKernel:
         """Global array indices of this rank's padded block, as an open grid (np.ix_)."""
         return np.ix_(*self._indices_of(self.comm.rank))
 
+    def owned(self) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+        """Where the part of the global arrays this rank owns lies in its padded block,
+        and that part's global start: its block of the interior and, on a physical
+        dirichlet edge, the ring beside it (the parts of all ranks tile the arrays)."""
+        start, count = self.grid.block_of(self.comm.rank)
+        dirichlet = self.kernel.ir.boundary == "dirichlet"
+        local, origin = [], []
+        for s, n, a, r, c, p in zip(start, count, self.padding[0], self.kernel.ir.radius, self.coords, self.dims):
+            lo = r if dirichlet and c == 0 else 0
+            hi = r if dirichlet and c == p - 1 else 0
+            local.append(slice(a - lo, a + n + hi))
+            origin.append(s + (r if dirichlet else 0) - lo)
+        return tuple(local), tuple(origin)
+
+    def resume(self, path: Path, threads: int | None = None) -> DistributedSimulation:
+        """This rank's part of the run saved at `path` (collective): each rank reads the parts
+        of the saved blocks its padded block covers, halos included; none reads the whole."""
+        stencil = self.kernel.ir
+        attrs, blocks = _collectively(self.comm, lambda: checkpoint_blocks(path, stencil, self.shape))
+        step = int(attrs["step"])
+        buffers = {f.name: aligned_empty((f.slots, *self.local_shape) if f.written else self.local_shape,
+                                         stencil.dtype) for f in stencil.fields}
+        indices = self._indices_of(self.comm.rank)
+        _collectively(self.comm, lambda: fill(path, stencil, buffers, indices, step, blocks))
+        return DistributedSimulation(self, buffers, scalars_of(attrs, stencil),
+                                     threads if threads is not None else self.threads, step)
+
     # -- running ------------------------------------------------------------
 
     def _local_array(self, name: str, value: Any) -> Any:
@@ -400,9 +430,9 @@ class DistributedSimulation:
     its buffers are kept between `advance` calls, which are collective."""
 
     def __init__(self, owner: DistributedKernel, buffers: dict[str, np.ndarray], scalars: dict[str, float],
-                 nthreads: int) -> None:
+                 nthreads: int, step: int = 0) -> None:
         self.owner = owner
-        self.step = 0
+        self.step = step
         self._buffers, self._scalars, self._nthreads = buffers, scalars, nthreads
         self._blown_up = False  # warned once that a field is no longer finite
 
@@ -421,6 +451,30 @@ class DistributedSimulation:
             self._blown_up = bool(bad)
             if owner.comm.rank == 0:
                 warn_not_finite(owner.kernel.ir.name, bad, first, self.step, _stacklevel)
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint (collective): each rank its own block file, into a folder
+        new to this save beside `path`; then rank 0 renames the manifest `path` into
+        place and removes the previous save's folder (msc.runtime.checkpoint)."""
+        owner, comm, stencil = self.owner, self.owner.comm, self.owner.kernel.ir
+        path = Path(path)
+        folder = comm.bcast(f"{path.name}.blocks-{self.step}-{uuid.uuid4().hex[:8]}" if comm.rank == 0 else None,
+                            root=0)
+        attrs = header(stencil, self.step, self._scalars, owner.shape)
+        local, origin = owner.owned()
+        block = Block(origin, {f.name: [self._buffers[f.name][(self.step - age) % f.slots][local]
+                                        for age in range(f.slots)] for f in stencil.written_fields},
+                      {f.name: self._buffers[f.name][local] for f in stencil.fields if not f.written})
+        name = f"{folder}/rank-{comm.rank:05d}.nc"
+        _collectively(comm, lambda: write_block(path.parent / name, stencil, attrs, block))
+        names = comm.gather(name, root=0)
+
+        def manifest() -> None:
+            if comm.rank == 0:
+                write_manifest(path, attrs, names)
+
+        _collectively(comm, manifest)
+        return path
 
     @property
     def fields(self) -> dict[str, np.ndarray]:
@@ -459,6 +513,10 @@ class GlobalSimulation:
             for array in gathered.values():
                 array.flags.writeable = False
         return gathered
+
+    def save(self, path: str | Path) -> Path:
+        """A checkpoint of the run (collective; see DistributedSimulation.save)."""
+        return self._local.save(path)
 
     def close(self) -> None:
         self.distributed.close()
@@ -517,3 +575,29 @@ def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mappi
         sim.advance(steps, _stacklevel=4)  # the user's line: run -> run_distributed -> here
         fields = sim.fields
         return None if fields is None else {name: array.copy() for name, array in fields.items()}
+
+
+def resume_distributed(kernel: CompiledKernel, comm: Any, path: Path, dims: Sequence[int] | None = None,
+                       threads: int | None = None, schedule: Schedule | None = None) -> GlobalSimulation:
+    """`kernel.resume(path, comm=comm)`: the run saved at `path` (on any number of ranks,
+    or in one process) continued over the ranks of `comm`; `fields` gathers to rank 0."""
+    stencil = kernel.ir
+    attrs, blocks = _collectively(comm, lambda: checkpoint_blocks(path, stencil, None))
+    distributed = DistributedKernel(kernel, comm, tuple(int(n) for n in attrs["msc_shape"]), dims, threads, schedule)
+    try:
+        local = distributed.resume(path, threads)
+
+        def root_rings() -> dict[str, np.ndarray] | None:  # the global arrays gather fills, as start's are
+            if comm.rank != 0:
+                return None
+            shape = distributed.shape
+            whole = {f.name: aligned_empty((f.slots, *shape) if f.written else shape, stencil.dtype)
+                     for f in stencil.fields}
+            fill(path, stencil, whole, [np.arange(n) for n in shape], local.step, blocks)
+            return {f.name: whole[f.name][local.step % f.slots] for f in stencil.written_fields}
+
+        rings = _collectively(comm, root_rings)
+    except BaseException:
+        distributed.close()
+        raise
+    return GlobalSimulation(distributed, local, rings)

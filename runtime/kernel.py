@@ -15,8 +15,8 @@ import numpy as np
 
 from msc import ir
 from msc.arguments import bind_arguments
-from msc.errors import NonFiniteWarning, StencilArgumentError
-from msc.runtime.buffers import ghost_width, pack, padded_shape
+from msc.errors import CheckpointError, NonFiniteWarning, StencilArgumentError
+from msc.runtime.buffers import aligned_empty, ghost_width, pack, padded_shape
 from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
@@ -64,6 +64,17 @@ class CompiledKernel:
     threads: int | None = None
     schedule: Any = None  # the msc.Schedule it was compiled with (None: the default)
     last_run: RunStats = field(default_factory=RunStats)
+
+    def __repr__(self) -> str:
+        return (f"<msc kernel '{self.ir.name}' target={self.target} dtype={self.ir.dtype} "
+                f"schedule={self.schedule or 'default'} threads={self.threads or 'default'}>")
+
+    def _repr_html_(self) -> str:
+        from msc.runtime.output import table_html
+
+        rows = {"target": self.target, "dtype": self.ir.dtype, "schedule": str(self.schedule or "default"),
+                "threads": str(self.threads or "default"), "source": f"{len(self.source.splitlines())} lines: k.source"}
+        return table_html(f"msc kernel of '{self.ir.name}'", rows)
 
     def __post_init__(self) -> None:
         self._lib = load_library(self.library_path)
@@ -126,6 +137,12 @@ class CompiledKernel:
         sim.advance(steps, _stacklevel=3)
         return {name: level.copy() for name, level in sim.fields.items()}
 
+    def _threads_of(self, threads: int | None) -> int:
+        nthreads = threads if threads is not None else (self.threads or 0)
+        if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 0:
+            raise StencilArgumentError(f"threads must be a positive integer, got {threads!r}")
+        return nthreads
+
     @overload
     def start(self, threads: int | None = None, comm: None = None, dims: Any = None,
               **inputs: Any) -> Simulation: ...
@@ -142,58 +159,170 @@ class CompiledKernel:
 
             return start_distributed(self, comm, inputs, dims=dims, threads=threads, schedule=self.schedule)
         args = bind_arguments(self.ir, 0, inputs)
-        nthreads = threads if threads is not None else (self.threads or 0)
-        if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 0:
-            raise StencilArgumentError(f"threads must be a positive integer, got {threads!r}")
-        buffers = pack(self.ir, args)
-        return Simulation(self, buffers, self.arguments(buffers, args.scalars, padded_shape(self.ir, args.shape)),
-                          nthreads)
+        nthreads = self._threads_of(threads)
+        return Simulation(self, pack(self.ir, args), args.scalars, nthreads)
+
+    def resume(self, path: str | Path, threads: int | None = None, comm: Any = None, dims: Any = None) -> Any:
+        """A simulation continued from the checkpoint `path` (`sim.save`): it goes on
+        bitwise as if never stopped. With `comm`: over MPI ranks, any number of them,
+        from a checkpoint of a run on any number (msc.runtime.distributed)."""
+        if comm is not None:
+            from msc.runtime.distributed import resume_distributed
+
+            return resume_distributed(self, comm, Path(path), dims=dims, threads=threads, schedule=self.schedule)
+        from msc.runtime.checkpoint import check_fits, fill, open_file, scalars_of
+
+        with open_file(Path(path)) as data:
+            attrs = dict(data.attrs)
+        check_fits(Path(path), attrs, self.ir)
+        if "msc_blocks" in attrs:
+            raise CheckpointError(f"checkpoint {path} is of a run over MPI ranks: resume it with comm=")
+        shape = tuple(int(n) for n in attrs["msc_shape"])
+        padded = padded_shape(self.ir, shape)
+        indices = [(np.arange(p) - g) % n for p, g, n in zip(padded, ghost_width(self.ir), shape)]
+        buffers = {f.name: aligned_empty((f.slots, *padded) if f.written else padded, self.ir.dtype)
+                   for f in self.ir.fields}
+        step = int(attrs["step"])
+        fill(Path(path), self.ir, buffers, indices, step, [Path(path)])
+        return Simulation(self, buffers, scalars_of(attrs, self.ir), self._threads_of(threads), step)
 
 
 class Simulation:
-    """A run of a compiled kernel in progress (`CompiledKernel.start`).
+    """A run of a compiled kernel in progress (`CompiledKernel.start`, `resume`).
 
     It owns the kernel's ring buffers: `advance` calls the compiled time loop
     on them directly, starting at step `step`, and `fields` views the newest
     level without copying. A view shows whatever its ring slot holds: it
-    changes under later `advance` calls (copy it to keep it).
+    changes under later `advance` calls (copy it to keep it). Between calls
+    `set` changes parameters and fields in place, `levels` views every level
+    a field keeps, `save` writes a checkpoint and `to_xarray` a Dataset.
     """
 
-    def __init__(self, kernel: CompiledKernel, buffers: dict[str, np.ndarray], call: list[Any], nthreads: int) -> None:
+    def __init__(self, kernel: CompiledKernel, buffers: dict[str, np.ndarray], scalars: dict[str, float],
+                 nthreads: int, step: int = 0) -> None:
         self.kernel = kernel
-        self.step = 0
+        self.step = step
         self._buffers = buffers
-        self._call = call
+        self._scalars = dict(scalars)
         self._nthreads = nthreads
         stencil = kernel.ir
-        extents = buffers[stencil.fields[0].name].shape[-stencil.ndim:]
-        self._domain = tuple(slice(g, n - g) for g, n in zip(ghost_width(stencil), extents))
-        interior = int(np.prod([n - 2 * r for n, r in zip(extents, stencil.radius)]))
+        self._extents = buffers[stencil.fields[0].name].shape[-stencil.ndim:]
+        self._call = kernel.arguments(buffers, self._scalars, self._extents)
+        self._domain = tuple(slice(g, n - g) for g, n in zip(ghost_width(stencil), self._extents))
+        interior = int(np.prod([n - 2 * r for n, r in zip(self._extents, stencil.radius)]))
         self._points = interior * len(stencil.statements)
         self._blown_up = False  # warned once that a field is no longer finite
 
-    def advance(self, steps: int, _stacklevel: int = 2) -> None:
+    def __repr__(self) -> str:
+        return f"<msc.Simulation of '{self.kernel.ir.name}' at step {self.step}, {self.kernel.target}>"
+
+    def advance(self, steps: int, progress: bool = False, every: int | None = None, out: str | Path | None = None,
+                _stacklevel: int = 2) -> None:
         """Run `steps` more steps in place (timed into `kernel.last_run`); warns once
-        (NonFiniteWarning) when a written field is no longer finite."""
-        if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
-            raise StencilArgumentError(f"stencil '{self.kernel.ir.name}': steps must be a non-negative integer, "
-                                       f"got {steps!r}")
-        start = time.perf_counter()
-        self.kernel.advance(self._call, self.step, int(steps), self._nthreads)
-        seconds = time.perf_counter() - start
-        first, self.step = self.step, self.step + int(steps)
+        (NonFiniteWarning) when a written field is no longer finite. `progress=True`
+        shows a bar on stderr; `every=N, out=path` appends the fields to the netCDF
+        time series `path` at every step that N divides (msc.runtime.output)."""
+        from msc.runtime.progress import Progress, chunks
+
+        stencil = self.kernel.ir
+        check_steps(stencil.name, steps)
+        writer = None
+        if out is not None or every is not None:
+            from msc.runtime.output import SeriesWriter
+
+            writer = SeriesWriter.checked(stencil, every, out)
+        first, seconds = self.step, 0.0
+        with Progress(stencil.name, int(steps), self._points, progress) as bar:
+            for count in chunks(self.step, int(steps), every, bar):
+                start = time.perf_counter()
+                self.kernel.advance(self._call, self.step, count, self._nthreads)
+                spent = time.perf_counter() - start
+                seconds += spent
+                self.step += count
+                bar.update(count, spent)
+                if writer is not None and self.step % writer.every == 0:
+                    writer.append(self.fields, self.step)
         self.kernel.last_run = RunStats(seconds, int(steps), self._points)
         if not self._blown_up and steps:
-            self._blown_up = warn_not_finite(self.kernel.ir.name, not_finite(self.fields), first, self.step,
-                                            _stacklevel)
+            self._blown_up = warn_not_finite(stencil.name, not_finite(self.fields), first, self.step, _stacklevel)
 
     @property
     def fields(self) -> dict[str, np.ndarray]:
         """Read-only views of the newest level of each written field (with the
         dirichlet ring; a periodic field without its ghost cells)."""
+        return {f.name: levels[-1] for f, levels in zip(self.kernel.ir.written_fields, self.levels.values())}
+
+    @property
+    def levels(self) -> dict[str, list[np.ndarray]]:
+        """Read-only views of every level each written field keeps, oldest first
+        (the newest is `fields[name]`; the oldest may be the one the next step overwrites)."""
         out = {}
         for f in self.kernel.ir.written_fields:
-            view = self._buffers[f.name][self.step % f.slots][self._domain]
-            view.flags.writeable = False
-            out[f.name] = view
+            views = []
+            for age in reversed(range(f.slots)):
+                view = self._buffers[f.name][(self.step - age) % f.slots][self._domain]
+                view.flags.writeable = False
+                views.append(view)
+            out[f.name] = views
         return out
+
+    def set(self, **values: Any) -> None:
+        """Change scalar parameters, and write arrays into the newest level of a written
+        field or into a time-invariant input (the whole array, ring included), in place."""
+        stencil = self.kernel.ir
+        for name, value in values.items():
+            if name in stencil.params:
+                if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                    raise StencilArgumentError(f"stencil '{stencil.name}': parameter '{name}' takes a number, "
+                                               f"got {type(value).__name__}")
+                self._scalars[name] = float(value)
+                continue
+            field = next((f for f in stencil.fields if f.name == name), None)
+            if field is None:
+                raise StencilArgumentError(f"stencil '{stencil.name}' has no parameter or field '{name}'; it has "
+                                           f"{', '.join([*stencil.params, *(f.name for f in stencil.fields)])}")
+            target = self._buffers[name][self.step % field.slots] if field.written else self._buffers[name]
+            array = np.asarray(value)
+            domain = target[self._domain]
+            if array.shape != domain.shape:
+                raise StencilArgumentError(f"stencil '{stencil.name}': '{name}' has shape {domain.shape}, "
+                                           f"got an array of shape {array.shape}")
+            domain[...] = array
+            if stencil.boundary == "periodic":
+                target[...] = np.pad(domain, [(s.start, s.start) for s in self._domain], mode="wrap")
+        self._call = self.kernel.arguments(self._buffers, self._scalars, self._extents)
+
+    @property
+    def parameters(self) -> dict[str, float]:
+        """The scalar parameters the next steps use."""
+        return dict(self._scalars)
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint that `kernel.resume(path)` continues bitwise (msc.runtime.checkpoint)."""
+        from msc.runtime.checkpoint import Block, header, write_block
+
+        stencil = self.kernel.ir
+        levels = {f.name: [self._buffers[f.name][(self.step - age) % f.slots][self._domain] for age in range(f.slots)]
+                  for f in stencil.written_fields}
+        inputs = {f.name: self._buffers[f.name][self._domain] for f in stencil.fields if not f.written}
+        shape = levels[stencil.written_fields[0].name][0].shape
+        write_block(Path(path), stencil, header(stencil, self.step, self._scalars, shape),
+                    Block((0,) * stencil.ndim, levels, inputs))
+        return Path(path)
+
+    def to_xarray(self, spacing: float | tuple[float, ...] | None = None) -> Any:
+        """An xarray Dataset of the newest levels (copies), with coordinates when a grid
+        spacing is given (one for every axis, or one per axis)."""
+        from msc.runtime.output import dataset
+
+        return dataset(self.kernel.ir, self.fields, self.step, spacing)
+
+    def _repr_html_(self) -> str:
+        from msc.runtime.output import simulation_html
+
+        return simulation_html(self)
+
+
+def check_steps(stencil: str, steps: Any) -> None:
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
+        raise StencilArgumentError(f"stencil '{stencil}': steps must be a non-negative integer, got {steps!r}")

@@ -231,6 +231,10 @@ class Implicit:
         """'swCholesky' or 'splu': which factorization the steps use."""
         return self._factor.solver
 
+    def __repr__(self) -> str:
+        return (f"<msc.Implicit {self.method} step of '{self.L.name}', dt={self.dt:g}, shape {self.shape}, "
+                f"{self.A.shape[0]} unknowns, {self.solver}>")
+
     def _assemble(self) -> None:
         A, _ = assemble(self.L, self.shape, "float64", self.params)
         assert A is not None

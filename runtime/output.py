@@ -1,0 +1,116 @@
+"""Fields out of a run, for analysis: an xarray Dataset of the newest levels,
+a netCDF time series appended every N steps (CF conventions, read by xarray
+and ParaView), and the pictures and tables notebooks show.
+
+The time series stores each field with dims (time, z, y, x) as CF asks (the
+last axis varying fastest in the picture), so ParaView draws x across; the
+arrays are transposed on the way out. xarray users select by name, so the
+order does not matter to them."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msc import ir
+from msc.errors import StencilArgumentError
+
+
+def coordinates(shape: tuple[int, ...], spacing: float | tuple[float, ...] | None) -> dict[str, Any]:
+    """Axis coordinates x = i * h (the ring, when there is one, at i = 0 and n-1); none without a spacing."""
+    if spacing is None:
+        return {}
+    steps = (spacing,) * len(shape) if np.isscalar(spacing) else tuple(spacing)  # type: ignore[arg-type]
+    if len(steps) != len(shape):
+        raise StencilArgumentError(f"spacing {spacing!r} needs one value, or one per axis ({len(shape)})")
+    return {name: np.arange(n) * float(h) for name, n, h in zip(ir.DIM_NAMES, shape, steps)}
+
+
+def dataset(stencil: ir.StencilIR, fields: Mapping[str, np.ndarray], step: int,
+            spacing: float | tuple[float, ...] | None = None) -> Any:
+    """The newest levels as an xarray Dataset (copies), dims named after the axes."""
+    import xarray as xr
+
+    dims = ir.DIM_NAMES[:stencil.ndim]
+    shape = next(iter(fields.values())).shape
+    return xr.Dataset({name: (dims, np.array(a)) for name, a in fields.items()}, coords=coordinates(shape, spacing),
+                      attrs={"stencil": stencil.name, "step": int(step)})
+
+
+class SeriesWriter:
+    """Appends the newest levels to a netCDF file with an unlimited time axis (CF-1.8).
+
+    The file is created at the first append, or appended to when it already holds
+    a series of the same fields and shape; the time coordinate counts steps."""
+
+    def __init__(self, path: Path, stencil: ir.StencilIR, every: int) -> None:
+        self.path, self.stencil, self.every = Path(path), stencil, every
+
+    @classmethod
+    def checked(cls, stencil: ir.StencilIR, every: Any, out: Any) -> SeriesWriter:
+        if out is None or every is None:
+            raise StencilArgumentError(f"stencil '{stencil.name}': every= and out= go together (a snapshot to the "
+                                       f"file out every N steps); got every={every!r}, out={out!r}")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise StencilArgumentError(f"stencil '{stencil.name}': every must be a positive integer, got {every!r}")
+        return cls(Path(out), stencil, every)
+
+    def append(self, fields: Mapping[str, np.ndarray], step: int) -> None:
+        import h5netcdf
+
+        axes = ir.DIM_NAMES[:self.stencil.ndim][::-1]
+        shape = next(iter(fields.values())).shape[::-1]
+        with h5netcdf.File(self.path, "a") as f:
+            if "time" not in f.dimensions:
+                f.attrs["Conventions"] = "CF-1.8"
+                f.attrs["title"] = f"msc stencil '{self.stencil.name}'"
+                f.dimensions = {"time": None, **dict(zip(axes, shape))}
+                time = f.create_variable("time", ("time",), "i8")
+                time.attrs.update({"long_name": "time step", "units": "1", "axis": "T"})
+                for axis, n in zip(axes, shape):
+                    coord = f.create_variable(axis, (axis,), "i8", data=np.arange(n))
+                    coord.attrs.update({"long_name": f"grid index along {axis}", "units": "1", "axis": axis.upper()})
+                for name in fields:
+                    f.create_variable(name, ("time", *axes), self.stencil.dtype, chunks=(1, *shape))
+            elif tuple(f.dimensions[a].size for a in axes) != shape or set(fields) - set(f.variables):
+                raise StencilArgumentError(f"{self.path} holds a series of other fields or another shape; "
+                                           "write this run to another file")
+            n = f.dimensions["time"].size
+            f.resize_dimension("time", n + 1)
+            f.variables["time"][n] = step
+            for name, level in fields.items():
+                f.variables[name][n, ...] = np.asarray(level).T
+
+
+def picture_html(fields: Mapping[str, np.ndarray], title: str) -> str:
+    """An <img> of the 2D fields (the middle slice along z of a 3D one), or '' for 1D."""
+    from msc.plot import figure
+
+    arrays = {name: a if a.ndim == 2 else a[..., a.shape[2] // 2] for name, a in fields.items() if a.ndim >= 2}
+    if not arrays:
+        return ""
+    buffer = io.BytesIO()
+    figure(list(arrays.values()), title, subtitles=list(arrays)).savefig(buffer, format="png", dpi=72)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}"/>'
+
+
+def table_html(title: str, rows: Mapping[str, str]) -> str:
+    """A small two-column table under a bold title, every value escaped."""
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                   f"{html.escape(v)}</td></tr>" for k, v in rows.items())
+    return f"<div><b>{html.escape(title)}</b><table>{body}</table></div>"
+
+
+def simulation_html(sim: Any) -> str:
+    stencil = sim.kernel.ir
+    rows = {"step": str(sim.step), "target": sim.kernel.target,
+            "parameters": ", ".join(f"{k} = {v:g}" for k, v in sim.parameters.items()) or "none",
+            "fields": ", ".join(f"{name} {a.shape}" for name, a in sim.fields.items())}
+    return table_html(f"msc simulation of '{stencil.name}'", rows) + picture_html(
+        sim.fields, f"'{stencil.name}' at step {sim.step}")

@@ -1,0 +1,61 @@
+"""Progress of long runs: a tqdm bar with steps per second and GStencil/s on
+stderr (a widget in notebooks), and the chunks a run is split into so the
+bar moves and snapshots fall on the steps asked for."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+CHUNK_SECONDS = 0.2  # a chunk of steps between two updates of the bar, about
+
+
+class Progress:
+    """`with Progress(name, steps, points, enabled) as bar: bar.update(count, seconds)`;
+    does nothing when not enabled."""
+
+    def __init__(self, name: str, steps: int, points: int, enabled: bool) -> None:
+        self.enabled = bool(enabled)
+        self.points = points
+        self.seconds_per_step = 0.0  # measured so far (0: nothing run yet)
+        self._steps = 0
+        self._seconds = 0.0
+        self._bar: Any = None
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=steps, desc=name, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def update(self, count: int, seconds: float) -> None:
+        self._steps += count
+        self._seconds += seconds
+        self.seconds_per_step = self._seconds / self._steps if self._steps else 0.0
+        if self._bar is not None:
+            rate = self.points * self._steps / self._seconds / 1e9 if self._seconds > 0 else 0.0
+            self._bar.set_postfix_str(f"{rate:.3f} GStencil/s", refresh=False)
+            self._bar.update(count)
+
+
+def chunks(step: int, steps: int, every: int | None, bar: Progress) -> Iterator[int]:
+    """Step counts adding up to `steps`, from step `step` on: one chunk when nothing
+    watches; with `every`, chunks that end on each step it divides; with a bar, chunks
+    of about CHUNK_SECONDS (one step first, then as many as that time allows)."""
+    left = steps
+    while left > 0:
+        count = left
+        if bar.enabled:
+            per_step = bar.seconds_per_step
+            count = min(count, max(1, int(CHUNK_SECONDS / per_step)) if per_step > 0 else 1)
+        if every:
+            count = min(count, every - step % every)
+        yield count
+        step += count
+        left -= count

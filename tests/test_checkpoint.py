@@ -1,0 +1,193 @@
+"""Simulations that persist, report and show themselves: checkpoints resumed
+bitwise and opened by xarray, their errors, a writer killed midway, netCDF
+time series, progress bars, steering between advances, short reprs and the
+notebook HTML of each object."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import msc
+from msc import Schedule, t, x, y
+from msc.errors import CheckpointError, StencilArgumentError
+
+
+@msc.stencil
+def wave(u, c):  # two time levels and an input field
+    u[t + 1, x, y] = 2 * u[t, x, y] - u[t - 1, x, y] + c[x, y] * (
+        u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
+
+
+@msc.stencil(boundary="periodic")
+def drift(u, a):
+    u[t + 1, x, y] = (1 - a) * u[t, x, y] + a * u[t, x - 1, y + 1]
+
+
+@msc.stencil
+def heat(u, alpha):
+    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]
+                                           - 4 * u[t, x, y])
+
+
+def wave_inputs() -> dict:
+    rng = np.random.default_rng(3)
+    return {"u": [rng.random((21, 40)), rng.random((21, 40))], "c": 0.1 * rng.random((21, 40))}
+
+
+@pytest.mark.parametrize("stencil,inputs,schedule", [
+    (wave, wave_inputs(), None),
+    (wave, wave_inputs(), Schedule().time_tile(3, x=4)),
+    (drift, {"u": np.random.default_rng(4).random((9, 12)), "a": 0.3}, None),
+], ids=["wave", "wave-time-tiled", "periodic"])
+def test_save_at_13_resume_and_advance_17_equals_30(stencil, inputs, schedule, tmp_path):
+    kernel = stencil.compile(threads=1, schedule=schedule)
+    sim = kernel.start(**inputs)
+    sim.advance(13)
+    path = sim.save(tmp_path / "run.nc")
+    resumed = kernel.resume(path)
+    assert resumed.step == 13
+    resumed.advance(17)
+    whole = kernel.start(**inputs)
+    whole.advance(30)
+    assert np.array_equal(resumed.fields["u"], whole.fields["u"])
+    with xr.open_dataset(path) as data:  # no options
+        assert np.array_equal(data["u"].values, sim.fields["u"])
+        assert data["u"].dims == ("x", "y") and data.attrs["step"] == 13 and data.attrs["msc_stencil"] == stencil.name
+
+
+def test_truncated_damaged_and_foreign_files_are_named_errors(tmp_path):
+    kernel = wave.compile(threads=1)
+    sim = kernel.start(**wave_inputs())
+    sim.advance(2)
+    good = sim.save(tmp_path / "good.nc")
+    data = good.read_bytes()
+    (tmp_path / "cut.nc").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"cut.nc cannot be read \(truncated or damaged\?\)"):
+        kernel.resume(tmp_path / "cut.nc")
+    (tmp_path / "noise.nc").write_bytes(b"\x89HDF\r\n" + bytes(200))
+    with pytest.raises(CheckpointError, match="noise.nc cannot be read"):
+        kernel.resume(tmp_path / "noise.nc")
+    with pytest.raises(CheckpointError, match="missing.nc: no such file"):
+        kernel.resume(tmp_path / "missing.nc")
+    xr.Dataset({"u": (("x",), np.zeros(3))}).to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
+    with pytest.raises(CheckpointError, match="other.nc is a netCDF file but not an msc checkpoint"):
+        kernel.resume(tmp_path / "other.nc")
+    with pytest.raises(CheckpointError, match=r"holds a run of stencil 'wave'; this kernel runs stencil 'heat'"):
+        heat.compile(threads=1).resume(good)
+    with pytest.raises(CheckpointError, match=r"good.nc is float64; this kernel of 'wave' is float32"):
+        wave.compile(threads=1, dtype="float32").resume(good)
+
+    def other(u, c):  # the same name, another definition
+        u[t + 1, x, y] = u[t, x, y] - u[t - 1, x, y] + c[x, y] * u[t, x - 1, y]
+
+    with pytest.raises(CheckpointError, match="holds a run of another definition of 'wave'"):
+        msc.stencil(name="wave")(other).compile(threads=1).resume(good)
+
+
+WRITER = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import msc
+    from msc import t, x, y
+
+    @msc.stencil
+    def heat(u, alpha):
+        u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] - 2 * u[t, x, y])
+
+    sim = heat.compile(threads=1).start(u=np.random.default_rng(1).random((1500, 1500)), alpha=0.1)
+    sim.save(sys.argv[1])
+    print("saved", flush=True)
+    while True:  # killed in the middle of one of these
+        sim.advance(1)
+        sim.save(sys.argv[1])
+''')
+
+
+def test_a_writer_killed_midway_leaves_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "run.nc"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "saved\n"
+        time.sleep(0.4)  # a few saves of 36 MB each: the kill lands in one of them
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+
+    @msc.stencil
+    def heat(u, alpha):  # the writer's stencil
+        u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] - 2 * u[t, x, y])
+
+    sim = heat.compile(threads=1).resume(path)
+    assert sim.fields["u"].shape == (1500, 1500) and sim.parameters == {"alpha": 0.1}
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["run.nc"]
+
+
+def test_time_series_every_n_steps_opens_in_xarray(tmp_path):
+    kernel = wave.compile(threads=1)
+    sim = kernel.start(**wave_inputs())
+    sim.advance(3)
+    snapshots = {}
+    sim.advance(12, every=5, out=tmp_path / "series.nc")  # steps 5, 10 and 15
+    sim.advance(5, every=5, out=tmp_path / "series.nc")  # appended: step 20
+    for step in (5, 10, 15, 20):
+        replay = kernel.start(**wave_inputs())
+        replay.advance(step)
+        snapshots[step] = replay.fields["u"].copy()
+    with xr.open_dataset(tmp_path / "series.nc") as data:
+        assert data.attrs["Conventions"] == "CF-1.8"
+        assert list(data["time"].values) == [5, 10, 15, 20]
+        assert data["u"].dims == ("time", "y", "x")  # CF order: x varies fastest
+        for k, step in enumerate((5, 10, 15, 20)):
+            assert np.array_equal(data["u"].isel(time=k).transpose("x", "y").values, snapshots[step])
+    with pytest.raises(StencilArgumentError, match="every= and out= go together"):
+        sim.advance(5, every=5)
+
+
+def test_progress_bar_on_stderr(capsys):
+    sim = heat.compile(threads=1).start(u=np.zeros((40, 40)), alpha=0.1)
+    sim.advance(200, progress=True)
+    err = capsys.readouterr().err
+    assert "heat: 100%" in err and "200/200" in err and "GStencil/s" in err
+    assert sim.step == 200
+
+
+def test_steering_between_advances():
+    rng = np.random.default_rng(8)
+    u0 = rng.random((12, 14))
+    sim = heat.compile(threads=1).start(u=u0, alpha=0.1)
+    sim.advance(4)
+    sim.set(alpha=0.2)
+    kick = np.array(sim.fields["u"])
+    kick[5, 5] += 1.0
+    sim.set(u=kick)
+    sim.advance(3)
+    expected = heat.reference(steps=3, u=kick, alpha=0.2)["u"]
+    np.testing.assert_allclose(sim.fields["u"], expected, rtol=1e-12, atol=1e-12)
+    older, newest = sim.levels["u"]
+    assert newest is not None and np.array_equal(newest, sim.fields["u"]) and not older.flags.writeable
+    with pytest.raises(StencilArgumentError, match="has no parameter or field 'beta'; it has alpha, u"):
+        sim.set(beta=1.0)
+    with pytest.raises(StencilArgumentError, match=r"'u' has shape \(12, 14\), got an array of shape \(3, 3\)"):
+        sim.set(u=np.zeros((3, 3)))
+
+
+def test_reprs_are_short_and_notebooks_get_html():
+    kernel = heat.compile(threads=1)
+    sim = kernel.start(u=np.zeros((10, 10)), alpha=0.1)
+    assert len(repr(kernel)) < 200 and "heat" in repr(kernel) and "openmp" in repr(kernel)
+    assert repr(Schedule().tile(x=8)) == "Schedule().tile(x=8)"
+    assert repr(sim) == "<msc.Simulation of 'heat' at step 0, openmp>"
+    assert "u[t+1, x, y] = u[t, x, y] + alpha" in heat._repr_html_() and "radius (1, 1)" in heat._repr_html_()
+    assert "target</th><td style='text-align:left'>openmp" in kernel._repr_html_()
+    page = sim._repr_html_()
+    assert "msc simulation of &#x27;heat&#x27;" in page and "<img src=\"data:image/png;base64," in page
+    assert "#include" in kernel.source
