@@ -32,6 +32,7 @@ import numpy as np
 
 from msc import ir
 from msc.errors import CheckpointError
+from msc.runtime.build import file_mode
 from msc.textual.printer import print_stencil
 
 FORMAT = 1  # the layout described above
@@ -88,6 +89,7 @@ def atomic_write(path: Path, write: Any) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, file_mode())  # the mode open() would give it, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
