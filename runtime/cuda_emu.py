@@ -6,6 +6,12 @@ block's threads as fibers on the calling thread, with `__syncthreads` and
 warp collectives as real barriers and `nvcuda::wmma` with the programming
 guide's semantics (see the header's comment and docs/ARCHITECTURE.md). It
 checks correctness only: nothing it measures says how fast a GPU would be.
+
+With BLOCK_ORDER=reverse in the environment (read at every launch, so it
+needs no rebuild) a launch runs its blocks last first, and a byte of device
+memory that two of its blocks both change stops it with an error: code
+that is right only when blocks run in order (overlapping tiles, a block
+reading what another writes) fails instead of passing by luck.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from msc.runtime import build
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "cuda"
 HEADERS = ("msc_cuda.h", "cuda_emu.h")
+#: The environment variable of the block order: unset or "forward", or "reverse" (see the module).
+BLOCK_ORDER = "MSC_CUDA_EMU_BLOCKS"
 CXX = "g++"
 #: g++ flags of an emulated program (-O1: the emulator's templates make -O2 about twice as slow to
 #: compile, and emulated kernels are small; -fno-gnu-unique keeps the emulator's state private to

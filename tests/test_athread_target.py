@@ -136,6 +136,14 @@ def _tiles(n: int, b: int) -> list[int]:
     return [min(b, n - i) for i in range(0, n, b)]
 
 
+def test_a_last_time_tile_shallower_than_the_depth_matches_reference(heat2d):
+    u = np.random.default_rng(6).random((20, 30))
+    kernel = heat2d.compile(target="athread", schedule=msc.Schedule().time_tile(3, x=8, y=8))
+    result = kernel.run(steps=7, u=u, alpha=0.1)  # spawns of 3, 3 and 1 steps
+    assert kernel.last_run.spawns == 3
+    np.testing.assert_allclose(result["u"], heat2d.reference(steps=7, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("chip", CHIPS)
 def test_counters_are_the_dma_a_tile_shape_needs(heat2d, chip):
     """Per step: each tile gets its box plus a halo of 1 (one strided transfer)
@@ -290,3 +298,24 @@ def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(h
         model = predict(stencil.ir, shape, schedule, chip)
         assert (model.get_bytes * 4, model.put_bytes * 4, model.transfers * 4) == (
             k.last_run.get_bytes, k.last_run.put_bytes, k.last_run.transfers), schedule
+
+
+def test_model_counts_a_3d_time_tile_as_the_emulator_does():
+    from msc import t, x, y, z
+    from msc.codegen.athread_model import predict
+
+    @msc.stencil
+    def heat3d(u, alpha):
+        u[t + 1, x, y, z] = u[t, x, y, z] + alpha * (u[t, x - 1, y, z] + u[t, x + 1, y, z] + u[t, x, y - 1, z]
+                                                     + u[t, x, y + 1, z] + u[t, x, y, z - 1] + u[t, x, y, z + 1]
+                                                     - 6 * u[t, x, y, z])
+
+    shape, steps = (10, 9, 14), 4  # interior 8 x 7 x 12: partial tiles in x and y, two full-depth spawns
+    schedule = msc.Schedule().time_tile(2, x=3, y=4, z=12)
+    u = np.random.default_rng(7).random(shape)
+    kernel = heat3d.compile(target="athread", schedule=schedule)
+    result = kernel.run(steps=steps, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat3d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    model = predict(heat3d.ir, shape, schedule, kernel.chip)
+    assert (model.get_bytes * steps, model.put_bytes * steps, model.transfers * steps) == (
+        kernel.last_run.get_bytes, kernel.last_run.put_bytes, kernel.last_run.transfers)

@@ -1,10 +1,13 @@
 """The CUDA emulator (runtime/cuda/) on hand-written kernels (tests/cuda/):
-results against numpy, each fault it must detect, and the same sources
-compiled by nvcc for sm_80 and sm_90 with warnings as errors."""
+results against numpy (the shared-memory stencil with the blocks in reverse
+order, where two blocks writing one byte is an error), each fault it must
+detect, and the same sources compiled by nvcc for sm_80 and sm_90 with
+warnings as errors."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +27,12 @@ PTR = ctypes.c_void_p
 
 def ptr(a: np.ndarray) -> ctypes.c_void_p:
     return a.ctypes.data_as(PTR)
+
+
+@pytest.fixture
+def reverse_blocks(monkeypatch):
+    """Launches run their blocks last first and report a byte two blocks both write."""
+    monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +62,7 @@ def jacobi(u: np.ndarray, steps: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("shape", [(37, 50), (8, 16), (5, 3)])
-def test_shared_memory_stencil_matches_numpy(lib, shape):
+def test_shared_memory_stencil_matches_numpy(lib, shape, reverse_blocks):
     stencil2d = lib("stencil2d").stencil2d
     u = np.random.default_rng(1).random((shape[0] + 2, shape[1] + 2))
     out = u.copy()
@@ -61,7 +70,7 @@ def test_shared_memory_stencil_matches_numpy(lib, shape):
     np.testing.assert_allclose(out, jacobi(u, 3), rtol=1e-14, atol=0)
 
 
-def test_missing_syncthreads_changes_the_result(lib):
+def test_missing_syncthreads_changes_the_result(lib, reverse_blocks):
     # thread 0 runs until it blocks: without the barrier it reads tile cells its
     # neighbours have not staged yet (poisoned with NaN before every block)
     stencil2d = lib("stencil2d").stencil2d
@@ -71,6 +80,14 @@ def test_missing_syncthreads_changes_the_result(lib):
     ref = jacobi(u, 1)
     wrong = ~np.isclose(out, ref)
     assert wrong.sum() > 0.5 * 37 * 50, f"only {wrong.sum()} of {37 * 50} points differ"
+
+
+def test_shared_memory_another_block_wrote_is_poison(lib):
+    # blocks run in order, and block 0 leaves its cells in shared memory: only the poisoning hides them
+    result = np.zeros(3 * 32)
+    assert lib("stencil2d").shared_between_blocks(ptr(result), 3) == 0
+    np.testing.assert_array_equal(result[:32], np.arange(1, 33))
+    assert np.isnan(result[32:]).all(), result[32:]
 
 
 @pytest.mark.parametrize("n,blocks,threads", [(1000, 3, 96), (5000, 2, 1024), (17, 1, 32)])
@@ -169,10 +186,10 @@ def test_code_relying_on_fragment_element_order_is_wrong(lib):
 
 
 FAULTS = {  # mode of tests/cuda/faults.cu -> what the emulator must say
-    1: "__shfl_down_sync at faults.cu:25: lane 31 of warp 0, thread (31,0,0), never calls it (it exited)",
-    2: "__syncthreads at faults.cu:28: thread (0,0,0) waits there, thread (5,0,0) exited",
-    3: "load_matrix_sync at faults.cu:45: the pointer is not 256-bit (32-byte) aligned",
-    4: "mma_sync at faults.cu:47: lane 16 of warp 0, thread (16,0,0), never calls it",
+    1: "__shfl_down_sync at faults.cu:27: lane 31 of warp 0, thread (31,0,0), never calls it (it exited)",
+    2: "__syncthreads at faults.cu:30: thread (0,0,0) waits there, thread (5,0,0) exited",
+    3: "load_matrix_sync at faults.cu:47: the pointer is not 256-bit (32-byte) aligned",
+    4: "mma_sync at faults.cu:49: lane 16 of warp 0, thread (16,0,0), never calls it",
     5: "__syncthreads reached at different places",
     6: "its mask names lanes that warp 0 of a block of 16 threads does not have",
 }
@@ -183,9 +200,10 @@ def faults(tmp_path_factory) -> Path:
     return cuda_emu.build_program([DATA / "faults.cu"], tmp_path_factory.mktemp("cuda") / "faults")
 
 
-def run_faults(program: Path, mode: int) -> subprocess.CompletedProcess:
+def run_faults(program: Path, mode: int, order: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, cuda_emu.BLOCK_ORDER: order}
     return subprocess.run([str(program), str(mode)], capture_output=True, text=True, timeout=60, check=False,
-                          cwd=DATA)  # fmt: skip
+                          cwd=DATA, env=env)  # fmt: skip
 
 
 def test_fault_free_mode_runs(faults):
@@ -199,3 +217,19 @@ def test_faults_are_detected(faults, mode):
     assert done.returncode != 0
     assert FAULTS[mode] in done.stderr.replace(str(DATA) + "/", "")
     assert "cudaGetLastError(): unspecified launch failure" in done.stderr  # sticky, via MSC_CUDA_CHECK
+
+
+OVERLAPPING_WRITES = 7  # each of 3 blocks also writes the first element of the next
+
+
+def test_two_blocks_writing_one_byte_are_reported_in_reverse_order(faults):
+    forward = run_faults(faults, OVERLAPPING_WRITES, "forward")  # the later block's value lands, unnoticed
+    assert forward.returncode == 0 and forward.stdout == "ok\n", forward.stderr
+    done = run_faults(faults, OVERLAPPING_WRITES, "reverse")
+    assert done.returncode != 0
+    assert "kernel: block (2,0,0) and block (1,0,0) both write byte 10" in done.stderr, done.stderr
+    assert f"of a cudaMalloc allocation of {(3 * 64 + 1) * 8} bytes" in done.stderr
+    correct = run_faults(faults, 0, "reverse")
+    assert correct.returncode == 0 and correct.stdout == "ok\n", correct.stderr
+    unknown = run_faults(faults, 0, "sideways")
+    assert unknown.returncode != 0 and "MSC_CUDA_EMU_BLOCKS: 'sideways' is not forward or reverse" in unknown.stderr

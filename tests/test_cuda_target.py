@@ -4,6 +4,8 @@ against the reference interpreter; every generated kernel compiles with
 nvcc for sm_80 and sm_90, warnings as errors (a third of them by default,
 the rest marked slow); device arrays in place; the emitted nvcc project;
 the errors of over-capacity schedules and of a machine without a GPU.
+Shared-memory staging and time tiles run with the emulator's blocks in
+reverse order, where two blocks writing one byte is an error.
 With MSC_CUDA_ON_DEVICE=1 (benchmarks/gpu.sh, on a machine with a GPU) the
 same tests build with nvcc for the device and run there instead."""
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -34,6 +37,14 @@ ARCHS = ("sm_80", "sm_90")
 ON_DEVICE = os.environ.get("MSC_CUDA_ON_DEVICE") == "1"
 EMULATE = not ON_DEVICE
 host_memory = pytest.mark.skipif(ON_DEVICE, reason="host memory described as device memory is valid only under the emulator")
+
+
+@pytest.fixture
+def reverse_blocks(monkeypatch):
+    """Emulated launches run their blocks last first and report a byte two blocks both write."""
+    from msc.runtime import cuda_emu
+
+    monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")
 
 
 def _schedule(seed: int, stencil: msc.Stencil, random: bool) -> msc.Schedule | None:
@@ -207,14 +218,18 @@ def test_over_capacity_schedules_name_the_limit_and_both_sizes():
         assert words in text, (words, text)
 
 
-def test_shared_memory_staging_is_synchronised():
-    source = get_target("cuda").source(heat.poly(), msc.Schedule().tile(x=16, y=32).cache_read("u"))
+def test_shared_memory_staging_is_synchronised(reverse_blocks):
+    schedule = msc.Schedule().tile(x=16, y=32).cache_read("u")
+    source = get_target("cuda").source(heat.poly(), schedule)
     kernel = source[source.index("__global__ void msc_run_k0"):]
     kernel = kernel[:kernel.index("\n}\n")]
     assert "__shared__ real cr_f_u_t0[612];" in kernel  # (16 + 2) x (32 + 2)
     copy, compute = kernel.index("cr_f_u_t0[("), kernel.index("f_u_tp1[")
     assert copy < kernel.index("__syncthreads();", copy) < compute
     assert "<<<" not in source and "MSC_LAUNCH(msc_run_k0, dim3(" in source
+    u = np.random.default_rng(5).random((30, 50))  # 2 x 2 tiles, the last ones partial
+    result = heat.compile(target="cuda", schedule=schedule, emulate=EMULATE).run(steps=3, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat.reference(steps=3, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
 
 
 def test_x86_primitives_are_refused():
@@ -289,6 +304,30 @@ def test_tuner_candidates_are_legal_cuda_schedules():
             get_target("cuda").source(case.stencil.poly(case.dtype), schedule)
 
 
+class _Candidate:
+    """A stand-in for a built candidate: one step adds 1 to u, or 2 for the schedule `wrong`."""
+
+    def __init__(self, schedule: msc.Schedule, wrong: msc.Schedule | None) -> None:
+        self.increment = 2.0 if schedule == wrong else 1.0
+
+    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+        return {"u": inputs["u"] + steps * self.increment}
+
+
+def test_auto_under_the_emulator_refuses_any_candidate_that_differs():
+    from msc.codegen.cuda import CudaAutoKernel, cuda_candidates
+
+    u = np.zeros((12, 12))
+    candidates = cuda_candidates(heat.ir)
+    auto = CudaAutoKernel(heat.poly(), lambda s: _Candidate(s, None), emulate=True)
+    np.testing.assert_array_equal(auto.run(steps=3, u=u, alpha=0.1)["u"], u + 3)
+    assert auto.report.schedule == candidates[0] and auto.report.candidates == [str(c) for c in candidates]
+    for wrong in candidates[1:]:
+        auto = CudaAutoKernel(heat.poly(), lambda s, w=wrong: _Candidate(s, w), emulate=True)
+        with pytest.raises(ScheduleError, match=rf"candidate {re.escape(str(wrong))} gives another 'u'"):
+            auto.run(steps=3, u=u, alpha=0.1)
+
+
 @pytest.mark.slow
 def test_auto_checks_or_times_every_candidate(assert_matches):
     case = generate(1, boundary="dirichlet")  # 1D: tiles and time tiles
@@ -329,7 +368,7 @@ def _shared_tile_cases() -> list[Any]:
 
 
 @pytest.mark.parametrize("index", range(3))
-def test_time_tiles_in_shared_memory_match_reference(index, assert_matches):
+def test_time_tiles_in_shared_memory_match_reference(index, assert_matches, reverse_blocks):
     stencil, schedule, inputs, dtype = _shared_tile_cases()[index]
     source = get_target("cuda").source(stencil.poly(dtype), schedule)
     assert "__shared__ real msc_tt[2]" in source and "in shared memory" in source
@@ -337,11 +376,11 @@ def test_time_tiles_in_shared_memory_match_reference(index, assert_matches):
     for steps in (9, 10):  # the newest level ends in either ring slot
         expected = stencil.reference(steps=steps, dtype=dtype, **inputs)
         assert_matches(kernel.run(steps=steps, **inputs), expected, dtype, (stencil.name, steps))
-    sim = kernel.start(**inputs)  # continued from t0 = 4
-    sim.advance(4)
+    sim = kernel.start(**inputs)  # continued from an odd step, t0 = 3
+    sim.advance(3)
     sim.advance(7)
     assert_matches({k: v.copy() for k, v in sim.fields.items()},
-                   stencil.reference(steps=11, dtype=dtype, **inputs), dtype, stencil.name)
+                   stencil.reference(steps=10, dtype=dtype, **inputs), dtype, stencil.name)
     if NVCC is not None:
         with tempfile.TemporaryDirectory() as directory:
             nvcc_check(source, Path(directory))

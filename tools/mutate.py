@@ -1,5 +1,6 @@
-"""Hand-written mutants of the generated C and of the code that prints it,
-each run against the ordinary (not slow) tests that should kill it.
+"""Hand-written mutants of the generated C, of the code that prints it and of
+the emulators that run it, each run against the ordinary (not slow) tests
+that should kill it.
 
 Each mutant replaces one exact piece of text in one file of a scratch copy
 of the checkout; the tests run on that copy (first on PYTHONPATH, it shadows
@@ -34,6 +35,7 @@ KERNEL = "codegen/templates/openmp_kernel.c.j2"
 DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
 SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
+CUDA_TIME_TILES = ["tests/test_cuda_target.py::test_time_tiles_in_shared_memory_match_reference"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,29 @@ MUTANTS = [
     Mutant("halo exchange sends faces only", "codegen/halo_plan.py",
            "return {v for v in itertools.product(*choices) if any(v)}",
            "return {v for v in itertools.product(*choices) if sum(map(abs, v)) == 1}", (*MPI,)),
+    Mutant("CUDA time tile writes one point past its tile", "codegen/cuda_time_tile.py",
+           'l{d} < {depth * r[d] + plan.tile[d]}"', 'l{d} <= {depth * r[d] + plan.tile[d]}"', (*CUDA_TIME_TILES,)),
+    Mutant("CUDA time tiles start in ring slot 0", "codegen/cuda_time_tile.py",
+           '"long slot = t0 % 2;",', '"long slot = 0;",', (*CUDA_TIME_TILES,)),
+    Mutant("tensor-core tile read back without __syncwarp", "codegen/cuda_tensor_core.py",
+           '    w("    __syncwarp();")\n', "",
+           ("tests/test_cuda_tensor_core.py::test_second_statement_reads_the_first_ones_new_level",)),
+    Mutant("CUDA emulator leaves shared memory unpoisoned", "runtime/cuda/cuda_emu.h",
+           "    poison_shared();\n    unsigned done = 0;", "    unsigned done = 0;",
+           ("tests/test_cuda_emulator.py::test_shared_memory_another_block_wrote_is_poison",)),
+    Mutant("emulated schedule='auto' checks one candidate", "codegen/cuda.py",
+           "for schedule, kernel in kernels[1:]:", "for schedule, kernel in kernels[1:2]:",
+           ("tests/test_cuda_target.py::test_auto_under_the_emulator_refuses_any_candidate_that_differs",)),
+    Mutant("athread's last time tile runs the full depth", "codegen/templates/athread_host.c.j2",
+           "a.depth = T - t < {{ time_tile.depth }} ? T - t : {{ time_tile.depth }};",
+           "a.depth = {{ time_tile.depth }};",
+           ("tests/test_athread_target.py::test_a_last_time_tile_shallower_than_the_depth_matches_reference",)),
+    Mutant("athread model counts 3D time-tile transfers from tile sizes", "codegen/athread_model.py",
+           "transfers = buffers * sum(boxes[0]) * len(sizes[1])", "transfers = buffers * sum(sizes[0]) * len(sizes[1])",
+           ("tests/test_athread_target.py::test_model_counts_a_3d_time_tile_as_the_emulator_does",)),
+    Mutant("athread emulator leaves un-waited gets unfilled", "runtime/athread/athread_emu.c",
+           "        memset(ldm, 0xFF, (size_t)len); /* NaN until the transfer is waited for */\n", "",
+           ("tests/test_athread_emulator.py::test_missing_get_wait_gives_wrong_values",)),
 ]
 
 

@@ -10,14 +10,28 @@
  * __all/__any_sync, __syncwarp, wmma load/store/mma). So a read of shared
  * memory that a missing barrier leaves unordered sees the value from before
  * the write, deterministically: thread 0 runs ahead of its neighbours.
+ * The wmma memory collectives order nothing between lanes, as on the
+ * hardware: load_matrix_sync reads a lane's elements when that lane arrives,
+ * store_matrix_sync writes them when it leaves, so a lane that reads what
+ * other lanes stored without __syncwarp (or a barrier) first sees old values.
  * Static __shared__ variables live in one linker section that is filled
  * with 0xff bytes (NaN for floating point) before every block, as is the
  * dynamic shared memory; a block that reads shared memory it did not write
  * sees NaN.
  *
+ * Block order. With MSC_CUDA_EMU_BLOCKS=reverse in the environment (read at
+ * every launch; runtime/cuda_emu.py: BLOCK_ORDER) a launch runs its blocks
+ * last first, and a byte of cudaMalloc memory that two of its blocks both
+ * change is an error (blocks run in any order on a device, so which write
+ * lands is undefined; atomicAdd's bytes are exempt). Each block's changes
+ * are found by comparing the allocations after it with a copy from before
+ * it, so a write of the value already there is not seen. Unset or
+ * "forward": blocks in order of their linear index, writes not checked.
+ *
  * Detected errors (each stops the launch; the error is sticky, as a kernel
  * fault is on a device: cudaGetLastError, cudaDeviceSynchronize and every
  * later call return cudaErrorLaunchFailure; the diagnosis goes to stderr):
+ *   (with MSC_CUDA_EMU_BLOCKS=reverse) two blocks of a launch changing one byte;
  *   a thread that exits, or waits at another barrier or collective, while
  *   others wait at __syncthreads; __syncthreads reached at different places;
  *   a warp collective that a lane of its mask never calls, lanes that call
@@ -27,9 +41,11 @@
  * Launch errors, as the runtime reports them (cudaGetLastError): more than
  * 1024 threads or a block dimension over its limit (InvalidConfiguration),
  * dynamic shared memory over the kernel's limit, 48 KiB unless raised by
- * cudaFuncSetAttribute up to 227 KiB (InvalidValue).
+ * cudaFuncSetAttribute up to 227 KiB (InvalidValue); an unknown
+ * MSC_CUDA_EMU_BLOCKS (InvalidValue).
  *
- * Not modelled: timing, concurrency between blocks (they run in sequence),
+ * Not modelled: timing, concurrency between blocks (they run in sequence;
+ * reads of what another block of the launch writes see it or not by order),
  * memory spaces (host and device memory are the same; device pointers are
  * checked only by cudaMemcpy/cudaMemset/cudaFree), out-of-bounds accesses,
  * the static shared memory limit per kernel (nvcc checks it), registers.
@@ -57,6 +73,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -211,6 +229,8 @@ struct Runtime {
     cudaError_t sticky_error = cudaSuccess;  // a kernel fault: never cleared
     std::map<const void*, int> max_dynamic_shared;
     std::map<const char*, size_t, std::greater<const char*>> allocations;  // start -> bytes
+    bool check_writes = false;        // MSC_CUDA_EMU_BLOCKS=reverse, during a launch
+    std::set<const char*> atomic_bytes;  // bytes atomicAdd changed in this launch (exempt from the check)
 };
 
 inline Runtime& rt() {
@@ -237,9 +257,8 @@ inline std::string thread_name(const Thread& t) {
     return "thread (" + std::to_string(t.idx.x) + "," + std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ")";
 }
 
-inline std::string block_name() {
-    return "block (" + std::to_string(blockIdx.x) + "," + std::to_string(blockIdx.y) + "," +
-           std::to_string(blockIdx.z) + ")";
+inline std::string block_name(uint3 b = blockIdx) {
+    return "block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) + ")";
 }
 
 inline void yield() {
@@ -438,6 +457,68 @@ inline bool run_block() {
     return true;
 }
 
+inline uint3 block_of(uint64_t linear, dim3 grid) {
+    return uint3{(unsigned)(linear % grid.x), (unsigned)(linear / grid.x % grid.y),
+                 (unsigned)(linear / ((uint64_t)grid.x * grid.y))};
+}
+
+/* MSC_CUDA_EMU_BLOCKS=reverse: which block of the launch changed each byte of cudaMalloc memory */
+class WriteCheck {
+    struct Region {
+        char* start;
+        size_t bytes;
+        std::vector<char> before;      // the bytes before the block that runs now
+        std::vector<uint32_t> writer;  // 1 + the linear index of the block that changed each byte (0: none)
+    };
+    std::vector<Region> regions_;
+
+  public:
+    WriteCheck() {
+        for (const auto& [start, bytes] : rt().allocations) {
+            char* p = const_cast<char*>(start);
+            regions_.push_back(Region{p, bytes, std::vector<char>(p, p + bytes), std::vector<uint32_t>(bytes, 0)});
+        }
+    }
+
+    /* After block `linear`: "" or the byte it changed that another block of the launch changed. */
+    std::string after_block(uint64_t linear, dim3 grid) {
+        const std::set<const char*>& atomic = rt().atomic_bytes;
+        for (Region& g : regions_)
+            for (size_t c = 0; c < g.bytes; c += 64) {
+                const size_t n = g.bytes - c < 64 ? g.bytes - c : 64;
+                if (memcmp(g.start + c, g.before.data() + c, n) == 0) continue;
+                for (size_t i = c; i < c + n; ++i) {
+                    if (g.start[i] == g.before[i]) continue;
+                    g.before[i] = g.start[i];
+                    if (atomic.count(g.start + i)) continue;
+                    if (g.writer[i] != 0 && g.writer[i] != linear + 1)
+                        return block_name(block_of(g.writer[i] - 1, grid)) + " and " +
+                               block_name(block_of(linear, grid)) + " both write byte " + std::to_string(i) +
+                               " of a cudaMalloc allocation of " + std::to_string(g.bytes) +
+                               " bytes (blocks of a launch run in any order on a device: which write lands is "
+                               "undefined)";
+                    g.writer[i] = (uint32_t)(linear + 1);
+                }
+            }
+        return "";
+    }
+};
+
+inline void note_atomic(const void* p, size_t bytes) {
+    Runtime& r = rt();
+    if (r.check_writes)
+        for (size_t i = 0; i < bytes; ++i) r.atomic_bytes.insert(static_cast<const char*>(p) + i);
+}
+
+/* MSC_CUDA_EMU_BLOCKS: `reverse` set for "reverse", cleared for unset or "forward"; anything else is an error. */
+inline cudaError_t block_order(bool* reverse) {
+    const char* order = getenv("MSC_CUDA_EMU_BLOCKS");
+    *reverse = order != nullptr && strcmp(order, "reverse") == 0;
+    if (order == nullptr || *order == 0 || *reverse || strcmp(order, "forward") == 0) return cudaSuccess;
+    diagnose("MSC_CUDA_EMU_BLOCKS", std::string("'") + order + "' is not forward or reverse");
+    return cudaErrorInvalidValue;
+}
+
 inline cudaError_t check_config(const void* kernel, dim3 grid, dim3 block, size_t shared) {
     const unsigned b[3] = {block.x, block.y, block.z}, g[3] = {grid.x, grid.y, grid.z};
     for (int d = 0; d < 3; ++d)
@@ -465,6 +546,11 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
         set_error(bad);
         return;
     }
+    bool reverse = false;
+    if (block_order(&reverse) != cudaSuccess) {
+        set_error(cudaErrorInvalidValue);
+        return;
+    }
     const std::function<void()> body = [&]() { kernel(args...); };
     std::vector<char> dynamic(shared + 256);
     r.dynamic_capacity = shared;
@@ -472,20 +558,29 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
     r.body = &body;
     r.kernel = name;
     r.faulted = false;
+    r.check_writes = reverse;
+    r.atomic_bytes.clear();
     gridDim = grid;
     blockDim = block;
-    for (unsigned z = 0; z < grid.z; ++z)
-        for (unsigned y = 0; y < grid.y; ++y)
-            for (unsigned x = 0; x < grid.x; ++x) {
-                blockIdx = uint3{x, y, z};
-                if (!run_block()) {
-                    diagnose(name, r.fault);
-                    r.sticky_error = cudaErrorLaunchFailure;
-                    r.last_error = cudaErrorLaunchFailure;
-                    r.dynamic_shared = nullptr;
-                    return;
-                }
-            }
+    std::optional<WriteCheck> writes;
+    if (reverse) writes.emplace();
+    const uint64_t blocks = (uint64_t)grid.x * grid.y * grid.z;
+    for (uint64_t k = 0; k < blocks; ++k) {
+        const uint64_t linear = reverse ? blocks - 1 - k : k;
+        blockIdx = block_of(linear, grid);
+        bool ok = run_block();
+        if (ok && reverse) {
+            r.fault = writes->after_block(linear, grid);
+            ok = r.fault.empty();
+        }
+        if (!ok) {
+            diagnose(name, r.fault);
+            r.sticky_error = cudaErrorLaunchFailure;
+            r.last_error = cudaErrorLaunchFailure;
+            break;
+        }
+    }
+    r.check_writes = false;
     r.dynamic_shared = nullptr;
 }
 
@@ -637,6 +732,7 @@ template <class T>
 inline T atomicAdd(T* address, T value) {
     T old = *address;
     *address = old + value;
+    msc_emu::note_atomic(address, sizeof(T));
     return old;
 }
 
@@ -938,24 +1034,24 @@ struct MemRequest {
     bool col_major;
 };
 
+/* One lane's part of a load or store: the elements its fragment holds. */
 template <class Use, int M, int N, int K, class T, class L, bool Store>
-inline void memory_combine(void* const* lanes, unsigned) {
+inline void lane_copy(const MemRequest<fragment<Use, M, N, K, T, L>>& q, int lane) {
     typedef fragment<Use, M, N, K, T, L> Frag;
     typedef typename Frag::element_type E;
     constexpr int cols = dims<Use, M, N, K>::cols;
-    for (int l = 0; l < 32; ++l) {
-        auto* q = static_cast<MemRequest<Frag>*>(lanes[l]);
-        E* base = static_cast<E*>(q->pointer);
-        for (int e = 0; e < Frag::num_elements; ++e) {
-            const int p = position<Use, M, N, K>(l, e, Frag::num_elements), r = p / cols, c = p % cols;
-            E& cell = base[q->col_major ? (size_t)c * q->ldm + r : (size_t)r * q->ldm + c];
-            if (Store)
-                cell = q->frag->x[e];
-            else
-                q->frag->x[e] = cell;
-        }
+    E* base = static_cast<E*>(q.pointer);
+    for (int e = 0; e < Frag::num_elements; ++e) {
+        const int p = position<Use, M, N, K>(lane, e, Frag::num_elements), r = p / cols, c = p % cols;
+        E& cell = base[q.col_major ? (size_t)c * q.ldm + r : (size_t)r * q.ldm + c];
+        if (Store)
+            cell = q.frag->x[e];
+        else
+            q.frag->x[e] = cell;
     }
 }
+
+inline void no_combine(void* const*, unsigned) {}
 
 template <class Use, int M, int N, int K, class T, class L, bool Store>
 inline void memory_op(const char* name, fragment<Use, M, N, K, T, L>* f, const void* p, unsigned ldm,
@@ -970,8 +1066,10 @@ inline void memory_op(const char* name, fragment<Use, M, N, K, T, L>* f, const v
                        " is not a multiple of 16 bytes (" + std::to_string(16 / bytes) + " elements)");
     MemRequest<Frag> q{f, const_cast<void*>(p), ldm, col_major};
     const uint64_t key = (uint64_t)(uintptr_t)p * 31 + ldm * 2 + (col_major ? 1 : 0);
-    msc_emu::warp_collective(name, 0xffffffffu, key, &q,
-                             memory_combine<Use, M, N, K, T, L, Store>, file, line);
+    /* a load reads on arrival, a store writes on leaving: the collective checks the lanes agree, orders nothing */
+    if (!Store) lane_copy<Use, M, N, K, T, L, false>(q, msc_emu::lane_id());
+    msc_emu::warp_collective(name, 0xffffffffu, key, &q, no_combine, file, line);
+    if (Store) lane_copy<Use, M, N, K, T, L, true>(q, msc_emu::lane_id());
 }
 
 template <class A, class B, class C, class D>

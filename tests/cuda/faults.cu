@@ -1,7 +1,8 @@
 // Kernels with a fault the emulator must report (a program: `faults MODE`).
 // Mode 0 is correct; each other mode breaks one rule of warp-synchronous or
 // block-synchronous code, or of the wmma API. On a device most of these hang,
-// give wrong results or fault; the emulator stops the launch and names it.
+// give wrong results or fault; the emulator stops the launch and names it
+// (OVERLAPPING_WRITES only with MSC_CUDA_EMU_BLOCKS=reverse).
 #include <stdlib.h>
 
 #include "msc_cuda.h"
@@ -16,6 +17,7 @@ enum {
     MMA_HALF_WARP,          // mma_sync called by lanes 0-15 only
     DIVERGENT_BARRIERS,     // __syncthreads at two places
     MASK_BEYOND_WARP,       // a full mask in a warp of 16 threads
+    OVERLAPPING_WRITES,     // each of 3 blocks also writes the next one's first element
 };
 
 __global__ void kernel(int mode, double* out) {
@@ -47,6 +49,9 @@ __global__ void kernel(int mode, double* out) {
             if (mode == CORRECT || lane < 16) wmma::mma_sync(acc, a, b, acc);
             v += acc.x[0];
         }
+    } else if (mode == OVERLAPPING_WRITES) {
+        v += 1000 * blockIdx.x;
+        if (threadIdx.x == blockDim.x - 1) out[(blockIdx.x + 1) * blockDim.x] = v;
     } else {  // CORRECT: a shuffle every lane calls
         v += __shfl_xor_sync(0xffffffffu, v, 1);
     }
@@ -55,10 +60,10 @@ __global__ void kernel(int mode, double* out) {
 
 int main(int argc, char** argv) {
     const int mode = argc > 1 ? atoi(argv[1]) : CORRECT;
-    const int threads = mode == MASK_BEYOND_WARP ? 16 : 64;
+    const int threads = mode == MASK_BEYOND_WARP ? 16 : 64, blocks = mode == OVERLAPPING_WRITES ? 3 : 1;
     double* out = nullptr;
-    MSC_CUDA_CHECK(cudaMalloc(&out, sizeof(double) * threads));
-    MSC_LAUNCH(kernel, 1, threads, 0, mode, out);
+    MSC_CUDA_CHECK(cudaMalloc(&out, sizeof(double) * (blocks * threads + 1)));
+    MSC_LAUNCH(kernel, blocks, threads, 0, mode, out);
     MSC_CUDA_CHECK(cudaDeviceSynchronize());
     MSC_CUDA_CHECK(cudaFree(out));
     printf("ok\n");

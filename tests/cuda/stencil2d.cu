@@ -1,6 +1,7 @@
 // A 5-point Jacobi step staged in shared memory (tile plus a ring of 1), with
 // __syncthreads between staging and computing; `sync` = 0 leaves it out
 // (a uniform condition), which the emulator must expose as a data race.
+// And blocks that read shared memory only the first block wrote.
 #include "msc_cuda.h"
 
 #define BX 16
@@ -41,5 +42,24 @@ extern "C" int stencil2d(double* u, int nx, int ny, int steps, int sync) {
     MSC_CUDA_CHECK(cudaMemcpy(u, a, bytes, cudaMemcpyDeviceToHost));
     MSC_CUDA_CHECK(cudaFree(a));
     MSC_CUDA_CHECK(cudaFree(b));
+    return 0;
+}
+
+// Block 0 stores its 32 threads' cells of shared memory, every block copies them out: on a
+// device another block's shared memory is its own, never written (NaN under the emulator).
+__global__ void copy_shared(double* out) {
+    __shared__ double cells[32];
+    if (blockIdx.x == 0) cells[threadIdx.x] = 1.0 + threadIdx.x;
+    __syncthreads();
+    out[blockIdx.x * 32 + threadIdx.x] = cells[threadIdx.x];
+}
+
+extern "C" int shared_between_blocks(double* result, int blocks) {
+    const size_t bytes = sizeof(double) * 32 * (size_t)blocks;
+    double* out = nullptr;
+    MSC_CUDA_CHECK(cudaMalloc(&out, bytes));
+    MSC_LAUNCH(copy_shared, blocks, 32, 0, out);
+    MSC_CUDA_CHECK(cudaMemcpy(result, out, bytes, cudaMemcpyDeviceToHost));
+    MSC_CUDA_CHECK(cudaFree(out));
     return 0;
 }
