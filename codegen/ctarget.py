@@ -280,7 +280,9 @@ def stencil_values(stencil: ir.StencilIR) -> dict[str, Any]:
 
 def entry_preamble(stencil: ir.StencilIR, box: bool) -> list[str]:
     """An entry point's first lines: the parameters as `real`, the box bounds, the volume V."""
-    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg;" for p in stencil.params]
+    # a parameter may be read only in some launches (GPU) or none: (void) keeps -Wall -Werror builds quiet
+    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg; (void){param_name(p)};"
+                for p in stencil.params]
     if box:
         preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
     return preamble + [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]

@@ -36,6 +36,7 @@ DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
 SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
 CUDA_TIME_TILES = ["tests/test_cuda_target.py::test_time_tiles_in_shared_memory_match_reference"]
+IMPLICIT = ["tests/test_pde.py", "-k", "implicit"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,15 @@ MUTANTS = [
     Mutant("athread emulator leaves un-waited gets unfilled", "runtime/athread/athread_emu.c",
            "        memset(ldm, 0xFF, (size_t)len); /* NaN until the transfer is waited for */\n", "",
            ("tests/test_athread_emulator.py::test_missing_get_wait_gives_wrong_values",)),
+    Mutant("implicit stepper misses a changed input beside an unchanged one", "msc/pde/steps.py",
+           "if changed and any(not _same(", "if changed and all(not _same(", (*IMPLICIT,)),
+    Mutant("implicit stepper misses a partly changed coefficient", "msc/pde/steps.py",
+           "a.shape == b.shape and bool(np.all(a == b))", "a.shape == b.shape and bool(np.any(a == b))", (*IMPLICIT,)),
+    Mutant("implicit stepper treats a periodic interior as dirichlet", "msc/pde/steps.py",
+           '    if L.ir.boundary == "periodic":\n        return tuple(slice(None) for _ in shape)\n', "", (*IMPLICIT,)),
+    Mutant("multi-right-hand-side solve skips a tail of one column", "solvers/supernodal.c",
+           "        if (q0 < r) forward_tail(c0, cb,", "        if (q0 + 1 < r) forward_tail(c0, cb,",
+           ("tests/solvers/test_cholesky_grids.py::test_many_right_hand_sides",)),
 ]
 
 
