@@ -26,7 +26,7 @@ import numpy as np
 from msc import ir
 from msc.arguments import bind_arguments
 from msc.errors import CompileError, MscError
-from msc.runtime.kernel import RunStats
+from msc.runtime.kernel import RunStats, not_finite, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"
@@ -184,4 +184,5 @@ class AthreadKernel:
             seconds, int(steps), interior * len(stencil.statements), chip=str(stats["chip"]),
             get_bytes=int(stats["get_bytes"]), put_bytes=int(stats["put_bytes"]), transfers=int(stats["transfers"]),
             peak_ldm=int(stats["peak_ldm"]), spawns=int(stats["spawns"]))
+        warn_not_finite(stencil.name, not_finite(result), 0, int(steps), stacklevel=2)
         return result

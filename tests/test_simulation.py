@@ -96,3 +96,9 @@ def test_a_run_that_blows_up_warns_once_naming_the_steps():
         warnings.simplefilter("error")
         sim.advance(3)  # once per simulation
         kernel.run(steps=2000, u=u0, alpha=0.2)  # a stable run says nothing
+
+
+def test_an_emulated_athread_run_that_blows_up_warns():
+    u0 = np.random.default_rng(5).random((10, 12))
+    with pytest.warns(msc.NonFiniteWarning, match=r"stencil 'heat': field 'u' is no longer finite .* after steps 0\.\.399"):
+        heat.compile(target="athread").run(steps=400, u=u0, alpha=1.0)
