@@ -1,13 +1,16 @@
-"""Write the generated OpenMP C of a fixed set of stencils and schedules into
-a directory, one file each, so that two versions of the code generator can be
-compared with `diff -r` (a refactor of the generator should change no text):
+"""Write the sources msc generates for a fixed set of stencils and schedules
+into a directory, so that two versions of the code generator can be compared
+with `diff -r` (a refactor of the generator should change no text):
 
     python3 benchmarks/generated_sources.py OUT_DIR
 
 The set: the four benchmark stencils (heat2d, box2d9p, heat3d, box3d27p)
 under the default, tiled, time-tiled, streaming-store and prefetch schedules
 (plus the MPI box entry point), and the 48 generated test stencils under a
-random legal schedule each.
+random legal schedule each, as OpenMP C; and the emitted trees of every
+emitting target (openmp, openmp+mpi, serial+mpi, cuda, hip, athread on both
+chips, athread+mpi) for the four benchmark stencils and every fourth
+generated stencil, default and time-tiled, under OUT_DIR/trees/.
 """
 
 from __future__ import annotations
@@ -61,6 +64,27 @@ def main() -> None:
         except ScheduleError as e:
             text = f"ScheduleError: {e}\n"
         (out / f"gen{seed:02d}.c").write_text(text)
+    trees(out / "trees")
+
+
+TREES = {"openmp": {}, "openmp+mpi": {}, "serial+mpi": {}, "cuda": {}, "hip": {},
+         "athread": {"chip": "sw26010pro"}, "athread-sw26010": {"chip": "sw26010"}, "athread+mpi": {}}
+
+
+def trees(out: Path) -> None:
+    """Every emitting target's tree (a ScheduleError's text where a target refuses the schedule)."""
+    stencils = [(case.name, msc_stencil(case), "float64") for case in CASES]
+    stencils += [(f"gen{seed:02d}", generate(seed).stencil, generate(seed).dtype) for seed in range(0, 48, 4)]
+    for label, options in TREES.items():
+        target = label.split("-")[0]
+        for name, st, dtype in stencils:
+            for kind, schedule in (("default", None), ("time_tile", msc.Schedule().time_tile(2, x=8))):
+                where = out / label / f"{name}-{kind}"
+                try:
+                    st.emit(target, where, dtype=dtype, schedule=schedule, **options)
+                except ScheduleError as e:
+                    where.mkdir(parents=True, exist_ok=True)
+                    (where / "ScheduleError").write_text(f"{e}\n")
 
 
 if __name__ == "__main__":
