@@ -19,8 +19,8 @@ def test_unknown_operator_is_refused(bad):
 
 
 def test_unknown_function_or_arity_is_refused():
-    with pytest.raises(ValueError, match="unknown function 'tanh'"):
-        ir.Call("tanh", (U,))
+    with pytest.raises(ValueError, match="unknown function 'erf'"):
+        ir.Call("erf", (U,))
     with pytest.raises(ValueError, match="minimum takes 2 argument"):
         ir.Call("minimum", (U,))
     with pytest.raises(ValueError, match="sqrt takes 1 argument"):
