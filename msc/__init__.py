@@ -1,5 +1,6 @@
 """msc: write a stencil once as a decorated Python function; run it in numpy,
-compile it to OpenMP C, or emit standalone sources.
+compile it for a target (OpenMP C, serial C, CUDA, HIP, Sunway athread; MPI
+over any of them), or emit standalone sources.
 
     from msc import t, x, y
     @msc.stencil

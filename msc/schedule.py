@@ -313,7 +313,7 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
 # A stencil with a statement of this many reads or more is printed for the
 # compiler's sake: no whole-line stores unless asked for (they print each
 # statement three times), and that statement reads through row pointers
-# (codegen/lower.py, codegen/passes/x86.py).
+# (msc/codegen/lower.py, msc/codegen/passes/x86.py).
 LARGE_READS = 64
 
 

@@ -1,4 +1,4 @@
-"""The CUDA emulator (runtime/cuda/) on hand-written kernels (tests/cuda/):
+"""The CUDA emulator (msc/runtime/cuda/) on hand-written kernels (tests/cuda/):
 results against numpy (the shared-memory stencil with the blocks in reverse
 order, where two blocks writing one byte is an error), each fault it must
 detect, and the same sources compiled by nvcc for sm_80 and sm_90 with

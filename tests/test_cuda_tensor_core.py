@@ -1,4 +1,4 @@
-"""The generated wmma kernels (codegen/cuda_tensor_core.py), run by the CUDA
+"""The generated wmma kernels (msc/codegen/cuda_tensor_core.py), run by the CUDA
 emulator, equal the numpy replay of their plan and the reference interpreter
 for 2D and 3D, star and box stencils of radius 1-4, both boundaries, in
 every precision, alone and inside the CUDA target's time loop

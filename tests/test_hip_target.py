@@ -145,7 +145,7 @@ def test_tensor_cores_are_refused_naming_the_target():
 def test_every_cuda_runtime_name_has_a_hip_name():
     assert hipify("cudaMalloc(&p, n); MSC_CUDA_CHECK(cudaDeviceSynchronize());") == \
         "hipMalloc(&p, n); MSC_HIP_CHECK(hipDeviceSynchronize());"
-    with pytest.raises(TargetError, match="no HIP name for cudaStreamCreate: add it to codegen/hip.py VENDOR"):
+    with pytest.raises(TargetError, match="no HIP name for cudaStreamCreate: add it to msc/codegen/hip.py VENDOR"):
         hipify("cudaStreamCreate(&s);")
     assert all(k != v for k, v in VENDOR.items())
 

@@ -19,7 +19,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"msc": ROOT / "msc", "msc.codegen": ROOT / "codegen", "msc.runtime": ROOT / "runtime"}
+PACKAGES = {"msc": ROOT / "msc"}  # folders are import paths
 
 LAYERS = [
     ("base", ("msc.errors", "msc.ir")),

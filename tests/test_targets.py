@@ -114,7 +114,7 @@ def test_an_option_the_target_lacks_is_named(tmp_path):
 def test_mpi_driver_takes_everything_node_specific_from_the_node_target(tmp_path, monkeypatch):
     """A node target with its own files, Make variables, rules, link line and no
     OpenMP (as a GPU or Sunway target would have) gets an MPI program through
-    the node interface alone (codegen/node.py); one without it is refused."""
+    the node interface alone (msc/codegen/node.py); one without it is refused."""
     import msc.codegen
     from msc.codegen.mpi import MPITarget
     from msc.codegen.node import MakeRule, NodeBuild, NodeKernel

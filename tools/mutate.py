@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL = "codegen/templates/openmp_kernel.c.j2"
+KERNEL = "msc/codegen/templates/openmp_kernel.c.j2"
 DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
 SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
@@ -74,43 +74,43 @@ MUTANTS = [
            "*(msc_line_t *)dst = *(const msc_line_t *)src;",
            "__builtin_memcpy(dst, src, 32);",
            (*DIFFERENTIAL,)),
-    Mutant("floor division rounds toward zero", "codegen/isl_ast.py",
+    Mutant("floor division rounds toward zero", "msc/codegen/isl_ast.py",
            "return a >= 0 ? a / b : -((-a + b - 1) / b);", "return a / b;",
            (*SCHEDULES,)),
-    Mutant("& and | swapped in C", "codegen/printers/cexpr.py",
+    Mutant("& and | swapped in C", "msc/codegen/printers/cexpr.py",
            '_C_OP = {"&": "&&", "|": "||"}', '_C_OP = {"&": "||", "|": "&&"}', (*DIFFERENTIAL,)),
-    Mutant("x**3 printed as x*x", "codegen/printers/cexpr.py",
+    Mutant("x**3 printed as x*x", "msc/codegen/printers/cexpr.py",
            "[self.visit(e.lhs)] * int(e.rhs.value)", "[self.visit(e.lhs)] * min(int(e.rhs.value), 2)", (*DIFFERENTIAL,)),
-    Mutant("~ dropped in C", "codegen/printers/cexpr.py",
+    Mutant("~ dropped in C", "msc/codegen/printers/cexpr.py",
            'return f"(!{self.visit(e.operand)})"', 'return f"({self.visit(e.operand)})"', (*DIFFERENTIAL,)),
-    Mutant("abs printed as the identity", "codegen/printers/cexpr.py", '"abs": "fabs"', '"abs": ""', (*DIFFERENTIAL,)),
-    Mutant("the ring slot ignores the start step t0", "codegen/lower.py",
+    Mutant("abs printed as the identity", "msc/codegen/printers/cexpr.py", '"abs": "fabs"', '"abs": ""', (*DIFFERENTIAL,)),
+    Mutant("the ring slot ignores the start step t0", "msc/codegen/lower.py",
            'return f"((t0 + {step} + {dt + slots}) % {slots})"',
            'return f"(({step} + {dt + slots}) % {slots})"', (*DIFFERENTIAL,)),
-    Mutant("halo exchange sends faces only", "codegen/halo_plan.py",
+    Mutant("halo exchange sends faces only", "msc/codegen/halo_plan.py",
            "return {v for v in itertools.product(*choices) if any(v)}",
            "return {v for v in itertools.product(*choices) if sum(map(abs, v)) == 1}", (*MPI,)),
-    Mutant("CUDA time tile writes one point past its tile", "codegen/cuda_time_tile.py",
+    Mutant("CUDA time tile writes one point past its tile", "msc/codegen/cuda_time_tile.py",
            'l{d} < {depth * r[d] + plan.tile[d]}"', 'l{d} <= {depth * r[d] + plan.tile[d]}"', (*CUDA_TIME_TILES,)),
-    Mutant("CUDA time tiles start in ring slot 0", "codegen/cuda_time_tile.py",
+    Mutant("CUDA time tiles start in ring slot 0", "msc/codegen/cuda_time_tile.py",
            '"long slot = t0 % 2;",', '"long slot = 0;",', (*CUDA_TIME_TILES,)),
-    Mutant("tensor-core tile read back without __syncwarp", "codegen/cuda_tensor_core.py",
+    Mutant("tensor-core tile read back without __syncwarp", "msc/codegen/cuda_tensor_core.py",
            '    w("    __syncwarp();")\n', "",
            ("tests/test_cuda_tensor_core.py::test_second_statement_reads_the_first_ones_new_level",)),
-    Mutant("CUDA emulator leaves shared memory unpoisoned", "runtime/cuda/cuda_emu.h",
+    Mutant("CUDA emulator leaves shared memory unpoisoned", "msc/runtime/cuda/cuda_emu.h",
            "    poison_shared();\n    unsigned done = 0;", "    unsigned done = 0;",
            ("tests/test_cuda_emulator.py::test_shared_memory_another_block_wrote_is_poison",)),
-    Mutant("emulated schedule='auto' checks one candidate", "codegen/cuda.py",
+    Mutant("emulated schedule='auto' checks one candidate", "msc/codegen/cuda.py",
            "for schedule, kernel in kernels[1:]:", "for schedule, kernel in kernels[1:2]:",
            ("tests/test_cuda_target.py::test_auto_under_the_emulator_refuses_any_candidate_that_differs",)),
-    Mutant("athread's last time tile runs the full depth", "codegen/templates/athread_host.c.j2",
+    Mutant("athread's last time tile runs the full depth", "msc/codegen/templates/athread_host.c.j2",
            "a.depth = T - t < {{ time_tile.depth }} ? T - t : {{ time_tile.depth }};",
            "a.depth = {{ time_tile.depth }};",
            ("tests/test_athread_target.py::test_a_last_time_tile_shallower_than_the_depth_matches_reference",)),
-    Mutant("athread model counts 3D time-tile transfers from tile sizes", "codegen/athread_model.py",
+    Mutant("athread model counts 3D time-tile transfers from tile sizes", "msc/codegen/athread_model.py",
            "transfers = buffers * sum(boxes[0]) * len(sizes[1])", "transfers = buffers * sum(sizes[0]) * len(sizes[1])",
            ("tests/test_athread_target.py::test_model_counts_a_3d_time_tile_as_the_emulator_does",)),
-    Mutant("athread emulator leaves un-waited gets unfilled", "runtime/athread/athread_emu.c",
+    Mutant("athread emulator leaves un-waited gets unfilled", "msc/runtime/athread/athread_emu.c",
            "        memset(ldm, 0xFF, (size_t)len); /* NaN until the transfer is waited for */\n", "",
            ("tests/test_athread_emulator.py::test_missing_get_wait_gives_wrong_values",)),
     Mutant("implicit stepper misses a changed input beside an unchanged one", "msc/pde/steps.py",
@@ -119,24 +119,21 @@ MUTANTS = [
            "a.shape == b.shape and bool(np.all(a == b))", "a.shape == b.shape and bool(np.any(a == b))", (*IMPLICIT,)),
     Mutant("implicit stepper treats a periodic interior as dirichlet", "msc/pde/steps.py",
            '    if L.ir.boundary == "periodic":\n        return tuple(slice(None) for _ in shape)\n', "", (*IMPLICIT,)),
-    Mutant("multi-right-hand-side solve skips a tail of one column", "solvers/supernodal.c",
+    Mutant("multi-right-hand-side solve skips a tail of one column", "msc/solvers/supernodal.c",
            "        if (q0 < r) forward_tail(c0, cb,", "        if (q0 + 1 < r) forward_tail(c0, cb,",
            ("tests/solvers/test_cholesky_grids.py::test_many_right_hand_sides",)),
 ]
 
 
 def scratch_copy(directory: Path) -> Path:
-    """The checkout's files (tracked and untracked, not ignored) in `directory`,
-    laid out as an importable msc package (msc/codegen, msc/runtime and
-    msc/solvers link to the copies of codegen/, runtime/ and solvers/)."""
+    """The checkout's files (tracked and untracked, not ignored) in `directory`:
+    an importable msc package, whose folders are its import paths."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.split("\0")
     for name in filter(None, listed):
         if (ROOT / name).is_file():
             (directory / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, directory / name)
-    for package in ("codegen", "runtime", "solvers"):
-        (directory / "msc" / package).symlink_to(directory / package)
     return directory
 
 

@@ -196,7 +196,7 @@ def matrices_dir() -> Path:
     env = os.environ.get("MSC_MATRICES")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / ".." / "shared" / "matrices"
+    return Path(__file__).resolve().parents[2] / ".." / "shared" / "matrices"
 
 
 def manifest(directory: Path | None = None) -> list[dict[str, str]]:

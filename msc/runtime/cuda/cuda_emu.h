@@ -20,7 +20,7 @@
  * sees NaN.
  *
  * Block order. With MSC_CUDA_EMU_BLOCKS=reverse in the environment (read at
- * every launch; runtime/cuda_emu.py: BLOCK_ORDER) a launch runs its blocks
+ * every launch; msc/runtime/cuda_emu.py: BLOCK_ORDER) a launch runs its blocks
  * last first, and a byte of cudaMalloc memory that two of its blocks both
  * change is an error (blocks run in any order on a device, so which write
  * lands is undefined; atomicAdd's bytes are exempt). Each block's changes

@@ -1,4 +1,4 @@
-"""Build CUDA sources for the project's CPU emulator (runtime/cuda/).
+"""Build CUDA sources for the project's CPU emulator (msc/runtime/cuda/).
 
 A .cu file that includes `msc_cuda.h` compiles as C++17 with
 `-DMSC_CUDA_EMULATE`: the header then includes `cuda_emu.h`, which runs each
@@ -60,7 +60,7 @@ def flags(*, shared: bool) -> tuple[str, ...]:
 
 
 def build_shared(source: str, name: str) -> Path:
-    """Compile one .cu source text into an emulated shared library (cached, atomic; see runtime/build.py)."""
+    """Compile one .cu source text into an emulated shared library (cached, atomic; see msc/runtime/build.py)."""
     return build.build_shared_library(source, name, cc=compiler(), flags=flags(shared=True), suffix=".cu")
 
 

@@ -1,4 +1,4 @@
-"""ctypes binding of the C halo-exchange library (runtime/halo.c).
+"""ctypes binding of the C halo-exchange library (msc/runtime/halo.c).
 
 The library is JIT-built with the MPI compiler wrapper (`mpicc`) of the MPI
 that mpi4py runs on, and takes communicators as Fortran handles

@@ -1,6 +1,6 @@
 """What a driver program needs from a node target to build and call its kernels.
 
-The MPI driver (`codegen/mpi.py`) is written once: every rank runs one node
+The MPI driver (`msc/codegen/mpi.py`) is written once: every rank runs one node
 kernel per phase of its halo plan and exchanges halos between them. A node
 target (openmp, serial, cuda, athread, ...) takes part by implementing
 `NodeTarget`, and registers itself with `register_node(NAME, factory)`,

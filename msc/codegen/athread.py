@@ -19,7 +19,7 @@ code is written (`ctarget.check_capacity`). `compile` builds the emitted tree
 with `make EMULATE=1` and runs it under the project's athread emulator: an
 emulation for correctness, not a performance figure. `athread+mpi` runs
 the kernels under the project's MPI driver (one MPE per rank) through the
-node interface (`node_build`, `node_kernel`: codegen/node.py).
+node interface (`node_build`, `node_kernel`: msc/codegen/node.py).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ class AthreadTarget:
         files.update({f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
         return files
 
-    # -- the node interface (codegen/node.py): athread+mpi, one MPE per rank
+    # -- the node interface (msc/codegen/node.py): athread+mpi, one MPE per rank
 
     def node_build(self, chip: str = DEFAULT_CHIP) -> NodeBuild:
         """The MPI program's Make variables: the Sunway toolchain by default (host code through

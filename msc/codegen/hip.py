@@ -4,7 +4,7 @@ Everything but the runtime's names is the GPU family's, written once: the
 kernel IR, its mapping onto the grid, time tiles in shared memory and the
 host loop come from the CUDA target, and `VENDOR` renames the runtime calls
 the generated code makes (what AMD's hipify does), with the header
-runtime/cuda/msc_hip.h. A name the table lacks fails the generation, so no
+msc/runtime/cuda/msc_hip.h. A name the table lacks fails the generation, so no
 CUDA call reaches a HIP source. The same kernel.hip builds with hipcc for an
 AMD GPU, or with g++ and the CUDA emulator (`emulate=True`, `make emulate`).
 Tensor cores are CUDA's wmma API: refused here.
@@ -48,7 +48,7 @@ def hipify(source: str) -> str:
     out = _NAMES.sub(lambda m: VENDOR[m.group(1)], source)
     left = sorted(set(_LEFT.findall(out)))
     if left:
-        raise TargetError(f"target 'hip': no HIP name for {', '.join(left)}: add it to codegen/hip.py VENDOR")
+        raise TargetError(f"target 'hip': no HIP name for {', '.join(left)}: add it to msc/codegen/hip.py VENDOR")
     return out
 
 

@@ -1,4 +1,4 @@
-"""CUDA wmma kernels for the tensor-core plans of codegen/tensor_core.py.
+"""CUDA wmma kernels for the tensor-core plans of msc/codegen/tensor_core.py.
 
 `generate(stencil_ir, statement, precision, dtype, name)` prints, for one
 statement, the device kernel and its host helpers (`<name>_bands`,

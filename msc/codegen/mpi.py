@@ -6,10 +6,10 @@
 target's files under the given schedule, entry points msc_run_phase<k>;
 step by step, each exchange overlaps the next phase's inner box, computed
 by the box entry point; a time-tiled schedule exchanges deeper halos every
-time-tile depth steps, see codegen/halo_plan.py), the driver
-mpi_main.c.j2, the halo library runtime/halo.c and a Makefile. What the
+time-tile depth steps, see msc/codegen/halo_plan.py), the driver
+mpi_main.c.j2, the halo library msc/runtime/halo.c and a Makefile. What the
 node target supplies (files, Make rules, flags, threads) is the interface
-of codegen/node.py; nothing here knows a node target. `compile` gives the
+of msc/codegen/node.py; nothing here knows a node target. `compile` gives the
 node target's in-process kernel; distribute it with `run(..., comm=comm)`,
 which compiles its phases with the same node target.
 """

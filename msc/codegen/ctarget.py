@@ -230,7 +230,7 @@ class CTarget:
         }
         return write_tree(directory, files)
 
-    # -- as the node target of a driver program (codegen/node.py)
+    # -- as the node target of a driver program (msc/codegen/node.py)
 
     def node_build(self) -> NodeBuild:
         """The driver compiles with this target's flags (less those of a shared library)."""

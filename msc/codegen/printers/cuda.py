@@ -1,6 +1,6 @@
 """The kernel IR as CUDA C++ statements: the C printer, with CUDA's spelling
 of what differs (`__restrict__`, `#pragma unroll`), loops mapped onto the
-grid (`codegen/passes/cuda.py`), shared-memory buffers, copies shared among
+grid (`msc/codegen/passes/cuda.py`), shared-memory buffers, copies shared among
 a block's threads, `__syncthreads()` for a barrier, kernel launches, and
 host helpers (the periodic wrap) whose error status is passed on."""
 

@@ -53,8 +53,8 @@ def register(name: str, factory: Callable[[], Target]) -> None:
 
 
 def register_node(name: str, factory: Callable[[], Target]) -> None:
-    """Register node target `name` and `name+mpi`, MPI over it (codegen/mpi.py,
-    imported only when that target is built; the node implements codegen/node.py)."""
+    """Register node target `name` and `name+mpi`, MPI over it (msc/codegen/mpi.py,
+    imported only when that target is built; the node implements msc/codegen/node.py)."""
     register(name, factory)
     register(f"{name}+mpi", functools.partial(_over_mpi, name))
 

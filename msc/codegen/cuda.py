@@ -10,7 +10,7 @@ switches levels by pointer. `msc_run` takes host arrays (copied in once and
 out once per call), `msc_run_device` device arrays (used in place: CuPy's,
 through `__cuda_array_interface__`). Every launch goes through
 `MSC_LAUNCH` and every runtime call through `MSC_CUDA_CHECK` from
-runtime/cuda/msc_cuda.h, so the same source builds with nvcc for a GPU, or
+msc/runtime/cuda/msc_cuda.h, so the same source builds with nvcc for a GPU, or
 with g++ and `-DMSC_CUDA_EMULATE` for the emulator that runs it on the CPU.
 
 A launch can be written by another generator instead (the tensor-core path):
@@ -179,7 +179,7 @@ class CudaTarget(ctarget.CTarget):
 
     def build_toolchain(self, emulate: bool) -> ctarget.Toolchain:
         """g++ and the emulator (`emulate`), else nvcc for this machine's CUDA
-        device (a TargetError when it has none). Both read runtime/cuda/; the
+        device (a TargetError when it has none). Both read msc/runtime/cuda/; the
         emulator's digest is a define, so a changed runtime never reuses a built library."""
         from msc.runtime import cuda_emu
 
