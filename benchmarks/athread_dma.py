@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stencils import CASES, msc_stencil  # noqa: E402
 
-from msc.codegen.athread import CHIPS  # noqa: E402
+from msc.codegen.athread_plan import CHIPS  # noqa: E402
 from msc.codegen.athread_model import tune  # noqa: E402
 from msc.runtime.athread_emu import AthreadKernel  # noqa: E402
 

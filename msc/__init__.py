@@ -9,8 +9,8 @@ over any of them), or emit standalone sources.
                                              + u[t, x, y-1] + u[t, x, y+1] - 4 * u[t, x, y])
 """
 
-__version__ = "0.1.0"
 
+from msc.version import __version__
 from msc.errors import (
     CompileError,
     MscError,
@@ -23,13 +23,14 @@ from msc.errors import (
 from msc.frontend.symbols import (abs, atan2, cos, exp, floor, log, maximum, minimum, sin, sqrt, t, tanh, where, x, y,
                                   z)
 from msc.linear import NonLinearError
+from msc.runtime import distributed as _distributed  # noqa: F401 - plugs the MPI driver into the kernels
 from msc.pde import Implicit, Operator, explicit, implicit, operator, solve
 from msc.schedule import Schedule
-from msc.stencil import Stencil, stencil
+from msc.stencil import Stencil, load_stencil, stencil
 
 __all__ = [
     "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
     "TargetError", "NonFiniteWarning", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
-    "Schedule", "Stencil", "stencil", "t", "x", "y", "z",
+    "Schedule", "Stencil", "stencil", "load_stencil", "t", "x", "y", "z",
     "sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs", "minimum", "maximum", "atan2", "where", "__version__",
 ]

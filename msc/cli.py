@@ -32,7 +32,7 @@ class UsageError(MscError):
 def load_source(source: str) -> Stencil:
     """A stencil from `path/file.py:function` or `path/file.msc`."""
     if source.endswith(".msc"):
-        from msc.textual import load_stencil
+        from msc.stencil import load_stencil
 
         if not Path(source).is_file():
             raise UsageError(f"no such file: {source}")

@@ -11,7 +11,9 @@ import numpy as np
 from msc import ir
 from msc.frontend.trace import trace
 from msc.poly import PolyIR
+from msc.errors import MscError
 from msc.reference import run_reference
+from msc.textual import parse_stencil
 
 
 class Stencil:
@@ -101,3 +103,12 @@ def stencil(func: Callable[..., Any] | None = None, *, boundary: str = "dirichle
     if func is None:
         return lambda f: Stencil(f, boundary=boundary, name=name)
     return Stencil(func, boundary=boundary, name=name)
+
+
+def load_stencil(path: str | Path) -> Stencil:
+    """The Stencil defined by a .msc file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MscError(f"{path}: cannot read the stencil file: {e}") from None
+    return Stencil(None, stencil_ir=parse_stencil(text, str(path)))

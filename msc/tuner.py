@@ -27,19 +27,21 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from tqdm.auto import tqdm
 
-import msc
 from msc.arguments import bind_arguments
-from msc.codegen.ctarget import Platform
-from msc.codegen.openmp import CPUPlatform
+from msc.codegen import get_target
 from msc.errors import CacheWarning, MscError, ScheduleError
 from msc.poly import PolyIR
 from msc.runtime.build import atomic_write_text, cache_dir, host_identity
 from msc.schedule import Schedule, lower, parse_schedule
+from msc.version import __version__
+
+if TYPE_CHECKING:
+    from msc.codegen.ctarget import Platform
 
 DEFAULT_BUDGET_S = 30.0
 
@@ -74,11 +76,16 @@ class TuningReport:
 KINDS = ("all", "sweep", "temporal")
 
 
+def _cpu_platform() -> Platform:
+    """The default platform: the CPU's, as the openmp target has it."""
+    return get_target("openmp").platform  # type: ignore[attr-defined, no-any-return]
+
+
 def candidates(poly: PolyIR, shape: tuple[int, ...], kinds: str = "all", steps: int = 16,
                platform: Platform | None = None) -> list[Schedule]:
     """The schedules `platform` (default: the CPU's) offers for this stencil,
     size and step count: single sweeps ("sweep"), time tiles ("temporal"), or both ("all")."""
-    space = (platform or CPUPlatform()).tuning_space(poly, shape, steps)
+    space = (platform or _cpu_platform()).tuning_space(poly, shape, steps)
     return [s for s in _dedupe(space) if kinds == "all" or (kinds == "temporal") == bool(s.time_depth)]
 
 
@@ -117,7 +124,7 @@ def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str, trial_s
     stencil = poly.ir
     text = repr((stencil.ndim, stencil.fields, stencil.params,
                  [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
-    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), platform, host_identity(), msc.__version__]).encode())
+    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), platform, host_identity(), __version__]).encode())
     return h.hexdigest()[:24]
 
 
@@ -177,7 +184,7 @@ class AutoKernel:
         if kinds not in KINDS:
             raise ValueError(f"kinds must be one of {KINDS}, got {kinds!r}")
         self.kinds = kinds
-        self.platform = platform or CPUPlatform()
+        self.platform = platform or _cpu_platform()
         self.poly = poly
         self.ir = poly.ir
         self._compile = compile_fn

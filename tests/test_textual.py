@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import msc
 import msc.textual
 from msc import ir, t, x, y, z
-from msc.textual import load_stencil, parse_stencil, print_stencil
+from msc.stencil import load_stencil
+from msc.textual import parse_stencil, print_stencil
 from msc.textual.printer import print_expr
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

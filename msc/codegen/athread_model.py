@@ -29,7 +29,7 @@ from typing import Any
 
 from msc import ir
 from msc.arguments import bind_arguments
-from msc.codegen.athread import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
+from msc.codegen.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
 from msc.runtime import athread_emu
 from msc.schedule import Schedule
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 
-import msc
 from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
@@ -44,6 +43,7 @@ from msc.runtime.build import (
 )
 from msc.runtime.kernel import BOX_ENTRY, ENTRY, CompiledKernel
 from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
+from msc.version import __version__
 
 if TYPE_CHECKING:
     from msc.codegen.node import NodeBuild, NodeKernel
@@ -257,7 +257,7 @@ def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
     call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
     call_args += ["0", "steps", "nthreads"]
     return dict(
-        version=msc.__version__,
+        version=__version__,
         name=stencil.name,
         ndim=stencil.ndim,
         ctype=C_TYPES[stencil.dtype],
@@ -274,7 +274,7 @@ def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
 
 def stencil_values(stencil: ir.StencilIR) -> dict[str, Any]:
     """What every kernel template says about the stencil itself."""
-    return dict(version=msc.__version__, name=stencil.name, ndim=stencil.ndim, boundary=stencil.boundary,
+    return dict(version=__version__, name=stencil.name, ndim=stencil.ndim, boundary=stencil.boundary,
                 dtype=stencil.dtype, ctype=C_TYPES[stencil.dtype], periodic=stencil.boundary == "periodic")
 
 
@@ -305,7 +305,7 @@ def generator_fingerprint() -> str:
 
     here = Path(__file__).resolve().parent
     files = sorted(p for p in here.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
-    h = hashlib.sha256(msc.__version__.encode())
+    h = hashlib.sha256(__version__.encode())
     for f in files + [Path(m.__file__) for m in (ir, poly, schedule) if m.__file__]:
         h.update(str(f.relative_to(here) if f.is_relative_to(here) else f.name).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()

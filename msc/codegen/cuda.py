@@ -35,6 +35,7 @@ from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
 from msc.codegen.passes import cuda as mapping
+from msc.codegen.passes.cuda import CustomLaunch
 from msc.codegen.printers.cuda import CudaPrinter
 from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
@@ -49,16 +50,6 @@ SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA devi
 NVCC = "nvcc"
 NVCC_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC")
 DEFAULT_ARCH = "sm_90"  # of an emitted Makefile
-
-
-@dataclass(frozen=True)
-class CustomLaunch:
-    """Device code another generator writes for one launch: `source` (its
-    `__global__` functions) replaces the launch's, `call` (host statements)
-    its MSC_LAUNCH."""
-
-    source: str
-    call: k.Node
 
 
 class GPUPlatform(ctarget.Platform):

@@ -36,9 +36,8 @@ import numpy as np
 
 from msc import ir
 from msc.codegen import kernel_ir as kir
-from msc.codegen.cuda import CustomLaunch
 from msc.codegen.lower import array_name, level_name, param_name
-from msc.codegen.passes.cuda import Launch
+from msc.codegen.passes.cuda import CustomLaunch, Launch
 from msc.codegen.printers.cexpr import c_expr
 from msc.codegen.tensor_core import Source, TensorCorePlan, tensor_core_plan
 from msc.errors import ScheduleError

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msc
 from msc.codegen import get_target
 from msc.codegen.ctarget import signature
 from msc.codegen.halo_plan import plan
@@ -31,6 +30,7 @@ from msc.poly import PolyIR
 from msc.runtime.build import write_tree
 from msc.runtime.halo import HERE as RUNTIME_DIR
 from msc.schedule import as_schedule
+from msc.version import __version__
 
 MPI_TYPES = {"float64": "MPI_DOUBLE", "float32": "MPI_FLOAT"}
 
@@ -77,7 +77,7 @@ class MPITarget:
         call_args += ["t", "n", "nthreads"]
         lead = [0] * (3 - stencil.ndim)
         values = dict(
-            version=msc.__version__,
+            version=__version__,
             name=stencil.name,
             ndim=stencil.ndim,
             ctype=ctype,

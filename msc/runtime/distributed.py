@@ -44,6 +44,7 @@ from msc.poly import PolyIR
 from msc.runtime.buffers import aligned_empty, pack
 from msc.runtime.checkpoint import Block, checkpoint_blocks, fill, header, scalars_of, write_block, write_manifest
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
+from msc.runtime import kernel as _kernel
 from msc.runtime.kernel import CompiledKernel, RunStats, not_finite, warn_not_finite
 from msc.schedule import Schedule, as_schedule
 
@@ -601,3 +602,6 @@ def resume_distributed(kernel: CompiledKernel, comm: Any, path: Path, dims: Sequ
         distributed.close()
         raise
     return GlobalSimulation(distributed, local, rings)
+
+
+_kernel.use_distributed_driver(sys.modules[__name__])  # kernels' run/start/resume with comm= come here

@@ -15,12 +15,29 @@ import numpy as np
 
 from msc import ir
 from msc.arguments import bind_arguments
-from msc.errors import CheckpointError, NonFiniteWarning, StencilArgumentError
+from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError
 from msc.runtime.buffers import aligned_empty, ghost_width, pack, padded_shape
 from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
 BOX_ENTRY = "msc_run_box"  # the same on a box of the domain (a kernel compiled with box=True)
+
+
+_distributed: Any = None  # the MPI driver, msc.runtime.distributed: it plugs itself in when imported
+
+
+def use_distributed_driver(driver: Any) -> None:
+    """Let `run`/`start`/`resume` with `comm=` go to `driver` (its run_distributed,
+    start_distributed and resume_distributed). The driver builds on this module, so
+    it is plugged in from above rather than imported from here."""
+    global _distributed
+    _distributed = driver
+
+
+def distributed_driver() -> Any:
+    if _distributed is None:  # msc imports the driver: only a partial import of msc lands here
+        raise MscError("runs over MPI ranks need msc.runtime.distributed: import msc first")
+    return _distributed
 
 
 def not_finite(fields: Mapping[str, np.ndarray]) -> list[str]:
@@ -130,9 +147,7 @@ class CompiledKernel:
         (msc.runtime.distributed).
         """
         if comm is not None:
-            from msc.runtime.distributed import run_distributed
-
-            return run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
+            return distributed_driver().run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
         sim = self.start(threads, **inputs)
         sim.advance(steps, _stacklevel=3)
         return {name: level.copy() for name, level in sim.fields.items()}
@@ -155,9 +170,7 @@ class CompiledKernel:
         Takes the same inputs as `run`, copied once, here. With `comm`: the
         same over MPI ranks (msc.runtime.distributed.GlobalSimulation)."""
         if comm is not None:
-            from msc.runtime.distributed import start_distributed
-
-            return start_distributed(self, comm, inputs, dims=dims, threads=threads, schedule=self.schedule)
+            return distributed_driver().start_distributed(self, comm, inputs, dims=dims, threads=threads, schedule=self.schedule)
         args = bind_arguments(self.ir, 0, inputs)
         nthreads = self._threads_of(threads)
         return Simulation(self, pack(self.ir, args), args.scalars, nthreads)
@@ -167,9 +180,7 @@ class CompiledKernel:
         bitwise as if never stopped. With `comm`: over MPI ranks, any number of them,
         from a checkpoint of a run on any number (msc.runtime.distributed)."""
         if comm is not None:
-            from msc.runtime.distributed import resume_distributed
-
-            return resume_distributed(self, comm, Path(path), dims=dims, threads=threads, schedule=self.schedule)
+            return distributed_driver().resume_distributed(self, comm, Path(path), dims=dims, threads=threads, schedule=self.schedule)
         from msc.runtime.checkpoint import check_fits, fill, open_file, scalars_of
 
         with open_file(Path(path)) as data:

@@ -1,5 +1,5 @@
-"""Public API of swCholesky: analyze(A) -> Symbolic, Symbolic.factorize(A)
--> Factor, and cholesky(A) doing both (optionally auto-tuned)."""
+"""swCholesky's analysis and factorization: analyze(A) -> Symbolic,
+Symbolic.factorize(A) -> Factor (msc.solvers.cholesky(A) does both, optionally auto-tuned)."""
 
 from __future__ import annotations
 
@@ -171,29 +171,3 @@ def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
     lower = lower_triangle(A, uplo, symmetry_rtol)
     return Symbolic(lower, ordering, uplo=uplo, amalgamation=amalgamation, queues=queues,
                     threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
-
-
-@small_pages()
-def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo: Triangle = "full",
-             amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
-             threads: int | None = None, max_factor_bytes: int | None = None,
-             symmetry_rtol: float = DEFAULT_SYMMETRY_RTOL) -> Factor:
-    """Factor A = P^T L L^T P. tune=True takes amalgamation and queue parameters
-    from the auto-tuner's cache for this machine and matrix class (tuning and
-    storing them on a miss); explicit parameters override the tuned ones."""
-    lower = lower_triangle(A, uplo, symmetry_rtol)
-    tuning = None
-    if tune:
-        from msc.solvers import tune as tuner
-
-        tuning = tuner.tune_lower(lower, ordering, threads=threads)
-        amalgamation = amalgamation or tuning.amalgamation
-        queues = queues or tuning.queues
-    sym = Symbolic(lower, ordering, uplo=uplo, amalgamation=amalgamation, queues=queues,
-                   threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)
-    factor = sym.factorize_lower(lower)
-    if tuning is not None:
-        if tuning.from_cache and tuner.needs_recheck(tuning, factor.timings["numeric"], factor.flops):
-            tuning = tuner.recheck(lower, ordering, tuning, threads=threads)
-        factor.stats["tuning"] = tuning.report()
-    return factor

@@ -25,6 +25,7 @@ from scipy.sparse.csgraph import breadth_first_order
 
 from msc.runtime import atomic_write_text, cache_dir
 from msc.runtime.build import host_identity
+from msc.solvers.cholesky import Symbolic, default_threads
 from msc.solvers.matrix import lower_triangle
 from msc.solvers.numeric import QueueParams
 from msc.solvers.symbolic import Amalgamation
@@ -182,8 +183,6 @@ def proxy(lower: sp.csc_array, flops: float) -> sp.csc_array:
 def _measure(lower: sp.csc_array, ordering: object, amal: Amalgamation, queues: QueueParams,
              threads: int | None) -> tuple[float, float]:
     """(median numeric seconds over REPEATS runs, flops) of one configuration."""
-    from msc.solvers.cholesky import Symbolic
-
     sym = Symbolic(lower, ordering, uplo="lower", amalgamation=amal, queues=queues, threads=threads)  # type: ignore[arg-type]
     times = [sym.factorize_lower(lower).timings["numeric"] for _ in range(REPEATS)]
     return statistics.median(times), sym.flops
@@ -192,8 +191,6 @@ def _measure(lower: sp.csc_array, ordering: object, amal: Amalgamation, queues: 
 def tune_lower(lower: sp.csc_array, ordering: object = "auto", *, threads: int | None = None,
                force: bool = False) -> TuningResult:
     """Tune for an already checked lower triangle (see tune())."""
-    from msc.solvers.cholesky import Symbolic, default_threads
-
     nthreads = threads or default_threads()
     sym = Symbolic(lower, ordering, uplo="lower", threads=nthreads)  # type: ignore[arg-type]
     klass = matrix_class(lower.shape[0], lower.nnz, sym.nnz, sym.flops,
@@ -241,8 +238,6 @@ def recheck(lower: sp.csc_array, ordering: object, cached: TuningResult, *,
     """A cached choice ran clearly slower than it predicted: measure it again
     on its proxy (median of REPEATS). Re-tune when the slowness is confirmed,
     else keep it (it was a noisy moment)."""
-    from msc.solvers.cholesky import Symbolic, default_threads
-
     nthreads = threads or default_threads()
     sym = Symbolic(lower, ordering, uplo="lower", threads=nthreads)  # type: ignore[arg-type]
     target = proxy(lower, sym.flops)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection
-from pathlib import Path
 
 from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput
 
 from msc import ir
 from msc.errors import MscError
-from msc.stencil import Stencil
 from msc.textual.builder import build_stencil
 from msc.textual.source import SourceText
 
@@ -38,15 +36,6 @@ def parse_stencil(text: str, filename: str = "<string>") -> ir.StencilIR:
         return build_stencil(tree, source)
     except RecursionError:
         raise source.error(1, 1, "expressions are nested too deeply") from None
-
-
-def load_stencil(path: str | Path) -> Stencil:
-    """The Stencil defined by a .msc file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise MscError(f"{path}: cannot read the stencil file: {e}") from None
-    return Stencil(None, stencil_ir=parse_stencil(text, str(path)))
 
 
 def _syntax_error(source: SourceText, e: UnexpectedInput) -> MscError:

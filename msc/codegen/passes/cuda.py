@@ -61,6 +61,16 @@ def _has_parallel(node: k.Node) -> bool:
     return any(isinstance(n, k.Loop) and n.parallel and not n.degenerate for n in k.walk(node))
 
 
+@dataclass(frozen=True)
+class CustomLaunch:
+    """Device code another generator writes for one launch: `source` (its
+    `__global__` functions) replaces the launch's, `call` (host statements)
+    its MSC_LAUNCH."""
+
+    source: str
+    call: k.Node
+
+
 @dataclass
 class _Split:
     poly: PolyIR

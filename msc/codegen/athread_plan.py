@@ -1,0 +1,191 @@
+"""The athread target's LDM plan, shared by the target and its cost model:
+the chips and their usable LDM, what each slave function holds in LDM (the
+levels a statement reads, a tile's buffers, a time tile's), and the schedule
+completed with tile sizes that fit (`athread_schedule`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from msc import ir
+from msc.codegen import kernel_ir as k
+from msc.codegen.lower import array_name, field_name
+from msc.errors import ScheduleError, TargetError
+from msc.runtime import athread_emu
+from msc.schedule import Schedule
+
+NAME = "athread"
+CHIPS = tuple(sorted(athread_emu.LDM_BYTES))
+DEFAULT_CHIP = "sw26010pro"
+CPES = athread_emu.CPES
+# The tile a dimension gets when tile() does not name it, before it is halved to fit the LDM.
+DEFAULT_TILE = {1: (4096,), 2: (32, 128), 3: (8, 16, 64)}
+
+def check_chip(chip: str) -> str:
+    if chip not in CHIPS:
+        raise TargetError(f"target '{NAME}': chip must be one of {', '.join(CHIPS)}, not {chip!r}")
+    return chip
+
+
+def ldm_capacity(chip: str) -> int:
+    """LDM bytes per CPE that buffers may use: the chip's LDM less the stack reserve."""
+    return athread_emu.LDM_BYTES[check_chip(chip)] - athread_emu.STACK_RESERVE
+
+
+# -- the LDM plan of one statement --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    """A level a statement reads: array `array` (field `field`, time offset
+    `dt`), of which a tile needs the box [o + lo, o + h + hi) per dimension."""
+
+    field: str
+    dt: int | None
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    @property
+    def array(self) -> str:
+        return array_name(self.field, self.dt)
+
+    def extent(self, tile: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(t + h - lo for t, h, lo in zip(tile, self.hi, self.lo))
+
+
+@dataclass(frozen=True)
+class TileKernel:
+    """The slave function of statement `index` (writing `target`) on tiles of shape `tile`."""
+
+    index: int
+    statement: ir.Statement
+    levels: tuple[Level, ...]
+    tile: tuple[int, ...]
+
+    @property
+    def function(self) -> str:
+        return f"msc_slave{self.index}"
+
+    def buffers(self) -> list[k.Buffer]:
+        """The LDM buffers of one CPE: two (double buffering) of every level's footprint and of the output."""
+        out = [k.Buffer(f"l_{lv.array}", k.Space.LOCAL, (2, *lv.extent(self.tile)), lv.field) for lv in self.levels]
+        return out + [k.Buffer("l_out", k.Space.LOCAL, (2, *self.tile), self.statement.target)]
+
+    def ldm_bytes(self, itemsize: int) -> int:
+        return sum((b.points() or 0) for b in self.buffers()) * itemsize
+
+
+def _levels(stmt: ir.Statement) -> tuple[Level, ...]:
+    boxes: dict[tuple[str, int | None], list[tuple[int, ...]]] = {}
+    for a in stmt.reads:
+        boxes.setdefault((a.name, a.dt), []).append(a.offsets)
+    out = []
+    for (name, dt), offsets in sorted(boxes.items(), key=lambda kv: (kv[0][0], -99 if kv[0][1] is None else kv[0][1])):
+        lo = tuple(min(o[d] for o in offsets) for d in range(len(offsets[0])))
+        hi = tuple(max(o[d] for o in offsets) for d in range(len(offsets[0])))
+        out.append(Level(name, dt, lo, hi))
+    return tuple(out)
+
+
+def tile_kernels(stencil: ir.StencilIR, tile: tuple[int, ...]) -> list[TileKernel]:
+    return [TileKernel(n, s, _levels(s), tile) for n, s in enumerate(stencil.statements)]
+
+
+@dataclass(frozen=True)
+class TimeTileKernel:
+    """The slave function of a time tile: `depth` steps of every statement on
+    one LDM block. A CPE fetches the tile plus a halo of depth x statements x
+    radius (clipped to the array) of every level of every written field (all
+    ring slots: the boundary ring comes with them) and of each input, computes
+    the steps in LDM on a region that shrinks by the radius per statement
+    (overlapped tiles: neighbours compute their shared halo twice), and
+    writes the tile of the levels later steps read back into the other set
+    of ring buffers (the MPE keeps two, so no CPE overwrites what another
+    still fetches)."""
+
+    stencil: ir.StencilIR
+    tile: tuple[int, ...]
+    depth: int
+    function = "msc_slave_tt"
+
+    def halo(self, depth: int | None = None) -> tuple[int, ...]:
+        steps = self.depth if depth is None else depth
+        return tuple(steps * len(self.stencil.statements) * r for r in self.stencil.radius)
+
+    def extent(self) -> tuple[int, ...]:
+        return tuple(t + 2 * h for t, h in zip(self.tile, self.halo()))
+
+    def arrays(self) -> list[tuple[ir.FieldDecl, int]]:
+        """Every field staged in LDM, with its number of level buffers."""
+        read = {a.name for st in self.stencil.statements for a in st.reads}
+        return [(f, f.slots if f.written else 1) for f in self.stencil.fields if f.written or f.name in read]
+
+    def buffers(self) -> list[k.Buffer]:
+        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
+        written = ", ".join(f.name for f in self.stencil.written_fields)
+        return out + [k.Buffer("l_out", k.Space.LOCAL, self.tile, f"{written} (output staging)")]
+
+    def ldm_bytes(self, itemsize: int) -> int:
+        return sum((b.points() or 0) for b in self.buffers()) * itemsize
+
+
+SlaveKernel = TileKernel | TimeTileKernel
+
+
+def slave_kernels(stencil: ir.StencilIR, tile: tuple[int, ...], depth: int = 0) -> list[SlaveKernel]:
+    """The slave functions of a schedule with these tile sizes (and time-tile depth)."""
+    if depth:
+        return [TimeTileKernel(stencil, tile, depth)]
+    return list(tile_kernels(stencil, tile))
+
+
+def fitting_tile(stencil: ir.StencilIR, chip: str, start: tuple[int, ...], fixed: frozenset[int] = frozenset(),
+                 depth: int = 0) -> tuple[int, ...]:
+    """`start` with its dimensions not in `fixed` halved (the largest first)
+    until every slave function's buffers fit the LDM (or they cannot shrink further)."""
+    itemsize = _itemsize(stencil)
+    tile = list(start)
+    while max(t.ldm_bytes(itemsize) for t in slave_kernels(stencil, tuple(tile), depth)) > ldm_capacity(chip):
+        free = [d for d in range(len(tile)) if d not in fixed and tile[d] > 1]
+        if not free:
+            break
+        d = max(free, key=lambda d: tile[d])
+        tile[d] //= 2
+    return tuple(tile)
+
+
+def _itemsize(stencil: ir.StencilIR) -> int:
+    return 4 if stencil.dtype == "float32" else 8
+
+
+# -- schedules ------------------------------------------------------------------
+
+
+def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str) -> Schedule:
+    """The schedule with a tile size for every dimension (the ones it lacks from
+    the platform's default, halved to fit the LDM); what this target cannot
+    do is a ScheduleError naming the primitive."""
+    s = schedule or Schedule()
+    refused = [("compute_at()", s.fuse_at is not None), ("reorder()", bool(s.order)),
+               ("vectorize()", s.vector_loop is not None), ("stream_stores()", s.streaming),
+               ("prefetch()", s.prefetch_distance > 0)]
+    for name, asked in refused:
+        if asked:
+            raise ScheduleError(f"target '{NAME}' has no {name}: a CPE computes one LDM tile at a time (its "
+                                f"primitives: tile, time_tile, cache_read, cache_write, parallel on a tile loop, unroll)")
+    given = dict(s.tiles)
+    for name in given:
+        if name not in stencil.dims:
+            raise ScheduleError(f"stencil '{stencil.name}' is {stencil.ndim}D: it has no dimension {name!r}")
+    if s.parallel_loop is not None and s.parallel_loop not in {f"{d}_tile" for d in given}:
+        raise ScheduleError(f"target '{NAME}': parallel({s.parallel_loop!r}): the CPEs share the tiles, so only a "
+                            f"tile loop can be parallel (tiled here: {', '.join(given) or 'none'})")
+    for loop, _ in s.unrolls:
+        if loop not in stencil.dims:
+            raise ScheduleError(f"target '{NAME}': unroll({loop!r}): only a point loop "
+                                f"({', '.join(stencil.dims)}) can be unrolled")
+    default = DEFAULT_TILE[stencil.ndim]
+    start = tuple(given.get(d, default[n]) for n, d in enumerate(stencil.dims))
+    fixed = frozenset(n for n, d in enumerate(stencil.dims) if d in given)
+    tile = fitting_tile(stencil, chip, start, fixed, s.time_depth)
+    return replace(s, tiles=tuple(zip(stencil.dims, tile)))
