@@ -213,6 +213,14 @@ class AutoKernel:
             self._kernels[args.shape] = self._kernel_for(args.shape, inputs, trial_steps_for(steps))
         return self._kernels[args.shape].run(steps=steps, threads=threads, **inputs)
 
+    def start(self, threads: int | None = None, **inputs: Any) -> Any:
+        """A simulation (CompiledKernel.start) of the schedule tuned now, on these inputs,
+        for runs of MAX_TRIAL_STEPS steps or more (how long it will run is not known yet)."""
+        args = bind_arguments(self.ir, 0, inputs)
+        if args.shape not in self._kernels:
+            self._kernels[args.shape] = self._kernel_for(args.shape, inputs, MAX_TRIAL_STEPS)
+        return self._kernels[args.shape].start(threads, **inputs)
+
     def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any], trial_steps: int) -> Any:
         max_threads = self.threads or os.cpu_count() or 1
         key = _key(self.poly, shape, max_threads, self.kinds, trial_steps, self.platform.name)

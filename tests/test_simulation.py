@@ -102,3 +102,18 @@ def test_an_emulated_athread_run_that_blows_up_warns():
     u0 = np.random.default_rng(5).random((10, 12))
     with pytest.warns(msc.NonFiniteWarning, match=r"stencil 'heat': field 'u' is no longer finite .* after steps 0\.\.399"):
         heat.compile(target="athread").run(steps=400, u=u0, alpha=1.0)
+
+
+def test_an_auto_kernel_is_tuned_at_start_and_steps(tmp_path, monkeypatch):
+    from msc.tuner import AutoKernel
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))  # a fresh tuning cache: it tunes here
+    poly = wave.poly()
+    auto = AutoKernel(poly, lambda s, n: wave.compile(schedule=s, threads=n), threads=1, budget_s=0.0, echo=False)
+    inputs = wave_inputs()
+    sim = auto.start(**inputs)
+    assert auto.report is not None and not auto.report.from_cache
+    sim.advance(5)
+    sim.advance(7)
+    assert sim.step == 12
+    np.testing.assert_allclose(sim.fields["u"], wave.reference(steps=12, **inputs)["u"], rtol=1e-12, atol=1e-12)
