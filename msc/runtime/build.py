@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from msc.errors import CacheWarning, CompileError, EmitError
@@ -207,6 +208,22 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             _write_all(fd, data)
         finally:
             os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def atomic_write_with(path: Path, write: Callable[[str], object]) -> None:
+    """As atomic_write_bytes, for a writer that takes a file name (a library that writes the
+    file itself): write(temporary path) beside `path`, then rename the result into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, file_mode())  # the mode open() would give it, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -20,9 +20,7 @@ saving leaves the previous checkpoint readable."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,7 @@ import numpy as np
 
 from msc import ir
 from msc.errors import CheckpointError
-from msc.runtime.build import file_mode
+from msc.runtime.build import atomic_write_with
 from msc.textual.printer import print_stencil
 
 FORMAT = 1  # the layout described above
@@ -78,22 +76,7 @@ def write_block(path: Path, stencil: ir.StencilIR, attrs: Mapping[str, Any], blo
                  for age, level in enumerate(levels)}
     variables.update({name: (dims, values) for name, values in block.inputs.items()})
     data = xr.Dataset(variables, attrs={**attrs, "msc_start": np.asarray(block.start, np.int64)})
-    atomic_write(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf"))
-
-
-def atomic_write(path: Path, write: Any) -> None:
-    """Call write(temporary path) beside `path`, then rename the result into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, file_mode())  # the mode open() would give it, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf"))
 
 
 def open_file(path: Path) -> Any:
@@ -153,7 +136,7 @@ def write_manifest(path: Path, attrs: Mapping[str, Any], blocks: Sequence[str]) 
         except CheckpointError:
             pass  # a damaged or foreign file is replaced; nothing of it is removed
     data = xr.Dataset(attrs={**attrs, "msc_blocks": "\n".join(blocks)})
-    atomic_write(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf"))
+    atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf"))
     for folder in previous - {Path(n).parent for n in blocks}:
         shutil.rmtree(path.parent / folder, ignore_errors=True)
 
