@@ -13,6 +13,14 @@ interiors; --quick: 200^2 and 24^3):
   `spsolve` per step (what a hand-written scipy stepper does) and against
   CHOLMOD / PARDISO solves with their factor reused.
 
+- multigrid (--multigrid sizes, 3D 7-point Poisson to a relative residual
+  of 1e-8): msc.solve(method="multigrid") total time (setup included),
+  iterations, convergence factor per iteration, peak Python-heap memory
+  (tracemalloc: numpy arrays and kernel buffers), and the total divided by
+  one compiled operator application on the same grid; against pyamg
+  (smoothed aggregation + CG, setup included), CHOLMOD and msc's direct
+  solve up to --peer-max / --direct-max.
+
 Every solution is checked by its residual. Peers run only when importable;
 the missing ones are listed. Timings are the minimum of --repeat runs.
 
@@ -32,11 +40,16 @@ parser.add_argument("--repeat", type=int, default=3, help="timed runs per measur
 parser.add_argument("--steps", type=int, default=10, help="implicit steps timed per run")
 parser.add_argument("--spsolve-timeout", type=float, default=600,
                     help="seconds one scipy spsolve may take before it is recorded as not finished")
+parser.add_argument("--multigrid", default="64,128,256", help="3D Poisson sizes n (n^3 unknowns) for the multigrid cases")
+parser.add_argument("--multigrid-only", action="store_true", help="run the multigrid cases only")
+parser.add_argument("--peer-max", type=int, default=128, help="largest n pyamg is run at")
+parser.add_argument("--direct-max", type=int, default=64, help="largest n msc's direct solve and CHOLMOD are run at")
 ARGS = parser.parse_args()
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(ARGS.threads)  # before numpy / the BLAS libraries load
 os.environ.setdefault("KMP_BLOCKTIME", "0")
 
+import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
@@ -159,7 +172,7 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
     b = f.reshape(-1)
     steady: dict[str, Any] = {}
     (u, info), t = best(lambda: msc.solve(L, f, shape=shape, h=h, full_output=True), 1)
-    steady["msc"] = {"total_s": t, **{k: v for k, v in info.items()}, "residual": rel_residual(A, u[(slice(1, -1),) * dim].reshape(-1), b)}
+    steady["msc"] = {"total_s": t, **dataclasses.asdict(info), "residual": rel_residual(A, u[(slice(1, -1),) * dim].reshape(-1), b)}
     sps = timed_spsolve(A, b)
     steady["scipy_spsolve"] = {"total_s": sps.pop("seconds", None), **sps}
     S = sp.csc_array(-A)
@@ -211,18 +224,77 @@ def run_case(name: str, L: msc.Operator, n: int, dim: int, peers: dict[str, bool
     return out
 
 
+def run_multigrid(n: int, peers: dict[str, bool]) -> dict[str, Any]:
+    """3D Poisson n^3 to 1e-8: msc multigrid against pyamg, CHOLMOD and msc direct (see the module docstring)."""
+    import tracemalloc
+
+    from msc.pde.matfree import from_operator
+
+    h = 1.0 / (n + 1)
+    shape = (n + 2,) * 3
+    f = np.random.default_rng(0).random((n,) * 3)
+    b = f.reshape(-1)
+    out: dict[str, Any] = {"case": f"3D Poisson {n}^3", "unknowns": n**3}
+    print(f"multigrid {n}^3: {n**3} unknowns")
+    (u, info), t = best(lambda: msc.solve(lap3, f, shape=shape, h=h, method="multigrid", full_output=True),
+                        1 if n > 64 else ARGS.repeat)
+    tracemalloc.start()  # in a run of its own: tracing slows numpy's allocations
+    msc.solve(lap3, f, shape=shape, h=h, method="multigrid")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    op = from_operator(lap3, shape, {"h": h}, 0.0, 1.0, "openmp", ARGS.threads)
+    _r, t_apply = best(op.residual, 10)
+    A = kron_assembly(n, 3, h) if n <= ARGS.peer_max else None
+    residual = rel_residual(A, u[1:-1, 1:-1, 1:-1].reshape(-1), b) if A is not None else info.residuals[-1]
+    out["msc_multigrid"] = {"total_s": t, "setup_s": info.setup_s, "solve_s": info.solve_s, "iterations": info.iterations,
+                            "convergence_factor": info.convergence_factor, "levels": info.levels,
+                            "peak_memory_bytes": peak, "residual": residual, "operator_apply_s": t_apply,
+                            "total_over_apply": t / t_apply}
+    print(f"  msc multigrid: {t:.2f} s ({info.iterations} iterations, factor {info.convergence_factor:.3f}, "
+          f"{peak / 2**20:.0f} MiB, {t / t_apply:.0f} operator applications' time; residual {residual:.1e})")
+    if A is not None and peers["pyamg"]:
+        import pyamg
+
+        def amg() -> tuple[np.ndarray, int]:
+            history: list[float] = []
+            ml = pyamg.smoothed_aggregation_solver(-A)
+            return ml.solve(-b, tol=1e-8, accel="cg", residuals=history, maxiter=200), len(history) - 1
+        (v, its), ta = best(amg, 1)
+        out["pyamg"] = {"total_s": ta, "iterations": its, "residual": rel_residual(A, v, b)}
+        out["ratio_msc_over_pyamg"] = t / ta
+        print(f"  pyamg SA+CG: {ta:.2f} s ({its} iterations); msc / pyamg = {t / ta:.3f}")
+    if A is not None and peers["cholmod"] and n <= ARGS.direct_max:
+        S = sp.csc_array(-A)
+        F, tf = best(lambda: cholmod_factor(S), 1)
+        v, ts = best(lambda: -F(b), 1)
+        out["cholmod"] = {"total_s": tf + ts, "residual": rel_residual(A, v, b)}
+        out["ratio_msc_over_cholmod"] = t / (tf + ts)
+        print(f"  CHOLMOD: {tf + ts:.2f} s; msc / CHOLMOD = {t / (tf + ts):.3f}")
+    if n <= ARGS.direct_max:
+        (v, dinfo), td = best(lambda: msc.solve(lap3, f, shape=shape, h=h, method="direct", full_output=True), 1)
+        out["msc_direct"] = {"total_s": td, "solver": dinfo.solver,
+                             "residual": rel_residual(A, v[1:-1, 1:-1, 1:-1].reshape(-1), b) if A is not None else None}
+        out["ratio_multigrid_over_direct"] = t / td
+        print(f"  msc direct: {td:.2f} s; multigrid / direct = {t / td:.3f}")
+    return out
+
+
 def main() -> int:
-    peers = {"cholmod": importable("sksparse"), "pardiso": importable("pypardiso")}
+    peers = {"cholmod": importable("sksparse"), "pardiso": importable("pypardiso"), "pyamg": importable("pyamg")}
     missing = [k for k, ok in peers.items() if not ok]
     print(f"threads={ARGS.threads}, min of {ARGS.repeat} runs, peers missing: {', '.join(missing) or 'none'}")
     cases = [("2D 200^2", lap2, 200, 2), ("3D 24^3", lap3, 24, 3)] if ARGS.quick else \
         [("2D 1000^2", lap2, 1000, 2), ("3D 64^3", lap3, 64, 3)]
     data = {"benchmark": "pde", "threads": ARGS.threads, "repeat": ARGS.repeat, "steps": ARGS.steps,
             "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-            "peers_missing": missing, "cases": []}
-    for name, L, n, dim in cases:
+            "peers_missing": missing, "cases": [], "multigrid": []}
+    for name, L, n, dim in [] if ARGS.multigrid_only else cases:
         data["cases"].append(run_case(name, L, n, dim, peers))
         atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))  # kept after each case
+    msc.solve(lap3, np.ones((16,) * 3), h=0.1, method="multigrid")  # the kernels compiled before timing
+    for n in [24] if ARGS.quick else [int(v) for v in ARGS.multigrid.split(",") if v]:
+        data["multigrid"].append(run_multigrid(n, peers))
+        atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))
     print(f"wrote {ARGS.json}")
     return 0
 

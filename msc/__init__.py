@@ -13,6 +13,7 @@ over any of them), or emit standalone sources.
 from msc.version import __version__
 from msc.errors import (
     CompileError,
+    ConvergenceError,
     MscError,
     NonFiniteWarning,
     ScheduleError,
@@ -29,7 +30,7 @@ from msc.schedule import Schedule
 from msc.stencil import Stencil, load_stencil, stencil
 
 __all__ = [
-    "CompileError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
+    "CompileError", "ConvergenceError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
     "TargetError", "NonFiniteWarning", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
     "Schedule", "Stencil", "stencil", "load_stencil", "t", "x", "y", "z",
     "sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs", "minimum", "maximum", "atan2", "where", "__version__",

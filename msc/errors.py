@@ -40,6 +40,14 @@ class CheckpointError(MscError):
     """A checkpoint cannot be read, or belongs to another stencil, dtype or shape."""
 
 
+class ConvergenceError(MscError):
+    """An iterative solve did not reach its tolerance; `residuals` is its relative residual history."""
+
+    def __init__(self, message: str, residuals: list[float]) -> None:
+        super().__init__(message)
+        self.residuals = residuals
+
+
 class NonFiniteWarning(RuntimeWarning):
     """A run left NaN or infinite values in a field (an unstable step, most often)."""
 

@@ -536,6 +536,9 @@ def test_pde_benchmark_quick_run(tmp_path):
         for result in (*case["steady"].values(), *(r for r in case["implicit_step"].values() if isinstance(r, dict))):
             assert result.get("finished", True) and result["residual"] < 1e-8
         assert case["implicit_step"]["msc"]["solver"] == "swCholesky"
+    (mg,) = data["multigrid"]
+    assert mg["case"] == "3D Poisson 24^3" and mg["msc_multigrid"]["residual"] < 1e-8
+    assert mg["msc_multigrid"]["iterations"] <= 15 and mg["msc_direct"]["residual"] < 1e-8
 
 
 def test_long_sums_are_analysed_without_deep_recursion():

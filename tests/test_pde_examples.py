@@ -77,4 +77,22 @@ def test_gray_scott_explicit(tmp_path):
 
 
 def test_every_pde_example_is_exercised():
-    assert {p.stem for p in EXAMPLES.glob("*.py")} == {"poisson_lshape", "heat_implicit", "stability", "grayscott"}
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == {"poisson_lshape", "heat_implicit", "stability", "grayscott",
+                                                            "poisson3d_multigrid"}
+
+
+def test_poisson3d_multigrid(tmp_path):
+    result = load("poisson3d_multigrid").main(["--n", "24", "--picture", str(tmp_path / "p.png")])
+    assert result["solver"] == "multigrid-cg" and result["iterations"] <= 15 and result["residual"] <= 1e-8
+    u = result["u"]
+    peak = np.unravel_index(np.argmax(u), u.shape)
+    assert u.min() >= -1e-12 and all(abs(i - 12.5) <= 1 for i in peak)   # a source in the middle: u > 0, peaks there
+    assert_png(tmp_path / "p.png")
+
+
+def test_implicit_heat_with_multigrid_matches_the_factored_steps(tmp_path):
+    heat = load("heat_implicit")
+    direct = heat.main(["--n", "40", "--steps", "5", "--picture", str(tmp_path / "d.png")])
+    mg = heat.main(["--n", "40", "--steps", "5", "--solver", "multigrid", "--picture", str(tmp_path / "m.png")])
+    assert mg["solver"] == "multigrid-cg"
+    np.testing.assert_allclose(mg["u"], direct["u"], rtol=0, atol=1e-8)

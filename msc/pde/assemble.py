@@ -175,3 +175,14 @@ def _columns(n: tuple[int, ...], strides: list[int], offsets: tuple[int, ...], p
         shape[d] = nd
         col += (((np.arange(nd) + o) % nd) * strides[d]).reshape(shape)
     out[:] = col.reshape(-1)
+
+
+def coefficient_stencil(op: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any]) -> dict[tuple[int, ...], Any]:
+    """A scalar operator's linear part as {offsets: coefficient} (a number, or an array over the interior)."""
+    (f,) = op.ir.unknowns
+    data = _Inputs(op, shape, "float64", inputs)
+    out: dict[tuple[int, ...], Any] = {}
+    for (_, _, offsets), coef in op.linear_forms[f].terms.items():
+        value = data.eval(coef)
+        out[offsets] = out[offsets] + value if offsets in out else value
+    return out

@@ -16,22 +16,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from msc import ir
-from msc.errors import MscError, StencilArgumentError
+from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble
+from msc.pde.direct import Factorization, check_residual
+from msc.pde.iterative import IterativeSolver, SolveInfo, check_method, check_scalar
+from msc.pde.matfree import from_operator
 from msc.pde.operator import Operator
 from msc.stencil import Stencil
 
 if TYPE_CHECKING:
-    import scipy.sparse as sp
+    pass
 
 EXPLICIT_METHODS = ("euler", "rk2", "rk4")
 IMPLICIT_METHODS = ("backward_euler", "crank_nicolson")
+AUTO_DIRECT_LIMIT = {1: 10**7, 2: 200_000, 3: 30_000}  # unknowns; measured by benchmarks/pde.py (docs/pde.md)
 
 
 def _check_method(caller: str, method: Any, methods: tuple[str, ...]) -> None:
@@ -153,89 +157,49 @@ def _split(L: Operator, values: Mapping[str, Any] | np.ndarray | None, what: str
     return {L.ir.unknowns[0]: values}
 
 
-class _Factorization:
-    """M = sign * (factored matrix): swCholesky when SPD (maybe after a sign flip), else sparse LU."""
-
-    def __init__(self) -> None:
-        self.solver = ""
-        self._symbolic: Any = None
-        self._solve: Callable[[np.ndarray], np.ndarray] | None = None
-        self.sign = 1.0
-        self.analyses = 0
-
-    def factor(self, M: sp.csr_array, what: str) -> None:
-        """Factor M; `what` names the problem in the error raised when M is singular."""
-        from msc.solvers import InvalidMatrixError, NotPositiveDefiniteError, NotSymmetricError, analyze
-
-        diag = M.diagonal()
-        sign = 1.0 if np.all(diag > 0) else -1.0 if np.all(diag < 0) else 0.0
-        if sign != 0.0:  # swCholesky checks symmetry itself (NotSymmetricError)
-            S = sign * M
-            try:
-                try:
-                    if self._symbolic is None:
-                        raise InvalidMatrixError("not analysed yet")
-                    F = self._symbolic.factorize(S)  # same pattern: the analysis is reused
-                except InvalidMatrixError:
-                    self._symbolic = analyze(S)
-                    self.analyses += 1
-                    F = self._symbolic.factorize(S)
-                self.solver, self.sign, self._solve = "swCholesky", sign, F.solve
-                return
-            except (NotPositiveDefiniteError, NotSymmetricError):
-                pass  # not symmetric, or indefinite: LU below
-        singular = (f"{what}: the matrix is singular{{}}; a periodic or pure-Neumann operator determines u "
-                    "only up to a constant")
-        try:
-            from scipy.sparse.linalg import splu  # imported where used: `import msc` stays light
-
-            lu = splu(M.tocsc())
-        except RuntimeError as err:
-            raise MscError(singular.format(f" ({err})")) from None
-        pivots = np.abs(lu.U.diagonal())
-        if pivots.size and pivots.min() <= 1e-13 * pivots.max():
-            raise MscError(singular.format(f" (LU pivot ratio {pivots.min() / pivots.max():.1e})"))
-        self.solver, self.sign, self._solve, self._symbolic = "splu", 1.0, lu.solve, None
-
-    def solve(self, b: np.ndarray) -> np.ndarray:
-        assert self._solve is not None
-        return self._solve(b if self.sign == 1.0 else -b)
-
-
-def _check_residual(A: sp.csr_array, v: np.ndarray, b: np.ndarray, what: str) -> None:
-    """Raise unless A v = b to a normwise backward error of 1e-8 (a singular A fails here)."""
-    scale = float(abs(A).sum(axis=1).max()) * float(np.abs(v).max(initial=0.0)) + float(np.abs(b).max(initial=0.0))
-    error = float(np.abs(A @ v - b).max(initial=0.0))
-    if not np.isfinite(error) or error > 1e-8 * scale:
-        raise MscError(f"{what}: the solution fails its residual check (|A u - b| = {error:.2e}, scale "
-                       f"{scale:.2e}); the matrix is singular or nearly so (a periodic or pure-Neumann operator "
-                       "determines u only up to a constant)")
-
-
 class Implicit:
-    """An implicit stepper: `run(steps=, u=u0, **changed_params)` returns {field: array with ring}."""
+    """An implicit stepper: `run(steps=, u=u0, **changed_params)` returns {field: array with ring}.
 
-    def __init__(self, L: Operator, dt: float, method: str, shape: tuple[int, ...], inputs: dict[str, Any]) -> None:
+    solver="direct" factors M = I - theta*dt*A once; solver="multigrid" solves
+    each step matrix-free to `tol` (msc.pde.iterative, scalar operators)."""
+
+    def __init__(self, L: Operator, dt: float, method: str, shape: tuple[int, ...], inputs: dict[str, Any],
+                 solver: str = "direct", tol: float = 1e-8, maxiter: int | None = None) -> None:
         if not isinstance(L, Operator):
             raise StencilArgumentError(f"implicit() takes an msc.operator, got {type(L).__name__}")
         _check_method("implicit", method, IMPLICIT_METHODS)
+        if solver not in ("direct", "multigrid"):
+            raise StencilArgumentError(f"implicit(): solver must be 'direct' or 'multigrid', got {solver!r}")
+        check_method(f"implicit step of operator '{L.name}'", "multigrid", tol, maxiter)
+        if solver == "multigrid":
+            check_scalar(L, f"implicit step of operator '{L.name}'", solver)
         self.L, self.dt, self.method, self.shape = L, float(dt), method, tuple(shape)
         self.theta = 1.0 if method == "backward_euler" else 0.5
         self.params = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
-        self._factor = _Factorization()
+        self._multigrid = solver == "multigrid"
+        self.tol, self.maxiter = tol, maxiter
+        self._factor = Factorization()
         self.refactorizations = 0
+        self.iterations: list[int] = []  # per multigrid step: the Krylov iterations it took
         self._assemble()
 
     @property
     def solver(self) -> str:
-        """'swCholesky' or 'splu': which factorization the steps use."""
-        return self._factor.solver
+        """'swCholesky' or 'splu' (the factorization the steps use), or 'multigrid-cg'/'multigrid-gmres'."""
+        return self._iterative.solver if self._multigrid else self._factor.solver
 
     def __repr__(self) -> str:
+        unknowns = int(np.prod(self.L.interior_shape(self.shape))) * len(self.L.ir.unknowns)
         return (f"<msc.Implicit {self.method} step of '{self.L.name}', dt={self.dt:g}, shape {self.shape}, "
-                f"{self.A.shape[0]} unknowns, {self.solver}>")
+                f"{unknowns} unknowns, {self.solver}>")
 
     def _assemble(self) -> None:
+        what = f"implicit step of operator '{self.L.name}'"
+        if self._multigrid:
+            self._iterative = IterativeSolver(self.L, self.shape, self.params, 1.0, -self.theta * self.dt,
+                                              "multigrid", self.tol, self.maxiter, what)
+            self._apply_L = from_operator(self.L, self.shape, self.params, 0.0, 1.0, "openmp", None)
+            return
         A, _ = assemble(self.L, self.shape, "float64", self.params)
         assert A is not None
         self.A = A
@@ -243,7 +207,20 @@ class Implicit:
 
         self.M = (sp.identity(A.shape[0], format="csr") - (self.theta * self.dt) * A).tocsr()
         self.M.sort_indices()
-        self._factor.factor(self.M, f"implicit step of operator '{self.L.name}'")
+        self._factor.factor(self.M, what)
+
+    def _A(self, v: np.ndarray) -> np.ndarray:
+        if self._multigrid:
+            n = self.L.interior_shape(self.shape)
+            return self._apply_L.apply(v.reshape(n)).reshape(-1)
+        return self.A @ v
+
+    def _step(self, rhs: np.ndarray) -> np.ndarray:
+        if not self._multigrid:
+            return self._factor.solve(rhs)
+        v, history = self._iterative.solve(rhs)
+        self.iterations.append(len(history) - 1)
+        return v
 
     def run(self, steps: int, **inputs: Any) -> dict[str, np.ndarray]:
         L = self.L
@@ -265,8 +242,8 @@ class Implicit:
         for _ in range(int(steps)):
             rhs = v + self.dt * g
             if explicit_part:
-                rhs = rhs + explicit_part * (self.A @ v)
-            v = self._factor.solve(rhs)
+                rhs = rhs + explicit_part * self._A(v)
+            v = self._step(rhs)
         return _scatter(L, self.shape, v, arrays)
 
 
@@ -296,48 +273,75 @@ def _scatter(L: Operator, shape: tuple[int, ...], v: np.ndarray, rings: dict[str
 
 
 def implicit(L: Operator, dt: float, method: str = "backward_euler", *, shape: tuple[int, ...],
-             **params: Any) -> Implicit:
-    """An implicit stepper for du/dt = L(u): assembled and factored once here."""
-    return Implicit(L, dt, method, shape, params)
+             solver: str = "direct", tol: float = 1e-8, maxiter: int | None = None, **params: Any) -> Implicit:
+    """An implicit stepper for du/dt = L(u): solver="direct" assembles and factors once here;
+    solver="multigrid" builds the multigrid hierarchy here and solves each step to `tol`."""
+    return Implicit(L, dt, method, shape, params, solver, tol, maxiter)
+
+
+def _whole_shape(L: Operator, rhs_by: dict[str, Any], inputs: Mapping[str, Any],
+                 shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    if shape is not None:
+        return tuple(shape)
+    first = inputs.get(L.ir.unknowns[0])
+    if first is not None:
+        return tuple(first.shape)
+    grow = 0 if L.ir.boundary == "periodic" else 2
+    return tuple(n + grow * r for n, r in zip(np.shape(rhs_by[L.ir.unknowns[0]]), L.radius))
+
+
+def auto_method(L: Operator, shape: tuple[int, ...]) -> str:
+    """method='auto': direct below AUTO_DIRECT_LIMIT unknowns (by dimension; always for systems), else multigrid."""
+    unknowns = int(np.prod(L.interior_shape(shape)))
+    if len(L.ir.unknowns) > 1 or unknowns <= AUTO_DIRECT_LIMIT.get(L.ir.ndim, 0):
+        return "direct"
+    return "multigrid"
 
 
 def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_output: bool = False,
-          **inputs: Any) -> Any:
+          method: str = "auto", tol: float = 1e-8, maxiter: int | None = None, **inputs: Any) -> Any:
     """Solve L(u) = rhs for the interior unknowns; returns the whole array (a dict for a system).
 
     `rhs` has the interior's shape (a dict by field for a system); the ring comes from the
-    unknown's array given by name (zero without). full_output=True also returns a dict with the
-    solver used ('swCholesky' or 'splu') and the seconds spent assembling, factoring and solving."""
+    unknown's array given by name (zero without). method: 'direct' (swCholesky, or sparse LU
+    when not SPD), 'multigrid' (matrix-free Krylov preconditioned by geometric multigrid: CG
+    when symmetric, else GMRES), 'cg', 'gmres', or 'auto' (direct for small problems and
+    systems). Iterative methods stop at ||b - A u|| <= tol ||b|| and raise ConvergenceError
+    after `maxiter` iterations. full_output=True also returns a SolveInfo (method, solver,
+    iterations, residuals, levels, times)."""
+    what = f"msc.solve with operator '{L.name}'"
+    check_method(what, method, tol, maxiter)
     rhs_by = _split(L, rhs, "rhs")
     if set(rhs_by) != set(L.ir.unknowns):
         raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
-    if shape is None:
-        first = inputs.get(L.ir.unknowns[0])
-        if first is not None:
-            shape = first.shape
-        else:
-            grow = 0 if L.ir.boundary == "periodic" else 2
-            shape = tuple(n + grow * r for n, r in zip(np.shape(rhs_by[L.ir.unknowns[0]]), L.radius))
-    shape = tuple(shape)
+    shape = _whole_shape(L, rhs_by, inputs, shape)
     n = L.interior_shape(shape)
     for u in L.ir.unknowns:
         if np.shape(rhs_by[u]) != n:
             raise StencilArgumentError(
                 f"operator '{L.name}': rhs for '{u}' must have the interior's shape {n}, got {np.shape(rhs_by[u])}")
+    if method == "auto":
+        method = auto_method(L, shape)
     t0 = time.perf_counter()
-    A, g = assemble(L, shape, "float64", inputs)
-    assert A is not None
+    A, g = assemble(L, shape, "float64", inputs, matrix=method == "direct")
     b = np.concatenate([np.asarray(rhs_by[u], np.float64).reshape(-1) for u in L.ir.unknowns]) - g
     t1 = time.perf_counter()
-    F = _Factorization()
-    F.factor(A, f"msc.solve with operator '{L.name}'")
-    t2 = time.perf_counter()
-    v = F.solve(b)
-    t3 = time.perf_counter()
-    _check_residual(A, v, b, f"msc.solve with operator '{L.name}'")
+    if method == "direct":
+        assert A is not None
+        F = Factorization()
+        F.factor(A, what)
+        t2 = time.perf_counter()
+        v = F.solve(b)
+        t3 = time.perf_counter()
+        check_residual(A, v, b, what)
+        info = SolveInfo("direct", F.solver, assembly_s=t1 - t0, factor_s=t2 - t1, setup_s=t2 - t0, solve_s=t3 - t2)
+    else:
+        it = IterativeSolver(L, shape, inputs, 0.0, 1.0, method, tol, maxiter, what)
+        t2 = time.perf_counter()
+        v, history = it.solve(b)
+        info = SolveInfo(it.krylov, it.solver, len(history) - 1, history, it.mg.shapes, setup_s=t2 - t0,
+                         solve_s=time.perf_counter() - t2, assembly_s=t1 - t0)
     rings = {u: inputs[u] for u in L.ir.unknowns if inputs.get(u) is not None}
     out = _scatter(L, shape, v, rings)
     result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
-    if not full_output:
-        return result
-    return result, {"solver": F.solver, "assembly_s": t1 - t0, "factor_s": t2 - t1, "solve_s": t3 - t2}
+    return (result, info) if full_output else result

@@ -1,0 +1,215 @@
+"""Geometric coarsening of structured grids: interpolation, restriction and Galerkin coarse operators.
+
+An operator on a grid of unknowns (shape n) is kept as a *coefficient stencil*
+{offset: c} with (A v)(x) = sum_o c_o(x) v(x + o), v zero outside (dirichlet)
+or wrapped (periodic); c_o is an array over the grid (or broadcastable to it:
+constant coefficients stay cheap). Coarsening is one dimension at a time:
+P = P_0 x P_1 x ... (linear interpolation along each dimension), R = P^T, and
+the coarse operator R A P is computed axis by axis from the coefficient arrays,
+so variable coefficients coarsen exactly and no matrix is formed.
+
+Along one axis of n fine points (`Axis1D`):
+- dirichlet: coarse point I sits on fine 2I+1, m = n // 2 (odd and even n);
+- periodic, n even: on fine 2I, m = n / 2, neighbours wrap;
+- periodic, n odd: on fine 2I, m = (n + 1) / 2; fine n-1 and 0 are both coarse
+  (adjacent across the wrap), so nothing is interpolated across it.
+A fine point between two coarse points takes half of each; a coarse point's own
+fine point takes it whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+Coefficients = dict[tuple[int, ...], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Axis1D:
+    """The interpolation along one axis: coarse I -> fine centre[I] (weight 1),
+    and fine left/right neighbours (weight 1/2) where valid."""
+
+    n: int
+    m: int
+    periodic: bool
+    centre: np.ndarray
+    left: np.ndarray   # fine index of the left neighbour (valid where left_ok)
+    right: np.ndarray
+    left_ok: np.ndarray
+    right_ok: np.ndarray
+    segments: tuple[tuple[slice, slice, float], ...]  # (fine, coarse, weight): P as strided pieces
+
+    @staticmethod
+    def of(n: int, periodic: bool) -> Axis1D:
+        if periodic:
+            m = (n + 1) // 2
+            centre = 2 * np.arange(m)
+            left, right = (centre - 1) % n, (centre + 1) % n
+            coarse = np.zeros(n, bool)
+            coarse[centre] = True
+            left_ok, right_ok = ~coarse[left], ~coarse[right]
+            whole = slice(0, m)
+            if n % 2 == 0:  # the left of coarse 0 wraps to fine n-1
+                segments = ((slice(0, n, 2), whole, 1.0), (slice(1, n, 2), whole, 0.5),
+                            (slice(1, n - 2, 2), slice(1, m), 0.5), (slice(n - 1, n), slice(0, 1), 0.5))
+            else:
+                segments = ((slice(0, n, 2), whole, 1.0), (slice(1, n - 1, 2), slice(0, m - 1), 0.5),
+                            (slice(1, n - 1, 2), slice(1, m), 0.5))
+        else:
+            m = n // 2
+            centre = 2 * np.arange(m) + 1
+            left, right = centre - 1, centre + 1
+            left_ok, right_ok = left >= 0, right < n
+            left, right = np.clip(left, 0, n - 1), np.clip(right, 0, n - 1)
+            k = int(np.count_nonzero(right_ok))
+            segments = ((slice(1, 2 * m, 2), slice(0, m), 1.0), (slice(0, 2 * m - 1, 2), slice(0, m), 0.5),
+                        (slice(2, 2 * k + 1, 2), slice(0, k), 0.5))
+        return Axis1D(n, m, periodic, centre, left, right, left_ok, right_ok, segments)
+
+    def support(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For each of the (up to) 3 fine points a coarse point interpolates to:
+        (fine index per coarse I, weight per coarse I; 0 where absent)."""
+        return [(self.centre, np.ones(self.m)), (self.left, 0.5 * self.left_ok),
+                (self.right, 0.5 * self.right_ok)]
+
+    def columns(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """P by fine point y: up to 2 (coarse J per y, weight per y; 0 where absent)."""
+        first_j, first_w = np.zeros(self.n, np.int64), np.zeros(self.n)
+        second_j, second_w = np.zeros(self.n, np.int64), np.zeros(self.n)
+        coarse = np.arange(self.m)
+        first_j[self.centre], first_w[self.centre] = coarse, 1.0
+        r = self.right_ok
+        first_j[self.right[r]], first_w[self.right[r]] = coarse[r], 0.5  # y right of I ...
+        lo = self.left_ok
+        second_j[self.left[lo]], second_w[self.left[lo]] = coarse[lo], 0.5  # ... and left of I+1
+        return [(first_j, first_w), (second_j, second_w)]
+
+
+def _along(a: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """A 1D array shaped to broadcast along `axis` of an ndim array."""
+    shape = [1] * ndim
+    shape[axis] = a.size
+    return a.reshape(shape)
+
+
+def _on(axis: int, ndim: int, sl: slice) -> tuple[slice, ...]:
+    return (slice(None),) * axis + (sl,) + (slice(None),) * (ndim - axis - 1)
+
+
+def prolong_axis(c: np.ndarray, axis: int, ax: Axis1D, add_to: np.ndarray | None = None) -> np.ndarray:
+    """P along one axis: coarse values c (size m along axis) -> fine (size n); added into `add_to` if given."""
+    shape = list(c.shape)
+    shape[axis] = ax.n
+    out = np.zeros(shape) if add_to is None else add_to
+    for fine, coarse, weight in ax.segments:
+        part = c[_on(axis, c.ndim, coarse)]
+        out[_on(axis, c.ndim, fine)] += part if weight == 1.0 else weight * part
+    return out
+
+
+def restrict_axis(f: np.ndarray, axis: int, ax: Axis1D) -> np.ndarray:
+    """R = P^T along one axis: fine values f (size n along axis) -> coarse (size m)."""
+    (fine, coarse, _), *rest = ax.segments
+    out = f[_on(axis, f.ndim, fine)].copy()
+    for fine, coarse, weight in rest:
+        out[_on(axis, f.ndim, coarse)] += weight * f[_on(axis, f.ndim, fine)]
+    return out
+
+
+def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Axis1D) -> Coefficients:
+    """R A P along one axis (the other axes untouched): the coarse coefficient stencil."""
+    ndim = len(shape)
+    out: Coefficients = {}
+    support, columns = ax.support(), ax.columns()
+    rows = np.arange(ax.m)
+    for offset, c in coefs.items():
+        a = offset[axis]
+        varies = np.ndim(c) == ndim and np.shape(c)[axis] != 1
+        for x, w1 in support:
+            y = x + a
+            inside = np.ones(ax.m, bool) if ax.periodic else (y >= 0) & (y < ax.n)
+            y = y % ax.n
+            for j, w2 in columns:
+                weight = w1 * w2[y] * inside
+                s = j[y] - rows
+                if ax.periodic:
+                    s = (s + ax.m // 2) % ax.m - ax.m // 2
+                for step in np.unique(s[weight != 0]):
+                    wk = np.where(s == step, weight, 0.0)
+                    if varies:
+                        term = np.take(c, x, axis=axis) * _along(wk, axis, ndim)
+                    else:
+                        term = np.asarray(c) * _along(wk, axis, ndim)
+                    key = offset[:axis] + (int(step),) + offset[axis + 1:]
+                    out[key] = out[key] + term if key in out else term
+    return {k: v for k, v in out.items() if np.any(v != 0)}
+
+
+def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
+    """The operator's diagonal over the grid."""
+    zero = (0,) * len(shape)
+    return np.broadcast_to(coefs.get(zero, 0.0), shape).astype(float)
+
+
+def gershgorin_ratio(coefs: Coefficients, shape: tuple[int, ...]) -> float:
+    """max_x sum_o |c_o(x)| / |c_0(x)|: a bound on the spectral radius of D^-1 A."""
+    total = sum(np.abs(np.broadcast_to(c, shape)) for c in coefs.values())
+    return float(np.max(total / np.abs(diagonal(coefs, shape))))
+
+
+def is_symmetric(coefs: Coefficients, shape: tuple[int, ...], periodic: bool, rtol: float = 1e-12) -> bool:
+    """Whether A = A^T: c_o(x) == c_{-o}(x + o) wherever x + o is on the grid."""
+    scale = max(float(np.max(np.abs(c))) for c in coefs.values())
+    for offset, c in coefs.items():
+        mirror = coefs.get(tuple(-o for o in offset))
+        full = np.broadcast_to(c, shape)
+        if mirror is None:
+            if np.any(_shifted_view(full, offset, periodic, shape) != 0):
+                return False
+            continue
+        there = np.broadcast_to(mirror, shape)
+        if periodic:
+            there = np.roll(there, tuple(-o for o in offset), axis=tuple(range(len(shape))))
+            if np.max(np.abs(full - there)) > rtol * scale:
+                return False
+            continue
+        here_sl = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))
+        there_sl = tuple(slice(max(0, o), n - max(0, -o)) for o, n in zip(offset, shape))
+        if full[here_sl].size and np.max(np.abs(full[here_sl] - there[there_sl])) > rtol * scale:
+            return False
+    return True
+
+
+def _shifted_view(full: np.ndarray, offset: tuple[int, ...], periodic: bool, shape: tuple[int, ...]) -> np.ndarray:
+    """The coefficients at the points x whose neighbour x + offset is on the grid."""
+    if periodic:
+        return full
+    return full[tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))]
+
+
+def sparse_matrix(coefs: Coefficients, shape: tuple[int, ...], periodic: bool):  # type: ignore[no-untyped-def]
+    """The coefficient stencil as a CSR matrix (C order), for the coarsest level's direct solve."""
+    import scipy.sparse as sp  # imported where used: `import msc` stays light
+
+    N = int(np.prod(shape))
+    index = np.arange(N).reshape(shape)
+    rows, cols, vals = [], [], []
+    for offset, c in coefs.items():
+        full = np.broadcast_to(c, shape)
+        if periodic:
+            target = np.roll(index, tuple(-o for o in offset), axis=tuple(range(len(shape))))
+            rows.append(index.ravel())
+            cols.append(target.ravel())
+            vals.append(full.ravel())
+            continue
+        here = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))
+        there = tuple(slice(max(0, o), n - max(0, -o)) for o, n in zip(offset, shape))
+        rows.append(index[here].ravel())
+        cols.append(index[there].ravel())
+        vals.append(full[here].ravel())
+    A = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(N, N))
+    A.sum_duplicates()
+    A.eliminate_zeros()
+    return A

@@ -1,0 +1,105 @@
+"""Preconditioned Krylov methods on flat vectors: CG for symmetric definite operators, GMRES otherwise.
+
+Both take `apply(v) -> A v` and `precondition(r) -> ~A^-1 r` (a multigrid
+V-cycle) and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of
+relative residuals is returned; a solve that does not reach `tol` within
+`maxiter` raises ConvergenceError carrying it. CG works unchanged for negative
+definite A with a negative definite preconditioner (the signs cancel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from scipy.linalg.blas import daxpy as axpy
+
+from msc.errors import ConvergenceError
+
+Apply = Callable[[np.ndarray], np.ndarray]
+
+
+def _norm(v: np.ndarray) -> float:
+    return float(np.sqrt(np.dot(v, v)))
+
+
+def _fail(method: str, what: str, tol: float, history: list[float]) -> ConvergenceError:
+    return ConvergenceError(
+        f"{what}: {method} did not reach the relative residual {tol:g} in {len(history) - 1} iterations "
+        f"(last {history[-1]:.2e}); raise maxiter=, loosen tol=, or check that the operator is definite",
+        history)
+
+
+def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
+       what: str) -> tuple[np.ndarray, list[float]]:
+    """Preconditioned conjugate gradients from x = 0."""
+    x = np.zeros_like(b)
+    bnorm = _norm(b)
+    if bnorm == 0.0:
+        return x, [0.0]
+    r = b.copy()
+    history = [1.0]
+    z = precondition(r)
+    p = z.copy()
+    rz = float(np.dot(r, z))
+    for _ in range(maxiter):
+        q = apply(p)
+        alpha = rz / float(np.dot(p, q))
+        axpy(p, x, a=alpha)  # in place, no temporaries: x += alpha p, r -= alpha q
+        axpy(q, r, a=-alpha)
+        history.append(_norm(r) / bnorm)
+        if history[-1] <= tol:
+            return x, history
+        z = precondition(r)
+        rz_new = float(np.dot(r, z))
+        p *= rz_new / rz
+        p += z
+        rz = rz_new
+    raise _fail("CG", what, tol, history)
+
+
+def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int, what: str,
+          restart: int = 30) -> tuple[np.ndarray, list[float]]:
+    """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations)."""
+    x = np.zeros_like(b)
+    bnorm = _norm(b)
+    if bnorm == 0.0:
+        return x, [0.0]
+    history = [1.0]
+    r = b.copy()
+    while len(history) - 1 < maxiter:
+        beta = _norm(r)
+        m = min(restart, maxiter - (len(history) - 1))
+        V = np.empty((m + 1, b.size))
+        Z = np.empty((m, b.size))
+        H = np.zeros((m + 1, m))
+        cs, sn = np.zeros(m), np.zeros(m)
+        g = np.zeros(m + 1)
+        g[0] = beta
+        V[0] = r / beta
+        k = 0
+        for k in range(m):
+            Z[k] = precondition(V[k])
+            w = apply(Z[k])
+            for i in range(k + 1):  # modified Gram-Schmidt
+                H[i, k] = np.dot(V[i], w)
+                w -= H[i, k] * V[i]
+            H[k + 1, k] = _norm(w)
+            if H[k + 1, k] != 0.0:
+                V[k + 1] = w / H[k + 1, k]
+            for i in range(k):
+                H[i, k], H[i + 1, k] = cs[i] * H[i, k] + sn[i] * H[i + 1, k], -sn[i] * H[i, k] + cs[i] * H[i + 1, k]
+            denom = np.hypot(H[k, k], H[k + 1, k])
+            cs[k], sn[k] = H[k, k] / denom, H[k + 1, k] / denom
+            H[k, k], H[k + 1, k] = denom, 0.0
+            g[k], g[k + 1] = cs[k] * g[k], -sn[k] * g[k]
+            history.append(float(abs(g[k + 1])) / bnorm)
+            if history[-1] <= tol:
+                break
+        y = np.linalg.solve(np.triu(H[:k + 1, :k + 1]), g[:k + 1])
+        x += y @ Z[:k + 1]
+        r = b - apply(x)
+        history[-1] = _norm(r) / bnorm  # the true residual at the end of a cycle
+        if history[-1] <= tol:
+            return x, history
+    raise _fail("GMRES", what, tol, history)

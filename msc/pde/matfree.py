@@ -1,0 +1,200 @@
+"""Matrix-free operators: an operator applied, its residual and Jacobi sweeps, as compiled stencils.
+
+A `CompiledOperator` owns one set of kernel buffers and three kernels built
+from one expression K(v) over the unknown v (compiled by a node target,
+openmp by default):
+
+    apply     v[t+1] = K(v)
+    residual  v[t+1] = b - K(v)            (v[t] is kept: it is the other slot)
+    jacobi    v[t+1] = v + w * (b - K(v))  (w = weight / diagonal; `sweeps` steps in one call)
+
+K is either an msc.Operator's expression, scaled (alpha*v + beta*L(v), the
+implicit step's I - theta*dt*L included) or a coefficient stencil
+sum_o c_o v(x+o) (msc.pde.coarsen; the coarse levels of multigrid). The
+operator's constant part (a source term in L) is measured once, K(0), and
+folded into b, so the three kernels act as the linear part A.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from msc import ir
+from msc.arguments import bind_arguments
+from msc.runtime.buffers import ghost_width, pack
+from msc.stencil import Stencil
+
+if TYPE_CHECKING:
+    from msc.pde.operator import Operator
+
+RHS, WEIGHT = "mg_rhs", "mg_weight"
+KINDS = ("apply", "residual", "jacobi")
+
+
+def _read(name: str, offsets: tuple[int, ...], dt: int | None = 0) -> ir.FieldRead:
+    return ir.FieldRead(name, dt, offsets)
+
+
+def _sum(terms: list[ir.Expr]) -> ir.Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = ir.BinOp("+", out, t)
+    return out
+
+
+class CompiledOperator:
+    """A linear operator A on a grid of unknowns (shape `n`), applied by compiled stencils.
+
+    The unknown's current value lives in the kernel buffers (`u`, a writable view);
+    `sweep`, `residual` and `apply` run the kernels on it."""
+
+    def __init__(self, name: str, K: ir.Expr, unknown: str, ndim: int, boundary: str,
+                 inputs: Mapping[str, Any], fields: tuple[str, ...], params: tuple[str, ...],
+                 shape: tuple[int, ...], ring: tuple[int, ...], target: str, threads: int | None,
+                 loc: ir.SourceLoc | None) -> None:
+        self.unknown = unknown
+        decls = [ir.FieldDecl(unknown, ndim, "float64", window=1, written=True)]
+        decls += [ir.FieldDecl(f, ndim, "float64", window=0, written=False) for f in (RHS, WEIGHT, *fields)]
+        v = _read(unknown, (0,) * ndim)
+        zero = (0,) * ndim
+        b, w = _read(RHS, zero, None), _read(WEIGHT, zero, None)
+        exprs = {"apply": K, "residual": ir.BinOp("-", b, K),
+                 "jacobi": ir.BinOp("+", v, ir.BinOp("*", w, ir.BinOp("-", b, K)))}
+        self.kernels = {}
+        for kind in KINDS:
+            st = ir.StencilIR(f"{name}_{kind}", ndim, tuple(decls), params,
+                              (ir.Statement(unknown, exprs[kind], loc or ir.SourceLoc("<msc>", 0)),),
+                              boundary=boundary)
+            self.kernels[kind] = Stencil(None, stencil_ir=st).compile(target, threads=threads)
+        full = tuple(s + 2 * r for s, r in zip(shape, ring))
+        arrays = {unknown: np.zeros(full), RHS: np.zeros(full), WEIGHT: np.zeros(full), **inputs}
+        first = self.kernels["apply"]
+        args = bind_arguments(first.ir, 0, arrays)
+        self._buffers = pack(first.ir, args)
+        self._threads = first._threads_of(threads)
+        extents = self._buffers[unknown].shape[-ndim:]
+        self._calls = {k: kern.arguments(self._buffers, args.scalars, extents) for k, kern in self.kernels.items()}
+        g = ghost_width(first.ir)
+        self._ghosts = g if any(g) else None
+        self.n = tuple(shape)
+        self._inner = tuple(slice(gd + rd, gd + rd + nd) for gd, rd, nd in zip(g, ring, shape))
+        self.step = 0
+        self.shift: np.ndarray | None = None  # K(0): the constant part, folded into b
+
+    def slot(self, step: int) -> np.ndarray:
+        return self._buffers[self.unknown][step % 2][self._inner]
+
+    @property
+    def u(self) -> np.ndarray:
+        """The unknown's current value (a writable view into the buffers)."""
+        return self.slot(self.step)
+
+    @property
+    def rhs(self) -> np.ndarray:
+        """The right-hand side b of `residual` and `sweep` (a writable view)."""
+        return self._buffers[RHS][self._inner]
+
+    def set_rhs(self, b: np.ndarray) -> None:
+        self.rhs[...] = b if self.shift is None else b + self.shift
+
+    def set_weight(self, w: np.ndarray) -> None:
+        self._buffers[WEIGHT][self._inner] = w
+
+    def _wrap(self) -> None:
+        """Periodic: refresh u's ghost cells from the interior (the kernels wrap only the levels they write)."""
+        if self._ghosts is None:
+            return
+        a = self._buffers[self.unknown][self.step % 2]
+        for d, w in enumerate(self._ghosts):
+            if w:
+                n = a.shape[d] - 2 * w
+                lo, hi = [slice(None)] * a.ndim, [slice(None)] * a.ndim
+                lo[d], hi[d] = slice(0, w), slice(n, n + w)
+                a[tuple(lo)] = a[tuple(hi)]
+                lo[d], hi[d] = slice(n + w, n + 2 * w), slice(w, 2 * w)
+                a[tuple(lo)] = a[tuple(hi)]
+
+    def sweep(self, sweeps: int) -> None:
+        """`sweeps` weighted-Jacobi sweeps on u for A u = b."""
+        self._wrap()
+        self.kernels["jacobi"].advance(self._calls["jacobi"], self.step, sweeps, self._threads)
+        self.step += sweeps
+
+    def residual(self) -> np.ndarray:
+        """b - A u (a view, valid until the next kernel call); u is kept."""
+        self._wrap()
+        self.kernels["residual"].advance(self._calls["residual"], self.step, 1, self._threads)
+        return self.slot(self.step + 1)
+
+    def apply(self, v: np.ndarray) -> np.ndarray:
+        """A v (a fresh array); overwrites u."""
+        self.u[...] = v
+        self._wrap()
+        self.kernels["apply"].advance(self._calls["apply"], self.step, 1, self._threads)
+        out = self.slot(self.step + 1).copy()
+        if self.shift is not None:
+            out -= self.shift
+        return out
+
+    def measure_shift(self) -> None:
+        """K(0) != 0 (a source term): fold it into b from now on."""
+        self.shift = None
+        k0 = self.apply(np.zeros(self.n))
+        self.shift = k0 if np.any(k0 != 0) else None
+
+
+def operator_expr(L: Operator, alpha: float, beta: float) -> ir.Expr:
+    """alpha*u + beta*L(u) over reads of the unknown (at the current level)."""
+    u = L.ir.unknowns[0]
+    Lu = L.timed(u, {u: (u, 0)})
+    terms: list[ir.Expr] = []
+    if alpha:
+        terms.append(ir.BinOp("*", ir.Const(alpha), _read(u, (0,) * L.ir.ndim)))
+    terms.append(Lu if beta == 1.0 else ir.BinOp("*", ir.Const(beta), Lu))
+    return _sum(terms)
+
+
+def from_operator(L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any], alpha: float, beta: float,
+                  target: str, threads: int | None) -> CompiledOperator:
+    """alpha*I + beta*L on arrays of `shape` (ring included), its coefficients and scalars from `inputs`."""
+    u = L.ir.unknowns[0]
+    n = L.interior_shape(shape)
+    ring = (0,) * len(shape) if L.ir.boundary == "periodic" else L.radius
+    given = {k: v for k, v in inputs.items() if k in L.ir.coefficients or k in L.ir.params}
+    tag = f"{L.name}_a{alpha:g}_b{beta:g}".replace("-", "m").replace(".", "p").replace("+", "")
+    op = CompiledOperator(tag, operator_expr(L, alpha, beta), u, L.ir.ndim, L.ir.boundary, given,
+                          L.ir.coefficients, L.ir.params, n, ring, target, threads, L.ir.loc)
+    op.measure_shift()
+    return op
+
+
+def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ...], periodic: bool,
+                      symmetric: bool, target: str, threads: int | None) -> CompiledOperator:
+    """The coefficient stencil sum_o c_o(x) v(x+o) on a grid of `shape` unknowns.
+
+    When the operator is symmetric (c_{-o}(x) = c_o(x-o)), only the offsets o >= 0
+    (lexicographically) are stored and c_{-o} is read shifted: half the coefficient traffic."""
+    ndim = len(shape)
+    zero = (0,) * ndim
+    kept = sorted(o for o in coefs if not symmetric or o >= zero)
+    names = tuple(f"mg_c{k}" for k in range(len(kept)))
+    terms: list[ir.Expr] = []
+    for name, o in zip(names, kept):
+        terms.append(ir.BinOp("*", _read(name, zero, None), _read("v", o)))
+        if symmetric and o != zero:
+            minus = tuple(-d for d in o)
+            terms.append(ir.BinOp("*", _read(name, minus, None), _read("v", minus)))
+    ring = (0,) * ndim if periodic else tuple(max(abs(o[d]) for o in coefs) for d in range(ndim))
+    full = tuple(s + 2 * r for s, r in zip(shape, ring))
+    inner = tuple(slice(r, r + s) for r, s in zip(ring, shape))
+    arrays = {}
+    for name, o in zip(names, kept):
+        a = np.zeros(full)
+        a[inner] = np.broadcast_to(coefs[o], shape)
+        arrays[name] = a
+    tag = f"mg_stencil{ndim}d_{len(kept)}{'s' if symmetric else ''}"
+    return CompiledOperator(tag, _sum(terms), "v", ndim, "periodic" if periodic else "dirichlet", arrays, names, (),
+                            shape, ring, target, threads, None)

@@ -1,0 +1,212 @@
+"""Matrix-free Krylov and geometric multigrid (msc.solve method=..., msc.implicit solver="multigrid").
+
+Every solution is checked by its residual against the matrix msc assembles
+independently (L.matrix), and against the direct solve where one exists; the
+grid transfers and Galerkin products against explicit matrices built here.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import msc
+from msc import x, y, z
+from msc.pde.coarsen import Axis1D, galerkin_axis, prolong_axis, restrict_axis, sparse_matrix
+
+
+@pytest.fixture(autouse=True)
+def small_coarsest(monkeypatch):
+    """Small grids, deep hierarchies: coarsen down to at most 50 unknowns."""
+    from msc.pde import multigrid
+
+    monkeypatch.setattr(multigrid, "COARSEST", 50)
+
+
+def interpolation_1d(ax: Axis1D) -> np.ndarray:
+    """P along one axis, written out point by point (the definition in msc.pde.coarsen's docstring)."""
+    P = np.zeros((ax.n, ax.m))
+    for i in range(ax.m):
+        c = 2 * i if ax.periodic else 2 * i + 1
+        P[c, i] = 1.0
+        for nb in (c - 1, c + 1):
+            if ax.periodic:
+                nb %= ax.n
+                if nb % 2 == 0:  # a coarse point itself (odd n: across the wrap)
+                    continue
+            elif not 0 <= nb < ax.n:
+                continue
+            P[nb, i] += 0.5
+    return P
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+@pytest.mark.parametrize("shape", [(7, 9), (8, 6), (10, 11), (6, 12, 7)])
+def test_transfers_and_galerkin_product_match_explicit_matrices(periodic, shape):
+    rng = np.random.default_rng(len(shape) + sum(shape))
+    ndim = len(shape)
+    offsets = [o for o in itertools.product((-1, 0, 1), repeat=ndim) if sum(map(abs, o)) <= 1] + [(1,) * ndim]
+    coefs = {o: rng.random(shape) for o in offsets}
+    coefs[offsets[0]] = 2.5  # a constant coefficient stays a number
+    axes = [Axis1D.of(n, periodic) for n in shape]
+    Ps = [interpolation_1d(ax) for ax in axes]
+    P = Ps[0]
+    for Q in Ps[1:]:
+        P = np.kron(P, Q)
+    A = sparse_matrix(coefs, shape, periodic).toarray()
+    c, s = coefs, shape
+    for d, ax in enumerate(axes):
+        c = galerkin_axis(c, s, d, ax)
+        s = tuple(ax.m if k == d else n for k, n in enumerate(s))
+    assert np.abs(sparse_matrix(c, s, periodic).toarray() - P.T @ A @ P).max() <= 1e-12 * np.abs(A).max()
+    v, f = rng.random(s), rng.random(shape)
+    fine, coarse = v, f
+    for d, ax in enumerate(axes):
+        fine, coarse = prolong_axis(fine, d, ax), restrict_axis(coarse, d, ax)
+    assert np.allclose(fine.ravel(), P @ v.ravel()) and np.allclose(coarse.ravel(), P.T @ f.ravel())
+
+
+def laplacian(ndim, boundary="dirichlet", shift=0.0):
+    @msc.operator(boundary=boundary, name=f"lap{ndim}{boundary[0]}")
+    def lap(u, h):
+        axes = [(x, y, z)[d] for d in range(ndim)]
+        total = -2 * ndim * u[tuple(axes)] - shift * u[tuple(axes)] * h**2
+        for d in range(ndim):
+            for s in (-1, 1):
+                total = total + u[tuple(a + s if e == d else a for e, a in enumerate(axes))]
+        return total / h**2
+    return lap
+
+
+def check_residual(L, u, rhs, tol, **inputs):
+    """||L(u) - rhs|| / ||rhs - g|| from the matrix msc assembles (not the matrix-free path)."""
+    A, g = L.matrix(shape=u.shape, **inputs, u=u)
+    inner = tuple(slice(r, n - r) for r, n in zip(L.radius, u.shape)) if L.ir.boundary == "dirichlet" else ...
+    b = rhs.reshape(-1) - g
+    assert np.linalg.norm(A @ u[inner].reshape(-1) - b) <= tol * np.linalg.norm(b)
+    return A, b
+
+
+@pytest.mark.parametrize("ndim,n,boundary", [(2, 33, "dirichlet"), (2, 40, "dirichlet"), (3, 17, "dirichlet"),
+                                             (3, 20, "dirichlet"), (2, 36, "periodic"), (2, 35, "periodic"),
+                                             (3, 18, "periodic"), (3, 15, "periodic")])
+def test_multigrid_solves_poisson_odd_and_even_sizes(ndim, n, boundary):
+    L = laplacian(ndim, boundary, shift=0.0 if boundary == "dirichlet" else 5.0)  # periodic: shifted, definite
+    h = 1.0 / (n + 1)
+    rng = np.random.default_rng(n)
+    rhs = rng.random((n,) * ndim)
+    ring = np.zeros((n + 2,) * ndim) if boundary == "dirichlet" else None
+    if ring is not None:
+        ring[(0,) + (slice(None),) * (ndim - 1)] = 1.0  # a nonzero ring value goes into the right-hand side
+    given = {"u": ring} if ring is not None else {}
+    u, info = msc.solve(L, rhs, h=h, method="multigrid", tol=1e-9, full_output=True, **given)
+    check_residual(L, u, rhs, 1e-9, h=h)
+    assert info.solver == "multigrid-cg" and info.iterations <= 15 and len(info.levels) >= 3
+    assert info.residuals[0] == 1.0 and info.residuals[-1] <= 1e-9 and info["method"] == "cg"
+    direct = msc.solve(L, rhs, h=h, method="direct", **given)
+    assert np.abs(u - direct).max() <= 1e-6 * np.abs(direct).max()
+    if ring is not None:
+        assert np.array_equal(u[0], ring[0])  # the ring is kept
+
+
+def divergence_form():
+    @msc.operator
+    def div3(u, k, h):
+        return (k[x + 1, y, z] * (u[x + 1, y, z] - u[x, y, z]) - k[x, y, z] * (u[x, y, z] - u[x - 1, y, z])
+                + k[x, y + 1, z] * (u[x, y + 1, z] - u[x, y, z]) - k[x, y, z] * (u[x, y, z] - u[x, y - 1, z])
+                + k[x, y, z + 1] * (u[x, y, z + 1] - u[x, y, z]) - k[x, y, z] * (u[x, y, z] - u[x, y, z - 1])) / h**2
+    return div3
+
+
+@pytest.mark.parametrize("contrast,most", [(None, 15), (1e3, 40)])
+def test_variable_coefficients_coarsen_by_galerkin(contrast, most):
+    L = divergence_form()
+    n = 23
+    h = 1.0 / (n + 1)
+    X, Y, Z = np.meshgrid(*[np.linspace(0, 1, n + 2)] * 3, indexing="ij")
+    if contrast is None:
+        k = 1 + 0.9 * np.sin(2 * np.pi * X) * np.sin(2 * np.pi * Y) * np.sin(2 * np.pi * Z)
+    else:
+        k = np.where((abs(X - 0.5) < 0.2) & (abs(Y - 0.5) < 0.2) & (abs(Z - 0.5) < 0.2), contrast, 1.0)
+    rhs = np.random.default_rng(3).random((n,) * 3)
+    u, info = msc.solve(L, rhs, k=k, h=h, method="cg", full_output=True)
+    check_residual(L, u, rhs, 1e-8, k=k, h=h)
+    assert info.iterations <= most
+
+
+def convection_diffusion():
+    @msc.operator
+    def cd(u, h, v):
+        return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 \
+            - v * (u[x + 1, y] - u[x - 1, y]) / (2 * h)
+    return cd
+
+
+def test_nonsymmetric_operator_goes_to_gmres_and_cg_is_refused():
+    L, n = convection_diffusion(), 47
+    h, rhs = 1.0 / (n + 1), np.ones((n, n))
+    u, info = msc.solve(L, rhs, h=h, v=30.0, method="multigrid", full_output=True)
+    assert info.solver == "multigrid-gmres" and info.iterations <= 30
+    check_residual(L, u, rhs, 1e-8, h=h, v=30.0)
+    with pytest.raises(msc.StencilArgumentError, match="CG needs a symmetric operator.*method='gmres'"):
+        msc.solve(L, rhs, h=h, v=30.0, method="cg")
+
+
+def test_not_converging_raises_with_the_history():
+    L, n = convection_diffusion(), 31
+    with pytest.raises(msc.ConvergenceError, match="GMRES did not reach the relative residual 1e-12 in 2 iterations") \
+            as err:
+        msc.solve(L, np.ones((n, n)), h=1.0 / (n + 1), v=30.0, method="gmres", tol=1e-12, maxiter=2)
+    assert len(err.value.residuals) == 3 and err.value.residuals[0] == 1.0
+    with pytest.raises(msc.ConvergenceError):
+        msc.solve(laplacian(3), np.ones((15,) * 3), h=0.1, method="cg", tol=1e-12, maxiter=1)
+
+
+def test_bad_arguments_and_systems_are_refused():
+    L = laplacian(2)
+    rhs = np.ones((9, 9))
+    with pytest.raises(msc.StencilArgumentError, match="method must be one of"):
+        msc.solve(L, rhs, h=0.1, method="jacobi")
+    with pytest.raises(msc.StencilArgumentError, match="tol must be"):
+        msc.solve(L, rhs, h=0.1, method="cg", tol=0)
+    with pytest.raises(msc.StencilArgumentError, match="maxiter must be"):
+        msc.solve(L, rhs, h=0.1, method="cg", maxiter=0)
+
+    @msc.operator
+    def pair(a, b):
+        return {a: a[x - 1, y] + a[x + 1, y] - 2 * a[x, y] + b[x, y], b: b[x, y - 1] + b[x, y + 1] - 2 * b[x, y]}
+    with pytest.raises(msc.StencilArgumentError, match="one unknown.*a, b.*method='direct'"):
+        msc.solve(pair, {"a": rhs, "b": rhs}, method="multigrid")
+    with pytest.raises(msc.StencilArgumentError, match="solver must be 'direct' or 'multigrid'"):
+        msc.implicit(L, 0.1, shape=(11, 11), h=0.1, solver="cg")
+
+
+def test_auto_picks_direct_for_small_problems_and_multigrid_for_large():
+    from msc.pde.steps import AUTO_DIRECT_LIMIT
+
+    L = laplacian(3)
+    small = round(AUTO_DIRECT_LIMIT[3] ** (1 / 3)) - 2
+    _, info = msc.solve(L, np.ones((small,) * 3), h=0.1, full_output=True)
+    assert info.method == "direct" and info.solver == "swCholesky"
+    large = round(AUTO_DIRECT_LIMIT[3] ** (1 / 3)) + 2
+    u, info = msc.solve(L, np.ones((large,) * 3), h=0.1, full_output=True)
+    assert info.method == "cg" and info["solver"] == "multigrid-cg"
+    check_residual(L, u, np.ones((large,) * 3), 1e-8, h=0.1)
+
+
+@pytest.mark.parametrize("method", ["backward_euler", "crank_nicolson"])
+def test_implicit_steps_with_multigrid_match_the_factored_steps(method):
+    L = divergence_form()
+    n = 15
+    h = 1.0 / (n + 1)
+    k = 1.0 + np.random.default_rng(0).random((n + 2,) * 3)
+    u0 = np.zeros((n + 2,) * 3)
+    u0[1:-1, 1:-1, 1:-1] = np.random.default_rng(1).random((n,) * 3)
+    dt = 20 * h * h
+    mg = msc.implicit(L, dt, method, shape=u0.shape, k=k, h=h, solver="multigrid", tol=1e-11)
+    direct = msc.implicit(L, dt, method, shape=u0.shape, k=k, h=h)
+    a, b = mg.run(steps=3, u=u0)["u"], direct.run(steps=3, u=u0)["u"]
+    assert mg.solver == "multigrid-cg" and len(mg.iterations) == 3 and "multigrid-cg" in repr(mg)
+    assert np.abs(a - b).max() <= 1e-8 * np.abs(b).max()
