@@ -131,17 +131,14 @@ def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Ax
             y = x + a
             inside = np.ones(ax.m, bool) if ax.periodic else (y >= 0) & (y < ax.n)
             y = y % ax.n
+            at_x = np.take(c, x, axis=axis) if varies else np.asarray(c)
             for j, w2 in columns:
                 weight = w1 * w2[y] * inside
                 s = j[y] - rows
                 if ax.periodic:
                     s = (s + ax.m // 2) % ax.m - ax.m // 2
                 for step in np.unique(s[weight != 0]):
-                    wk = np.where(s == step, weight, 0.0)
-                    if varies:
-                        term = np.take(c, x, axis=axis) * _along(wk, axis, ndim)
-                    else:
-                        term = np.asarray(c) * _along(wk, axis, ndim)
+                    term = at_x * _along(np.where(s == step, weight, 0.0), axis, ndim)
                     key = offset[:axis] + (int(step),) + offset[axis + 1:]
                     out[key] = out[key] + term if key in out else term
     return {k: v for k, v in out.items() if np.any(v != 0)}

@@ -47,6 +47,10 @@ class SolveInfo:
     solve_s: float = 0.0
     assembly_s: float = 0.0
     factor_s: float = 0.0
+    ranks: int = 1
+    halo_bytes_per_iteration: float = 0.0  # over MPI ranks: halo bytes all ranks sent, per Krylov iteration
+    halo_face_bytes_per_iteration: float = 0.0  # ... the least of it: faces only (edges and corners left out)
+    gather_bytes_per_iteration: float = 0.0  # ... and bytes gathered to and scattered from rank 0
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)

@@ -19,8 +19,11 @@ from msc.errors import ConvergenceError
 Apply = Callable[[np.ndarray], np.ndarray]
 
 
-def _norm(v: np.ndarray) -> float:
-    return float(np.sqrt(np.dot(v, v)))
+Dot = Callable[[np.ndarray, np.ndarray], float]
+
+
+def _local_dot(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b))
 
 
 def _fail(method: str, what: str, tol: float, history: list[float]) -> ConvergenceError:
@@ -31,27 +34,28 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
 
 
 def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
-       what: str) -> tuple[np.ndarray, list[float]]:
-    """Preconditioned conjugate gradients from x = 0."""
+       what: str, dot: Dot = _local_dot) -> tuple[np.ndarray, list[float]]:
+    """Preconditioned conjugate gradients from x = 0 (`dot`: a global sum over MPI ranks)."""
     x = np.zeros_like(b)
-    bnorm = _norm(b)
+    bnorm = np.sqrt(dot(b, b))
     if bnorm == 0.0:
         return x, [0.0]
+    bnorm = float(bnorm)
     r = b.copy()
     history = [1.0]
     z = precondition(r)
     p = z.copy()
-    rz = float(np.dot(r, z))
+    rz = dot(r, z)
     for _ in range(maxiter):
         q = apply(p)
-        alpha = rz / float(np.dot(p, q))
+        alpha = rz / dot(p, q)
         axpy(p, x, a=alpha)  # in place, no temporaries: x += alpha p, r -= alpha q
         axpy(q, r, a=-alpha)
-        history.append(_norm(r) / bnorm)
+        history.append(float(np.sqrt(dot(r, r)) / bnorm))
         if history[-1] <= tol:
             return x, history
         z = precondition(r)
-        rz_new = float(np.dot(r, z))
+        rz_new = dot(r, z)
         p *= rz_new / rz
         p += z
         rz = rz_new
@@ -59,16 +63,16 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
 
 
 def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int, what: str,
-          restart: int = 30) -> tuple[np.ndarray, list[float]]:
+          dot: Dot = _local_dot, restart: int = 30) -> tuple[np.ndarray, list[float]]:
     """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations)."""
     x = np.zeros_like(b)
-    bnorm = _norm(b)
+    bnorm = float(np.sqrt(dot(b, b)))
     if bnorm == 0.0:
         return x, [0.0]
     history = [1.0]
     r = b.copy()
     while len(history) - 1 < maxiter:
-        beta = _norm(r)
+        beta = float(np.sqrt(dot(r, r)))
         m = min(restart, maxiter - (len(history) - 1))
         V = np.empty((m + 1, b.size))
         Z = np.empty((m, b.size))
@@ -82,9 +86,9 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
             Z[k] = precondition(V[k])
             w = apply(Z[k])
             for i in range(k + 1):  # modified Gram-Schmidt
-                H[i, k] = np.dot(V[i], w)
+                H[i, k] = dot(V[i], w)
                 w -= H[i, k] * V[i]
-            H[k + 1, k] = _norm(w)
+            H[k + 1, k] = np.sqrt(dot(w, w))
             if H[k + 1, k] != 0.0:
                 V[k + 1] = w / H[k + 1, k]
             for i in range(k):
@@ -99,7 +103,7 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
         y = np.linalg.solve(np.triu(H[:k + 1, :k + 1]), g[:k + 1])
         x += y @ Z[:k + 1]
         r = b - apply(x)
-        history[-1] = _norm(r) / bnorm  # the true residual at the end of a cycle
+        history[-1] = float(np.sqrt(dot(r, r))) / bnorm  # the true residual at the end of a cycle
         if history[-1] <= tol:
             return x, history
     raise _fail("GMRES", what, tol, history)

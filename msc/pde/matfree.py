@@ -17,7 +17,8 @@ folded into b, so the three kernels act as the linear part A.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
 
 RHS, WEIGHT = "mg_rhs", "mg_weight"
 KINDS = ("apply", "residual", "jacobi")
+
+
+@lru_cache(maxsize=64)
+def _compiled(st: ir.StencilIR, target: str, threads: int | None) -> Any:
+    """A kernel per stencil, built once per process: a level's kernels are the same for every solve."""
+    return Stencil(None, stencil_ir=st).compile(target, threads=threads)
 
 
 def _read(name: str, offsets: tuple[int, ...], dt: int | None = 0) -> ir.FieldRead:
@@ -68,7 +75,7 @@ class CompiledOperator:
             st = ir.StencilIR(f"{name}_{kind}", ndim, tuple(decls), params,
                               (ir.Statement(unknown, exprs[kind], loc or ir.SourceLoc("<msc>", 0)),),
                               boundary=boundary)
-            self.kernels[kind] = Stencil(None, stencil_ir=st).compile(target, threads=threads)
+            self.kernels[kind] = _compiled(st, target, threads)
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
         arrays = {unknown: np.zeros(full), RHS: np.zeros(full), WEIGHT: np.zeros(full), **inputs}
         first = self.kernels["apply"]
@@ -83,6 +90,7 @@ class CompiledOperator:
         self._inner = tuple(slice(gd + rd, gd + rd + nd) for gd, rd, nd in zip(g, ring, shape))
         self.step = 0
         self.shift: np.ndarray | None = None  # K(0): the constant part, folded into b
+        self.refresh: Callable[[np.ndarray], None] | None = None
 
     def slot(self, step: int) -> np.ndarray:
         return self._buffers[self.unknown][step % 2][self._inner]
@@ -103,36 +111,34 @@ class CompiledOperator:
     def set_weight(self, w: np.ndarray) -> None:
         self._buffers[WEIGHT][self._inner] = w
 
-    def _wrap(self) -> None:
-        """Periodic: refresh u's ghost cells from the interior (the kernels wrap only the levels they write)."""
-        if self._ghosts is None:
-            return
-        a = self._buffers[self.unknown][self.step % 2]
-        for d, w in enumerate(self._ghosts):
-            if w:
-                n = a.shape[d] - 2 * w
-                lo, hi = [slice(None)] * a.ndim, [slice(None)] * a.ndim
-                lo[d], hi[d] = slice(0, w), slice(n, n + w)
-                a[tuple(lo)] = a[tuple(hi)]
-                lo[d], hi[d] = slice(n + w, n + 2 * w), slice(w, 2 * w)
-                a[tuple(lo)] = a[tuple(hi)]
+    def padded(self, step: int) -> np.ndarray:
+        """The whole buffer slot of level `step` (ring or ghost cells included)."""
+        return self._buffers[self.unknown][step % 2]
+
+    def _refresh(self) -> None:
+        """Fill u's ghost cells or halo before a kernel reads it: `refresh` when set (a halo
+        exchange over MPI ranks), else the periodic wrap (the kernels wrap only the levels they write)."""
+        if self.refresh is not None:
+            self.refresh(self.padded(self.step))
+        elif self._ghosts is not None:
+            wrap_ghosts(self.padded(self.step), self._ghosts)
 
     def sweep(self, sweeps: int) -> None:
         """`sweeps` weighted-Jacobi sweeps on u for A u = b."""
-        self._wrap()
+        self._refresh()
         self.kernels["jacobi"].advance(self._calls["jacobi"], self.step, sweeps, self._threads)
         self.step += sweeps
 
     def residual(self) -> np.ndarray:
         """b - A u (a view, valid until the next kernel call); u is kept."""
-        self._wrap()
+        self._refresh()
         self.kernels["residual"].advance(self._calls["residual"], self.step, 1, self._threads)
         return self.slot(self.step + 1)
 
     def apply(self, v: np.ndarray) -> np.ndarray:
         """A v (a fresh array); overwrites u."""
         self.u[...] = v
-        self._wrap()
+        self._refresh()
         self.kernels["apply"].advance(self._calls["apply"], self.step, 1, self._threads)
         out = self.slot(self.step + 1).copy()
         if self.shift is not None:
@@ -144,6 +150,18 @@ class CompiledOperator:
         self.shift = None
         k0 = self.apply(np.zeros(self.n))
         self.shift = k0 if np.any(k0 != 0) else None
+
+
+def wrap_ghosts(a: np.ndarray, ghosts: tuple[int, ...]) -> None:
+    """Periodic ghost cells of width ghosts[d] filled from the opposite interior edge, in place."""
+    for d, w in enumerate(ghosts):
+        if w:
+            n = a.shape[d] - 2 * w
+            lo, hi = [slice(None)] * a.ndim, [slice(None)] * a.ndim
+            lo[d], hi[d] = slice(0, w), slice(n, n + w)
+            a[tuple(lo)] = a[tuple(hi)]
+            lo[d], hi[d] = slice(n + w, n + 2 * w), slice(w, 2 * w)
+            a[tuple(lo)] = a[tuple(hi)]
 
 
 def operator_expr(L: Operator, alpha: float, beta: float) -> ir.Expr:
@@ -158,16 +176,20 @@ def operator_expr(L: Operator, alpha: float, beta: float) -> ir.Expr:
 
 
 def from_operator(L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any], alpha: float, beta: float,
-                  target: str, threads: int | None) -> CompiledOperator:
-    """alpha*I + beta*L on arrays of `shape` (ring included), its coefficients and scalars from `inputs`."""
+                  target: str, threads: int | None, block: bool = False) -> CompiledOperator:
+    """alpha*I + beta*L on arrays of `shape` (ring included), its coefficients and scalars from `inputs`.
+
+    block=True: `shape` is one rank's block with a ring of the operator's radius on every side,
+    filled by halo exchanges (`refresh`), whatever the operator's boundary."""
     u = L.ir.unknowns[0]
-    n = L.interior_shape(shape)
-    ring = (0,) * len(shape) if L.ir.boundary == "periodic" else L.radius
+    periodic = L.ir.boundary == "periodic" and not block
+    ring = (0,) * len(shape) if periodic else L.radius
+    n = tuple(s - 2 * r for s, r in zip(shape, ring))
     given = {k: v for k, v in inputs.items() if k in L.ir.coefficients or k in L.ir.params}
     tag = f"{L.name}_a{alpha:g}_b{beta:g}".replace("-", "m").replace(".", "p").replace("+", "")
-    op = CompiledOperator(tag, operator_expr(L, alpha, beta), u, L.ir.ndim, L.ir.boundary, given,
-                          L.ir.coefficients, L.ir.params, n, ring, target, threads, L.ir.loc)
-    op.measure_shift()
+    op = CompiledOperator(tag, operator_expr(L, alpha, beta), u, L.ir.ndim, "periodic" if periodic else "dirichlet",
+                          given, L.ir.coefficients, L.ir.params, n, ring, target, threads, L.ir.loc)
+    op.measure_shift()  # before any halo exchange is plugged in: u is zero, ring and halo too
     return op
 
 

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from msc import ir
 from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble
 from msc.pde.direct import Factorization, check_residual
+from msc.pde.problem import checked_problem
 from msc.pde.iterative import IterativeSolver, SolveInfo, check_method, check_scalar
 from msc.pde.matfree import from_operator
 from msc.pde.operator import Operator
@@ -143,18 +143,6 @@ def explicit(L: Operator, dt: float, method: str = "euler") -> ExplicitStencil:
                 statements.append((u, _plus(_times(1.0 / 3.0, mix), _times(dt / 6.0, last))))
     st = L.stencil_ir(statements, tuple(stages), name=f"{L.name}_{method}")
     return ExplicitStencil(st, stages)
-
-
-def _split(L: Operator, values: Mapping[str, Any] | np.ndarray | None, what: str) -> dict[str, Any]:
-    """A dict per unknown from a single array (one unknown) or a dict."""
-    if values is None:
-        return {}
-    if isinstance(values, Mapping):
-        return dict(values)
-    if len(L.ir.unknowns) != 1:
-        raise StencilArgumentError(
-            f"operator '{L.name}' has unknowns {', '.join(L.ir.unknowns)}: give {what} as a dict by field")
-    return {L.ir.unknowns[0]: values}
 
 
 class Implicit:
@@ -279,17 +267,6 @@ def implicit(L: Operator, dt: float, method: str = "backward_euler", *, shape: t
     return Implicit(L, dt, method, shape, params, solver, tol, maxiter)
 
 
-def _whole_shape(L: Operator, rhs_by: dict[str, Any], inputs: Mapping[str, Any],
-                 shape: tuple[int, ...] | None) -> tuple[int, ...]:
-    if shape is not None:
-        return tuple(shape)
-    first = inputs.get(L.ir.unknowns[0])
-    if first is not None:
-        return tuple(first.shape)
-    grow = 0 if L.ir.boundary == "periodic" else 2
-    return tuple(n + grow * r for n, r in zip(np.shape(rhs_by[L.ir.unknowns[0]]), L.radius))
-
-
 def auto_method(L: Operator, shape: tuple[int, ...]) -> str:
     """method='auto': direct below AUTO_DIRECT_LIMIT unknowns (by dimension; always for systems), else multigrid."""
     unknowns = int(np.prod(L.interior_shape(shape)))
@@ -299,7 +276,8 @@ def auto_method(L: Operator, shape: tuple[int, ...]) -> str:
 
 
 def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_output: bool = False,
-          method: str = "auto", tol: float = 1e-8, maxiter: int | None = None, **inputs: Any) -> Any:
+          method: str = "auto", tol: float = 1e-8, maxiter: int | None = None, comm: Any = None,
+          dims: Any = None, **inputs: Any) -> Any:
     """Solve L(u) = rhs for the interior unknowns; returns the whole array (a dict for a system).
 
     `rhs` has the interior's shape (a dict by field for a system); the ring comes from the
@@ -308,23 +286,21 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     when symmetric, else GMRES), 'cg', 'gmres', or 'auto' (direct for small problems and
     systems). Iterative methods stop at ||b - A u|| <= tol ||b|| and raise ConvergenceError
     after `maxiter` iterations. full_output=True also returns a SolveInfo (method, solver,
-    iterations, residuals, levels, times)."""
+    iterations, residuals, levels, times). With an mpi4py communicator `comm`: multigrid over
+    its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0
+    (msc.pde.distributed)."""
     what = f"msc.solve with operator '{L.name}'"
     check_method(what, method, tol, maxiter)
-    rhs_by = _split(L, rhs, "rhs")
-    if set(rhs_by) != set(L.ir.unknowns):
-        raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
-    shape = _whole_shape(L, rhs_by, inputs, shape)
-    n = L.interior_shape(shape)
-    for u in L.ir.unknowns:
-        if np.shape(rhs_by[u]) != n:
-            raise StencilArgumentError(
-                f"operator '{L.name}': rhs for '{u}' must have the interior's shape {n}, got {np.shape(rhs_by[u])}")
+    if comm is not None:
+        from msc.pde.distributed import solve_distributed
+
+        return solve_distributed(L, rhs, comm, shape, method, tol, maxiter, full_output, dims, inputs)
+    shape, rhs_flat = checked_problem(L, rhs, inputs, shape)
     if method == "auto":
         method = auto_method(L, shape)
     t0 = time.perf_counter()
     A, g = assemble(L, shape, "float64", inputs, matrix=method == "direct")
-    b = np.concatenate([np.asarray(rhs_by[u], np.float64).reshape(-1) for u in L.ir.unknowns]) - g
+    b = rhs_flat - g
     t1 = time.perf_counter()
     if method == "direct":
         assert A is not None

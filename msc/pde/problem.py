@@ -1,0 +1,47 @@
+"""msc.solve's inputs checked: the arrays' shape and the right-hand side stacked over the interior."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from msc.errors import StencilArgumentError
+
+if TYPE_CHECKING:
+    from msc.pde.operator import Operator
+
+
+def split_by_field(L: Operator, values: Mapping[str, Any] | np.ndarray | None, what: str) -> dict[str, Any]:
+    """A dict per unknown from a single array (one unknown) or a dict."""
+    if values is None:
+        return {}
+    if isinstance(values, Mapping):
+        return dict(values)
+    if len(L.ir.unknowns) != 1:
+        raise StencilArgumentError(
+            f"operator '{L.name}' has unknowns {', '.join(L.ir.unknowns)}: give {what} as a dict by field")
+    return {L.ir.unknowns[0]: values}
+
+
+def checked_problem(L: Operator, rhs: Any, inputs: Mapping[str, Any],
+                    shape: tuple[int, ...] | None) -> tuple[tuple[int, ...], np.ndarray]:
+    """msc.solve's arrays' shape and the stacked right-hand side over the interior (unknowns in order)."""
+    rhs_by = split_by_field(L, rhs, "rhs")
+    if set(rhs_by) != set(L.ir.unknowns):
+        raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
+    if shape is None:
+        first = inputs.get(L.ir.unknowns[0])
+        if first is not None:
+            shape = tuple(first.shape)
+        else:
+            grow = 0 if L.ir.boundary == "periodic" else 2
+            shape = tuple(n + grow * r for n, r in zip(np.shape(rhs_by[L.ir.unknowns[0]]), L.radius))
+    shape = tuple(shape)
+    n = L.interior_shape(shape)
+    for u in L.ir.unknowns:
+        if np.shape(rhs_by[u]) != n:
+            raise StencilArgumentError(
+                f"operator '{L.name}': rhs for '{u}' must have the interior's shape {n}, got {np.shape(rhs_by[u])}")
+    return shape, np.concatenate([np.asarray(rhs_by[u], np.float64).reshape(-1) for u in L.ir.unknowns])
