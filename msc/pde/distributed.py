@@ -90,12 +90,10 @@ def prolong_block(slab: np.ndarray, parts: list[AxisPart]) -> np.ndarray:
     for d, p in enumerate(parts):
         x = np.arange(p.s, p.e) - p.base
         first = np.floor_divide(x, 2) - p.a  # the coarse point at or left of x, in the slab
-        odd = (x % 2 == 1).astype(float)
-        take = lambda idx: np.take(out, idx, axis=d)  # noqa: E731
         shape = [1] * out.ndim
         shape[d] = x.size
-        w2 = (0.5 * odd).reshape(shape)
-        out = take(first) * (1.0 - w2) + take(first + 1) * w2
+        w2 = (0.5 * (x % 2 == 1)).reshape(shape)  # a fine point between two coarse ones takes half of each
+        out = np.take(out, first, axis=d) * (1.0 - w2) + np.take(out, first + 1, axis=d) * w2
     return out
 
 
@@ -267,8 +265,8 @@ class DistributedMultigrid:
     def solve(self) -> tuple[np.ndarray, list[float]]:
         """This rank's block of the solution, and the residual history (the same on every rank)."""
         shape = self.grid.count
-        apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)  # noqa: E731
-        precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)  # noqa: E731
+        apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)
+        precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)
         method = cg if self.krylov == "cg" else gmres
         b = self.b.reshape(-1)
         with blas_threads().limit(limits=1, user_api="blas"):

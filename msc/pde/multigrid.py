@@ -20,8 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from msc.errors import StencilArgumentError
-from msc.pde.coarsen import Axis1D, Coefficients, diagonal, galerkin_axis, gershgorin_ratio, prolong_axis, \
-    restrict_axis, sparse_matrix
+from msc.pde.coarsen import (
+    Axis1D,
+    Coefficients,
+    diagonal,
+    galerkin_axis,
+    gershgorin_ratio,
+    prolong_axis,
+    restrict_axis,
+    sparse_matrix,
+)
 from msc.pde.direct import Factorization
 from msc.pde.matfree import CompiledOperator, from_coefficients
 

@@ -9,14 +9,16 @@
   M = I - theta*dt*A once (swCholesky when symmetric positive definite,
   after a sign flip when negative definite, else scipy's sparse LU), reuse
   the factor every step, refactor with the saved analysis when a parameter
-  changes.
-- `solve(L, rhs, ...)`: L(u) = rhs for the interior unknowns.
+  changes; or (solver="multigrid") solve each step matrix-free.
+- `solve(L, rhs, method=...)`: L(u) = rhs for the interior unknowns, directly
+  (msc.pde.direct), by multigrid-preconditioned Krylov (msc.pde.iterative),
+  or over MPI ranks (msc.pde.distributed).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -24,14 +26,11 @@ from msc import ir
 from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble
 from msc.pde.direct import Factorization, check_residual
-from msc.pde.problem import checked_problem
 from msc.pde.iterative import IterativeSolver, SolveInfo, check_method, check_scalar
 from msc.pde.matfree import from_operator
 from msc.pde.operator import Operator
+from msc.pde.problem import checked_problem
 from msc.stencil import Stencil
-
-if TYPE_CHECKING:
-    pass
 
 EXPLICIT_METHODS = ("euler", "rk2", "rk4")
 IMPLICIT_METHODS = ("backward_euler", "crank_nicolson")
