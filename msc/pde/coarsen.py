@@ -145,14 +145,13 @@ def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Ax
 
 
 def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
-    """The operator's diagonal over the grid."""
-    zero = (0,) * len(shape)
-    return np.broadcast_to(coefs.get(zero, 0.0), shape).astype(float)
+    """The operator's diagonal, broadcastable to the grid (a number for constant coefficients)."""
+    return np.asarray(coefs.get((0,) * len(shape), 0.0), float)
 
 
 def gershgorin_ratio(coefs: Coefficients, shape: tuple[int, ...]) -> float:
     """max_x sum_o |c_o(x)| / |c_0(x)|: a bound on the spectral radius of D^-1 A."""
-    total = sum(np.abs(np.broadcast_to(c, shape)) for c in coefs.values())
+    total = sum(np.abs(np.asarray(c, float)) for c in coefs.values())
     return float(np.max(total / np.abs(diagonal(coefs, shape))))
 
 
@@ -161,6 +160,10 @@ def is_symmetric(coefs: Coefficients, shape: tuple[int, ...], periodic: bool, rt
     scale = max(float(np.max(np.abs(c))) for c in coefs.values())
     for offset, c in coefs.items():
         mirror = coefs.get(tuple(-o for o in offset))
+        if mirror is not None and np.ndim(c) == 0 and np.ndim(mirror) == 0:  # constant coefficients
+            if abs(float(c) - float(mirror)) > rtol * scale:
+                return False
+            continue
         full = np.broadcast_to(c, shape)
         if mirror is None:
             if np.any(_shifted_view(full, offset, periodic, shape) != 0):

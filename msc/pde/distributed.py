@@ -155,7 +155,7 @@ class DistributedMultigrid:
             raise StencilArgumentError(f"{self.what}: CG needs a symmetric operator with a one-signed diagonal, "
                                        f"and operator '{L.name}' is not one: use method='gmres'")
         krylov = "gmres" if method == "gmres" or not symmetric else "cg"
-        weight = 4.0 / (3.0 * gershgorin_ratio(coefs, n)) / diag
+        weight = np.broadcast_to(4.0 / (3.0 * gershgorin_ratio(coefs, n)) / diag, n)
         axes = [Axis1D.of(m, periodic) for m in n]
         coarse, cshape = coefs, n
         for d, ax in enumerate(axes):
@@ -185,7 +185,7 @@ class DistributedMultigrid:
                 else:  # arrays with their ring: block + ring is a plain slice
                     ringed = {k: a[tuple(slice(s, s + c + 2 * rd) for s, c, rd in zip(start, count, r))]
                               for k, a in arrays.items()}
-                pieces.append({"coefficients": ringed, "weight": weight[inner], "b": b[inner].copy()})
+                pieces.append({"coefficients": ringed, "weight": weight[inner].copy(), "b": b[inner].copy()})
         return self.comm.scatter(pieces, root=0)
 
     # -------------------------------------------------------------- halos
