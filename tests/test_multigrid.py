@@ -210,3 +210,16 @@ def test_implicit_steps_with_multigrid_match_the_factored_steps(method):
     a, b = mg.run(steps=3, u=u0)["u"], direct.run(steps=3, u=u0)["u"]
     assert mg.solver == "multigrid-cg" and len(mg.iterations) == 3 and "multigrid-cg" in repr(mg)
     assert np.abs(a - b).max() <= 1e-8 * np.abs(b).max()
+
+
+@pytest.mark.parametrize("boundary,n", [("dirichlet", 19), ("periodic", 18)])
+def test_chebyshev_smoother_converges_in_fewer_iterations(boundary, n):
+    L = laplacian(3, boundary, shift=0.0 if boundary == "dirichlet" else 5.0)
+    rhs = np.random.default_rng(n).random((n,) * 3)
+    h = 1.0 / (n + 1)
+    u, cheb = msc.solve(L, rhs, h=h, method="cg", smoother="chebyshev", full_output=True)
+    check_residual(L, u, rhs, 1e-8, h=h)
+    _, jacobi = msc.solve(L, rhs, h=h, method="cg", full_output=True)
+    assert cheb.iterations <= jacobi.iterations
+    with pytest.raises(msc.StencilArgumentError, match="smoother must be one of 'jacobi', 'chebyshev'"):
+        msc.solve(L, rhs, h=h, method="cg", smoother="sor")

@@ -31,7 +31,7 @@ from msc.pde.coarsen import Axis1D, diagonal, galerkin_axis, gershgorin_ratio, i
 from msc.pde.iterative import SolveInfo, check_scalar
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
-from msc.pde.multigrid import Multigrid
+from msc.pde.multigrid import Level, Multigrid, smooth
 from msc.pde.problem import checked_problem
 from msc.runtime.distributed import _collectively
 from msc.runtime.halo import Grid, HaloExchanger
@@ -102,15 +102,15 @@ class DistributedMultigrid:
 
     def __init__(self, L: Operator, comm: Any, shape: tuple[int, ...] | None, rhs: Any, inputs: Mapping[str, Any],
                  method: str, tol: float, maxiter: int | None, what: str, dims: Any = None,
-                 threads: int | None = None, sweeps: int = 2) -> None:
+                 threads: int | None = None, sweeps: int = 2, smoother: str = "jacobi") -> None:
         check_scalar(L, what, method)
         start = time.perf_counter()
-        self.comm, self.L, self.what, self.sweeps = comm, L, what, sweeps
+        self.comm, self.L, self.what, self.sweeps, self.smoother = comm, L, what, sweeps, smoother
         self.tol, self.maxiter = tol, maxiter or 200
         periodic = L.ir.boundary == "periodic"
         self.root = comm.rank == 0
         setup = _collectively(comm, lambda: self._setup_root(L, shape, rhs, inputs, method) if self.root else None)
-        shape, n, self.krylov, scalars = comm.bcast(setup[:4] if self.root else None, root=0)
+        shape, n, self.krylov, scalars, rho = comm.bcast(setup[:5] if self.root else None, root=0)
         self.shape, self.n = shape, n
         r = L.radius
         self.grid = _collectively(comm, lambda: Grid(comm, n, periodic, dims))
@@ -120,14 +120,15 @@ class DistributedMultigrid:
         directions = [tuple(v - 1 for v in o) for o in directions]
         self._u_halo = _collectively(comm, lambda: HaloExchanger(self.grid, r, 8, directions, r))
         self._r_halo = _collectively(comm, lambda: HaloExchanger(self.grid, (1,) * len(n), 8, directions))
-        fields = self._scatter(setup[4] if self.root else None)
+        fields = self._scatter(setup[5] if self.root else None)
         local = tuple(c + 2 * rd for c, rd in zip(self.grid.count, r))
         self.op = _collectively(comm, lambda: from_operator(L, local, {**scalars, **fields["coefficients"]}, 0.0,
                                                             1.0, "openmp", threads, block=True))
-        self.op.set_weight(fields["weight"])
+        self.op.set_weight(4.0 / (3.0 * rho) * fields["inverse_diagonal"])
         self.op.refresh = self._exchange_u
+        self.level = Level(tuple(self.grid.count), self.op, [], fields["inverse_diagonal"], rho)
         self.b = fields["b"]
-        self.coarse: Multigrid | None = setup[5] if self.root else None
+        self.coarse: Multigrid | None = setup[6] if self.root else None
         self._near = self.grid.padding((1,) * len(n), (0,) * len(n))  # which sides have a neighbour
         self.halo_faces = 0
         self.transfer_bytes = 0
@@ -155,26 +156,27 @@ class DistributedMultigrid:
             raise StencilArgumentError(f"{self.what}: CG needs a symmetric operator with a one-signed diagonal, "
                                        f"and operator '{L.name}' is not one: use method='gmres'")
         krylov = "gmres" if method == "gmres" or not symmetric else "cg"
-        weight = np.broadcast_to(4.0 / (3.0 * gershgorin_ratio(coefs, n)) / diag, n)
+        rho = gershgorin_ratio(coefs, n)
+        inverse_diagonal = np.broadcast_to(1.0 / diag, n)
         axes = [Axis1D.of(m, periodic) for m in n]
         coarse, cshape = coefs, n
         for d, ax in enumerate(axes):
             coarse = galerkin_axis(coarse, cshape, d, ax)
             cshape = tuple(ax.m if k == d else m for k, m in enumerate(cshape))
         level1 = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None)
-        mg = Multigrid(level1, coarse, cshape, periodic, self.what, symmetric, self.sweeps)
+        mg = Multigrid(level1, coarse, cshape, periodic, self.what, symmetric, self.sweeps, smoother=self.smoother)
         scalars = {k: v for k, v in params.items() if k in L.ir.params}
         arrays = {k: np.asarray(v, float) for k, v in params.items() if k in L.ir.coefficients}
-        return shape, n, krylov, scalars, (arrays, weight, b.reshape(n), shape), mg
+        return shape, n, krylov, scalars, rho, (arrays, inverse_diagonal, b.reshape(n), shape), mg
 
     def _scatter(self, data: tuple[Any, ...] | None) -> dict[str, Any]:
-        """Each rank's coefficient blocks (ring r), Jacobi weights and right-hand side block."""
+        """Each rank's coefficient blocks (ring r), inverse diagonal and right-hand side block."""
         r = self.L.radius
         periodic = self.L.ir.boundary == "periodic"
         pieces = None
         if self.root:
             assert data is not None
-            arrays, weight, b, shape = data
+            arrays, inverse_diagonal, b, shape = data
             pieces = []
             for rank in range(self.comm.size):
                 start, count = self.grid.block_of(rank)
@@ -185,7 +187,7 @@ class DistributedMultigrid:
                 else:  # arrays with their ring: block + ring is a plain slice
                     ringed = {k: a[tuple(slice(s, s + c + 2 * rd) for s, c, rd in zip(start, count, r))]
                               for k, a in arrays.items()}
-                pieces.append({"coefficients": ringed, "weight": weight[inner].copy(), "b": b[inner].copy()})
+                pieces.append({"coefficients": ringed, "inverse_diagonal": inverse_diagonal[inner].copy(), "b": b[inner].copy()})
         return self.comm.scatter(pieces, root=0)
 
     # -------------------------------------------------------------- halos
@@ -224,8 +226,7 @@ class DistributedMultigrid:
         op = self.op
         op.u[...] = 0.0
         op.set_rhs(b)
-        for _ in range(self.sweeps):
-            op.sweep(1)
+        smooth(self.level, self.smoother, self.sweeps, one_at_a_time=True)
         coarse_part = restrict_block(self._residual_with_halo(), self.parts)
         pieces = self.comm.gather((tuple(p.i0 for p in self.parts), coarse_part), root=0)
         slabs = None
@@ -240,8 +241,7 @@ class DistributedMultigrid:
             self.transfer_bytes += sum(s.nbytes for s in slabs)
         slab = self.comm.scatter(slabs, root=0)
         op.u[...] += prolong_block(slab, self.parts)
-        for _ in range(self.sweeps):
-            op.sweep(1)
+        smooth(self.level, self.smoother, self.sweeps, one_at_a_time=True)
         return op.u.copy()
 
     def _slab(self, e1: np.ndarray, rank: int) -> np.ndarray:
@@ -294,13 +294,13 @@ class DistributedMultigrid:
 
 
 def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] | None, method: str, tol: float,
-                      maxiter: int | None, full_output: bool, dims: Any, inputs: Mapping[str, Any]) -> Any:
+                      maxiter: int | None, smoother: str, full_output: bool, dims: Any, inputs: Mapping[str, Any]) -> Any:
     """msc.solve(..., comm=comm): see the module docstring."""
     what = f"msc.solve with operator '{L.name}'"
     if method in ("auto", "direct"):
         method = "multigrid"  # over ranks the direct solve is not offered: auto means multigrid
     t0 = time.perf_counter()
-    mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims)
+    mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims, smoother=smoother)
     try:
         t1 = time.perf_counter()
         block, history = mg.solve()

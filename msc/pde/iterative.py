@@ -84,7 +84,7 @@ class IterativeSolver:
 
     def __init__(self, L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any], alpha: float, beta: float,
                  method: str, tol: float, maxiter: int | None, what: str, target: str = "openmp",
-                 threads: int | None = None, sweeps: int = 2) -> None:
+                 threads: int | None = None, sweeps: int = 2, smoother: str = "jacobi") -> None:
         check_scalar(L, what, method)
         start = time.perf_counter()
         self.what, self.tol, self.maxiter = what, float(tol), maxiter or MAXITER
@@ -103,7 +103,7 @@ class IterativeSolver:
             raise StencilArgumentError(f"{what}: CG needs a symmetric operator with a one-signed diagonal, and "
                                        f"operator '{L.name}' is not one: use method='gmres'")
         self.krylov = "gmres" if method == "gmres" or not symmetric else "cg"
-        self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads)
+        self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads, smoother)
         self.setup_s = time.perf_counter() - start
 
     @property

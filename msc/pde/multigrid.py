@@ -34,6 +34,8 @@ from msc.pde.direct import Factorization
 from msc.pde.matfree import CompiledOperator, from_coefficients
 
 COARSEST = 2000
+SMOOTHERS = ("jacobi", "chebyshev")
+CHEBYSHEV_RATIO = 4.0
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Level:
     shape: tuple[int, ...]
     op: CompiledOperator | None
     axes: list[Axis1D | None]
+    inverse_diagonal: np.ndarray | None = None
+    rho: float = 0.0  # a Gershgorin bound of the spectral radius of D^-1 A
 
 
 def _axes(shape: tuple[int, ...], periodic: bool) -> list[Axis1D | None]:
@@ -58,11 +62,15 @@ class Multigrid:
     """The hierarchy below `fine` (whose coefficient stencil is `coefs`, on `shape` unknowns)."""
 
     def __init__(self, fine: CompiledOperator, coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
-                 what: str, symmetric: bool, sweeps: int = 2, target: str = "openmp", threads: int | None = None) -> None:
+                 what: str, symmetric: bool, sweeps: int = 2, target: str = "openmp", threads: int | None = None,
+                 smoother: str = "jacobi") -> None:
         if not isinstance(sweeps, int) or isinstance(sweeps, bool) or sweeps < 1:
             raise StencilArgumentError(f"{what}: sweeps must be a positive integer, got {sweeps!r}")
+        if smoother not in SMOOTHERS:
+            raise StencilArgumentError(f"{what}: smoother must be one of {', '.join(map(repr, SMOOTHERS))}, "
+                                       f"got {smoother!r}")
         start = time.perf_counter()
-        self.sweeps = sweeps
+        self.sweeps, self.smoother = sweeps, smoother
         self.levels: list[Level] = []
         op: CompiledOperator | None = fine
         while True:
@@ -72,8 +80,7 @@ class Multigrid:
                 break  # the coarsest level: solved directly
             if op is None:
                 op = from_coefficients(coefs, shape, periodic, symmetric, target, threads)
-            self._smoothing(op, coefs, shape, what)
-            self.levels.append(Level(shape, op, axes))
+            self.levels.append(self._smoothing(Level(shape, op, axes), coefs, what))
             for d, ax in enumerate(axes):
                 if ax is not None:
                     coefs = galerkin_axis(coefs, self._partial(shape, axes, d), d, ax)
@@ -89,15 +96,17 @@ class Multigrid:
         return tuple(ax.m if ax is not None and k < d else n for k, (n, ax) in enumerate(zip(shape, axes)))
 
     @staticmethod
-    def _smoothing(op: CompiledOperator | None, coefs: Coefficients, shape: tuple[int, ...], what: str) -> None:
-        if op is None:
-            return
-        diag = diagonal(coefs, shape)
+    def _smoothing(level: Level, coefs: Coefficients, what: str) -> Level:
+        """The level with its smoother's data: Jacobi weights omega / diag in the kernels, D^-1 and rho."""
+        diag = diagonal(coefs, level.shape)
         if np.any(diag == 0):
-            raise StencilArgumentError(f"{what}: multigrid's Jacobi smoother needs a nonzero diagonal; the operator "
+            raise StencilArgumentError(f"{what}: multigrid's smoothers need a nonzero diagonal; the operator "
                                        "has a zero on it: use method='direct'")
-        omega = 4.0 / (3.0 * gershgorin_ratio(coefs, shape))
-        op.set_weight(omega / diag)
+        level.rho = gershgorin_ratio(coefs, level.shape)
+        level.inverse_diagonal = 1.0 / diag
+        assert level.op is not None
+        level.op.set_weight(4.0 / (3.0 * level.rho) / diag)
+        return level
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -114,7 +123,7 @@ class Multigrid:
         op = level.op
         op.u[...] = 0.0
         op.set_rhs(b)
-        op.sweep(self.sweeps)
+        smooth(level, self.smoother, self.sweeps)
         r = op.residual()
         for d, ax in enumerate(level.axes):
             if ax is not None:
@@ -123,5 +132,31 @@ class Multigrid:
         coarsened = [d for d, ax in enumerate(level.axes) if ax is not None]
         for d in coarsened:  # the last one adds the correction into u
             e = prolong_axis(e, d, level.axes[d], op.u if d == coarsened[-1] else None)  # type: ignore[arg-type]
-        op.sweep(self.sweeps)
+        smooth(level, self.smoother, self.sweeps)
         return op.u
+
+
+def smooth(level: Level, smoother: str, sweeps: int, one_at_a_time: bool = False) -> None:
+    """`sweeps` Jacobi sweeps on the level's u (one kernel call, or one each when halos are exchanged
+    between them), or a Chebyshev polynomial of degree `sweeps` in D^-1 A aimed at the upper part of
+    its spectrum, [rho / CHEBYSHEV_RATIO, rho]."""
+    op = level.op
+    assert op is not None and level.inverse_diagonal is not None
+    if smoother == "jacobi":
+        for _ in range(sweeps if one_at_a_time else 1):
+            op.sweep(1 if one_at_a_time else sweeps)
+        return
+    hi = level.rho
+    lo = hi / CHEBYSHEV_RATIO
+    theta, delta = (hi + lo) / 2, (hi - lo) / 2
+    sigma = theta / delta
+    rho = 1.0 / sigma
+    d = level.inverse_diagonal * op.residual() / theta
+    for i in range(sweeps):
+        op.u[...] += d
+        if i == sweeps - 1:
+            break
+        rho_next = 1.0 / (2.0 * sigma - rho)
+        d *= rho_next * rho
+        d += (2.0 * rho_next / delta) * level.inverse_diagonal * op.residual()
+        rho = rho_next

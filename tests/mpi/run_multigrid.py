@@ -34,14 +34,14 @@ def drift(u, h, v):
 
 
 def compare(name: str, L: msc.Operator, rhs: np.ndarray, method: str = "multigrid", dims: Any = None,
-            **inputs: Any) -> None:
+            smoother: str = "jacobi", **inputs: Any) -> None:
     on_root = {k: v if comm.rank == 0 or not isinstance(v, np.ndarray) else None for k, v in inputs.items()}
     u, info = msc.solve(L, rhs if comm.rank == 0 else None, method=method, tol=1e-12, full_output=True,
-                        comm=comm, dims=dims, **on_root)
+                        comm=comm, dims=dims, smoother=smoother, **on_root)
     if comm.rank != 0:
         assert u is None
         return
-    serial, sinfo = msc.solve(L, rhs, method=method, tol=1e-12, full_output=True, **inputs)
+    serial, sinfo = msc.solve(L, rhs, method=method, tol=1e-12, full_output=True, smoother=smoother, **inputs)
     results[name] = {"difference": float(np.abs(u - serial).max() / np.abs(serial).max()),
                      "iterations": info.iterations, "serial_iterations": sinfo.iterations, "solver": info.solver,
                      "halo_bytes_per_iteration": info.halo_bytes_per_iteration,
@@ -58,6 +58,7 @@ ring[0] = 1.0
 compare("div_k_grad_3d", div3, rng.random((n,) * 3), k=k, h=1.0 / (n + 1), u=ring)
 compare("div_k_grad_3d_even_rows", div3, rng.random((20,) * 3), dims=(comm.size, 1, 1),
         k=np.ones((22,) * 3), h=1.0 / 21)
+compare("div_k_grad_3d_chebyshev", div3, rng.random((n,) * 3), smoother="chebyshev", k=k, h=1.0 / (n + 1), u=ring)
 compare("periodic_2d", helmholtz, rng.random((24, 30)), h=1.0 / 24)
 compare("drift_gmres_2d", drift, rng.random((27, 25)), method="gmres", h=1.0 / 28, v=20.0)
 
