@@ -153,7 +153,12 @@ class CompiledKernel:
         return {name: level.copy() for name, level in sim.fields.items()}
 
     def _threads_of(self, threads: int | None) -> int:
-        nthreads = threads if threads is not None else (self.threads or 0)
+        """The threads a run uses: `threads`, else the kernel's, else the free cores (msc.runtime.threads)."""
+        nthreads = threads if threads is not None else self.threads
+        if nthreads is None or nthreads == 0:
+            from msc.runtime.threads import default_threads
+
+            return default_threads()
         if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 0:
             raise StencilArgumentError(f"threads must be a positive integer, got {threads!r}")
         return nthreads

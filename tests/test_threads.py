@@ -1,0 +1,42 @@
+"""The default thread count: the cores other processes leave free (msc.runtime.threads)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import msc
+from msc import t, x, y
+from msc.runtime import threads
+
+
+def test_free_cores_subtracts_other_processes_running_threads():
+    assert threads.free_cores(2, running=lambda: 1, own=lambda: 1) == 2        # only this process
+    assert threads.free_cores(2, running=lambda: 2, own=lambda: 1) == 1        # one other busy thread
+    assert threads.free_cores(2, running=lambda: 5, own=lambda: 1) == 1        # never below one
+    assert threads.free_cores(4, running=lambda: 3, own=lambda: 3) == 4        # this process's own threads
+    samples = iter([4, 1, 4])                                                    # a blip is not load
+    assert threads.free_cores(2, running=lambda: next(samples), own=lambda: 1) == 2
+    assert threads.free_cores(3, running=lambda: None, own=lambda: 1) == 3     # no /proc: all the cores
+
+
+def test_omp_num_threads_wins(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.default_threads() == 0
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert 1 <= threads.default_threads() <= threads.usable_cores()
+
+
+def test_runs_without_a_thread_count_take_the_free_cores(monkeypatch):
+    @msc.stencil
+    def heat(u):
+        u[t + 1, x, y] = u[t, x, y] + 0.1 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]
+                                           - 4 * u[t, x, y])
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "free_cores", lambda: 1)
+    kernel = heat.compile()
+    u0 = np.random.default_rng(0).random((20, 20))
+    sim = kernel.start(u=u0)
+    assert sim._nthreads == 1
+    assert kernel.start(threads=2, u=u0)._nthreads == 2                         # asked for: kept
+    np.testing.assert_allclose(kernel.run(steps=3, u=u0)["u"], heat.reference(steps=3, u=u0)["u"], rtol=1e-12)
