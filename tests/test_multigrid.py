@@ -223,3 +223,13 @@ def test_chebyshev_smoother_converges_in_fewer_iterations(boundary, n):
     assert cheb.iterations <= jacobi.iterations
     with pytest.raises(msc.StencilArgumentError, match="smoother must be one of 'jacobi', 'chebyshev'"):
         msc.solve(L, rhs, h=h, method="cg", smoother="sor")
+
+
+def test_progress_shows_the_residual_falling(capsys):
+    L = laplacian(2)
+    u = msc.solve(L, np.ones((40, 40)), h=0.1, method="cg", progress=True)
+    err = capsys.readouterr().err
+    assert "msc.solve with operator 'lap2d' (multigrid-cg): iteration 1, residual" in err and "100%" in err
+    check_residual(L, u, np.ones((40, 40)), 1e-8, h=0.1)
+    msc.solve(L, np.ones((40, 40)), h=0.1, method="cg")
+    assert capsys.readouterr().err == ""  # silent unless asked

@@ -35,6 +35,7 @@ from msc.pde.multigrid import Level, Multigrid, smooth
 from msc.pde.problem import checked_problem
 from msc.runtime.distributed import _collectively
 from msc.runtime.halo import Grid, HaloExchanger
+from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
 
 if TYPE_CHECKING:
@@ -262,15 +263,18 @@ class DistributedMultigrid:
 
         return float(self.comm.allreduce(float(np.dot(a, b)), op=MPI.SUM))
 
-    def solve(self) -> tuple[np.ndarray, list[float]]:
-        """This rank's block of the solution, and the residual history (the same on every rank)."""
+    def solve(self, progress: bool = False) -> tuple[np.ndarray, list[float]]:
+        """This rank's block of the solution, and the residual history (the same on every rank);
+        `progress=True` shows a bar on rank 0's stderr."""
         shape = self.grid.count
         apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)
         precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)
         method = cg if self.krylov == "cg" else gmres
         b = self.b.reshape(-1)
-        with blas_threads().limit(limits=1, user_api="blas"):
-            x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, dot=self._dot)
+        with blas_threads().limit(limits=1, user_api="blas"), \
+                ResidualProgress(f"{self.what} (multigrid-{self.krylov}, {self.comm.size} ranks)", self.tol,
+                                 progress and self.root) as bar:
+            x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, dot=self._dot, monitor=bar)
             bnorm = np.sqrt(self._dot(b, b))
             r = b - apply(x)
             history[-1] = float(np.sqrt(self._dot(r, r)) / bnorm) if bnorm else 0.0
@@ -294,7 +298,8 @@ class DistributedMultigrid:
 
 
 def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] | None, method: str, tol: float,
-                      maxiter: int | None, smoother: str, full_output: bool, dims: Any, inputs: Mapping[str, Any]) -> Any:
+                      maxiter: int | None, smoother: str, full_output: bool, dims: Any, progress: bool,
+                      inputs: Mapping[str, Any]) -> Any:
     """msc.solve(..., comm=comm): see the module docstring."""
     what = f"msc.solve with operator '{L.name}'"
     if method in ("auto", "direct"):
@@ -303,7 +308,7 @@ def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] |
     mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims, smoother=smoother)
     try:
         t1 = time.perf_counter()
-        block, history = mg.solve()
+        block, history = mg.solve(progress)
         t2 = time.perf_counter()
         ring = inputs.get(L.ir.unknowns[0]) if comm.rank == 0 else None
         u = mg.gather(block, ring)

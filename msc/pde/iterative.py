@@ -19,9 +19,10 @@ import numpy as np
 from msc.errors import ConvergenceError, StencilArgumentError
 from msc.pde.assemble import coefficient_stencil
 from msc.pde.coarsen import diagonal, is_symmetric
-from msc.pde.krylov import cg, gmres
+from msc.pde.krylov import Monitor, cg, gmres
 from msc.pde.matfree import from_operator
 from msc.pde.multigrid import Multigrid
+from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
 
 if TYPE_CHECKING:
@@ -117,17 +118,19 @@ class IterativeSolver:
     def _precondition(self, r: np.ndarray) -> np.ndarray:
         return self.mg.vcycle(r.reshape(self.n)).reshape(-1)
 
-    def solve(self, b: np.ndarray) -> tuple[np.ndarray, list[float]]:
-        """x with ||b - A x|| <= tol ||b|| (checked on the true residual), and the residual history.
+    def solve(self, b: np.ndarray, progress: bool = False) -> tuple[np.ndarray, list[float]]:
+        """x with ||b - A x|| <= tol ||b|| (checked on the true residual), and the residual history;
+        `progress=True` shows a bar on stderr.
 
         BLAS is held to one thread meanwhile: its idle threads spin after each dot product and
         take the cores from the compiled kernels (measured: the kernels ran 5x slower)."""
-        with blas_threads().limit(limits=1, user_api="blas"):
-            return self._solve(b)
+        with blas_threads().limit(limits=1, user_api="blas"), \
+                ResidualProgress(f"{self.what} ({self.solver})", self.tol, progress) as bar:
+            return self._solve(b, bar)
 
-    def _solve(self, b: np.ndarray) -> tuple[np.ndarray, list[float]]:
+    def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
         method = cg if self.krylov == "cg" else gmres
-        x, history = method(self.apply, self._precondition, b, self.tol, self.maxiter, self.what)
+        x, history = method(self.apply, self._precondition, b, self.tol, self.maxiter, self.what, monitor=monitor)
         bnorm = float(np.linalg.norm(b))
         true = float(np.linalg.norm(b - self.apply(x))) / bnorm if bnorm else 0.0
         if true > self.tol:  # the recurrence drifted from the true residual: go on from x once
@@ -137,7 +140,7 @@ class IterativeSolver:
                                        history)
             r = b - self.apply(x)
             dx, more = method(self.apply, self._precondition, r, self.tol * bnorm / float(np.linalg.norm(r)),
-                              left, self.what)
+                              left, self.what, monitor=monitor)
             x += dx
             history += [h * true for h in more[1:]]
             true = float(np.linalg.norm(b - self.apply(x))) / bnorm

@@ -20,6 +20,11 @@ Apply = Callable[[np.ndarray], np.ndarray]
 
 
 Dot = Callable[[np.ndarray, np.ndarray], float]
+Monitor = Callable[[float], None]
+
+
+def _ignore(_residual: float) -> None:
+    pass
 
 
 def _local_dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -34,8 +39,9 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
 
 
 def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
-       what: str, dot: Dot = _local_dot) -> tuple[np.ndarray, list[float]]:
-    """Preconditioned conjugate gradients from x = 0 (`dot`: a global sum over MPI ranks)."""
+       what: str, dot: Dot = _local_dot, monitor: Monitor = _ignore) -> tuple[np.ndarray, list[float]]:
+    """Preconditioned conjugate gradients from x = 0 (`dot`: a global sum over MPI ranks;
+    `monitor` sees each new relative residual)."""
     x = np.zeros_like(b)
     bnorm = np.sqrt(dot(b, b))
     if bnorm == 0.0:
@@ -52,6 +58,7 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
         axpy(p, x, a=alpha)  # in place, no temporaries: x += alpha p, r -= alpha q
         axpy(q, r, a=-alpha)
         history.append(float(np.sqrt(dot(r, r)) / bnorm))
+        monitor(history[-1])
         if history[-1] <= tol:
             return x, history
         z = precondition(r)
@@ -63,7 +70,7 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
 
 
 def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int, what: str,
-          dot: Dot = _local_dot, restart: int = 30) -> tuple[np.ndarray, list[float]]:
+          dot: Dot = _local_dot, monitor: Monitor = _ignore, restart: int = 30) -> tuple[np.ndarray, list[float]]:
     """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations)."""
     x = np.zeros_like(b)
     bnorm = float(np.sqrt(dot(b, b)))
@@ -98,6 +105,7 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
             H[k, k], H[k + 1, k] = denom, 0.0
             g[k], g[k + 1] = cs[k] * g[k], -sn[k] * g[k]
             history.append(float(abs(g[k + 1])) / bnorm)
+            monitor(history[-1])
             if history[-1] <= tol:
                 break
         y = np.linalg.solve(np.triu(H[:k + 1, :k + 1]), g[:k + 1])

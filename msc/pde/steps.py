@@ -276,7 +276,7 @@ def auto_method(L: Operator, shape: tuple[int, ...]) -> str:
 
 def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_output: bool = False,
           method: str = "auto", tol: float = 1e-8, maxiter: int | None = None, smoother: str = "jacobi",
-          comm: Any = None, dims: Any = None, **inputs: Any) -> Any:
+          progress: bool = False, comm: Any = None, dims: Any = None, **inputs: Any) -> Any:
     """Solve L(u) = rhs for the interior unknowns; returns the whole array (a dict for a system).
 
     `rhs` has the interior's shape (a dict by field for a system); the ring comes from the
@@ -285,7 +285,8 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     when symmetric, else GMRES), 'cg', 'gmres', or 'auto' (direct for small problems and
     systems). Iterative methods stop at ||b - A u|| <= tol ||b|| and raise ConvergenceError
     after `maxiter` iterations; `smoother` is multigrid's: 'jacobi' (weighted, 2 sweeps) or
-    'chebyshev' (degree 2 in D^-1 A). full_output=True also returns a SolveInfo (method, solver,
+    'chebyshev' (degree 2 in D^-1 A); `progress=True` shows the residual falling on stderr.
+    full_output=True also returns a SolveInfo (method, solver,
     iterations, residuals, levels, times). With an mpi4py communicator `comm`: multigrid over
     its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0
     (msc.pde.distributed)."""
@@ -294,7 +295,8 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     if comm is not None:
         from msc.pde.distributed import solve_distributed
 
-        return solve_distributed(L, rhs, comm, shape, method, tol, maxiter, smoother, full_output, dims, inputs)
+        return solve_distributed(L, rhs, comm, shape, method, tol, maxiter, smoother, full_output, dims, progress,
+                                 inputs)
     shape, rhs_flat = checked_problem(L, rhs, inputs, shape)
     if method == "auto":
         method = auto_method(L, shape)
@@ -314,7 +316,7 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     else:
         it = IterativeSolver(L, shape, inputs, 0.0, 1.0, method, tol, maxiter, what, smoother=smoother)
         t2 = time.perf_counter()
-        v, history = it.solve(b)
+        v, history = it.solve(b, progress)
         info = SolveInfo(it.krylov, it.solver, len(history) - 1, history, it.mg.shapes, setup_s=t2 - t0,
                          solve_s=time.perf_counter() - t2, assembly_s=t1 - t0)
     rings = {u: inputs[u] for u in L.ir.unknowns if inputs.get(u) is not None}

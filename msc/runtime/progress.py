@@ -59,3 +59,40 @@ def chunks(step: int, steps: int, every: int | None, bar: Progress) -> Iterator[
         yield count
         step += count
         left -= count
+
+
+class ResidualProgress:
+    """An iterative solve's bar: digits of residual reduction gained toward the tolerance's,
+    with the iteration count and the residual; does nothing when not enabled."""
+
+    def __init__(self, name: str, tol: float, enabled: bool) -> None:
+        import math
+
+        self._digits = -math.log10(tol)
+        self._bar: Any = None
+        self._name = name
+        self._iterations = 0
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=round(self._digits, 1), desc=name, unit="digit", file=sys.stderr,
+                             dynamic_ncols=True, bar_format="{desc} {percentage:3.0f}%|{bar}|")
+
+    def __enter__(self) -> ResidualProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __call__(self, residual: float) -> None:
+        import math
+
+        self._iterations += 1
+        if self._bar is None:
+            return
+        gained = min(self._digits, -math.log10(residual)) if residual > 0 else self._digits
+        self._bar.n = round(max(gained, 0.0), 1)
+        self._bar.set_description_str(f"{self._name}: iteration {self._iterations}, residual {residual:.1e}",
+                                      refresh=False)
+        self._bar.refresh()
