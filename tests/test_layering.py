@@ -29,7 +29,8 @@ LAYERS = [
     ("kernel IR", ("msc.codegen.kernel_ir", "msc.codegen.isl_ast", "msc.codegen.lower", "msc.codegen.halo_plan")),
     ("runtime support", ("msc.runtime.build", "msc.runtime.buffers", "msc.runtime.kernel", "msc.runtime.halo",
                          "msc.runtime.athread_emu", "msc.runtime.cuda_emu", "msc.runtime.cuda_kernel",
-                         "msc.runtime.checkpoint", "msc.runtime.output", "msc.runtime.progress", "msc.plot")),
+                         "msc.runtime.checkpoint", "msc.runtime.output", "msc.runtime.progress", "msc.runtime.threads",
+                         "msc.plot")),
     ("targets", ("msc.codegen", "msc.tuner")),
     ("runtime drivers", ("msc.runtime",)),
 ]
