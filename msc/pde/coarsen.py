@@ -144,6 +144,16 @@ def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Ax
     return {k: v for k, v in out.items() if np.any(v != 0)}
 
 
+def galerkin(coefs: Coefficients, shape: tuple[int, ...],
+             axes: list[Axis1D | None]) -> tuple[Coefficients, tuple[int, ...]]:
+    """R A P over every axis that has a transfer (None: the axis is kept), and the coarse grid."""
+    for d, ax in enumerate(axes):
+        if ax is not None:
+            coefs = galerkin_axis(coefs, shape, d, ax)
+            shape = shape[:d] + (ax.m,) + shape[d + 1:]
+    return coefs, shape
+
+
 def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
     """The operator's diagonal, broadcastable to the grid (a number for constant coefficients)."""
     return np.asarray(coefs.get((0,) * len(shape), 0.0), float)

@@ -27,7 +27,7 @@ import numpy as np
 
 from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble, coefficient_stencil
-from msc.pde.coarsen import Axis1D, diagonal, galerkin_axis, gershgorin_ratio, is_symmetric
+from msc.pde.coarsen import Axis1D, diagonal, galerkin, gershgorin_ratio, is_symmetric
 from msc.pde.iterative import SolveInfo, check_scalar
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
@@ -159,11 +159,7 @@ class DistributedMultigrid:
         krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         rho = gershgorin_ratio(coefs, n)
         inverse_diagonal = np.broadcast_to(1.0 / diag, n)
-        axes = [Axis1D.of(m, periodic) for m in n]
-        coarse, cshape = coefs, n
-        for d, ax in enumerate(axes):
-            coarse = galerkin_axis(coarse, cshape, d, ax)
-            cshape = tuple(ax.m if k == d else m for k, m in enumerate(cshape))
+        coarse, cshape = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
         level1 = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None)
         mg = Multigrid(level1, coarse, cshape, periodic, self.what, symmetric, self.sweeps, smoother=self.smoother)
         scalars = {k: v for k, v in params.items() if k in L.ir.params}

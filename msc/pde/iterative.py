@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from msc.pde.operator import Operator
 
 METHODS = ("auto", "direct", "multigrid", "cg", "gmres")
-ITERATIVE = ("multigrid", "cg", "gmres")
 MAXITER = 200
 
 

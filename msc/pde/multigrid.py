@@ -24,7 +24,7 @@ from msc.pde.coarsen import (
     Axis1D,
     Coefficients,
     diagonal,
-    galerkin_axis,
+    galerkin,
     gershgorin_ratio,
     prolong_axis,
     restrict_axis,
@@ -81,19 +81,12 @@ class Multigrid:
             if op is None:
                 op = from_coefficients(coefs, shape, periodic, symmetric, target, threads)
             self.levels.append(self._smoothing(Level(shape, op, axes), coefs, what))
-            for d, ax in enumerate(axes):
-                if ax is not None:
-                    coefs = galerkin_axis(coefs, self._partial(shape, axes, d), d, ax)
-            shape, op = coarse, None
+            coefs, shape = galerkin(coefs, shape, axes)
+            op = None
         self.levels.append(Level(shape, None, []))
         self.coarse = Factorization()
         self.coarse.factor(sparse_matrix(coefs, shape, periodic), f"{what} (coarsest multigrid level)")
         self.setup_s = time.perf_counter() - start
-
-    @staticmethod
-    def _partial(shape: tuple[int, ...], axes: list[Axis1D | None], d: int) -> tuple[int, ...]:
-        """The grid while coarsening axis d: axes before d already coarse."""
-        return tuple(ax.m if ax is not None and k < d else n for k, (n, ax) in enumerate(zip(shape, axes)))
 
     @staticmethod
     def _smoothing(level: Level, coefs: Coefficients, what: str) -> Level:
