@@ -48,6 +48,21 @@ def test_readme_pde_figures_are_the_latest_committed_run():
         assert figure in text, f"README lacks {figure} from {latest.name}"
 
 
+def test_readme_multigrid_figures_are_the_committed_run():
+    """The multigrid figures the README quotes are those of benchmarks/results/pde-multigrid.json."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "pde-multigrid.json").read_text())
+    cases = {c["unknowns"]: c for c in data["multigrid"]}
+    small, large, huge = cases[64**3], cases[128**3], cases[256**3]
+    figures = [f"{small['msc_multigrid']['total_s']:.3f} s at 64^3", f"{large['msc_multigrid']['total_s']:.2f} s at 128^3",
+               f"{small['ratio_msc_over_pyamg']:.2f}x and {large['ratio_msc_over_pyamg']:.2f}x pyamg's time",
+               f"in {huge['msc_multigrid']['total_s']:.1f} s", f"takes {small['msc_direct']['total_s']:.1f} s at 64^3",
+               f"{small['msc_multigrid']['iterations']} iterations at every size"]
+    assert {c["msc_multigrid"]["iterations"] for c in cases.values()} == {small["msc_multigrid"]["iterations"]}
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for figure in figures:
+        assert figure in text, f"README lacks {figure!r} from pde-multigrid.json"
+
+
 def test_readme_says_what_the_test_command_runs_and_skips():
     text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     for words in ('-m "not slow"', "marked `slow`", "MSC_MATRICES", "skipped"):
