@@ -94,7 +94,8 @@ def _along(a: np.ndarray, axis: int, ndim: int) -> np.ndarray:
     return a.reshape(shape)
 
 
-def _on(axis: int, ndim: int, sl: slice) -> tuple[slice, ...]:
+def along_axis(axis: int, ndim: int, sl: slice) -> tuple[slice, ...]:
+    """An index taking `sl` along `axis` and everything along the other axes."""
     return (slice(None),) * axis + (sl,) + (slice(None),) * (ndim - axis - 1)
 
 
@@ -104,17 +105,17 @@ def prolong_axis(c: np.ndarray, axis: int, ax: Axis1D, add_to: np.ndarray | None
     shape[axis] = ax.n
     out = np.zeros(shape) if add_to is None else add_to
     for fine, coarse, weight in ax.segments:
-        part = c[_on(axis, c.ndim, coarse)]
-        out[_on(axis, c.ndim, fine)] += part if weight == 1.0 else weight * part
+        part = c[along_axis(axis, c.ndim, coarse)]
+        out[along_axis(axis, c.ndim, fine)] += part if weight == 1.0 else weight * part
     return out
 
 
 def restrict_axis(f: np.ndarray, axis: int, ax: Axis1D) -> np.ndarray:
     """R = P^T along one axis: fine values f (size n along axis) -> coarse (size m)."""
     (fine, coarse, _), *rest = ax.segments
-    out = f[_on(axis, f.ndim, fine)].copy()
+    out = f[along_axis(axis, f.ndim, fine)].copy()
     for fine, coarse, weight in rest:
-        out[_on(axis, f.ndim, coarse)] += weight * f[_on(axis, f.ndim, fine)]
+        out[along_axis(axis, f.ndim, coarse)] += weight * f[along_axis(axis, f.ndim, fine)]
     return out
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble, coefficient_stencil
-from msc.pde.coarsen import Axis1D, diagonal, galerkin, gershgorin_ratio, is_symmetric
+from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_ratio, is_symmetric
 from msc.pde.iterative import SolveInfo, check_scalar
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
@@ -68,19 +68,15 @@ class AxisPart:
         return (self.e - 1 - self.base) // 2 + 2
 
 
-def _on(axis: int, ndim: int, sl: Any) -> tuple[Any, ...]:
-    return (slice(None),) * axis + (sl,) + (slice(None),) * (ndim - axis - 1)
-
-
 def restrict_block(r: np.ndarray, parts: list[AxisPart]) -> np.ndarray:
     """R = P^T of a block's residual given with one halo layer on every side: the coarse values of the
     centres the block owns (values beyond a dirichlet edge are the zero ring)."""
     out = r
     for d, p in enumerate(parts):
         j0, k = 2 * p.i0 + p.base - p.s + 1, p.i1 - p.i0
-        centre = out[_on(d, out.ndim, slice(j0, j0 + 2 * k, 2))]
-        left = out[_on(d, out.ndim, slice(j0 - 1, j0 - 1 + 2 * k, 2))]
-        right = out[_on(d, out.ndim, slice(j0 + 1, j0 + 1 + 2 * k, 2))]
+        centre = out[along_axis(d, out.ndim, slice(j0, j0 + 2 * k, 2))]
+        left = out[along_axis(d, out.ndim, slice(j0 - 1, j0 - 1 + 2 * k, 2))]
+        right = out[along_axis(d, out.ndim, slice(j0 + 1, j0 + 1 + 2 * k, 2))]
         out = centre + 0.5 * (left + right)
     return out[tuple(slice(1, -1) if d >= len(parts) else slice(None) for d in range(out.ndim))]
 
