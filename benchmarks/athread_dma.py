@@ -26,9 +26,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stencils import CASES, msc_stencil  # noqa: E402
 
-from msc.codegen.athread_plan import CHIPS  # noqa: E402
-from msc.codegen.athread_model import tune  # noqa: E402
 from msc.runtime.athread_emu import AthreadKernel  # noqa: E402
+from msc.targets.sunway.athread_model import tune  # noqa: E402
+from msc.targets.sunway.athread_plan import CHIPS  # noqa: E402
 
 
 def measure(case: Any, chip: str, tiles: int) -> dict[str, Any]:

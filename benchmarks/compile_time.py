@@ -67,10 +67,10 @@ marks.append(("mark", now()))
 st, points = make(name)
 marks.append(("trace", now()))
 if mode == "phases":
-    from msc.codegen.openmp import generate
+    from msc.targets.cpu.openmp import generate
     from msc.runtime.build import build_shared_library
     from msc.runtime.kernel import CompiledKernel
-    from msc.schedule import lower
+    from msc.poly.schedule import lower
     marks.append(("mark", now()))
     poly = st.poly()
     poly.dependences

@@ -26,7 +26,7 @@ for pkg in cupy-cuda12x pystencils pytest; do
     $py -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${pkg%%-*}') is None)" 2>/dev/null \
         || $py -m pip install -q "$pkg" || echo "gpu.sh: could not install $pkg" >&2
 done
-$py -c "import msc.codegen.cuda as c; a = c.device_arch(); print('CUDA device:', a); raise SystemExit(a is None)" \
+$py -c "import msc.targets.gpu.cuda as c; a = c.device_arch(); print('CUDA device:', a); raise SystemExit(a is None)" \
     || { echo "gpu.sh: no CUDA device was found" >&2; exit 2; }
 
 export MSC_CACHE_DIR="${MSC_CACHE_DIR:-$PWD/.gpu-cache}"

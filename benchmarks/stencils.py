@@ -51,7 +51,7 @@ os.environ.setdefault("DEVITO_LOGGING", "ERROR")
 import msc  # noqa: E402
 from msc.runtime import build_shared_library, load_library  # noqa: E402
 from msc.runtime.buffers import aligned_copy  # noqa: E402
-from msc.tuner import AutoKernel  # noqa: E402
+from msc.tune.tuner import AutoKernel  # noqa: E402
 
 
 @dataclass(frozen=True)

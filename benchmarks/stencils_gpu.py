@@ -196,7 +196,7 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
     if tiled:
         best = min(tiled, key=tiled.get)
         tools.append(msc_tool(cp, "msc time-tiled", st.compile(target="cuda", dtype=dtype,
-                                                                schedule=msc.schedule.parse_schedule(best)), best))
+                                                                schedule=msc.poly.schedule.parse_schedule(best)), best))
     if hasattr(msc.Schedule, "tensor_cores"):
         precision = "fp64" if dtype == "float64" else "tf32"
         try:
@@ -239,7 +239,7 @@ def precompile(cases: list[Case], dtypes: list[str]) -> None:
     """Build every kernel the run will use (the tuner's candidates, tensor cores) with
     nvcc in parallel: the runs then load them from the kernel cache."""
     import msc
-    from msc.codegen.cuda import cuda_candidates
+    from msc.targets.gpu.cuda import cuda_candidates
 
     jobs = []
     for case in cases:

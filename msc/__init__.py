@@ -10,7 +10,7 @@ over any of them), or emit standalone sources.
 """
 
 
-from msc.version import __version__
+from msc import targets as _targets  # noqa: F401 - tells the target registry where the targets live
 from msc.errors import (
     CompileError,
     ConvergenceError,
@@ -21,13 +21,13 @@ from msc.errors import (
     StencilDefinitionError,
     TargetError,
 )
-from msc.frontend.symbols import (abs, atan2, cos, exp, floor, log, maximum, minimum, sin, sqrt, t, tanh, where, x, y,
-                                  z)
-from msc.linear import NonLinearError
-from msc.runtime import distributed as _distributed  # noqa: F401 - plugs the MPI driver into the kernels
+from msc.frontend.symbols import abs, atan2, cos, exp, floor, log, maximum, minimum, sin, sqrt, t, tanh, where, x, y, z
+from msc.ir.linear import NonLinearError
 from msc.pde import Implicit, Operator, explicit, implicit, operator, solve
-from msc.schedule import Schedule
+from msc.poly.schedule import Schedule
+from msc.runtime import distributed as _distributed  # noqa: F401 - plugs the MPI driver into the kernels
 from msc.stencil import Stencil, load_stencil, stencil
+from msc.version import __version__
 
 __all__ = [
     "CompileError", "ConvergenceError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",

@@ -20,8 +20,8 @@ import numpy as np
 import msc
 from msc.codegen import target_names
 from msc.errors import MscError, StencilArgumentError, StencilDefinitionError
+from msc.poly.schedule import parse_schedule
 from msc.runtime.build import atomic_write_text
-from msc.schedule import parse_schedule
 from msc.stencil import Stencil
 
 

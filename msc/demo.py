@@ -19,7 +19,7 @@ import numpy as np
 
 import msc
 from msc import t, x, y
-from msc.plot import draw
+from msc.runtime.plot import draw
 
 
 @msc.stencil

@@ -9,10 +9,10 @@ from typing import Any, Callable, overload
 import numpy as np
 
 from msc import ir
-from msc.frontend.trace import trace
-from msc.poly import PolyIR
 from msc.errors import MscError
-from msc.reference import run_reference
+from msc.frontend.trace import trace
+from msc.ir.reference import run_reference
+from msc.poly import PolyIR
 from msc.textual import parse_stencil
 
 

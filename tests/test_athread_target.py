@@ -16,10 +16,11 @@ import pytest
 from stencil_gen import generate, program_arguments
 
 import msc
-from msc.codegen import athread, get_target
+from msc.codegen import get_target
 from msc.errors import ScheduleError, TargetError
 from msc.runtime import athread_emu
 from msc.runtime.athread_emu import AthreadKernel, EmulatorError
+from msc.targets.sunway import athread
 
 CHIPS = sorted(athread_emu.LDM_BYTES)
 
@@ -275,7 +276,7 @@ def test_cli_passes_chip_only_when_given(tmp_path, heat2d):
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(heat2d, chip, capsys):
-    from msc.codegen.athread_model import predict
+    from msc.targets.sunway.athread_model import predict
 
     u = np.random.default_rng(3).random((70, 90))
     kernel = heat2d.compile(target="athread", schedule="auto", chip=chip)
@@ -302,7 +303,7 @@ def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(h
 
 def test_model_counts_a_3d_time_tile_as_the_emulator_does():
     from msc import t, x, y, z
-    from msc.codegen.athread_model import predict
+    from msc.targets.sunway.athread_model import predict
 
     @msc.stencil
     def heat3d(u, alpha):

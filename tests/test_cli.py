@@ -148,7 +148,7 @@ def test_msc_file_error_shows_line_and_caret(tmp_path, capsys):
 
 def test_demo_picture_puts_the_warm_edge_where_its_docstring_says():
     from msc.demo import initial_plate
-    from msc.plot import figure
+    from msc.runtime.plot import figure
 
     u0 = initial_plate(16)
     assert "warm edge at y = 0" in initial_plate.__doc__ and "bottom of the picture" in initial_plate.__doc__

@@ -230,14 +230,14 @@ print("ok", k.library_path.name)
 """
 
 _GUARD = """
-import msc.poly, msc.schedule, msc.codegen.openmp as omp
+import msc.poly, msc.poly.schedule, msc.targets.cpu.openmp as omp
 def _no_isl(*args, **kwargs):
     raise AssertionError("isl work while loading a cached kernel")
 for name in ("domain", "reads", "writes", "dependences", "default_schedule", "context"):
     setattr(msc.poly.PolyIR, name, property(_no_isl))
 for name in ("ast", "violated", "parallel_dims"):
     setattr(msc.poly.PolyIR, name, _no_isl)
-omp.lower = omp.generate = msc.schedule.lower = _no_isl
+omp.lower = omp.generate = msc.poly.schedule.lower = _no_isl
 """
 
 
@@ -259,7 +259,7 @@ def test_cached_kernel_loads_in_a_new_process_without_isl(tmp_path):
 
 
 def test_kernel_key_follows_ir_and_schedule_text():
-    from msc.codegen.openmp import kernel_key
+    from msc.targets.cpu.openmp import kernel_key
 
     heat = _box3d(1).ir
     base = kernel_key(heat, None, False)

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msc.codegen.tensor_core import round_operand
 from msc.runtime import build, cuda_emu
+from msc.targets.gpu.tensor_core import round_operand
 
 DATA = Path(__file__).parent / "cuda"
 SOURCES = sorted(DATA.glob("*.cu"))

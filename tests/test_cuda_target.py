@@ -189,7 +189,7 @@ def test_device_arrays_are_checked_like_host_arrays():
 
 
 def test_without_a_device_the_error_names_emulate(monkeypatch):
-    from msc.codegen import cuda
+    from msc.targets.gpu import cuda
 
     monkeypatch.setattr(cuda, "device_arch", lambda: None)
     with pytest.raises(TargetError, match=r"no CUDA device was found.*emulate=True"):
@@ -294,7 +294,7 @@ def test_cli_emits_the_cuda_tree(tmp_path):
 
 
 def test_tuner_candidates_are_legal_cuda_schedules():
-    from msc.codegen.cuda import cuda_candidates
+    from msc.targets.gpu.cuda import cuda_candidates
 
     for seed in (0, 5):  # 2D periodic, 3D dirichlet
         case = generate(seed)
@@ -315,7 +315,7 @@ class _Candidate:
 
 
 def test_auto_under_the_emulator_refuses_any_candidate_that_differs():
-    from msc.codegen.cuda import CudaAutoKernel, cuda_candidates
+    from msc.targets.gpu.cuda import CudaAutoKernel, cuda_candidates
 
     u = np.zeros((12, 12))
     candidates = cuda_candidates(heat.ir)

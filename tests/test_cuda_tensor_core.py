@@ -1,4 +1,4 @@
-"""The generated wmma kernels (msc/codegen/cuda_tensor_core.py), run by the CUDA
+"""The generated wmma kernels (msc/targets/gpu/cuda_tensor_core.py), run by the CUDA
 emulator, equal the numpy replay of their plan and the reference interpreter
 for 2D and 3D, star and box stencils of radius 1-4, both boundaries, in
 every precision, alone and inside the CUDA target's time loop
@@ -18,12 +18,12 @@ from test_tensor_core import _two as two_statements
 from test_tensor_core import _variable as variable
 
 import msc
-from msc.codegen import cuda_tensor_core as ctc
 from msc.codegen import get_target
-from msc.codegen.tensor_core import MMA_SHAPES
 from msc.errors import ScheduleError
+from msc.poly.schedule import TENSOR_CORE_PRECISIONS, parse_schedule
 from msc.runtime import cuda_emu
-from msc.schedule import TENSOR_CORE_PRECISIONS, parse_schedule
+from msc.targets.gpu import cuda_tensor_core as ctc
+from msc.targets.gpu.tensor_core import MMA_SHAPES
 
 PRECISIONS = tuple(MMA_SHAPES)
 NVCC_FLAGS = ("--threads", "2", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",

@@ -16,7 +16,7 @@ import pytest
 
 import msc
 from msc.codegen.lower import _Lowering, read_cache, write_cache
-from msc.schedule import lower
+from msc.poly.schedule import lower
 
 DIMS = "xyz"
 

@@ -9,12 +9,12 @@ import pytest
 
 import msc
 from msc import t, x, y, z
-from msc.arguments import bind_arguments
-from msc.codegen.openmp import OpenMPTarget
+from msc.ir.arguments import bind_arguments
 from msc.poly import PolyIR
+from msc.poly.schedule import Schedule
 from msc.runtime.buffers import pack
 from msc.runtime.distributed import split_block
-from msc.schedule import Schedule
+from msc.targets.cpu.openmp import OpenMPTarget
 
 
 @msc.stencil

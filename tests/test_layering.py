@@ -1,61 +1,62 @@
-"""The compiler's layers import only downward (an AST walk over the package):
+"""The compiler's layers import only downward (an AST walk over the package).
 
-    base (errors, IR) -> frontends, interpreters and IR analyses -> poly/schedule
-    -> kernel IR (lowering, halo planning) -> runtime support (build, load,
-    call, halo library) -> targets (platforms, passes, printers, registry,
-    tuner) -> runtime drivers (distributed runs) -> the public API.
+The folders of msc/ are the layers, from the bottom:
 
-A module may import its own layer or a lower one. Runtime support sits
-below the targets because a target's toolchain builds and loads through it;
-the distributed driver sits above them because it compiles a rank's
-kernels with the kernel's own target (the kernels reach it through a driver
-it plugs in, so runtime support never imports it). Every import counts,
-also those made inside a function, with no exceptions; and no two modules
-import each other, through any number of others.
+    ir (StencilIR, arguments, reference interpreter, linear form)
+    -> frontend, textual (tracing; the .msc language) -> poly (PolyIR, schedules)
+    -> codegen (kernel IR, lowering, halo plans, printers, the target registry)
+    -> runtime (build and cache, buffers, kernels, halo library, emulators' loaders,
+       distributed runs) -> tune (the tuner) -> targets (cpu, gpu, sunway, mpi)
+    -> solvers (swCholesky) -> the public API: pde and the package's top-level modules.
+
+A top-level module that imports nothing from msc (errors, version) is the
+base, below everything. A module may import its own layer or a lower one.
+The runtime sits below the targets because a target builds and loads through
+it; distributed runs reach a target through the registry, by name. Every
+import counts, also those made inside a function, with no exceptions; and no
+two modules import each other, through any number of others.
 """
 
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"msc": ROOT / "msc"}  # folders are import paths
+PACKAGE = ROOT / "msc"  # folders are import paths
 
-LAYERS = [
-    ("base", ("msc.errors", "msc.ir", "msc.version")),
-    ("frontend", ("msc.frontend", "msc.textual", "msc.reference", "msc.arguments", "msc.linear")),
-    ("poly/schedule", ("msc.poly", "msc.schedule")),
-    ("kernel IR", ("msc.codegen.kernel_ir", "msc.codegen.isl_ast", "msc.codegen.lower", "msc.codegen.halo_plan")),
-    ("runtime support", ("msc.runtime.build", "msc.runtime.buffers", "msc.runtime.kernel", "msc.runtime.halo",
-                         "msc.runtime.athread_emu", "msc.runtime.cuda_emu", "msc.runtime.cuda_kernel",
-                         "msc.runtime.checkpoint", "msc.runtime.output", "msc.runtime.progress", "msc.runtime.threads",
-                         "msc.plot")),
-    ("targets", ("msc.codegen", "msc.tuner")),
-    ("runtime drivers", ("msc.runtime",)),
-]
-# Everything else (msc itself, msc.stencil, msc.cli, msc.solvers, ...) is the public API, the top layer.
-
+FOLDERS = [("ir",), ("frontend", "textual"), ("poly",), ("codegen",), ("runtime",), ("tune",), ("targets",),
+           ("solvers",), ("pde",)]
+BASE, API = -1, len(FOLDERS) - 1  # top-level modules: the base (leaves) or the API, beside pde
 
 
 def layer(module: str) -> int:
-    """The rank of `module`: the most specific prefix listed wins."""
-    best, rank = -1, len(LAYERS)
-    for k, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and len(p) > best:
-                best, rank = len(p), k
-    return rank
+    """The rank of `module` (a dotted name under msc) from its folder."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return API  # msc/__init__.py
+    for k, folders in enumerate(FOLDERS):
+        if parts[0] in folders:
+            return k
+    path = modules().get(module)
+    if path is not None and path.parent == PACKAGE and not imports(path):
+        return BASE
+    return API
 
 
+def name(rank: int) -> str:
+    return "base" if rank == BASE else "API" if rank == API else "/".join(FOLDERS[rank])
+
+
+@lru_cache(maxsize=1)
 def modules() -> dict[str, Path]:
     out = {}
-    for package, directory in PACKAGES.items():
-        for path in directory.rglob("*.py"):
-            parts = path.relative_to(directory).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            out[".".join((package, *parts))] = path
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(("msc", *parts))] = path
     return out
 
 
@@ -83,18 +84,19 @@ def test_layers_import_only_downward():
         for imported, line in imports(path):
             if layer(imported) > layer(module) and not any(
                     p.startswith(f"{path.relative_to(ROOT)}:{line}:") for p in problems):
-                problems.append(f"{path.relative_to(ROOT)}:{line}: {module} ({LAYERS[layer(module)][0] if layer(module) < len(LAYERS) else 'API'}) "
-                                f"imports {imported} ({LAYERS[layer(imported)][0] if layer(imported) < len(LAYERS) else 'API'})")
+                problems.append(f"{path.relative_to(ROOT)}:{line}: {module} ({name(layer(module))}) "
+                                f"imports {imported} ({name(layer(imported))})")
     assert not problems, "imports against the layer order:\n" + "\n".join(problems)
 
 
 def test_the_check_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from msc.codegen.openmp import OpenMPTarget\n")
-    assert imports(bad) == [("msc.codegen.openmp", 2)]
-    assert layer("msc.codegen.openmp") > layer("msc.schedule")
-    assert layer("msc.codegen.lower") < layer("msc.codegen.openmp") < layer("msc.runtime.distributed")
-    assert layer("msc.stencil") == len(LAYERS)
+    bad.write_text("def f():\n    from msc.targets.cpu.openmp import OpenMPTarget\n")
+    assert imports(bad) == [("msc.targets.cpu.openmp", 2)]
+    assert layer("msc.targets.cpu.openmp") > layer("msc.poly.schedule")
+    assert layer("msc.codegen.lower") < layer("msc.runtime.distributed") < layer("msc.targets.cpu.openmp")
+    assert layer("msc.errors") == BASE < layer("msc.ir") < layer("msc.frontend.trace") == layer("msc.textual.parser")
+    assert layer("msc.stencil") == layer("msc.pde.steps") == layer("msc") == API
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:

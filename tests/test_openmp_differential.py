@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from stencil_gen import TERMS, generate
 
-from msc.schedule import LARGE_READS
+from msc.poly.schedule import LARGE_READS
 
 SEEDS = range(48)
 PERIODIC_3D_SEEDS = range(100, 112)  # periodic 3D box stencils: the wrap's edges and corners

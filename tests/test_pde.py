@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 import msc
 from msc import ir, x, y, z
-from msc.linear import linear_form
+from msc.ir.linear import linear_form
 
 SYMS = (x, y, z)
 

@@ -16,9 +16,9 @@ import msc
 from msc import Schedule, t, x, y
 from msc.codegen import get_target
 from msc.errors import ScheduleError
+from msc.poly.schedule import parse_schedule
 from msc.runtime.build import DEFAULT_CFLAGS, build_shared_library, host_identity
 from msc.runtime.kernel import CompiledKernel
-from msc.schedule import parse_schedule
 
 SEEDS = range(0, 48, 2)
 

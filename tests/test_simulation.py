@@ -105,7 +105,7 @@ def test_an_emulated_athread_run_that_blows_up_warns():
 
 
 def test_an_auto_kernel_is_tuned_at_start_and_steps(tmp_path, monkeypatch):
-    from msc.tuner import AutoKernel
+    from msc.tune.tuner import AutoKernel
 
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))  # a fresh tuning cache: it tunes here
     poly = wave.poly()

@@ -14,6 +14,7 @@ from test_schedules import random_schedule
 import msc
 from msc.codegen import get_target, target_names
 from msc.errors import ScheduleError, TargetError
+from msc.poly.schedule import TARGET_OPTIONS
 
 
 def test_registry_lists_what_registered_itself():
@@ -83,9 +84,9 @@ def test_cache_buffers_over_capacity_name_field_tile_and_sizes():
 def test_kernel_ir_orders_workers_with_barriers_each_target_implements():
     from msc.codegen import kernel_ir as k
     from msc.codegen.lower import lower_kernel
-    from msc.codegen.passes.openmp import map_loops
     from msc.codegen.printers.c import CPrinter
-    from msc.schedule import lower
+    from msc.poly.schedule import lower
+    from msc.targets.cpu.openmp_pass import map_loops
 
     st = generate(3).stencil
     poly = st.poly()
@@ -111,13 +112,39 @@ def test_an_option_the_target_lacks_is_named(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+OPTION_SCHEDULES = {"stream_stores": msc.Schedule().stream_stores(), "prefetch": msc.Schedule().prefetch(8),
+                    "with_threads": msc.Schedule().with_threads(2), "tensor_cores": msc.Schedule().tensor_cores("fp64")}
+
+
+@pytest.mark.parametrize("target", ["openmp", "serial", "cuda", "hip", "athread"])
+def test_a_target_option_the_target_lacks_is_one_error_naming_the_targets_that_take_it(target):
+    """A schedule is a target-neutral core plus target options; each target
+    lists the options it takes, and one check refuses the others before any
+    code is generated, naming the targets that take the option."""
+    assert set(OPTION_SCHEDULES) == set(TARGET_OPTIONS)
+    takes = get_target(target).schedule_options
+    assert set(takes) <= set(TARGET_OPTIONS)
+    st = generate(0).stencil
+    options = {"emulate": True} if target in ("cuda", "hip") else {}
+    for option, schedule in OPTION_SCHEDULES.items():
+        assert schedule.target_options() == [option]
+        if option in takes:
+            continue
+        takers = [name for name in target_names() if option in get_target(name).schedule_options]
+        with pytest.raises(ScheduleError, match=f"target '{target}' has no ") as refused:
+            st.compile(target=target, schedule=schedule, **options)
+        assert takers and all(repr(name) in str(refused.value) for name in takers), (str(refused.value), takers)
+    if f"{target}+mpi" in target_names():
+        assert get_target(f"{target}+mpi").schedule_options == takes
+
+
 def test_mpi_driver_takes_everything_node_specific_from_the_node_target(tmp_path, monkeypatch):
     """A node target with its own files, Make variables, rules, link line and no
     OpenMP (as a GPU or Sunway target would have) gets an MPI program through
-    the node interface alone (msc/codegen/node.py); one without it is refused."""
+    the node interface alone (msc/targets/node.py); one without it is refused."""
     import msc.codegen
-    from msc.codegen.mpi import MPITarget
-    from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
+    from msc.targets.mpi import MPITarget
+    from msc.targets.node import MakeRule, NodeBuild, NodeKernel
 
     class Accelerator:
         name, compile_options, emit_options = "accel", (), ("chip",)
@@ -162,9 +189,9 @@ def test_tuning_space_comes_from_the_platform_and_a_cost_model_runs_nothing(tmp_
     chosen schedule is ever compiled."""
     import numpy as np
 
-    from msc.codegen.ctarget import Platform
-    from msc.codegen.openmp import CPUPlatform
-    from msc.tuner import AutoKernel, candidates
+    from msc.targets.cpu.openmp import CPUPlatform
+    from msc.targets.ctarget import Platform
+    from msc.tune.tuner import AutoKernel, candidates
 
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
     st = generate(3).stencil  # 2D dirichlet

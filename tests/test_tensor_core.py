@@ -19,9 +19,16 @@ from stencil_gen import TERMS, generate
 
 import msc
 from msc import ir
-from msc.codegen.tensor_core import MMA_SHAPES, TensorCorePlan, replay, round_operand, tensor_core_plan, weight_value
 from msc.errors import ScheduleError
-from msc.linear import linear_form
+from msc.ir.linear import linear_form
+from msc.targets.gpu.tensor_core import (
+    MMA_SHAPES,
+    TensorCorePlan,
+    replay,
+    round_operand,
+    tensor_core_plan,
+    weight_value,
+)
 
 DIMS = ("x", "y", "z")
 U = 2.0 ** -11  # unit roundoff of fp16 and tf32 operands (10 stored mantissa bits)

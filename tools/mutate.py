@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL = "msc/codegen/templates/openmp_kernel.c.j2"
+KERNEL = "msc/targets/templates/openmp_kernel.c.j2"
 DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
 SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
@@ -90,24 +90,24 @@ MUTANTS = [
     Mutant("halo exchange sends faces only", "msc/codegen/halo_plan.py",
            "return {v for v in itertools.product(*choices) if any(v)}",
            "return {v for v in itertools.product(*choices) if sum(map(abs, v)) == 1}", (*MPI,)),
-    Mutant("CUDA time tile writes one point past its tile", "msc/codegen/cuda_time_tile.py",
+    Mutant("CUDA time tile writes one point past its tile", "msc/targets/gpu/cuda_time_tile.py",
            'l{d} < {depth * r[d] + plan.tile[d]}"', 'l{d} <= {depth * r[d] + plan.tile[d]}"', (*CUDA_TIME_TILES,)),
-    Mutant("CUDA time tiles start in ring slot 0", "msc/codegen/cuda_time_tile.py",
+    Mutant("CUDA time tiles start in ring slot 0", "msc/targets/gpu/cuda_time_tile.py",
            '"long slot = t0 % 2;",', '"long slot = 0;",', (*CUDA_TIME_TILES,)),
-    Mutant("tensor-core tile read back without __syncwarp", "msc/codegen/cuda_tensor_core.py",
+    Mutant("tensor-core tile read back without __syncwarp", "msc/targets/gpu/cuda_tensor_core.py",
            '    w("    __syncwarp();")\n', "",
            ("tests/test_cuda_tensor_core.py::test_second_statement_reads_the_first_ones_new_level",)),
     Mutant("CUDA emulator leaves shared memory unpoisoned", "msc/runtime/cuda/cuda_emu.h",
            "    poison_shared();\n    unsigned done = 0;", "    unsigned done = 0;",
            ("tests/test_cuda_emulator.py::test_shared_memory_another_block_wrote_is_poison",)),
-    Mutant("emulated schedule='auto' checks one candidate", "msc/codegen/cuda.py",
+    Mutant("emulated schedule='auto' checks one candidate", "msc/targets/gpu/cuda.py",
            "for schedule, kernel in kernels[1:]:", "for schedule, kernel in kernels[1:2]:",
            ("tests/test_cuda_target.py::test_auto_under_the_emulator_refuses_any_candidate_that_differs",)),
-    Mutant("athread's last time tile runs the full depth", "msc/codegen/templates/athread_host.c.j2",
+    Mutant("athread's last time tile runs the full depth", "msc/targets/templates/athread_host.c.j2",
            "a.depth = T - t < {{ time_tile.depth }} ? T - t : {{ time_tile.depth }};",
            "a.depth = {{ time_tile.depth }};",
            ("tests/test_athread_target.py::test_a_last_time_tile_shallower_than_the_depth_matches_reference",)),
-    Mutant("athread model counts 3D time-tile transfers from tile sizes", "msc/codegen/athread_model.py",
+    Mutant("athread model counts 3D time-tile transfers from tile sizes", "msc/targets/sunway/athread_model.py",
            "transfers = buffers * sum(boxes[0]) * len(sizes[1])", "transfers = buffers * sum(sizes[0]) * len(sizes[1])",
            ("tests/test_athread_target.py::test_model_counts_a_3d_time_tile_as_the_emulator_does",)),
     Mutant("athread emulator leaves un-waited gets unfilled", "msc/runtime/athread/athread_emu.c",

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_tensor_core import CASES, _offsets, magnitude, make_inputs, make_stencil, run_replay
 
 from msc import ir
-from msc.codegen.cuda_tensor_core import build_emulated, generate, step
-from msc.codegen.tensor_core import MMA_SHAPES, tensor_core_plan
+from msc.targets.gpu.cuda_tensor_core import build_emulated, generate, step
+from msc.targets.gpu.tensor_core import MMA_SHAPES, tensor_core_plan
 
 
 def shape_table() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 import msc
 from msc import x, y
-from msc.plot import draw
+from msc.runtime.plot import draw
 
 
 @msc.operator

@@ -16,7 +16,7 @@ import numpy as np
 
 import msc
 from msc import x, y, z
-from msc.plot import draw
+from msc.runtime.plot import draw
 
 
 @msc.operator

@@ -34,7 +34,7 @@ import itertools
 from dataclasses import dataclass
 
 from msc import ir
-from msc.schedule import Schedule
+from msc.poly.schedule import Schedule
 
 
 @dataclass(frozen=True)

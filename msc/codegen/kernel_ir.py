@@ -1,8 +1,9 @@
 """The kernel IR: one stencil kernel as typed, immutable loop nests.
 
 `msc/codegen/lower.py` builds it once from the isl AST of a schedule; target
-passes (`msc/codegen/passes/`) rewrite it (work-sharing and SIMD mappings, whole
-cache-line stores, prefetches, fences); a printer (`msc/codegen/printers/`) turns
+passes (`msc/targets/*/..._pass.py`) rewrite it (work-sharing and SIMD mappings, whole
+cache-line stores, prefetches, fences); a printer (`msc/codegen/printers/`,
+`msc/targets/gpu/cuda_printer.py`) turns
 it into source text. The nodes carry target-neutral facts: a loop is
 parallel, vector or unrolled, a buffer lives in a memory space with a shape,
 a copy moves a region between memories. What a target does with a loop is

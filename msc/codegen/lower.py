@@ -20,7 +20,7 @@ from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import c_of, user_statements
 from msc.poly import PolyIR, PolyStatement
-from msc.schedule import LARGE_READS, LoweredSchedule
+from msc.poly.schedule import LARGE_READS, LoweredSchedule
 
 BOX_BOUNDS = ("L", "H")  # a box kernel computes L<d> <= i_d < H<d>
 Margins = tuple[tuple[int, int], ...]  # per dimension: how far a footprint reaches below (<= 0) and above a tile
@@ -386,7 +386,7 @@ class _Lowering:
     # A time tile (wave w, space tiles X_d, so t_tile = w - sum X_d, first step
     # tau0 = depth * t_tile) computes, at step t, statement k over
     # o_d - S r_d (t - tau0) - k r_d <= i_d < that + size_d, where o_d =
-    # size_d X_d - S r_d tau0 (codegen's skew, msc/schedule.py). A staged field
+    # size_d X_d - S r_d tau0 (codegen's skew, msc/poly/schedule.py). A staged field
     # keeps every level the tile touches (tau0 + dt_min .. tau0 + depth - 1 +
     # dt_max) in one buffer, each level a band that moves with the skew: point
     # i of level L sits at i - o_d + S r_d (L - tau0) - rel_min_d. The tile

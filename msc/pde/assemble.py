@@ -18,7 +18,7 @@ import numpy as np
 
 from msc import ir
 from msc.errors import StencilArgumentError
-from msc.reference import evaluate
+from msc.ir.reference import evaluate
 
 if TYPE_CHECKING:
     import scipy.sparse as sp

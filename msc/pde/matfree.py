@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msc import ir
-from msc.arguments import bind_arguments
+from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack
 from msc.stencil import Stencil
 

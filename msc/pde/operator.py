@@ -22,8 +22,8 @@ from msc import ir
 from msc.frontend import context
 from msc.frontend.symbols import Operand, Traced, as_expr
 from msc.frontend.trace import _ParamProxy, _Tracer
-from msc.linear import LinearForm, linear_form
-from msc.reference import run_reference
+from msc.ir.linear import LinearForm, linear_form
+from msc.ir.reference import run_reference
 
 
 class _Locations:

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from msc import ir
-from msc.arguments import bind_arguments
 from msc.errors import CompileError, MscError
+from msc.ir.arguments import bind_arguments
 from msc.runtime.kernel import RunStats, not_finite, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"

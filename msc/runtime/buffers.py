@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from msc import ir
-from msc.arguments import BoundArguments
+from msc.ir.arguments import BoundArguments
 
 
 def ghost_width(stencil: ir.StencilIR) -> tuple[int, ...]:

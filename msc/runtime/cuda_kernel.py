@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from msc.arguments import bind_arguments
 from msc.errors import StencilArgumentError, TargetError
+from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import padded_shape
 from msc.runtime.kernel import ENTRY, CompiledKernel, RunStats
 

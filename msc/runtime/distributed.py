@@ -36,17 +36,17 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from msc.arguments import bind_arguments, check_memory
 from msc.codegen import get_target
 from msc.codegen.halo_plan import plan
 from msc.errors import MscError
+from msc.ir.arguments import bind_arguments, check_memory
 from msc.poly import PolyIR
+from msc.poly.schedule import Schedule, as_schedule
+from msc.runtime import kernel as _kernel
 from msc.runtime.buffers import aligned_empty, pack
 from msc.runtime.checkpoint import Block, checkpoint_blocks, fill, header, scalars_of, write_block, write_manifest
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
-from msc.runtime import kernel as _kernel
 from msc.runtime.kernel import CompiledKernel, RunStats, not_finite, warn_not_finite
-from msc.schedule import Schedule, as_schedule
 
 __all__ = ["DistributedError", "DistributedKernel", "DistributedSimulation", "DistributedStats", "GlobalSimulation",
            "run_distributed", "start_distributed"]

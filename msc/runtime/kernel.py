@@ -14,8 +14,8 @@ from typing import Any, overload
 import numpy as np
 
 from msc import ir
-from msc.arguments import bind_arguments
 from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError
+from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import aligned_empty, ghost_width, pack, padded_shape
 from msc.runtime.build import load_library
 

@@ -90,7 +90,7 @@ class SeriesWriter:
 
 def picture_html(fields: Mapping[str, np.ndarray], title: str) -> str:
     """An <img> of the 2D fields (the middle slice along z of a 3D one), or '' for 1D."""
-    from msc.plot import figure
+    from msc.runtime.plot import figure
 
     arrays = {name: a if a.ndim == 2 else a[..., a.shape[2] // 2] for name, a in fields.items() if a.ndim >= 2}
     if not arrays:

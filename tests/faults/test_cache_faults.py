@@ -163,7 +163,7 @@ class _FixedKernel:
 
 
 def _tune(tmp_path: Path) -> tuple[object, list[warnings.WarningMessage]]:
-    from msc.tuner import AutoKernel
+    from msc.tune.tuner import AutoKernel
 
     kernel = AutoKernel(heat.poly(), lambda schedule, threads: _FixedKernel(), threads=1, budget_s=0.0, echo=False)
     with warnings.catch_warnings(record=True) as caught:
@@ -202,7 +202,7 @@ def test_processes_tuning_at_once_keep_each_others_entries(tmp_path):
         import sys
         import numpy as np
         from conftest import heat
-        from msc.tuner import AutoKernel
+        from msc.tune.tuner import AutoKernel
 
         class Kernel:
             last_run = type("Stats", (), {"seconds": 1e-3})()

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from conftest import diffuse, heat
 
-from msc.arguments import memory_bytes
-from msc.codegen.cuda import device_arch
+from msc.ir.arguments import memory_bytes
+from msc.targets.gpu.cuda import device_arch
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 from conftest import heat
 
-from msc.schedule import Schedule
-from msc.tuner import AutoKernel, _order, candidates, trial_steps_for
+from msc.poly.schedule import Schedule
+from msc.tune.tuner import AutoKernel, _order, candidates, trial_steps_for
 
 STEPS = 8
 

@@ -9,7 +9,7 @@ by the box entry point; a time-tiled schedule exchanges deeper halos every
 time-tile depth steps, see msc/codegen/halo_plan.py), the driver
 mpi_main.c.j2, the halo library msc/runtime/halo.c and a Makefile. What the
 node target supplies (files, Make rules, flags, threads) is the interface
-of msc/codegen/node.py; nothing here knows a node target. `compile` gives the
+of msc/targets/node.py; nothing here knows a node target. `compile` gives the
 node target's in-process kernel; distribute it with `run(..., comm=comm)`,
 which compiles its phases with the same node target.
 """
@@ -19,17 +19,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from msc.codegen import get_target
-from msc.codegen.ctarget import signature
+from msc.codegen import get_target, register_wrapper
 from msc.codegen.halo_plan import plan
-from msc.codegen.node import NodeTarget
 from msc.codegen.printers.c import C_TYPES
-from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
+from msc.poly.schedule import as_schedule
 from msc.runtime.build import write_tree
 from msc.runtime.halo import HERE as RUNTIME_DIR
-from msc.schedule import as_schedule
+from msc.targets.ctarget import signature
+from msc.targets.node import NodeTarget
+from msc.targets.templates_env import render
 from msc.version import __version__
 
 MPI_TYPES = {"float64": "MPI_DOUBLE", "float32": "MPI_FLOAT"}
@@ -42,11 +42,12 @@ class MPITarget:
         target = get_target(node)
         if not all(callable(getattr(target, m, None)) for m in ("node_build", "node_kernel")):
             raise TargetError(f"target {node!r} cannot run under MPI: it does not implement the node "
-                              "interface (node_build, node_kernel: see msc.codegen.node)")
+                              "interface (node_build, node_kernel: see msc.targets.node)")
         self.node: NodeTarget = target  # type: ignore[assignment]
         self.name = f"{node}+mpi"
         self.compile_options: tuple[str, ...] = target.compile_options
         self.emit_options: tuple[str, ...] = target.emit_options
+        self.schedule_options: tuple[str, ...] = target.schedule_options
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None, **options: Any) -> Any:
         if schedule not in (None, "default"):
@@ -113,3 +114,6 @@ class MPITarget:
                 raise TargetError(f"target {self.node.name!r} emits {', '.join(sorted(clash))} twice in one MPI program")
             files.update(extra)
         return write_tree(directory, files)
+
+
+register_wrapper("mpi", MPITarget)

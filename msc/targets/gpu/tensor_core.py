@@ -38,8 +38,8 @@ import numpy as np
 
 from msc import ir
 from msc.errors import ScheduleError
-from msc.linear import NonLinearError, linear_form, show
-from msc.reference import evaluate
+from msc.ir.linear import NonLinearError, linear_form, show
+from msc.ir.reference import evaluate
 
 Precision = Literal["fp64", "tf32", "fp16"]
 Source = tuple[str, "int | None"]  # (field, dt); dt None: a time-invariant field

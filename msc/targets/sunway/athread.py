@@ -19,7 +19,7 @@ code is written (`ctarget.check_capacity`). `compile` builds the emitted tree
 with `make EMULATE=1` and runs it under the project's athread emulator: an
 emulation for correctness, not a performance figure. `athread+mpi` runs
 the kernels under the project's MPI driver (one MPE per rank) through the
-node interface (`node_build`, `node_kernel`: msc/codegen/node.py).
+node interface (`node_build`, `node_kernel`: msc/targets/node.py).
 """
 
 from __future__ import annotations
@@ -35,12 +35,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from msc import ir
-from msc.codegen import ctarget, register
 from msc.codegen import kernel_ir as k
-from msc.codegen.athread_plan import (
+from msc.codegen import register
+from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
+from msc.codegen.printers.c import CPrinter
+from msc.errors import ScheduleError
+from msc.poly import PolyIR
+from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, lower
+from msc.runtime import athread_emu
+from msc.runtime.build import cache_dir, write_tree
+from msc.runtime.kernel import BOX_ENTRY, ENTRY
+from msc.targets import ctarget
+from msc.targets.mpi import MPITarget
+from msc.targets.node import MakeRule, NodeBuild, NodeKernel
+from msc.targets.sunway.athread_plan import (
     CPES,
     DEFAULT_CHIP,
     NAME,
+    SCHEDULE_OPTIONS,
     SlaveKernel,
     TileKernel,
     TimeTileKernel,
@@ -50,22 +63,11 @@ from msc.codegen.athread_plan import (
     ldm_capacity,
     slave_kernels,
 )
-from msc.codegen.isl_ast import C_HELPERS
-from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
-from msc.codegen.mpi import MPITarget
-from msc.codegen.node import MakeRule, NodeBuild, NodeKernel
-from msc.codegen.printers.c import CPrinter
-from msc.codegen.templates_env import render
-from msc.errors import ScheduleError
-from msc.poly import PolyIR
-from msc.runtime import athread_emu
-from msc.runtime.build import cache_dir, write_tree
-from msc.runtime.kernel import BOX_ENTRY, ENTRY
-from msc.schedule import LoweredSchedule, Schedule, as_schedule, lower
+from msc.targets.templates_env import render
 from msc.version import __version__
 
 if TYPE_CHECKING:
-    from msc.codegen.athread_model import AthreadAutoKernel
+    from msc.targets.sunway.athread_model import AthreadAutoKernel
 # The emulator's files, copied into an emitted tree for `make EMULATE=1`.
 EMULATOR_FILES = ("athread.h", "slave.h", "crts.h", "athread_emu.c")
 
@@ -96,6 +98,7 @@ class AthreadTarget:
     name = NAME
     compile_options = ("chip",)
     emit_options = ("chip",)
+    schedule_options = SCHEDULE_OPTIONS
 
     def generate(self, poly: PolyIR, schedule: object = None, chip: str = DEFAULT_CHIP, tag: str = "",
                  box: bool = False) -> dict[str, str]:
@@ -163,7 +166,7 @@ class AthreadTarget:
         files.update({f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
         return files
 
-    # -- the node interface (msc/codegen/node.py): athread+mpi, one MPE per rank
+    # -- the node interface (msc/targets/node.py): athread+mpi, one MPE per rank
 
     def node_build(self, chip: str = DEFAULT_CHIP) -> NodeBuild:
         """The MPI program's Make variables: the Sunway toolchain by default (host code through
@@ -210,7 +213,7 @@ class AthreadTarget:
         correctness: its timings and counters are no Sunway performance figure."""
         check_chip(chip)
         if schedule == "auto":  # chosen by a cost model when the kernel runs and the problem size is known
-            from msc.codegen.athread_model import AthreadAutoKernel
+            from msc.targets.sunway.athread_model import AthreadAutoKernel
 
             return AthreadAutoKernel(poly.ir, chip, lambda s: self.compile(poly, schedule=s, chip=chip))
         sched = as_schedule(schedule)

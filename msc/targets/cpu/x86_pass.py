@@ -18,7 +18,7 @@ from msc.codegen import kernel_ir as k
 from msc.codegen.lower import array_name, global_index
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
-from msc.schedule import LARGE_READS, LoweredSchedule, carried_example
+from msc.poly.schedule import LARGE_READS, LoweredSchedule, carried_example
 
 LINE = "MSC_LINE"  # points per 64-byte line
 LINE_BUFFER = "msc_line"

@@ -1,6 +1,6 @@
 """What a driver program needs from a node target to build and call its kernels.
 
-The MPI driver (`msc/codegen/mpi.py`) is written once: every rank runs one node
+The MPI driver (`msc/targets/mpi.py`) is written once: every rank runs one node
 kernel per phase of its halo plan and exchanges halos between them. A node
 target (openmp, serial, cuda, athread, ...) takes part by implementing
 `NodeTarget`, and registers itself with `register_node(NAME, factory)`,
@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from msc.codegen import Target
 from msc.poly import PolyIR
-from msc.schedule import Schedule
+from msc.poly.schedule import Schedule
 
 
 @dataclass(frozen=True)

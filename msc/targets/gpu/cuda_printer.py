@@ -1,6 +1,6 @@
 """The kernel IR as CUDA C++ statements: the C printer, with CUDA's spelling
 of what differs (`__restrict__`, `#pragma unroll`), loops mapped onto the
-grid (`msc/codegen/passes/cuda.py`), shared-memory buffers, copies shared among
+grid (`msc/targets/gpu/cuda_pass.py`), shared-memory buffers, copies shared among
 a block's threads, `__syncthreads()` for a barrier, kernel launches, and
 host helpers (the periodic wrap) whose error status is passed on."""
 
@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 
 from msc.codegen import kernel_ir as k
-from msc.codegen.passes.cuda import LAUNCH
 from msc.codegen.printers.c import INDENT, CPrinter, c_ref
+from msc.targets.gpu.cuda_pass import LAUNCH
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
 _START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 
 from msc import ir
+from msc.codegen import check_schedule_options
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
 from msc.codegen.printers.c import C_TYPES, CPrinter
-from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
+from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
 from msc.runtime.build import (
     DEFAULT_CC,
     DEFAULT_CFLAGS,
@@ -42,12 +43,12 @@ from msc.runtime.build import (
     write_tree,
 )
 from msc.runtime.kernel import BOX_ENTRY, ENTRY, CompiledKernel
-from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
+from msc.targets.templates_env import render
 from msc.version import __version__
 
 if TYPE_CHECKING:
-    from msc.codegen.node import NodeBuild, NodeKernel
-    from msc.tuner import AutoKernel
+    from msc.targets.node import NodeBuild, NodeKernel
+    from msc.tune.tuner import AutoKernel
 
 Loaded = TypeVar("Loaded")  # what a kernel index entry loads into
 
@@ -79,7 +80,7 @@ def signature(stencil: ir.StencilIR) -> KernelSignature:
 class Platform:
     """How a kernel maps to one kind of hardware (subclassed per platform).
 
-    Tuning (`schedule="auto"`, msc/tuner.py): a platform that `tunes` offers
+    Tuning (`schedule="auto"`, msc/tune/tuner.py): a platform that `tunes` offers
     `tuning_space`, the schedules worth trying for a stencil, problem size
     and step count. A platform that `measures` has them timed on its
     hardware (compiled kernels report `last_run.seconds`: wall time on a
@@ -119,13 +120,6 @@ class Toolchain:
     makefile_template: str = "Makefile.j2"
 
 
-def refuse_x86_primitives(schedule: Schedule, target: str) -> None:
-    """A ScheduleError when `schedule` asks a target without them for the x86 store primitives."""
-    for name, asked in (("stream_stores", schedule.streaming), ("prefetch", schedule.prefetch_distance > 0)):
-        if asked:
-            raise ScheduleError(f"target '{target}' has no {name}() (an x86 primitive of target 'openmp')")
-
-
 def check_capacity(kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule, platform: Platform, target: str) -> None:
     """Every per-worker buffer of the kernel fits its memory space: else a
     ScheduleError naming the buffers' fields, the tile and both sizes."""
@@ -159,11 +153,11 @@ class CTarget:
     toolchain: Toolchain = field(default_factory=Toolchain)
     compile_options: tuple[str, ...] = ()
     emit_options: tuple[str, ...] = ()
+    schedule_options: tuple[str, ...] = ()
 
     def kernels(self, poly: PolyIR, schedule: LoweredSchedule, box: bool) -> tuple[list[k.Kernel], dict[str, Any]]:
         """The entry points' kernel IR after the platform's passes (checked against its capacities)."""
-        if schedule.schedule.tensor_core_precision is not None:
-            raise ScheduleError(f"tensor_cores: target '{self.name}' has no tensor cores; they run on target 'cuda'")
+        check_schedule_options(self.name, schedule.schedule, self.schedule_options)
         out: list[k.Kernel] = []
         values: dict[str, Any] = {}
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):
@@ -202,7 +196,7 @@ class CTarget:
         if schedule == "auto":
             if not self.platform.tunes:
                 raise ScheduleError(f"target '{self.name}' has no tuner: pass a msc.Schedule or 'default'")
-            from msc.tuner import AutoKernel  # only a tuned kernel needs the tuner
+            from msc.tune.tuner import AutoKernel  # only a tuned kernel needs the tuner
 
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s), threads,
                               platform=self.platform)
@@ -230,18 +224,18 @@ class CTarget:
         }
         return write_tree(directory, files)
 
-    # -- as the node target of a driver program (msc/codegen/node.py)
+    # -- as the node target of a driver program (msc/targets/node.py)
 
     def node_build(self) -> NodeBuild:
         """The driver compiles with this target's flags (less those of a shared library)."""
-        from msc.codegen.node import NodeBuild  # only a driver program needs it
+        from msc.targets.node import NodeBuild  # only a driver program needs it
 
         flags = [f for f in self.toolchain.flags if f not in ("-fPIC", "-shared")]
         return NodeBuild(cflags=" ".join(flags), threads="-fopenmp" in flags)
 
     def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool) -> NodeKernel:
         """kernel_<tag>.c, compiled by the driver's compiler with its entry points renamed."""
-        from msc.codegen.node import MakeRule, NodeKernel
+        from msc.targets.node import MakeRule, NodeKernel
 
         file, obj = f"kernel_{tag}.c", f"kernel_{tag}.o"
         entry, box_entry = f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None
@@ -301,13 +295,12 @@ def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[s
 def generator_fingerprint() -> str:
     """A hash of the code generator's own sources (targets, passes, printers,
     templates, IR, PolyIR, schedules): a changed generator never reuses an indexed kernel."""
-    from msc import poly, schedule
-
-    here = Path(__file__).resolve().parent
-    files = sorted(p for p in here.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
+    package = Path(__file__).resolve().parents[1]
+    files = sorted(p for layer in ("ir", "poly", "codegen", "targets") for p in (package / layer).rglob("*")
+                   if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
     h = hashlib.sha256(__version__.encode())
-    for f in files + [Path(m.__file__) for m in (ir, poly, schedule) if m.__file__]:
-        h.update(str(f.relative_to(here) if f.is_relative_to(here) else f.name).encode() + b"\0" + f.read_bytes() + b"\0")
+    for f in files:
+        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
 

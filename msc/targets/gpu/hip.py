@@ -17,13 +17,14 @@ import hashlib
 import re
 from pathlib import Path
 
-from msc.codegen import ctarget, register
-from msc.codegen.cuda import CudaTarget, cuda_parameters
-from msc.codegen.templates_env import render
-from msc.errors import ScheduleError, TargetError
+from msc.codegen import register
+from msc.errors import TargetError
 from msc.poly import PolyIR
+from msc.poly.schedule import LoweredSchedule
 from msc.runtime.build import write_tree
-from msc.schedule import LoweredSchedule
+from msc.targets import ctarget
+from msc.targets.gpu.cuda import CudaTarget, cuda_parameters
+from msc.targets.templates_env import render
 
 NAME = "hip"
 HIPCC = "hipcc"
@@ -48,7 +49,7 @@ def hipify(source: str) -> str:
     out = _NAMES.sub(lambda m: VENDOR[m.group(1)], source)
     left = sorted(set(_LEFT.findall(out)))
     if left:
-        raise TargetError(f"target 'hip': no HIP name for {', '.join(left)}: add it to msc/codegen/hip.py VENDOR")
+        raise TargetError(f"target 'hip': no HIP name for {', '.join(left)}: add it to msc/targets/gpu/hip.py VENDOR")
     return out
 
 
@@ -59,11 +60,9 @@ class HipTarget(CudaTarget):
     def __init__(self) -> None:
         super().__init__()
         self.name = NAME
+        self.schedule_options = ()  # tensor cores are CUDA's wmma path (no rocWMMA path yet)
 
     def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
-        if schedule.schedule.tensor_core_precision is not None:
-            raise ScheduleError(f"target 'hip': tensor_cores({schedule.schedule.tensor_core_precision!r}) is CUDA's "
-                                "wmma path; on AMD GPUs run the stencil without it (target 'cuda' has tensor cores)")
         return hipify(super().generate(poly, schedule, box))
 
     def build_toolchain(self, emulate: bool) -> ctarget.Toolchain:

@@ -1,4 +1,4 @@
-"""CUDA wmma kernels for the tensor-core plans of msc/codegen/tensor_core.py.
+"""CUDA wmma kernels for the tensor-core plans of msc/targets/gpu/tensor_core.py.
 
 `generate(stencil_ir, statement, precision, dtype, name)` prints, for one
 statement, the device kernel and its host helpers (`<name>_bands`,
@@ -37,13 +37,13 @@ import numpy as np
 from msc import ir
 from msc.codegen import kernel_ir as kir
 from msc.codegen.lower import array_name, level_name, param_name
-from msc.codegen.passes.cuda import CustomLaunch, Launch
 from msc.codegen.printers.cexpr import c_expr
-from msc.codegen.tensor_core import Source, TensorCorePlan, tensor_core_plan
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
+from msc.poly.schedule import LoweredSchedule
 from msc.runtime import build, cuda_emu
-from msc.schedule import LoweredSchedule
+from msc.targets.gpu.cuda_pass import CustomLaunch, Launch
+from msc.targets.gpu.tensor_core import Source, TensorCorePlan, tensor_core_plan
 
 ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from msc.codegen import kernel_ir as k
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
-from msc.schedule import LoweredSchedule
+from msc.poly.schedule import LoweredSchedule
 
 AXES = ("x", "y", "z")
 MAX_THREADS = 1024  # threads per block, every CUDA device since compute capability 2.0

@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from msc.arguments import bind_arguments
 from msc.codegen import get_target
 from msc.errors import CacheWarning, MscError, ScheduleError
+from msc.ir.arguments import bind_arguments
 from msc.poly import PolyIR
+from msc.poly.schedule import Schedule, lower, parse_schedule
 from msc.runtime.build import atomic_write_text, cache_dir, host_identity
-from msc.schedule import Schedule, lower, parse_schedule
 from msc.version import __version__
 
 if TYPE_CHECKING:
-    from msc.codegen.ctarget import Platform
+    from msc.targets.ctarget import Platform
 
 DEFAULT_BUDGET_S = 30.0
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from msc import ir
-from msc.codegen import ctarget, register_node
 from msc.codegen import kernel_ir as k
-from msc.codegen.passes import openmp, x86
+from msc.codegen import register_node
 from msc.poly import PolyIR
-from msc.schedule import LoweredSchedule, Schedule
+from msc.poly.schedule import LoweredSchedule, Schedule
+from msc.targets import ctarget
+from msc.targets.cpu import openmp_pass as openmp
+from msc.targets.cpu import x86_pass as x86
 
 NAME = "openmp"
 # cache_read/cache_write buffers live on a thread's stack; all of a thread's
@@ -88,7 +90,8 @@ class OpenMPTarget(ctarget.CTarget):
     """OpenMP C: JIT-compiled in process, or emitted as a standalone tree."""
 
     def __init__(self) -> None:
-        super().__init__(NAME, CPUPlatform(), ctarget.Toolchain())
+        super().__init__(NAME, CPUPlatform(), ctarget.Toolchain(),
+                         schedule_options=("stream_stores", "prefetch", "with_threads"))
 
 
 def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from msc.codegen import ctarget, register_node
 from msc.codegen import kernel_ir as k
+from msc.codegen import register_node
 from msc.poly import PolyIR
+from msc.poly.schedule import LoweredSchedule
 from msc.runtime.build import DEFAULT_CFLAGS
-from msc.schedule import LoweredSchedule
+from msc.targets import ctarget
 
 NAME = "serial"
 
@@ -23,7 +24,6 @@ class SerialPlatform(ctarget.Platform):
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: 512 << 10}  # as target 'openmp'
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
-        ctarget.refuse_x86_primitives(schedule.schedule, NAME)
         return k.transform_kernel(kernel, _one_worker), {}
 
 
@@ -39,7 +39,8 @@ class SerialTarget(ctarget.CTarget):
 
     def __init__(self) -> None:
         flags = tuple(f for f in DEFAULT_CFLAGS if f != "-fopenmp")
-        super().__init__(NAME, SerialPlatform(), ctarget.Toolchain(flags=flags, main_template="", makefile_template=""))
+        super().__init__(NAME, SerialPlatform(), ctarget.Toolchain(flags=flags, main_template="", makefile_template=""),
+                         schedule_options=("with_threads",))
 
 
 register_node(NAME, SerialTarget)

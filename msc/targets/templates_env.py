@@ -22,7 +22,7 @@ def _env() -> jinja2.Environment:
     compiled = cache_dir() / "templates"
     compiled.mkdir(exist_ok=True)
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("msc.codegen", "templates"),
+        loader=jinja2.PackageLoader("msc.targets", "templates"),
         bytecode_cache=jinja2.FileSystemBytecodeCache(str(compiled)),
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,

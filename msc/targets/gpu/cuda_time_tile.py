@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from msc import ir
 from msc.codegen.lower import field_name, param_name
-from msc.codegen.passes.cuda import AXES, MAX_THREADS
 from msc.codegen.printers.cexpr import c_expr
-from msc.schedule import LoweredSchedule
+from msc.poly.schedule import LoweredSchedule
+from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -131,6 +132,7 @@ class Schedule:
         return replace(self, tensor_core_precision=precision)
 
     def with_threads(self, threads: int) -> Schedule:
+        """Run with `threads` threads (a CPU option; the tuner records its choice so)."""
         return replace(self, threads=threads)
 
     def describe(self) -> str:
@@ -173,6 +175,24 @@ class Schedule:
         hint = f"did you mean {close[0]}()? " if close else ""
         raise UnknownPrimitiveError(f"Schedule has no primitive {name!r}: {hint}the primitives are "
                                     f"{', '.join(PRIMITIVES)}")
+
+
+    def target_options(self) -> list[str]:
+        """The target options this schedule uses (TARGET_OPTIONS), by primitive name."""
+        return [name for name, used in TARGET_OPTIONS.items() if used(self)]
+
+
+#: A schedule is a target-neutral core (tiles, time tiles, order, fusion,
+#: caches, parallel/vector/unroll marks) and these target options, by primitive:
+#: whether a schedule uses it. A target lists the options it takes
+#: (`schedule_options`); msc.codegen.check_schedule_options refuses the others
+#: with one error naming the targets that take the option.
+TARGET_OPTIONS: dict[str, Callable[[Schedule], bool]] = {
+    "stream_stores": lambda s: s.streaming,
+    "prefetch": lambda s: s.prefetch_distance > 0,
+    "with_threads": lambda s: s.threads is not None,
+    "tensor_cores": lambda s: s.tensor_core_precision is not None,
+}
 
 
 class UnknownPrimitiveError(ScheduleError, AttributeError):
@@ -313,7 +333,7 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
 # A stencil with a statement of this many reads or more is printed for the
 # compiler's sake: no whole-line stores unless asked for (they print each
 # statement three times), and that statement reads through row pointers
-# (msc/codegen/lower.py, msc/codegen/passes/x86.py).
+# (msc/codegen/lower.py, msc/targets/cpu/x86_pass.py).
 LARGE_READS = 64
 
 

@@ -29,21 +29,22 @@ from typing import Any, ClassVar
 import numpy as np
 
 from msc import ir
-from msc.codegen import ctarget, register
-from msc.codegen import cuda_time_tile as time_tile
+from msc.codegen import check_schedule_options, register
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
-from msc.codegen.passes import cuda as mapping
-from msc.codegen.passes.cuda import CustomLaunch
-from msc.codegen.printers.cuda import CudaPrinter
-from msc.codegen.templates_env import render
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
+from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
 from msc.runtime.build import build_shared_library, write_tree
 from msc.runtime.cuda_kernel import CudaKernel, is_device_array
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
-from msc.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
+from msc.targets import ctarget
+from msc.targets.gpu import cuda_pass as mapping
+from msc.targets.gpu import cuda_time_tile as time_tile
+from msc.targets.gpu.cuda_pass import CustomLaunch
+from msc.targets.gpu.cuda_printer import CudaPrinter
+from msc.targets.templates_env import render
 
 NAME = "cuda"
 SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA device since compute capability 2.0
@@ -63,7 +64,7 @@ class GPUPlatform(ctarget.Platform):
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
         if schedule.schedule.tensor_core_precision is None:
             return None
-        from msc.codegen import cuda_tensor_core  # it builds on this module
+        from msc.targets.gpu import cuda_tensor_core  # it builds on this module
 
         return cuda_tensor_core.custom_launch(poly, schedule, launch)
 
@@ -98,13 +99,14 @@ class CudaTarget(ctarget.CTarget):
     emulator with `emulate=True`), or emitted as a standalone nvcc project."""
 
     def __init__(self) -> None:
-        super().__init__(NAME, GPUPlatform(), ctarget.Toolchain(cc=NVCC, flags=NVCC_FLAGS), compile_options=("emulate",))
+        super().__init__(NAME, GPUPlatform(), ctarget.Toolchain(cc=NVCC, flags=NVCC_FLAGS), compile_options=("emulate",),
+                         schedule_options=("tensor_cores",))
 
     # -- generation ------------------------------------------------------------
 
     def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
         stencil = poly.ir
-        ctarget.refuse_x86_primitives(schedule.schedule, NAME)
+        check_schedule_options(self.name, schedule.schedule, self.schedule_options)
         printer = CudaPrinter(stencil.dtype)
         entries = []
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):

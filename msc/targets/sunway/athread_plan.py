@@ -8,13 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from msc import ir
+from msc.codegen import check_schedule_options
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import array_name, field_name
 from msc.errors import ScheduleError, TargetError
+from msc.poly.schedule import Schedule
 from msc.runtime import athread_emu
-from msc.schedule import Schedule
 
 NAME = "athread"
+SCHEDULE_OPTIONS: tuple[str, ...] = ()  # the schedule's target options it takes: none
 CHIPS = tuple(sorted(athread_emu.LDM_BYTES))
 DEFAULT_CHIP = "sw26010pro"
 CPES = athread_emu.CPES
@@ -166,9 +168,9 @@ def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str
     the platform's default, halved to fit the LDM); what this target cannot
     do is a ScheduleError naming the primitive."""
     s = schedule or Schedule()
+    check_schedule_options(NAME, s, SCHEDULE_OPTIONS)
     refused = [("compute_at()", s.fuse_at is not None), ("reorder()", bool(s.order)),
-               ("vectorize()", s.vector_loop is not None), ("stream_stores()", s.streaming),
-               ("prefetch()", s.prefetch_distance > 0)]
+               ("vectorize()", s.vector_loop is not None)]
     for name, asked in refused:
         if asked:
             raise ScheduleError(f"target '{NAME}' has no {name}: a CPE computes one LDM tile at a time (its "

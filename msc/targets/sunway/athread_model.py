@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from msc import ir
-from msc.arguments import bind_arguments
-from msc.codegen.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
+from msc.ir.arguments import bind_arguments
+from msc.poly.schedule import Schedule
 from msc.runtime import athread_emu
-from msc.schedule import Schedule
+from msc.targets.sunway.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from msc import ir
-from msc.arguments import BoundArguments, bind_arguments
+from msc.ir.arguments import BoundArguments, bind_arguments
 
 _UNARY: dict[str, Callable[[Any], Any]] = {
     "sqrt": np.sqrt,
