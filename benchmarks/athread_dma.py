@@ -27,14 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stencils import CASES, msc_stencil  # noqa: E402
 
 from msc.runtime.athread_emu import AthreadKernel  # noqa: E402
-from msc.targets.sunway.athread_model import tune  # noqa: E402
+from msc.targets.sunway.athread import PLATFORMS  # noqa: E402
 from msc.targets.sunway.athread_plan import CHIPS  # noqa: E402
+from msc.tune.tuner import model_choice  # noqa: E402
 
 
 def measure(case: Any, chip: str, tiles: int) -> dict[str, Any]:
     stencil = msc_stencil(case)
     shape = (case.n,) * case.ndim
-    model = tune(stencil.ir, shape, chip)  # what compile(schedule="auto") chooses when it runs on this shape
+    # what compile(schedule="auto") chooses when it runs on this shape
+    model = model_choice(stencil.poly(), shape, 1, PLATFORMS[chip]).estimate.detail
     print(model.describe(), flush=True)
     steps = max(model.schedule.time_depth, 1) * tiles
     kernel = stencil.compile(target="athread", schedule=model.schedule, chip=chip)

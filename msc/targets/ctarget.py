@@ -48,7 +48,7 @@ from msc.version import __version__
 
 if TYPE_CHECKING:
     from msc.targets.node import NodeBuild, NodeKernel
-    from msc.tune.tuner import AutoKernel
+    from msc.tune.tuner import AutoKernel, Estimate
 
 Loaded = TypeVar("Loaded")  # what a kernel index entry loads into
 
@@ -94,6 +94,7 @@ class Platform:
     capacity: ClassVar[dict[k.Space, int]] = {}  # bytes of each per-worker memory space
     tunes = False  # schedule="auto" chooses among tuning_space on this platform
     measures = True  # by timing kernels (else by `cost`)
+    thread_counts = False  # kernels run on a thread count the chosen schedule records (with_threads)
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         """The kernel after this platform's passes, and the values its template needs."""
@@ -107,8 +108,14 @@ class Platform:
         """Variants of the winning `schedule` timed against it in a last round."""
         return []
 
-    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> float:
-        """Modelled milliseconds per step (a platform that does not measure must give it)."""
+    def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The inputs candidates are timed on (a kernel that runs arrays in place
+        gets copies, so that trial runs leave the user's arrays alone)."""
+        return inputs
+
+    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> Estimate:
+        """The modelled time per step of `schedule` (a platform that does not measure
+        must give it; a ScheduleError for a candidate the model refuses)."""
         raise NotImplementedError(f"platform {self.name!r} has no cost model")
 
 

@@ -12,6 +12,9 @@ nothing. One timing on a busy machine can be lucky, so the
 finalists (the fastest few, and the default) are timed again in interleaved
 rounds and the one with the best median wins; its prefetching and
 thread-count variants are decided the same way.
+Every target tunes here: the CPU measures, a GPU measures on a device, and
+the Sunway platforms (no chip at hand) and the GPU under its emulator rank by
+their models.
 The winner is kept per stencil, dtype, problem size, thread limit,
 platform and machine in a persistent JSON cache, so the next call measures nothing.
 """
@@ -52,15 +55,29 @@ class Trial:
     ms_per_step: float
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """A platform model's view of one schedule: modelled ms per step, what breaks
+    ties (`rank`, compared after the time), the model's own figures (`detail`)
+    and a line saying what it predicts (`text`)."""
+
+    ms_per_step: float
+    rank: tuple[float, ...] = ()
+    detail: Any = None
+    text: str = ""
+
+
 @dataclass
 class TuningReport:
-    """What the tuner chose and measured (empty `trials` when it came from the cache)."""
+    """What the tuner chose and measured (empty `trials` when it came from the
+    cache); `estimate`: the model's view of the choice, on a platform that models."""
 
     schedule: Schedule
     ms_per_step: float
     default_ms_per_step: float
     from_cache: bool
     trials: list[Trial] = field(default_factory=list)
+    estimate: Estimate | None = None
 
     @property
     def speedup(self) -> float:
@@ -233,14 +250,15 @@ class AutoKernel:
                               f"'{self.ir.name}' ({type(e).__name__}: {e}); tuning again",
                               CacheWarning, stacklevel=3)
             else:
-                self.report = TuningReport(schedule, ms, default_ms, True)
+                estimate = None if self.platform.measures else self.platform.cost(self.poly, shape, trial_steps, schedule)
+                self.report = TuningReport(schedule, ms, default_ms, True, estimate=estimate)
                 self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
                           f"({ms:.3f} ms/step, {self.report.speedup:.2f}x the default)")
                 return self._compile(schedule, schedule.threads)
         if self.platform.measures:
-            report = self._tune(shape, inputs, max_threads, trial_steps)
+            report = self._tune(shape, self.platform.trial_inputs(inputs), max_threads, trial_steps)
         else:
-            report = self._model(shape, trial_steps)
+            report = model_choice(self.poly, shape, trial_steps, self.platform, self.kinds, self._say)
         _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
                      "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
                      "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
@@ -317,22 +335,45 @@ class AutoKernel:
         medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
-        chosen = chosen if chosen.threads else chosen.with_threads(max_threads)
+        if self.platform.thread_counts and not chosen.threads:
+            chosen = chosen.with_threads(max_threads)
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
                   f"({time.perf_counter() - start:.1f} s)")
         return TuningReport(chosen, ms, default_ms, False, trials)
 
-    def _model(self, shape: tuple[int, ...], trial_steps: int) -> TuningReport:
-        """The legal candidate the platform's cost model ranks first (nothing is run)."""
-        costs: dict[Schedule, float] = {}
-        for schedule in _dedupe([Schedule(), *candidates(self.poly, shape, self.kinds, trial_steps, self.platform)]):
-            try:
-                lower(schedule, self.poly)
-            except MscError as e:
-                self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
-                continue
-            costs[schedule] = self.platform.cost(self.poly, shape, trial_steps, schedule)
-        chosen = min(costs, key=costs.__getitem__)
-        self._say(f"chose {chosen} for '{self.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
-                  f"{self.platform.name}: {costs[chosen]:.3f} ms/step modelled, {len(costs)} schedules ranked")
-        return TuningReport(chosen, costs[chosen], costs[Schedule()], False, [Trial(str(s), ms) for s, ms in costs.items()])
+
+
+def model_choice(poly: PolyIR, shape: tuple[int, ...], steps: int, platform: Platform, kinds: str = "all",
+                 say: Callable[[str], None] = lambda text: None) -> TuningReport:
+    """The legal candidate the platform's cost model ranks first (nothing is run).
+    A candidate the model refuses (its buffers do not fit, say), or one ranked
+    above the winner that is illegal (a dependence, a loop the stencil lacks),
+    is skipped and said; legality is checked in rank order only until a legal
+    one is found, so a model may rank thousands of tiles."""
+    costs: dict[Schedule, Estimate] = {}
+    for schedule in _dedupe([Schedule(), *candidates(poly, shape, kinds, steps, platform)]):
+        try:
+            costs[schedule] = platform.cost(poly, shape, steps, schedule)
+        except MscError as e:
+            say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
+    if not costs:
+        raise ScheduleError(f"schedule='auto' on stencil '{poly.ir.name}': no candidate of {platform.name} "
+                            f"fits a problem of {'x'.join(map(str, shape))}")
+    ranked = sorted(costs, key=lambda s: (costs[s].ms_per_step, *costs[s].rank))  # stable: ties keep their order
+    for schedule in ranked:
+        try:
+            lower(schedule, poly)
+        except MscError as e:
+            say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
+            del costs[schedule]
+            continue
+        chosen = schedule
+        break
+    else:
+        raise ScheduleError(f"schedule='auto' on stencil '{poly.ir.name}': no candidate of {platform.name} is legal")
+    estimate = costs[chosen]
+    say(estimate.text or f"chose {chosen} for '{poly.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
+                         f"{platform.name}: {estimate.ms_per_step:.3f} ms/step modelled, {len(costs)} schedules ranked")
+    default = costs.get(Schedule(), estimate)
+    return TuningReport(chosen, estimate.ms_per_step, default.ms_per_step, False,
+                        [Trial(str(s), e.ms_per_step) for s, e in costs.items()], estimate)

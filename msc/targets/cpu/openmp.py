@@ -32,6 +32,7 @@ class CPUPlatform(ctarget.Platform):
     kernel_template = "openmp_kernel.c.j2"
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: STACK_BYTES}
     tunes = True
+    thread_counts = True
 
     def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
         """Single sweeps (2.5D blocks in 3D, with and without streaming stores

@@ -21,19 +21,15 @@ from __future__ import annotations
 
 import ctypes
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
-
-import numpy as np
 
 from msc import ir
 from msc.codegen import check_schedule_options, register
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import field_name, lower_kernel, param_name
-from msc.errors import ScheduleError, TargetError
+from msc.errors import TargetError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
 from msc.runtime.build import build_shared_library, write_tree
@@ -45,6 +41,7 @@ from msc.targets.gpu import cuda_time_tile as time_tile
 from msc.targets.gpu.cuda_pass import CustomLaunch
 from msc.targets.gpu.cuda_printer import CudaPrinter
 from msc.targets.templates_env import render
+from msc.tune.tuner import AutoKernel, Estimate
 
 NAME = "cuda"
 SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA device since compute capability 2.0
@@ -54,11 +51,19 @@ DEFAULT_ARCH = "sm_90"  # of an emitted Makefile
 
 
 class GPUPlatform(ctarget.Platform):
-    """An NVIDIA GPU: loops onto the grid, cache buffers in a block's shared memory."""
+    """An NVIDIA GPU: loops onto the grid, cache buffers in a block's shared memory.
+    schedule="auto" times `cuda_candidates` on the device (device time per step)."""
 
     name = "NVIDIA GPU (CUDA)"
     kernel_template = "cuda_kernel.cu.j2"
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.SHARED: SHARED_BYTES}
+    tunes = True
+
+    def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
+        return cuda_candidates(poly.ir)
+
+    def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {name: _copy(value) for name, value in inputs.items()}  # device arrays are run in place
 
     def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule, launch: mapping.Launch) -> CustomLaunch | None:
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
@@ -67,6 +72,25 @@ class GPUPlatform(ctarget.Platform):
         from msc.targets.gpu import cuda_tensor_core  # it builds on this module
 
         return cuda_tensor_core.custom_launch(poly, schedule, launch)
+
+
+class EmulatedGPUPlatform(GPUPlatform):
+    """The GPU under the emulator, which says nothing about GPU speed: nothing is
+    timed and there is no GPU cost model yet, so schedule="auto" keeps the
+    default launch (and says so)."""
+
+    name = "NVIDIA GPU (CUDA), emulated"
+    measures = False
+
+    def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
+        return [Schedule()]
+
+    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> Estimate:
+        return Estimate(0.0, text=f"'{poly.ir.name}' under the CUDA emulator: kept the default launch "
+                                  "(timing the candidates needs a CUDA device; there is no GPU cost model yet)")
+
+
+EMULATED = EmulatedGPUPlatform()
 
 
 def _entry_scope(stencil: ir.StencilIR, box: bool) -> list[tuple[str, str]]:
@@ -187,14 +211,14 @@ class CudaTarget(ctarget.CTarget):
                                                  f"-DMSC_CUDA_EMU_DIGEST={cuda_emu.emulator_digest()}"))
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
-                box: bool = False, emulate: bool = False) -> CudaKernel | CudaAutoKernel:
+                box: bool = False, emulate: bool = False) -> CudaKernel | AutoKernel:
         """A kernel built before (same IR, schedule, generator, toolchain) is
         loaded through the kernel index without any isl work."""
         if not isinstance(emulate, bool):
             raise TargetError(f"target 'cuda': emulate must be True or False, got {emulate!r}")
         if schedule == "auto":
-            return CudaAutoKernel(poly, lambda s: self.compile(poly, threads=threads, schedule=s, box=box, emulate=emulate),
-                                  emulate)
+            return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s, box=box, emulate=emulate),
+                              threads, platform=EMULATED if emulate else self.platform)
         toolchain = self.build_toolchain(emulate)
         sched = as_schedule(schedule)
         key = ctarget.kernel_key(self.name, poly.ir, sched, box, toolchain)
@@ -248,67 +272,6 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
         out += [Schedule().time_tile(depth, **dict(zip(stencil.dims, time_tile.fitting_tile(stencil, depth, base))))
                 for depth in TIME_DEPTHS]
     return out
-
-
-@dataclass
-class CudaTuning:
-    """What schedule="auto" chose: `seconds` per step of each candidate,
-    timed on the device (None under the emulator, which only checks them)."""
-
-    schedule: Schedule
-    candidates: list[str]
-    seconds: dict[str, float] | None
-    note: str
-
-
-class CudaAutoKernel:
-    """compile(target="cuda", schedule="auto"): the candidates are built and
-    tried when the kernel first runs, on its inputs. On a device each is
-    timed and the fastest kept; under the emulator (which says nothing about
-    GPU speed) each must give the first's result, and the default is kept."""
-
-    def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule], CudaKernel], emulate: bool) -> None:
-        self.ir = poly.ir
-        self._compile = compile_fn
-        self._emulate = emulate
-        self.kernel: CudaKernel | None = None
-        self.report: CudaTuning | None = None
-
-    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> Any:
-        if self.kernel is None:
-            self.kernel, self.report = self._choose(steps, inputs)
-        return self.kernel.run(steps, threads, **inputs)
-
-    def _choose(self, steps: int, given: dict[str, Any]) -> tuple[CudaKernel, CudaTuning]:
-        inputs = {name: _copy(value) for name, value in given.items()}  # device arrays would be advanced in place
-        kernels = []
-        for schedule in cuda_candidates(self.ir):
-            try:
-                kernels.append((schedule, self._compile(schedule)))
-            except ScheduleError:
-                continue  # illegal for this stencil (a dependence, a capacity)
-        names = [str(s) for s, _ in kernels]
-        trial = max(1, min(int(steps), 4))
-        if self._emulate:
-            first = kernels[0][1].run(trial, **inputs)
-            for schedule, kernel in kernels[1:]:
-                got = kernel.run(trial, **inputs)
-                for name, value in first.items():
-                    if not np.allclose(got[name], value, rtol=1e-5 if self.ir.dtype == "float32" else 1e-12, atol=0):
-                        raise ScheduleError(f"schedule='auto' on stencil '{self.ir.name}': candidate {schedule} "
-                                            f"gives another '{name}' than {kernels[0][0]} under the emulator")
-            return kernels[0][1], CudaTuning(kernels[0][0], names, None,
-                                             "emulated: every candidate checked; timing them needs a CUDA device")
-        seconds = {}
-        for schedule, kernel in kernels:  # per step: the difference of two runs, without the copies in and out
-            kernel.run(trial, **inputs)  # warm-up: first launches, caches
-            kernel.run(trial, **inputs)
-            short = kernel.last_run.seconds
-            kernel.run(3 * trial, **inputs)
-            seconds[str(schedule)] = max(kernel.last_run.seconds - short, 0.0) / (2 * trial)
-        best = min(range(len(kernels)), key=lambda i: seconds[names[i]])
-        return kernels[best][1], CudaTuning(kernels[best][0], names, seconds,
-                                            f"seconds per step on the device, from runs of {trial} and {3 * trial} steps")
 
 
 def _copy(value: Any) -> Any:

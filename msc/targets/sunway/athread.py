@@ -32,11 +32,11 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from msc import ir
 from msc.codegen import kernel_ir as k
-from msc.codegen import register
+from msc.codegen import register_node
 from msc.codegen.isl_ast import C_HELPERS
 from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
 from msc.codegen.printers.c import CPrinter
@@ -47,8 +47,8 @@ from msc.runtime import athread_emu
 from msc.runtime.build import cache_dir, write_tree
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.targets import ctarget
-from msc.targets.mpi import MPITarget
 from msc.targets.node import MakeRule, NodeBuild, NodeKernel
+from msc.targets.sunway import athread_model
 from msc.targets.sunway.athread_plan import (
     CPES,
     DEFAULT_CHIP,
@@ -64,26 +64,43 @@ from msc.targets.sunway.athread_plan import (
     slave_kernels,
 )
 from msc.targets.templates_env import render
+from msc.tune.tuner import AutoKernel, Estimate
 from msc.version import __version__
 
-if TYPE_CHECKING:
-    from msc.targets.sunway.athread_model import AthreadAutoKernel
 # The emulator's files, copied into an emitted tree for `make EMULATE=1`.
 EMULATOR_FILES = ("athread.h", "slave.h", "crts.h", "athread_emu.c")
 
 
-class SW26010(ctarget.Platform):
-    """A SW26010 core group: 64 CPEs, each with 64 KB of LDM (Space.LOCAL)."""
+class SunwayPlatform(ctarget.Platform):
+    """A Sunway core group: 64 CPEs with their LDM (Space.LOCAL). No chip is at
+    hand, so schedule="auto" ranks the tiles that fit by the cost model
+    (athread_model.py) and runs nothing to choose."""
+
+    chip = ""
+    tunes = True
+    measures = False
+
+    def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
+        return athread_model.candidates(poly.ir, shape, self.chip)
+
+    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> Estimate:
+        return athread_model.estimate(poly.ir, shape, schedule, self.chip)
+
+
+class SW26010(SunwayPlatform):
+    """A SW26010 core group: 64 CPEs, each with 64 KB of LDM."""
 
     name = "Sunway SW26010 (athread)"
-    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity("sw26010")}
+    chip = "sw26010"
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity(chip)}
 
 
-class SW26010Pro(ctarget.Platform):
-    """A SW26010-Pro core group: 64 CPEs, each with 256 KB of LDM (Space.LOCAL)."""
+class SW26010Pro(SunwayPlatform):
+    """A SW26010-Pro core group: 64 CPEs, each with 256 KB of LDM."""
 
     name = "Sunway SW26010-Pro (athread)"
-    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity("sw26010pro")}
+    chip = "sw26010pro"
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity(chip)}
 
 
 PLATFORMS: dict[str, ctarget.Platform] = {"sw26010": SW26010(), "sw26010pro": SW26010Pro()}
@@ -206,16 +223,15 @@ class AthreadTarget:
         return write_tree(directory, self._tree(poly, schedule, chip))
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
-                chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AthreadAutoKernel:
+                chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AutoKernel:
         """The emitted tree, built with `make EMULATE=1` (cached by the kernel
         index, whose key includes the chip), as a kernel whose `run` executes
         it under the athread emulator in a child process. An emulation for
         correctness: its timings and counters are no Sunway performance figure."""
         check_chip(chip)
-        if schedule == "auto":  # chosen by a cost model when the kernel runs and the problem size is known
-            from msc.targets.sunway.athread_model import AthreadAutoKernel
-
-            return AthreadAutoKernel(poly.ir, chip, lambda s: self.compile(poly, schedule=s, chip=chip))
+        if schedule == "auto":  # chosen by the platform's cost model when the kernel runs and the size is known
+            return AutoKernel(poly, lambda s, _threads: self.compile(poly, schedule=s, chip=chip), threads,
+                              platform=PLATFORMS[chip])
         sched = as_schedule(schedule)
         key = ctarget.kernel_key(f"{NAME}:{chip}:{_emulator_digest()}", poly.ir, sched, False)
         directory = cache_dir() / NAME / key
@@ -391,5 +407,4 @@ def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
     return node
 
 
-register(NAME, AthreadTarget)
-register(f"{NAME}+mpi", lambda: MPITarget(NAME))
+register_node(NAME, AthreadTarget)

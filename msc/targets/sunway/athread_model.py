@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from msc import ir
-from msc.ir.arguments import bind_arguments
 from msc.poly.schedule import Schedule
 from msc.runtime import athread_emu
 from msc.targets.sunway.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
+from msc.tune.tuner import Estimate
 
 
 @dataclass(frozen=True)
@@ -266,38 +264,8 @@ def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: str) -> list
     return out
 
 
-def tune(stencil: ir.StencilIR, shape: tuple[int, ...], chip: str) -> Prediction:
-    """The candidate with the least predicted step time (ties: fewer DMA bytes, then transfers)."""
-    predictions = [predict(stencil, shape, s, chip) for s in candidates(stencil, shape, chip)]
-    if not predictions:
-        raise ValueError(f"no tile of stencil '{stencil.name}' fits the LDM of {chip}")
-    return min(predictions, key=lambda p: (p.step_s, p.get_bytes + p.put_bytes, p.transfers))
-
-
-class AthreadAutoKernel:
-    """`compile(target="athread", schedule="auto")`: the problem size is known
-    when the kernel runs, so the model chooses then (and prints its
-    prediction); the chosen schedule is compiled and run under the emulator.
-    `report` is the last prediction; `last_run` the emulator's counters."""
-
-    target = "athread"
-
-    def __init__(self, stencil: ir.StencilIR, chip: str,
-                 build: Callable[[Schedule], athread_emu.AthreadKernel]) -> None:
-        self.ir = stencil
-        self.chip = chip
-        self._build = build
-        self._kernels: dict[tuple[int, ...], athread_emu.AthreadKernel] = {}
-        self.report: Prediction | None = None
-        self.last_run = athread_emu.AthreadRunStats()
-
-    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, Any]:
-        shape = bind_arguments(self.ir, steps, inputs).shape
-        if shape not in self._kernels:
-            self.report = tune(self.ir, shape, self.chip)
-            print(self.report.describe())
-            self._kernels[shape] = self._build(self.report.schedule)
-        kernel = self._kernels[shape]
-        result = kernel.run(steps, threads, **inputs)
-        self.last_run = kernel.last_run
-        return result
+def estimate(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: str) -> Estimate:
+    """The tuner's view of `predict` (msc/tune/tuner.py ranks by it: the least
+    predicted step time, ties broken by fewer DMA bytes, then fewer transfers)."""
+    p = predict(stencil, shape, schedule, chip)
+    return Estimate(p.step_s * 1e3, (p.get_bytes + p.put_bytes, p.transfers), p, p.describe())
