@@ -142,11 +142,6 @@ class AthreadKernel:
     target: str = "athread"
     last_run: AthreadRunStats = field(default_factory=AthreadRunStats)
 
-    @property
-    def directory(self) -> Path:
-        """The built source tree (host.c, slave.c, ...)."""
-        return self.program.parent
-
     def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
         """Advance `steps` steps under the emulator; the newest level of each written field."""
         stencil = self.ir

@@ -92,38 +92,52 @@ def build_shared_library(
     """
     cc = cc or os.environ.get("CC", DEFAULT_CC)
     key = cache_key(source + "\0" + " ".join(extra_libs), cc, flags)
-    root = cache_dir()
-    lib = root / f"{name}-{key}.so"
-    if lib.exists() and _damage(lib) is None:
-        return lib
-    with open(root / f".{name}-{key}.lock", "w") as lock:
+    src = cache_dir() / f"{name}-{key}{suffix}"
+
+    def compile_into(out: Path) -> None:
+        atomic_write_text(src, source)
+        proc = subprocess.run([cc, *flags, str(src), "-o", str(out), *extra_libs, "-lm"],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr[:200])
+            raise CompileError(f"compiling {src} failed: {first.strip()}\n{proc.stderr}",
+                               source_path=str(src), output=proc.stderr)
+
+    return cached_build(cache_dir() / f"{name}-{key}.so", compile_into)
+
+
+def cached_build(artifact: Path, make: Callable[[Path], None]) -> Path:
+    """The one compile-and-cache step of every build (C, CUDA and HIP libraries,
+    athread programs): `artifact` as it is when it matches its digest, else
+    built by `make(out)` into a temporary file beside it, under a lock (one
+    process builds, the others wait and reuse it), its digest written before
+    it is moved into place, so a killed build or a damaged file is never
+    trusted (a damaged one is rebuilt with a CacheWarning)."""
+    if artifact.exists() and _damage(artifact) is None:
+        return artifact
+    root, stem, suffix = artifact.parent, artifact.stem, artifact.suffix
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{stem}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        damage = _damage(lib) if lib.exists() else None
-        if lib.exists() and damage is None:  # another process built it while we waited
-            return lib
-        for stale in root.glob(f".{name}-{key}-*.so"):  # left by a build killed midway (we hold the lock)
+        damage = _damage(artifact) if artifact.exists() else None
+        if artifact.exists() and damage is None:  # another process built it while we waited
+            return artifact
+        for stale in root.glob(f".{stem}-*{suffix}"):  # left by a build killed midway (we hold the lock)
             stale.unlink(missing_ok=True)
         if damage is not None:
-            warnings.warn(f"msc: the cached library {lib} is damaged ({damage}); rebuilding it",
-                          CacheWarning, stacklevel=2)
-        src = root / f"{name}-{key}{suffix}"
-        atomic_write_text(src, source)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-{key}-", suffix=".so", dir=root)
+            warnings.warn(f"msc: the cached build {artifact} is damaged ({damage}); rebuilding it",
+                          CacheWarning, stacklevel=3)
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=suffix, dir=root)
         os.close(fd)
-        cmd = [cc, *flags, str(src), "-o", tmp, *extra_libs, "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
+        try:
+            make(Path(tmp))
+        except BaseException:
             os.unlink(tmp)
-            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr[:200])
-            raise CompileError(
-                f"compiling {src} failed: {first.strip()}\n{proc.stderr}",
-                source_path=str(src),
-                output=proc.stderr,
-            )
-        # the digest first: a library without its digest is never trusted
-        atomic_write_text(_digest_path(lib), _file_digest(Path(tmp)))
-        os.replace(tmp, lib)
-    return lib
+            raise
+        # the digest first: an artifact without its digest is never trusted
+        atomic_write_text(_digest_path(artifact), _file_digest(Path(tmp)))
+        os.replace(tmp, artifact)
+    return artifact
 
 
 def _digest_path(lib: Path) -> Path:

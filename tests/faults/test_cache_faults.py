@@ -78,6 +78,25 @@ def test_library_without_its_digest_is_rebuilt(tmp_path, monkeypatch):
     assert len(said) == 1 and "digest" in str(said[0].message)
 
 
+def test_damaged_athread_program_is_rebuilt_by_the_same_cache_step(tmp_path, monkeypatch):
+    """athread's emulated programs go through the one compile-and-cache step
+    (cached_build) as the C and CUDA libraries do: a damaged program is rebuilt
+    with one warning, and the emitted tree stays beside it for reading."""
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    u = np.random.default_rng(0).random((20, 24))
+    expected = heat.reference(steps=3, u=u, alpha=0.1)["u"]
+    kernel = heat.compile(target="athread")
+    program = kernel.program
+    assert program.with_suffix(".sha256").is_file() and (program.parent / program.name.split("-", 1)[1] / "slave.c").is_file()
+    program.write_bytes(program.read_bytes()[:2000])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = heat.compile(target="athread")
+    said = [w for w in caught if issubclass(w.category, CacheWarning)]
+    assert again.program == program and len(said) == 1 and "damaged" in str(said[0].message)
+    np.testing.assert_allclose(again.run(steps=3, u=u, alpha=0.1)["u"], expected, rtol=1e-12, atol=0)
+
+
 def test_truncated_kernel_in_a_new_process(tmp_path):
     """The reported fault: a truncated cached kernel made every later compile of
     the stencil fail with a bare OSError; now the next process rebuilds it."""

@@ -29,7 +29,6 @@ import hashlib
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -44,7 +43,7 @@ from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, lower
 from msc.runtime import athread_emu
-from msc.runtime.build import cache_dir, write_tree
+from msc.runtime.build import cache_dir, cached_build, write_tree
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.targets import ctarget
 from msc.targets.node import MakeRule, NodeBuild, NodeKernel
@@ -224,9 +223,11 @@ class AthreadTarget:
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
                 chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AutoKernel:
-        """The emitted tree, built with `make EMULATE=1` (cached by the kernel
-        index, whose key includes the chip), as a kernel whose `run` executes
-        it under the athread emulator in a child process. An emulation for
+        """The emitted tree, built with `make EMULATE=1` through the one
+        compile-and-cache step (`cached_build`: lock, digest; keyed by the kernel
+        key, which includes the chip; the tree is kept beside the program for
+        reading), as a kernel whose `run` executes it under the athread emulator
+        in a child process. An emulation for
         correctness: its timings and counters are no Sunway performance figure."""
         check_chip(chip)
         if schedule == "auto":  # chosen by the platform's cost model when the kernel runs and the size is known
@@ -234,28 +235,16 @@ class AthreadTarget:
                               platform=PLATFORMS[chip])
         sched = as_schedule(schedule)
         key = ctarget.kernel_key(f"{NAME}:{chip}:{_emulator_digest()}", poly.ir, sched, False)
-        directory = cache_dir() / NAME / key
-        program = directory / poly.ir.name
-        if not program.is_file():
-            self._build(poly, sched, chip, directory)
-        return athread_emu.AthreadKernel(poly.ir, program, chip, sched)
+        tree = cache_dir() / NAME / key
 
-    def _build(self, poly: PolyIR, schedule: Schedule | None, chip: str, directory: Path) -> None:
-        """Emit and build in a private directory, then rename it into place (a
-        concurrent build of the same kernel wins or loses whole)."""
-        files = self._tree(poly, schedule, chip)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
-        try:
-            write_tree(staging / "tree", files)
-            athread_emu.build_tree(staging / "tree", chip)
-            try:
-                os.rename(staging / "tree", directory)
-            except OSError:
-                if not (directory / poly.ir.name).is_file():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        def build_into(out: Path) -> None:  # under cached_build's lock
+            shutil.rmtree(tree, ignore_errors=True)  # a build killed midway left it
+            write_tree(tree, self._tree(poly, sched, chip))
+            athread_emu.build_tree(tree, chip)
+            os.replace(tree / poly.ir.name, out)
+
+        program = cached_build(cache_dir() / NAME / f"{poly.ir.name}-{key}", build_into)
+        return athread_emu.AthreadKernel(poly.ir, program, chip, sched)
 
 
 @functools.lru_cache(maxsize=1)
