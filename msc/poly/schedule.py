@@ -206,6 +206,21 @@ def _kw(pairs: tuple[tuple[str, int], ...]) -> str:
     return ", ".join(f"{k}={v}" for k, v in pairs)
 
 
+def shrink_tile(tile: tuple[int, ...], fits: Callable[[tuple[int, ...]], bool],
+                fixed: frozenset[int] = frozenset()) -> tuple[int, ...]:
+    """`tile` with its longest side not in `fixed` halved (the first of equal
+    ones), again and again, until `fits(tile)` or no such side is longer than 1
+    (how a target fits a tile to its memory or its block size)."""
+    sides = list(tile)
+    while not fits(tuple(sides)):
+        free = [d for d in range(len(sides)) if d not in fixed and sides[d] > 1]
+        if not free:
+            break
+        longest = max(free, key=lambda d: sides[d])
+        sides[longest] //= 2
+    return tuple(sides)
+
+
 def _check_sizes(what: str, sizes: dict[str, int]) -> None:
     for name, size in sizes.items():
         if name not in ir.DIM_NAMES:

@@ -18,12 +18,13 @@ memory (`passes/cuda.py`); `reason_not_shared` says why.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from msc import ir
 from msc.codegen.lower import field_name, param_name
 from msc.codegen.printers.cexpr import c_expr
-from msc.poly.schedule import LoweredSchedule
+from msc.poly.schedule import LoweredSchedule, shrink_tile
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
@@ -72,15 +73,8 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
 
 def fitting_tile(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> tuple[int, ...]:
     """`tile` halved along its longest side until tile plus halo fits a block (or every side is 1)."""
-    sides = list(tile)
-    while True:
-        threads = 1
-        for t, r in zip(sides, stencil.radius):
-            threads *= t + 2 * depth * r
-        if threads <= MAX_THREADS or max(sides) == 1:
-            return tuple(sides)
-        longest = sides.index(max(sides))
-        sides[longest] = max(1, sides[longest] // 2)
+    return shrink_tile(tile, lambda sides: math.prod(t + 2 * depth * r for t, r in zip(sides, stencil.radius))
+                       <= MAX_THREADS)
 
 
 def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | None:

@@ -12,7 +12,7 @@ from msc.codegen import check_schedule_options
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import array_name, field_name
 from msc.errors import ScheduleError, TargetError
-from msc.poly.schedule import Schedule
+from msc.poly.schedule import Schedule, shrink_tile
 from msc.runtime import athread_emu
 
 NAME = "athread"
@@ -145,15 +145,9 @@ def fitting_tile(stencil: ir.StencilIR, chip: str, start: tuple[int, ...], fixed
                  depth: int = 0) -> tuple[int, ...]:
     """`start` with its dimensions not in `fixed` halved (the largest first)
     until every slave function's buffers fit the LDM (or they cannot shrink further)."""
-    itemsize = _itemsize(stencil)
-    tile = list(start)
-    while max(t.ldm_bytes(itemsize) for t in slave_kernels(stencil, tuple(tile), depth)) > ldm_capacity(chip):
-        free = [d for d in range(len(tile)) if d not in fixed and tile[d] > 1]
-        if not free:
-            break
-        d = max(free, key=lambda d: tile[d])
-        tile[d] //= 2
-    return tuple(tile)
+    itemsize, capacity = _itemsize(stencil), ldm_capacity(chip)
+    return shrink_tile(start, lambda tile: max(t.ldm_bytes(itemsize) for t in slave_kernels(stencil, tile, depth))
+                       <= capacity, fixed)
 
 
 def _itemsize(stencil: ir.StencilIR) -> int:
