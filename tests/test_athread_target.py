@@ -323,3 +323,26 @@ def test_model_counts_a_3d_time_tile_as_the_emulator_does():
     model = predict(heat3d.ir, shape, schedule, kernel.chip)
     assert (model.get_bytes * steps, model.put_bytes * steps, model.transfers * steps) == (
         kernel.last_run.get_bytes, kernel.last_run.put_bytes, kernel.last_run.transfers)
+
+
+@pytest.mark.parametrize("seed", [0, 4, 7, 10])  # 2D periodic, 1D periodic with an input, 2D and 3D dirichlet; 2-3 levels
+def test_start_and_advance_continue_as_one_run(seed, assert_matches):
+    """A Simulation of an athread kernel: each advance runs the program from every
+    level the next step reads, as CompiledKernel.start does on the CPU."""
+    case = generate(seed)
+    kernel = case.stencil.compile(target="athread", dtype=case.dtype)
+    sim = kernel.start(**case.inputs)
+    first = case.steps // 3
+    sim.advance(first)
+    sim.advance(case.steps - first)
+    assert sim.step == case.steps
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches({name: np.array(level) for name, level in sim.fields.items()}, expected, case.dtype, case)
+
+
+def test_auto_kernels_start_too(heat2d):
+    u = np.random.default_rng(8).random((30, 40))
+    sim = heat2d.compile(target="athread", schedule="auto").start(u=u, alpha=0.1)
+    sim.advance(3)
+    sim.advance(5)
+    np.testing.assert_allclose(sim.fields["u"], heat2d.reference(steps=8, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)

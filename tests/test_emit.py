@@ -67,3 +67,27 @@ def test_design_md_command_line(tmp_path):
     bad = subprocess.run([str(program), "--steps", "1", "--param", "alpha=1", "--in", f"u={tmp_path / 'f32.npy'}"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "dtype '<f4', expected '<f8'" in bad.stderr
+
+
+def test_every_level_out_continues_the_run(tmp_path, assert_matches):
+    """`--out NAME=A.npy,B.npy,...` writes every level the next step reads,
+    oldest first: fed back as --in, the run goes on as one run (how an athread
+    Simulation advances its program); another count of files is refused before
+    anything runs."""
+    case = generate(3)  # 1D dirichlet, two fields of 3 levels
+    program = _build(case.stencil, tmp_path / "src", case.dtype)
+    fields = case.stencil.ir.written_fields
+    first = case.steps // 2
+    cmd = [str(program), "--steps", str(first), *program_arguments(case.inputs, tmp_path)]
+    for f in fields:
+        cmd += ["--out", f"{f.name}=" + ",".join(str(tmp_path / f"mid_{f.name}{k}.npy") for k in range(f.window))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    middle = dict(case.inputs, **{f.name: [np.load(tmp_path / f"mid_{f.name}{k}.npy") for k in range(f.window)]
+                                  for f in fields})
+    result, _ = _run(program, case.steps - first, middle, tmp_path, [f.name for f in fields])
+    assert_matches(result, case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs), case.dtype, case)
+    two = f"{fields[0].name}={tmp_path / 'a.npy'},{tmp_path / 'b.npy'}"
+    bad = subprocess.run([*cmd[:3], *program_arguments(case.inputs, tmp_path), "--out", two], capture_output=True, text=True)
+    assert bad.returncode != 0 and "wrong number of time levels (one file, or 3)" in bad.stderr
+    assert not (tmp_path / "a.npy").exists() and "GStencil/s" not in bad.stdout

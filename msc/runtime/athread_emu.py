@@ -26,7 +26,8 @@ import numpy as np
 from msc import ir
 from msc.errors import CompileError, MscError
 from msc.ir.arguments import bind_arguments
-from msc.runtime.kernel import RunStats, not_finite, warn_not_finite
+from msc.runtime.buffers import ghost_width, pack
+from msc.runtime.kernel import RunStats, Simulation, not_finite, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"
@@ -146,22 +147,62 @@ class AthreadKernel:
         """Advance `steps` steps under the emulator; the newest level of each written field."""
         stencil = self.ir
         args = bind_arguments(stencil, steps, inputs)
+        levels = {f.name: args.levels[f.name] if f.written else args.levels[f.name][:1] for f in stencil.fields}
+        result = {name: out[-1] for name, out in self._execute(int(steps), args.scalars, levels, False).items()}
+        warn_not_finite(stencil.name, not_finite(result), 0, int(steps), stacklevel=2)
+        return result
+
+    def start(self, threads: int | None = None, **inputs: Any) -> Simulation:
+        """A run that keeps its levels between calls, as `CompiledKernel.start`
+        does: each `advance` runs the program from the levels it holds."""
+        args = bind_arguments(self.ir, 0, inputs)
+        return Simulation(self, pack(self.ir, args), args.scalars, 1)
+
+    # -- what a Simulation calls (msc.runtime.kernel) --------------------------
+
+    def arguments(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], extents: Any) -> list[Any]:
+        return [buffers, scalars, tuple(extents)]
+
+    def advance(self, call: list[Any], t0: int, steps: int, nthreads: int) -> None:
+        """Steps t0 .. t0+steps-1 on a Simulation's ring buffers: every level the
+        next step reads goes to the program, and every one it gives back is
+        put into its slot (a periodic level with its ghost cells)."""
+        buffers, scalars, extents = call
+        stencil = self.ir
+        ghosts = ghost_width(stencil)
+        domain = tuple(slice(g, n - g) for g, n in zip(ghosts, extents))
+        levels = {f.name: [buffers[f.name][(t0 - age) % f.slots][domain] for age in reversed(range(f.window))]
+                  if f.written else [buffers[f.name][domain]] for f in stencil.fields}
+        out = self._execute(int(steps), scalars, levels, True)
+        for f in stencil.written_fields:
+            for age, level in enumerate(reversed(out[f.name])):
+                slot = buffers[f.name][(t0 + steps - age) % f.slots]
+                slot[domain] = level
+                if any(ghosts):
+                    slot[...] = np.pad(slot[domain], [(g, g) for g in ghosts], mode="wrap")
+
+    def _execute(self, steps: int, scalars: dict[str, float], levels: dict[str, list[np.ndarray]],
+                 every_level: bool) -> dict[str, list[np.ndarray]]:
+        """Run the program for `steps` steps from `levels` (per field, oldest
+        first): per written field, its newest level, or (`every_level`) every
+        level the next step reads, oldest first; its counters into `last_run`."""
+        stencil = self.ir
         with tempfile.TemporaryDirectory(prefix="msc-athread-") as tmp:
             work = Path(tmp)
-            command = [str(self.program), "--steps", str(int(steps))]
-            for name, value in args.scalars.items():
+            command = [str(self.program), "--steps", str(steps)]
+            for name, value in scalars.items():
                 command += ["--param", f"{name}={value!r}"]
             for f in stencil.fields:
                 files = []
-                levels = args.levels[f.name] if f.written else args.levels[f.name][:1]
-                for n, level in enumerate(levels):
+                for n, level in enumerate(levels[f.name]):
                     path = work / f"in_{f.name}_{n}.npy"
                     np.save(path, np.ascontiguousarray(level, dtype=stencil.dtype))
                     files.append(str(path))
                 command += ["--in", f"{f.name}={','.join(files)}"]
-            outputs = {f.name: work / f"out_{f.name}.npy" for f in stencil.written_fields}
-            for name, path in outputs.items():
-                command += ["--out", f"{name}={path}"]
+            outputs = {f.name: [work / f"out_{f.name}_{n}.npy" for n in range(f.window if every_level else 1)]
+                       for f in stencil.written_fields}
+            for name, paths in outputs.items():
+                command += ["--out", f"{name}={','.join(map(str, paths))}"]
             env = dict(os.environ, ATHREAD_EMU_STATS="1")
             start = time.perf_counter()
             done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
@@ -171,13 +212,13 @@ class AthreadKernel:
                 why = found[-1] if found else (done.stderr.strip() or f"exit status {done.returncode}")
                 raise EmulatorError(f"stencil '{stencil.name}' on target 'athread' ({self.chip}, emulated) "
                                     f"failed: {why} (program {self.program})")
-            result = {name: np.load(path) for name, path in outputs.items()}
+            result = {name: [np.load(path) for path in paths] for name, paths in outputs.items()}
         stats = parse_stats(done.stderr)
+        shape = next(iter(levels.values()))[0].shape
         interior = int(np.prod([n - 2 * r if stencil.boundary == "dirichlet" else n
-                                for n, r in zip(args.shape, stencil.radius)]))
+                                for n, r in zip(shape, stencil.radius)]))
         self.last_run = AthreadRunStats(
-            seconds, int(steps), interior * len(stencil.statements), chip=str(stats["chip"]),
+            seconds, steps, interior * len(stencil.statements), chip=str(stats["chip"]),
             get_bytes=int(stats["get_bytes"]), put_bytes=int(stats["put_bytes"]), transfers=int(stats["transfers"]),
             peak_ldm=int(stats["peak_ldm"]), spawns=int(stats["spawns"]))
-        warn_not_finite(stencil.name, not_finite(result), 0, int(steps), stacklevel=2)
         return result
