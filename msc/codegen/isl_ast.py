@@ -24,12 +24,12 @@ _BINARY_OPS = {
     isl.ast_expr_op_type.gt: ">",
 }
 
-# helpers the printed expressions rely on; every generated file includes them
-C_HELPERS = """\
-static inline long msc_imin(long a, long b) { return a < b ? a : b; }
-static inline long msc_imax(long a, long b) { return a > b ? a : b; }
-static inline long msc_floord(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-"""
+def int_helpers(qualifier: str = "static inline") -> str:
+    """The integer helpers the printed expressions rely on (every generated file
+    includes them), declared with `qualifier` (a GPU's: callable on host and device)."""
+    return (f"{qualifier} long msc_imin(long a, long b) {{ return a < b ? a : b; }}\n"
+            f"{qualifier} long msc_imax(long a, long b) {{ return a > b ? a : b; }}\n"
+            f"{qualifier} long msc_floord(long a, long b) {{ return a >= 0 ? a / b : -((-a + b - 1) / b); }}\n")
 
 
 def c_of(e: isl.AstExpr, top: bool = False, rename: dict[str, str] | None = None) -> str:

@@ -33,12 +33,6 @@ class Space(Enum):
     LOCAL = "local"  # a core's scratchpad, reached by DMA (Sunway LDM)
 
 
-class CopyKind(Enum):
-    SYNC = "sync"  # element by element, complete when the statement is
-    ASYNC = "async"  # started here, waited for before the buffer is read
-    DMA = "dma"  # by a DMA engine, with a reply counter
-
-
 def rename(text: str, name: str, new: str) -> str:
     """`text` with the identifier `name` replaced by `new`."""
     return re.sub(rf"\b{re.escape(name)}\b", new, text)
@@ -127,7 +121,6 @@ class Copy:
     src: Ref
     iterators: tuple[str, ...]
     region: tuple[tuple[str, str], ...]
-    kind: CopyKind = CopyKind.SYNC
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 from msc import ir
 from msc.codegen import check_schedule_options
 from msc.codegen import kernel_ir as k
-from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import field_name, lower_kernel, param_name
 from msc.codegen.printers.c import C_TYPES, CPrinter
 from msc.errors import ScheduleError, TargetError
@@ -186,7 +186,7 @@ class CTarget:
             **stencil_values(stencil),
             schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
             work_shared=schedule.parallel_dim is not None,
-            int_helpers=C_HELPERS,
+            int_helpers=int_helpers(),
             entries=entries,
             **values,
         )

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from msc import ir
 from msc.codegen import check_schedule_options, register
 from msc.codegen import kernel_ir as k
-from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import field_name, lower_kernel, param_name
 from msc.errors import TargetError
 from msc.poly import PolyIR
@@ -45,6 +45,7 @@ from msc.tune.tuner import AutoKernel, Estimate
 
 NAME = "cuda"
 SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA device since compute capability 2.0
+DEVICE_FUNCTION = "__host__ __device__ inline"  # how device code declares a helper the host may call too
 NVCC = "nvcc"
 NVCC_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC")
 DEFAULT_ARCH = "sm_90"  # of an emitted Makefile
@@ -140,7 +141,7 @@ class CudaTarget(ctarget.CTarget):
             self.platform.kernel_template,
             **ctarget.stencil_values(stencil),
             schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
-            int_helpers=C_HELPERS.replace("static inline", "__host__ __device__ inline"),
+            int_helpers=int_helpers(DEVICE_FUNCTION),
             entries=entries,
             fields=fields,
             volume=" * ".join(f"P{d}" for d in range(stencil.ndim)),

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen import register_node
-from msc.codegen.isl_ast import C_HELPERS
+from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
 from msc.codegen.printers.c import CPrinter
 from msc.errors import ScheduleError
@@ -161,7 +161,7 @@ class AthreadTarget:
         args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
                       **common)
         slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
-                       int_helpers=C_HELPERS, cpes=CPES, params=params, **common)
+                       int_helpers=int_helpers(), cpes=CPES, params=params, **common)
         signature = ctarget.signature(stencil)
         entries = [dict(name=f"{ENTRY}{suffix}", parameters=signature.c_parameters(), box=False)]
         if box:
