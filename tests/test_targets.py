@@ -223,3 +223,44 @@ def test_tuning_space_comes_from_the_platform_and_a_cost_model_runs_nothing(tmp_
     assert kernel.report.ms_per_step == 1.0 and kernel.report.default_ms_per_step == 5.0
     assert "tile(z=4)" not in {t.schedule for t in kernel.report.trials}  # illegal for a 2D stencil: skipped
     assert np.isfinite(kernel.report.speedup)
+
+
+def test_a_measuring_platform_with_a_cost_model_times_only_what_it_ranks_best(tmp_path, monkeypatch):
+    """The tuner times the default and the TIMED - 1 candidates the platform's
+    cost model ranks best (the CPU's: msc/targets/cpu/model.py); a platform
+    without a model has its whole pool timed."""
+    from msc.targets.ctarget import Platform
+    from msc.tune.tuner import TIMED, AutoKernel, Estimate
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    st = generate(3).stencil
+    case = generate(3)
+    widths = list(range(1, 17))
+
+    class Ranked(Platform):
+        name = "ranked"
+        tunes = True
+
+        def tuning_space(self, poly, shape, steps):
+            return [msc.Schedule().tile(x=w) for w in widths]
+
+        def cost(self, poly, shape, steps, schedule):  # the model likes widths near 6
+            return Estimate(abs(dict(schedule.tiles).get("x", 100) - 6) + 0.5)
+
+    class Unranked(Ranked):
+        name = "unranked"
+
+        def cost(self, poly, shape, steps, schedule):
+            raise NotImplementedError
+
+    for platform, expected in ((Ranked(), {6, 5, 7, 4, 8, 3, 9}), (Unranked(), set(widths))):
+        compiled = []
+
+        def compile_fn(schedule, threads, compiled=compiled):
+            compiled.append(schedule)
+            return st.compile(target="serial", schedule=schedule)
+
+        kernel = AutoKernel(st.poly(), compile_fn, threads=1, echo=False, platform=platform)
+        kernel.run(steps=case.steps, **case.inputs)
+        assert {dict(s.tiles).get("x") for s in compiled} == expected | {None}, platform.name
+        assert len(expected) == (TIMED - 1 if platform.name == "ranked" else len(widths))

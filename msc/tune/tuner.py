@@ -7,6 +7,9 @@ streaming stores and prefetching, spatial tiles, skewed time tiles of
 several depths and widths; then the platform's `refinements` of the
 winner: prefetching, thread counts) are compiled and timed on short runs of
 the real inputs within a time budget, with progress printed. A platform
+with a cost model (the CPU's: msc/targets/cpu/model.py) has only the
+default and the TIMED - 1 candidates it ranks best timed; each timing runs
+whole time tiles for about SAMPLE_S seconds. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
 finalists (the fastest few, and the default) are timed again in interleaved
@@ -24,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -36,7 +40,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from msc.codegen import get_target
-from msc.errors import CacheWarning, MscError, ScheduleError
+from msc.errors import CacheWarning, MscError, NonFiniteWarning, ScheduleError
 from msc.ir.arguments import bind_arguments
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, lower, parse_schedule
@@ -78,6 +82,7 @@ class TuningReport:
     from_cache: bool
     trials: list[Trial] = field(default_factory=list)
     estimate: Estimate | None = None
+    seconds: float = 0.0  # how long choosing took (nothing when it came from the cache)
 
     @property
     def speedup(self) -> float:
@@ -129,6 +134,8 @@ def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
 MAX_TRIAL_STEPS = 64
 FINALISTS = 3  # the fastest of the first pass timed again against each other (and the default)
 ROUNDS = 5  # interleaved timings of each finalist; the median decides
+TIMED = 8  # the candidates a platform with a cost model has timed: the default and the best it ranks
+SAMPLE_S = 0.15  # a timing runs whole time tiles for at least this long (at most the trial's steps)
 
 
 def trial_steps_for(steps: int) -> int:
@@ -210,6 +217,7 @@ class AutoKernel:
         self.echo = echo
         self.report: TuningReport | None = None
         self._kernels: dict[tuple[int, ...], Any] = {}
+        self._sims: dict[Schedule, tuple[Any, Any, int]] = {}  # (kernel, simulation, steps) kept for run-offs
 
     @property
     def last_run(self) -> Any:
@@ -256,7 +264,9 @@ class AutoKernel:
                           f"({ms:.3f} ms/step, {self.report.speedup:.2f}x the default)")
                 return self._compile(schedule, schedule.threads)
         if self.platform.measures:
-            report = self._tune(shape, self.platform.trial_inputs(inputs), max_threads, trial_steps)
+            with warnings.catch_warnings():  # a field that grows beyond range in the trials is the run's to report
+                warnings.simplefilter("ignore", NonFiniteWarning)
+                report = self._tune(shape, self.platform.trial_inputs(inputs), max_threads, trial_steps)
         else:
             report = model_choice(self.poly, shape, trial_steps, self.platform, self.kinds, self._say)
         _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
@@ -265,33 +275,67 @@ class AutoKernel:
         self.report = report
         return self._compile(report.schedule, report.schedule.threads)
 
-    def _time(self, schedule: Schedule, threads: int, inputs: dict[str, Any], trial_steps: int) -> float:
+    def _started(self, schedule: Schedule, threads: int, inputs: dict[str, Any],
+                 trial_steps: int) -> tuple[Any, Any, int]:
+        """The kernel of `schedule`, a simulation of it on the inputs (copied in
+        once: its timings advance it) and the steps of one timing: whole time
+        tiles, enough for SAMPLE_S seconds at the speed of a first advance (which
+        also pages in and starts threads), at most the trial's steps."""
         kernel = self._compile(schedule, threads)
-        kernel.run(steps=1, **inputs)  # page in, start threads
-        best = float("inf")
-        for _ in range(2):
-            kernel.run(steps=trial_steps, **inputs)
-            best = min(best, kernel.last_run.seconds / trial_steps * 1e3)
-        return best
+        sim = kernel.start(**inputs)
+        whole = max(1, schedule.time_depth)
+        sim.advance(whole)
+        per_step = max(kernel.last_run.seconds, 1e-9) / whole
+        steps = max(whole, min(trial_steps, math.ceil(SAMPLE_S / per_step)))
+        return kernel, sim, -(-steps // whole) * whole
+
+    @staticmethod
+    def _timing(kernel: Any, sim: Any, steps: int) -> float:
+        """ms per step of `steps` more steps of `sim`."""
+        sim.advance(steps)
+        return kernel.last_run.seconds / steps * 1e3
+
+    def _time(self, schedule: Schedule, threads: int, inputs: dict[str, Any], trial_steps: int,
+              timed: dict[Schedule, float]) -> float:
+        """ms per step of `schedule`'s first timing; its simulation is kept for the
+        run-off while it is the default or among the FINALISTS fastest so far."""
+        kernel, sim, steps = self._started(schedule, threads, inputs, trial_steps)
+        ms = timed[schedule] = self._timing(kernel, sim, steps)
+        self._sims[schedule] = (kernel, sim, steps)
+        keep = {Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]}
+        self._sims = {s: v for s, v in self._sims.items() if s in keep}
+        return ms
+
+    def _ranked(self, pool: list[Schedule], shape: tuple[int, ...], trial_steps: int) -> list[Schedule]:
+        """The default and the TIMED - 1 candidates the platform's cost model ranks
+        best (ties keep the pool's order); the whole pool when it has no model."""
+        try:
+            costs = {s: self.platform.cost(self.poly, shape, trial_steps, s).ms_per_step for s in pool}
+        except NotImplementedError:
+            return pool
+        except MscError:  # a candidate the model cannot place: time the pool in its order
+            return pool
+        best = sorted((s for s in pool if s != Schedule()), key=costs.__getitem__)[:TIMED - 1]
+        self._say(f"the cost model of {self.platform.name} ranked {len(pool)} schedules; timing the default "
+                  f"and the best {len(best)}")
+        return [Schedule(), *best]
 
     def _runoff(self, schedules: list[Schedule], max_threads: int, inputs: dict[str, Any], trial_steps: int,
                 trials: list[Trial]) -> dict[Schedule, float]:
         """Median ms/step of each schedule that compiles (`threads` of its own, else
         `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
         moment of the machine touches every schedule alike."""
-        kernels = {}
+        started = {}
         for schedule in schedules:
             try:
-                kernels[schedule] = self._compile(schedule, schedule.threads or max_threads)
+                started[schedule] = (self._sims.get(schedule)
+                                     or self._started(schedule, schedule.threads or max_threads, inputs, trial_steps))
             except MscError as e:  # e.g. no private innermost loop to prefetch in
                 self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
-        for kernel in kernels.values():
-            kernel.run(steps=1, **inputs)  # page in, start threads
-        samples: dict[Schedule, list[float]] = {s: [] for s in kernels}
+        samples: dict[Schedule, list[float]] = {s: [] for s in started}
         for _ in range(ROUNDS):
-            for schedule, kernel in kernels.items():
-                kernel.run(steps=trial_steps, **inputs)
-                samples[schedule].append(kernel.last_run.seconds / trial_steps * 1e3)
+            for schedule, (kernel, sim, steps) in started.items():
+                samples[schedule].append(self._timing(kernel, sim, steps))
         medians = {s: float(np.median(v)) for s, v in samples.items()}
         for s, ms in medians.items():
             trials.append(Trial(str(s), ms))
@@ -301,9 +345,11 @@ class AutoKernel:
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
+        self._sims = {}
         pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps, self.platform))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
+        pool = self._ranked(pool, shape, trial_steps)
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
                   f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
         trials: list[Trial] = []
@@ -315,14 +361,13 @@ class AutoKernel:
                     self._say(f"budget spent after {len(trials)} of {len(pool)} schedules", bar)
                     break
                 try:
-                    ms = self._time(schedule, max_threads, inputs, trial_steps)
+                    ms = self._time(schedule, max_threads, inputs, trial_steps, timed)
                 except MscError as e:  # an illegal or failing candidate is skipped, and said
                     self._say(f"[{n}/{len(pool)}] {schedule}: skipped ({str(e).splitlines()[0]})", bar)
                     continue
                 finally:
                     bar.update(1)
                 trials.append(Trial(str(schedule), ms))
-                timed[schedule] = ms
                 self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})", bar)
         assert trials
         # a busy machine makes single timings noisy: the finalists and the default, again, interleaved
@@ -335,11 +380,12 @@ class AutoKernel:
         medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
+        self._sims = {}
         if self.platform.thread_counts and not chosen.threads:
             chosen = chosen.with_threads(max_threads)
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
                   f"({time.perf_counter() - start:.1f} s)")
-        return TuningReport(chosen, ms, default_ms, False, trials)
+        return TuningReport(chosen, ms, default_ms, False, trials, seconds=time.perf_counter() - start)
 
 
 

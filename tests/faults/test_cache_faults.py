@@ -180,6 +180,9 @@ class _FixedKernel:
         self.last_run.seconds = steps * 1e-3
         return {"u": inputs["u"]}
 
+    def start(self, threads: int | None = None, **inputs) -> object:  # the tuner times a simulation
+        return type("Sim", (), {"advance": lambda sim, steps: self.run(steps, **inputs)})()
+
 
 def _tune(tmp_path: Path) -> tuple[object, list[warnings.WarningMessage]]:
     from msc.tune.tuner import AutoKernel
@@ -227,6 +230,8 @@ def test_processes_tuning_at_once_keep_each_others_entries(tmp_path):
             last_run = type("Stats", (), {"seconds": 1e-3})()
             def run(self, steps, threads=None, **inputs):
                 return {}
+            def start(self, threads=None, **inputs):
+                return type("Sim", (), {"advance": lambda sim, steps: None})()
 
         n = int(sys.argv[1])
         AutoKernel(heat.poly(), lambda s, t: Kernel(), threads=1, budget_s=0.0, echo=False).run(

@@ -18,8 +18,10 @@ from msc.codegen import register_node
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule
 from msc.targets import ctarget
+from msc.targets.cpu import model
 from msc.targets.cpu import openmp_pass as openmp
 from msc.targets.cpu import x86_pass as x86
+from msc.tune.tuner import Estimate
 
 NAME = "openmp"
 # cache_read/cache_write buffers live on a thread's stack; all of a thread's
@@ -77,6 +79,10 @@ class CPUPlatform(ctarget.Platform):
             n //= 2
             out.append(schedule.with_threads(n))
         return out
+
+    def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> Estimate:
+        """The model that decides which candidates are timed (msc/targets/cpu/model.py)."""
+        return model.estimate(poly, shape, schedule)
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         kernel, lines = x86.line_stores(kernel, poly, schedule)

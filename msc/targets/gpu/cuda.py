@@ -64,7 +64,7 @@ class GPUPlatform(ctarget.Platform):
         return cuda_candidates(poly.ir)
 
     def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        return {name: _copy(value) for name, value in inputs.items()}  # device arrays are run in place
+        return {name: _host_copy(value) for name, value in inputs.items()}  # device arrays are run in place
 
     def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule, launch: mapping.Launch) -> CustomLaunch | None:
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
@@ -275,16 +275,17 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     return out
 
 
-def _copy(value: Any) -> Any:
-    """A device array's copy for a trial run (CuPy arrays have .copy()); anything else as it is."""
+def _host_copy(value: Any) -> Any:
+    """A device array's host copy for the trials (CuPy arrays have .get()): a tuner's
+    simulation keeps its buffers on the host; anything else as it is."""
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [_host_copy(v) for v in value]
     if not is_device_array(value):
         return value
-    if not hasattr(value, "copy"):
-        raise TargetError("schedule='auto' with device arrays tries its candidates on copies of them: "
-                          f"pass arrays with a .copy() method (CuPy's), not {type(value).__name__}")
-    return value.copy()
+    if not hasattr(value, "get"):
+        raise TargetError("schedule='auto' with device arrays tries its candidates on host copies of them: "
+                          f"pass arrays with a .get() method (CuPy's), not {type(value).__name__}")
+    return value.get()
 
 
 # CUdevice_attribute values of the driver API (cuda.h)

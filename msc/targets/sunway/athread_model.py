@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from msc import ir
+from msc.ir.counts import flops
 from msc.poly.schedule import Schedule
 from msc.runtime import athread_emu
 from msc.targets.sunway.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
@@ -53,38 +54,6 @@ CHIP_FACTS = {
     # 2.25 GHz, 512-bit vectors: 13.8 TFLOPS over 384 CPEs (16 DP flops/cycle); 51.2 GB/s DDR4 per core group
     "sw26010pro": ChipFacts("sw26010pro", 2.25, 16, 51.2, 0.5),
 }
-
-
-class _Flops(ir.Visitor[int]):
-    """Arithmetic operations of an expression (each operator and function call counts 1)."""
-
-    def const(self, e: ir.Const) -> int:
-        return 0
-
-    def param_ref(self, e: ir.ParamRef) -> int:
-        return 0
-
-    def field_read(self, e: ir.FieldRead) -> int:
-        return 0
-
-    def neg(self, e: ir.Neg) -> int:
-        return 1 + self.visit(e.operand)
-
-    def not_(self, e: ir.Not) -> int:
-        return self.visit(e.operand)
-
-    def bin_op(self, e: ir.BinOp) -> int:
-        return 1 + self.visit(e.lhs) + self.visit(e.rhs)
-
-    def call(self, e: ir.Call) -> int:
-        return 1 + sum(self.visit(a) for a in e.args)
-
-    def where(self, e: ir.Where) -> int:
-        return 1 + self.visit(e.cond) + self.visit(e.then) + self.visit(e.otherwise)
-
-
-def flops(statement: ir.Statement) -> int:
-    return _Flops().visit(statement.expr)
 
 
 def interior(stencil: ir.StencilIR, shape: tuple[int, ...]) -> tuple[int, ...]:
