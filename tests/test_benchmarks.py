@@ -63,6 +63,18 @@ def test_readme_multigrid_figures_are_the_committed_run():
         assert figure in text, f"README lacks {figure!r} from pde-multigrid.json"
 
 
+def test_tuner_table_is_the_committed_run():
+    """docs/benchmarks.md's tuner table is benchmarks/results/tuner.json, row by row."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "tuner.json").read_text())
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for row in data["rows"]:
+        figures = (", ".join(f"{f['tuning_s']:.1f}" for f in row["fresh"]),
+                   f"{row['exhaustive']['tuning_s']:.1f} ({row['exhaustive']['timed']})",
+                   f"{row['worst_fresh_over_exhaustive']:.2f}x", f"{row['fresh_spread']:.2f}x")
+        line = next((ln for ln in text.splitlines() if ln.startswith(f"| {row['stencil']} ")), "")
+        assert all(figure in line for figure in figures), (row["stencil"], figures, line)
+
+
 def test_readme_says_what_the_test_command_runs_and_skips():
     text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     for words in ('-m "not slow"', "marked `slow`", "MSC_MATRICES", "skipped"):
