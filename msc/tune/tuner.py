@@ -311,9 +311,7 @@ class AutoKernel:
         best (ties keep the pool's order); the whole pool when it has no model."""
         try:
             costs = {s: self.platform.cost(self.poly, shape, trial_steps, s).ms_per_step for s in pool}
-        except NotImplementedError:
-            return pool
-        except MscError:  # a candidate the model cannot place: time the pool in its order
+        except (NotImplementedError, MscError):  # no model, or a candidate it cannot place: the pool in order
             return pool
         best = sorted((s for s in pool if s != Schedule()), key=costs.__getitem__)[:TIMED - 1]
         self._say(f"the cost model of {self.platform.name} ranked {len(pool)} schedules; timing the default "
