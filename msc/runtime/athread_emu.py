@@ -26,7 +26,7 @@ import numpy as np
 from msc import ir
 from msc.errors import CompileError, MscError
 from msc.ir.arguments import bind_arguments
-from msc.runtime.buffers import ghost_width, pack
+from msc.runtime.buffers import ghost_width, pack, put_level
 from msc.runtime.kernel import RunStats, Simulation, not_finite, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
@@ -169,17 +169,13 @@ class AthreadKernel:
         put into its slot (a periodic level with its ghost cells)."""
         buffers, scalars, extents = call
         stencil = self.ir
-        ghosts = ghost_width(stencil)
-        domain = tuple(slice(g, n - g) for g, n in zip(ghosts, extents))
+        domain = tuple(slice(g, n - g) for g, n in zip(ghost_width(stencil), extents))
         levels = {f.name: [buffers[f.name][(t0 - age) % f.slots][domain] for age in reversed(range(f.window))]
                   if f.written else [buffers[f.name][domain]] for f in stencil.fields}
         out = self._execute(int(steps), scalars, levels, True)
         for f in stencil.written_fields:
             for age, level in enumerate(reversed(out[f.name])):
-                slot = buffers[f.name][(t0 + steps - age) % f.slots]
-                slot[domain] = level
-                if any(ghosts):
-                    slot[...] = np.pad(slot[domain], [(g, g) for g in ghosts], mode="wrap")
+                put_level(stencil, buffers[f.name][(t0 + steps - age) % f.slots], level)
 
     def _execute(self, steps: int, scalars: dict[str, float], levels: dict[str, list[np.ndarray]],
                  every_level: bool) -> dict[str, list[np.ndarray]]:

@@ -30,6 +30,16 @@ def _pad(stencil: ir.StencilIR, a: np.ndarray) -> np.ndarray:
     return np.pad(a, [(w, w) for w in g], mode="wrap")
 
 
+def put_level(stencil: ir.StencilIR, slot: np.ndarray, values: np.ndarray) -> None:
+    """Write `values` (a level without ghost cells) into the buffer level `slot`
+    in place; a periodic level's ghost cells are refreshed from it."""
+    g = ghost_width(stencil)
+    domain = tuple(slice(w, n - w) for w, n in zip(g, slot.shape))
+    slot[domain] = values
+    if any(g):
+        slot[...] = _pad(stencil, slot[domain])
+
+
 def aligned_empty(shape: tuple[int, ...], dtype: str | np.dtype) -> np.ndarray:
     """An uninitialised C-contiguous array whose first element sits on a 64-byte
     (cache-line) boundary."""

@@ -16,7 +16,7 @@ import numpy as np
 from msc import ir
 from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError
 from msc.ir.arguments import bind_arguments
-from msc.runtime.buffers import aligned_empty, ghost_width, pack, padded_shape
+from msc.runtime.buffers import aligned_empty, ghost_width, pack, padded_shape, put_level
 from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
@@ -303,9 +303,7 @@ class Simulation:
             if array.shape != domain.shape:
                 raise StencilArgumentError(f"stencil '{stencil.name}': '{name}' has shape {domain.shape}, "
                                            f"got an array of shape {array.shape}")
-            domain[...] = array
-            if stencil.boundary == "periodic":
-                target[...] = np.pad(domain, [(s.start, s.start) for s in self._domain], mode="wrap")
+            put_level(stencil, target, array)
         self._call = self.kernel.arguments(self._buffers, self._scalars, self._extents)
 
     @property
