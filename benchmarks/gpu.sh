@@ -1,38 +1,46 @@
 #!/usr/bin/env bash
-# One call on a machine with an NVIDIA GPU: set up a venv, run the CUDA tests
-# on the device (no emulation), then the GPU benchmark. Writes its JSON and the
-# test log under benchmarks/results/ (or $OUT when set). About 10 minutes at most
-# (the tests and the benchmark each stop at their timeout).
+# One call on a machine with an NVIDIA GPU: the CUDA tests built with nvcc for
+# the device and run on it (no emulation), then the GPU benchmark. Writes the
+# device's name, the test log, the benchmark's log and its JSON (rewritten after
+# every case) under $OUT when set, else benchmarks/results/.
 #
 #     bash benchmarks/gpu.sh [--quick]
 #
-# Needs nvcc and a CUDA driver; installs msc (editable), cupy-cuda12x and
-# pystencils into .venv-gpu (a package index must be reachable, or the
-# packages already installed in the python that runs this).
-set -euo pipefail
+# Needs nvcc, a CUDA driver, and a python3 that has numpy, scipy, jinja2,
+# matplotlib, tqdm, threadpoolctl, xarray, h5py, pytest and the CuPy that matches
+# the driver (cupy-cuda13x for CUDA 13). The GPU machine may reach no package
+# index: the rest (islpy, lark, pymetis, h5netcdf, pystencils and its needs) is
+# installed from wheels in .whl/ when that folder exists, made beforehand on a
+# machine that has an index by `bash benchmarks/gpu_wheels.sh`. pytest-xdist, when
+# there, runs the tests on all cores. Time limits (seconds, each a `timeout`):
+# MSC_GPU_TEST_S (default 170) and MSC_GPU_BENCH_S (default 330).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=""
 [[ "${1:-}" == "--quick" ]] && quick="--quick"
 out="${OUT:-benchmarks/results}"
 mkdir -p "$out"
+export PYTHONUNBUFFERED=1
 
 command -v nvcc >/dev/null || { echo "gpu.sh: nvcc is not on PATH" >&2; exit 2; }
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu_device.txt"
-
-python3 -m venv --system-site-packages .venv-gpu
-py=.venv-gpu/bin/python
-$py -m pip install -q --no-build-isolation -e . || echo "gpu.sh: could not install msc into the venv; using what is importable" >&2
-for pkg in cupy-cuda12x pystencils pytest; do
-    $py -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${pkg%%-*}') is None)" 2>/dev/null \
-        || $py -m pip install -q "$pkg" || echo "gpu.sh: could not install $pkg" >&2
-done
-$py -c "import msc.targets.gpu.cuda as c; a = c.device_arch(); print('CUDA device:', a); raise SystemExit(a is None)" \
-    || { echo "gpu.sh: no CUDA device was found" >&2; exit 2; }
+if compgen -G ".whl/*.whl" >/dev/null; then
+    site="${TMPDIR:-/tmp}/msc-gpu-site"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl \
+        || { echo "gpu.sh: could not install the wheels in .whl/" >&2; exit 2; }
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.memory --format=csv; nvcc --version | tail -2; } \
+    | tee "$out/gpu_device.txt"
+python3 -c "import msc.targets.gpu.cuda as c; a = c.device_arch(); print('CUDA device:', a); raise SystemExit(a is None)" \
+    || { echo "gpu.sh: msc does not import, or no CUDA device was found" >&2; exit 2; }
 
 export MSC_CACHE_DIR="${MSC_CACHE_DIR:-$PWD/.gpu-cache}"
-# the CUDA tests built with nvcc for this device and run on it (MSC_CUDA_ON_DEVICE=1: no emulation)
+parallel=()
+python3 -c "import xdist" 2>/dev/null && parallel=(-n "$(nproc)")
 status=0
-MSC_CUDA_ON_DEVICE=1 timeout 240 $py -m pytest -q -m "not slow" tests/test_cuda_target.py -p no:cacheprovider \
-    2>&1 | tee "$out/gpu_tests.log" || status=1
-timeout 300 $py benchmarks/stencils_gpu.py $quick --repeat 3 --json "$out/stencils_gpu.json" || status=1
+MSC_CUDA_ON_DEVICE=1 timeout "${MSC_GPU_TEST_S:-170}" python3 -m pytest -q -m "not slow" "${parallel[@]}" \
+    tests/test_cuda_target.py -p no:cacheprovider -p no:benchmark 2>&1 | tee "$out/gpu_tests.log" || status=1
+timeout "${MSC_GPU_BENCH_S:-330}" python3 benchmarks/stencils_gpu.py $quick --repeat 3 --json "$out/stencils_gpu.json" \
+    2>&1 | tee "$out/gpu_bench.log" || status=1
 exit $status

@@ -1,18 +1,20 @@
 """GPU stencil benchmark: msc's CUDA kernels against pystencils' CUDA backend
 (through CuPy) and a hand-written CUDA kernel, in one process on the same
 device arrays, with the device's copy bandwidth measured in the same rounds.
-Writes JSON. Needs a CUDA device and CuPy (cupy-cuda12x); pystencils is
-optional (its rows say why they are missing).
+Writes JSON, again after every case (a run stopped by a time limit keeps what
+it measured). Needs a CUDA device and CuPy (the cupy-cuda* wheel that matches
+the driver's CUDA); pystencils is optional (its rows say why they are missing).
 
     python3 benchmarks/stencils_gpu.py --json results.json [--quick] [--only heat2d,star2d2r]
         [--dtypes float64,float32] [--repeat 5]
 
-msc runs four ways: the default launch ("plain"), the fastest of the CUDA
-tuner's candidates ("tuned", schedule="auto"), the tuner's time tiles alone
-("time-tiled", the fastest of them) and tensor cores (when this msc has
-Schedule.tensor_cores; fp64 for float64, tf32 for float32). Every tool's
-final field is compared with the hand-written kernel's, so a fast wrong
-answer shows. Tools and the copy are timed round robin (best of the rounds);
+msc runs four ways: the default launch ("plain"), the tuner's choice
+("tuned", schedule="auto", timed on the device by msc's tuner on a
+device-resident simulation), the fastest time tile the tuner timed
+("time-tiled") and tensor cores (fp64 for float64, tf32 for float32). Every
+tool's final field is compared with the hand-written kernel's, so a fast
+wrong answer shows. Times are CUDA events around the time loop alone; tools
+and the copy are timed round robin (best of the rounds);
 GStencil/s counts interior points times steps; the fraction of copy
 bandwidth counts one read and one write per point and step, against a
 device-to-device copy of the same arrays.
@@ -24,7 +26,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -55,11 +56,11 @@ class Case:
 
 
 CASES = [
-    Case("heat2d", 2, False, 1, 8192, 100),
-    Case("box2d9p", 2, True, 1, 8192, 100),
-    Case("heat3d", 3, False, 1, 512, 50),
-    Case("box3d27p", 3, True, 1, 512, 50),
-    *(Case(f"star2d{r}r", 2, False, r, 8192, 100) for r in range(1, 5)),
+    Case("heat2d", 2, False, 1, 4096, 100),  # 128 MiB per float64 level: a few times the L2 of any GPU
+    Case("box2d9p", 2, True, 1, 4096, 100),
+    Case("heat3d", 3, False, 1, 256, 50),
+    Case("box3d27p", 3, True, 1, 256, 50),
+    *(Case(f"star2d{r}r", 2, False, r, 4096, 100) for r in range(2, 5)),
 ]
 
 
@@ -84,11 +85,14 @@ class Tool:
 
 
 def _timed(cp: Any, fn: Callable[[], Any]) -> tuple[Any, float]:
+    """`fn()` and its seconds between two CUDA events on the default stream (device time)."""
+    start, end = cp.cuda.Event(), cp.cuda.Event()
     cp.cuda.Device().synchronize()
-    start = time.perf_counter()
+    start.record()
     out = fn()
-    cp.cuda.Device().synchronize()
-    return out, time.perf_counter() - start
+    end.record()
+    end.synchronize()
+    return out, cp.cuda.get_elapsed_time(start, end) / 1e3
 
 
 def handwritten(cp: Any, case: Case, dtype: str) -> Tool:
@@ -190,22 +194,21 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
     plain = st.compile(target="cuda", dtype=dtype)
     tools.append(msc_tool(cp, "msc plain", plain, "default"))
     auto = st.compile(target="cuda", dtype=dtype, schedule="auto")
-    auto.run(steps=min(steps, 8), u=u0.copy())  # tunes on the device
-    tools.append(msc_tool(cp, "msc tuned", auto.kernel, str(auto.report.schedule)))
-    tiled = {s: t for s, t in auto.report.seconds.items() if "time_tile" in s}
+    auto.start(u=cp.asnumpy(u0))  # tunes on the device (trials of up to 64 steps)
+    report = auto.report
+    tools.append(msc_tool(cp, "msc tuned", st.compile(target="cuda", dtype=dtype, schedule=report.schedule),
+                          str(report.schedule)))
+    tiled = {t.schedule: t.ms_per_step for t in report.trials if "time_tile" in t.schedule}
     if tiled:
-        best = min(tiled, key=tiled.get)
+        best = min(tiled, key=tiled.__getitem__)
         tools.append(msc_tool(cp, "msc time-tiled", st.compile(target="cuda", dtype=dtype,
                                                                 schedule=msc.poly.schedule.parse_schedule(best)), best))
-    if hasattr(msc.Schedule, "tensor_cores"):
-        precision = "fp64" if dtype == "float64" else "tf32"
-        try:
-            kernel = st.compile(target="cuda", dtype=dtype, schedule=msc.Schedule().tensor_cores(precision))
-            tools.append(msc_tool(cp, f"msc tensor cores ({precision})", kernel, precision))
-        except msc.errors.MscError as e:
-            missing["msc tensor cores"] = str(e)
-    else:
-        missing["msc tensor cores"] = "this msc has no Schedule.tensor_cores"
+    precision = "fp64" if dtype == "float64" else "tf32"
+    try:
+        kernel = st.compile(target="cuda", dtype=dtype, schedule=msc.Schedule().tensor_cores(precision))
+        tools.append(msc_tool(cp, f"msc tensor cores ({precision})", kernel, precision))
+    except msc.errors.MscError as e:
+        missing["msc tensor cores"] = str(e)
     copy = copy_bandwidth(cp, int(u0.nbytes))
     best: dict[str, float] = {}
     finals: dict[str, Any] = {}
@@ -231,34 +234,30 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
             "fraction_of_copy_bandwidth": 2 * itemsize * interior * steps / seconds / 1e9 / bandwidth,
             "max_rel_difference_to_handwritten": error,
         }
+    tuning = {"seconds": report.seconds, "chosen": str(report.schedule),
+              "trials_ms_per_step": {t.schedule: t.ms_per_step for t in report.trials}}
     return {"stencil": case.name, "dtype": dtype, "n": case.n, "ndim": case.ndim, "steps": steps,
-            "copy_gb_per_s": bandwidth, "tools": rows, "missing": missing}
+            "copy_gb_per_s": bandwidth, "tools": rows, "missing": missing, "tuning": tuning}
 
 
-def precompile(cases: list[Case], dtypes: list[str]) -> None:
-    """Build every kernel the run will use (the tuner's candidates, tensor cores) with
-    nvcc in parallel: the runs then load them from the kernel cache."""
+def precompile(case: Case, dtype: str) -> None:
+    """Build every kernel a case will use (the tuner's candidates, tensor cores) with
+    nvcc in parallel: the run then loads them from the kernel cache."""
     import msc
     from msc.targets.gpu.cuda import cuda_candidates
 
-    jobs = []
-    for case in cases:
-        st = msc_stencil(case)
-        for dtype in dtypes:
-            schedules: list[Any] = cuda_candidates(st.typed(dtype))
-            if hasattr(msc.Schedule, "tensor_cores"):
-                schedules.append(msc.Schedule().tensor_cores("fp64" if dtype == "float64" else "tf32"))
-            jobs += [(st, dtype, schedule) for schedule in schedules]
+    st = msc_stencil(case)
+    schedules: list[Any] = [*cuda_candidates(st.typed(dtype)),
+                            msc.Schedule().tensor_cores("fp64" if dtype == "float64" else "tf32")]
 
-    def build(job: tuple[Any, str, Any]) -> None:
-        st, dtype, schedule = job
+    def build(schedule: Any) -> None:
         try:
             st.compile(target="cuda", dtype=dtype, schedule=schedule)
-        except msc.errors.MscError:
-            pass  # refused for this stencil (a capacity, tensor cores on a shape): the run says so
+        except Exception as e:  # refused for this stencil (a capacity, tensor cores on a shape): the run says so
+            print(f"  {case.name} {dtype} {schedule}: {type(e).__name__}: {str(e).splitlines()[0]}", flush=True)
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        list(pool.map(build, jobs))
+        list(pool.map(build, schedules))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,23 +286,35 @@ def main(argv: list[str] | None = None) -> int:
     props = cp.cuda.runtime.getDeviceProperties(0)
     if a.quick:
         cases = [Case(c.name, c.ndim, c.box, c.radius, 1024 if c.ndim == 2 else 128, 10) for c in cases]
-    dtypes = a.dtypes.split(",")
-    start = time.perf_counter()
-    precompile(cases, dtypes)
-    print(f"built the kernels in {time.perf_counter() - start:.0f} s", flush=True)
-    results = []
-    for case in cases:
-        for dtype in dtypes:
-            row = run_case(cp, case, dtype, a.repeat, case.steps)
-            results.append(row)
-            print(json.dumps({k: row[k] for k in ("stencil", "dtype", "copy_gb_per_s")}),
-                  {name: round(t["gstencil_per_s"], 2) for name, t in row["tools"].items()}, flush=True)
+    results: list[dict[str, Any]] = []
     out = {"device": props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
-           "compute_capability": f"{props['major']}.{props['minor']}", "host": platform.node(),
+           "compute_capability": f"{props['major']}.{props['minor']}",
            "quick": a.quick, "results": results}
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+    for dtype in a.dtypes.split(","):  # every stencil in the first dtype before any in the next
+        for case in cases:
+            start = time.perf_counter()
+            precompile(case, dtype)
+            built = time.perf_counter() - start
+            try:
+                row = run_case(cp, case, dtype, a.repeat, case.steps)
+            except Exception as e:  # one case's failure is reported, and the others still run
+                row = {"stencil": case.name, "dtype": dtype, "error": f"{type(e).__name__}: {e}"}
+                print(f"{case.name} {dtype}: {row['error']}", flush=True)
+            row["build_seconds"] = built
+            results.append(row)
+            if "tools" in row:
+                print(json.dumps({k: row[k] for k in ("stencil", "dtype", "copy_gb_per_s", "build_seconds")}),
+                      {name: round(t["gstencil_per_s"], 2) for name, t in row["tools"].items()},
+                      "tuning", round(row["tuning"]["seconds"], 1), "s", flush=True)
+            if a.json:
+                write_atomically(Path(a.json), json.dumps(out, indent=1))
     return 0
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ same tests build with nvcc for the device and run there instead."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -92,6 +93,32 @@ def nvcc_check(source: str, directory: Path) -> None:
     atomic_write_text(stamp, "")
 
 
+@needs_nvcc
+def test_every_launch_fits_the_register_file(tmp_path):
+    """Each __global__ function states its block size (__launch_bounds__), so ptxas keeps
+    registers x threads within the 64K registers of a multiprocessor: on an H200 this
+    float32 time tile (442 threads) took 216 registers without it, and its launch failed
+    with 'too many resources requested for launch'."""
+    import re
+
+    from msc.runtime import cuda_emu
+
+    case = generate(20)
+    source = get_target("cuda").source(case.stencil.poly(case.dtype), msc.Schedule().time_tile(5, y=7, z=16))
+    bounds = dict((name, int(n)) for n, name in re.findall(r"__launch_bounds__\((\d+)\) (\w+)\(", source))
+    assert "msc_run_k0" in bounds
+    (tmp_path / "kernel.cu").write_text(source)
+    proc = subprocess.run([str(NVCC), "-c", "-arch=sm_90", "-Xptxas", "-v", f"-I{cuda_emu.EMULATOR_DIR}",
+                           str(tmp_path / "kernel.cu"), "-o", str(tmp_path / "kernel.o")],
+                          check=True, capture_output=True, text=True)
+    used = re.findall(r"entry function '(\w+)'.*?Used (\d+) registers", proc.stderr, re.S)
+    for mangled, registers in used:
+        for name, threads in bounds.items():
+            if name in mangled:
+                assert int(registers) * threads <= 65536, (name, registers, threads)
+    assert any("msc_run_k0" in m for m, _ in used)
+
+
 def test_cuda_is_registered_with_its_option():
     assert "cuda" in target_names()
     assert get_target("cuda").compile_options == ("emulate",)
@@ -130,6 +157,31 @@ def test_a_continued_run_equals_one_run(assert_matches):
     sim.advance(case.steps - case.split)
     expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
     assert_matches({k: v.copy() for k, v in sim.fields.items()}, expected, case.dtype, case)
+
+
+def test_a_simulation_keeps_its_buffers_on_the_device(tmp_path):
+    """advance runs on the device buffers; reading fields copies them back, set copies
+    the host's over again before the next step, and a checkpoint holds the device's
+    levels: step for step the same as the C kernel's simulation."""
+    from msc.runtime.cuda_kernel import DeviceSimulation
+
+    rng = np.random.default_rng(3)
+    u0, alpha = rng.random((12, 17)), 0.1
+    kernel = heat.compile(target="cuda", emulate=EMULATE)
+    sims = [kernel.start(u=u0, alpha=alpha), heat.compile(target="serial").start(u=u0, alpha=alpha)]
+    assert isinstance(sims[0], DeviceSimulation)
+    for sim in sims:
+        sim.advance(3)
+        sim.set(u=sim.fields["u"] * 2, alpha=0.05)  # the host's copy goes over before the next step
+        sim.advance(2)
+    np.testing.assert_allclose(sims[0].fields["u"], sims[1].fields["u"], rtol=1e-12)
+    np.testing.assert_allclose(sims[0].levels["u"][0], sims[1].levels["u"][0], rtol=1e-12)
+    resumed = kernel.resume(sims[0].save(tmp_path / "heat.nc"))
+    assert isinstance(resumed, DeviceSimulation) and resumed.step == 5
+    for sim in (*sims, resumed):
+        sim.advance(4)
+    np.testing.assert_array_equal(resumed.fields["u"], sims[0].fields["u"])
+    np.testing.assert_allclose(sims[0].fields["u"], sims[1].fields["u"], rtol=1e-12)
 
 
 class HostDeviceArray:
@@ -222,7 +274,7 @@ def test_over_capacity_schedules_name_the_limit_and_both_sizes():
 def test_shared_memory_staging_is_synchronised(reverse_blocks):
     schedule = msc.Schedule().tile(x=16, y=32).cache_read("u")
     source = get_target("cuda").source(heat.poly(), schedule)
-    kernel = source[source.index("__global__ void msc_run_k0"):]
+    kernel = source[source.index("__global__ void __launch_bounds__(512) msc_run_k0"):]  # a 16 x 32 block
     kernel = kernel[:kernel.index("\n}\n")]
     assert "__shared__ real cr_f_u_t0[612];" in kernel  # (16 + 2) x (32 + 2)
     copy, compute = kernel.index("cr_f_u_t0[("), kernel.index("f_u_tp1[")
@@ -301,6 +353,21 @@ def test_tuner_candidates_are_legal_cuda_schedules():
         assert candidates[0] == msc.Schedule() and len(set(candidates)) == len(candidates)
         for schedule in candidates:
             get_target("cuda").source(case.stencil.poly(case.dtype), schedule)
+
+
+def test_degenerate_time_tiles_are_not_tuning_candidates():
+    """On an H200 the tuner spent 165 s timing star2d4r's time_tile(4, x=1, y=1): one output
+    per 1089-point region, 20.7 s per step. A time tile is tried only when at least a
+    quarter of its block computes outputs; heat2d's depth-4 tile (the H200's choice) stays."""
+    from msc import t, x, y
+
+    @msc.stencil
+    def star4(u):
+        u[t + 1, x, y] = sum(u[t, x + o, y] + u[t, x, y + o] for o in range(-4, 5)) / 18
+
+    depths = {s.time_depth: dict(s.tiles) for s in cuda_candidates(star4.ir) if s.time_depth}
+    assert 4 not in depths and all(math.prod(t.values()) >= 32 for t in depths.values()), depths
+    assert msc.Schedule().time_tile(4, x=8, y=32) in cuda_candidates(heat.ir)
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """A built CUDA kernel (for a GPU, or for the CUDA emulator): numpy arrays
 through `msc_run` (copied to the device once per call, the whole time loop
-there, copied back once), device arrays through `msc_run_device`.
+there, copied back once), device arrays through `msc_run_device`, and
+simulations (`start`) whose ring buffers stay on the device between
+`advance` calls (copied back only when the host reads them).
 
 Device arrays are any objects with `__cuda_array_interface__` (CuPy's; under
 the emulator, host memory described the same way). They are used in place:
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,7 @@ import numpy as np
 from msc.errors import StencilArgumentError, TargetError
 from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import padded_shape
-from msc.runtime.kernel import ENTRY, CompiledKernel, RunStats
+from msc.runtime.kernel import ENTRY, CompiledKernel, RunStats, Simulation
 
 DEVICE_ENTRY = ENTRY + "_device"
 
@@ -70,6 +73,7 @@ class CudaKernel(CompiledKernel):
         lib.msc_device_alloc.restype = ctypes.c_void_p
         lib.msc_device_alloc.argtypes = [ctypes.c_long]
         lib.msc_device_free.argtypes = [ctypes.c_void_p]
+        lib.msc_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
         lib.msc_put_level.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_long),
                                       ctypes.POINTER(ctypes.c_long), ctypes.c_int]
         lib.msc_take_level.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_long),
@@ -86,11 +90,15 @@ class CudaKernel(CompiledKernel):
         return self._run_device(steps, inputs)
 
     def start(self, threads: int | None = None, comm: Any = None, dims: Any = None, **inputs: Any) -> Any:
-        """As CompiledKernel.start, for host arrays (its buffers live on the host between calls)."""
+        """As CompiledKernel.start, for host arrays (copied to the device once: a DeviceSimulation)."""
         if _any_device_array(inputs):
-            raise StencilArgumentError(f"stencil '{self.ir.name}': start() keeps its buffers on the host; "
-                                       "pass device arrays to run(), which uses them in place")
+            raise StencilArgumentError(f"stencil '{self.ir.name}': start() takes host arrays (it copies them "
+                                       "to the device once); pass device arrays to run(), which uses them in place")
         return super().start(threads, comm, dims, **inputs)
+
+    def simulation(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], nthreads: int,
+                   step: int = 0) -> Simulation:
+        return DeviceSimulation(self, buffers, scalars, nthreads, step)
 
     def _run_device(self, steps: int, inputs: dict[str, Any]) -> dict[str, Any]:
         stencil = self.ir
@@ -159,3 +167,56 @@ class CudaKernel(CompiledKernel):
     def _check(self, status: int) -> None:
         if status != 0:
             raise TargetError(f"stencil '{self.ir.name}': a CUDA runtime call failed (its message is on stderr)")
+
+
+class DeviceSimulation(Simulation):
+    """A Simulation whose ring buffers live on the device: `advance` runs the
+    time loop there (its time, in `kernel.last_run`, is device time and launches
+    only); the host buffers are refreshed from the device when read (`fields`,
+    `levels`, `save`) and copied over again before the next step after `set`."""
+
+    def __init__(self, kernel: CudaKernel, buffers: dict[str, np.ndarray], scalars: dict[str, float],
+                 nthreads: int, step: int = 0) -> None:
+        super().__init__(kernel, buffers, scalars, nthreads, step)
+        lib = kernel._lib
+        self._device: dict[str, int] = {}
+        self._finalizer = weakref.finalize(self, _free, lib, self._device)
+        for name, array in buffers.items():
+            pointer = lib.msc_device_alloc(array.nbytes)
+            if not pointer:
+                raise TargetError(f"stencil '{kernel.ir.name}': no device memory for the {array.nbytes} bytes "
+                                  f"of field '{name}'")
+            self._device[name] = pointer
+        self._host_newer, self._device_newer = True, False
+
+    def _copy(self, to_device: bool) -> None:
+        lib, kernel = self.kernel._lib, self.kernel
+        for name, array in self._buffers.items():
+            if to_device or any(f.name == name and f.written for f in kernel.ir.fields):
+                dst, src = (self._device[name], array.ctypes.data) if to_device else (array.ctypes.data, self._device[name])
+                kernel._check(lib.msc_copy(dst, src, array.nbytes, int(to_device)))
+
+    def _steps(self, count: int) -> None:
+        if self._host_newer:
+            self._copy(to_device=True)
+            self._host_newer = False
+        kernel = self.kernel
+        pointers = [self._device[f.name] for f in kernel.ir.fields]
+        kernel._check(kernel._device_fn(*pointers, *(self._scalars[p] for p in kernel.ir.params),
+                                        *self._extents, self.step, count, 0))
+        self._device_newer = True
+
+    def _host_buffers(self) -> dict[str, np.ndarray]:
+        if self._device_newer:
+            self._copy(to_device=False)
+            self._device_newer = False
+        return self._buffers
+
+    def set(self, **values: Any) -> None:
+        super().set(**values)
+        self._host_newer = True
+
+
+def _free(lib: Any, pointers: dict[str, int]) -> None:
+    for pointer in pointers.values():
+        lib.msc_device_free(pointer)

@@ -177,8 +177,12 @@ class CompiledKernel:
         if comm is not None:
             return distributed_driver().start_distributed(self, comm, inputs, dims=dims, threads=threads, schedule=self.schedule)
         args = bind_arguments(self.ir, 0, inputs)
-        nthreads = self._threads_of(threads)
-        return Simulation(self, pack(self.ir, args), args.scalars, nthreads)
+        return self.simulation(pack(self.ir, args), args.scalars, self._threads_of(threads))
+
+    def simulation(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], nthreads: int,
+                   step: int = 0) -> Simulation:
+        """A simulation of this kernel on packed host `buffers` (`start`, `resume`)."""
+        return Simulation(self, buffers, scalars, nthreads, step)
 
     def resume(self, path: str | Path, threads: int | None = None, comm: Any = None, dims: Any = None) -> Any:
         """A simulation continued from the checkpoint `path` (`sim.save`): it goes on
@@ -200,7 +204,7 @@ class CompiledKernel:
                    for f in self.ir.fields}
         step = int(attrs["step"])
         fill(Path(path), self.ir, buffers, indices, step, [Path(path)])
-        return Simulation(self, buffers, scalars_of(attrs, self.ir), self._threads_of(threads), step)
+        return self.simulation(buffers, scalars_of(attrs, self.ir), self._threads_of(threads), step)
 
 
 class Simulation:
@@ -251,7 +255,7 @@ class Simulation:
         with Progress(stencil.name, int(steps), self._points, progress) as bar:
             for count in chunks(self.step, int(steps), every, bar):
                 start = time.perf_counter()
-                self.kernel.advance(self._call, self.step, count, self._nthreads)
+                self._steps(count)
                 spent = time.perf_counter() - start
                 seconds += spent
                 self.step += count
@@ -261,6 +265,14 @@ class Simulation:
         self.kernel.last_run = RunStats(seconds, int(steps), self._points)
         if not self._blown_up and steps:
             self._blown_up = warn_not_finite(stencil.name, not_finite(self.fields), first, self.step, _stacklevel)
+
+    def _steps(self, count: int) -> None:
+        """`count` steps from `self.step` on the buffers."""
+        self.kernel.advance(self._call, self.step, count, self._nthreads)
+
+    def _host_buffers(self) -> dict[str, np.ndarray]:
+        """The packed host buffers, up to date (a device-resident simulation copies them back first)."""
+        return self._buffers
 
     @property
     def fields(self) -> dict[str, np.ndarray]:
@@ -276,7 +288,7 @@ class Simulation:
         for f in self.kernel.ir.written_fields:
             views = []
             for age in reversed(range(f.slots)):
-                view = self._buffers[f.name][(self.step - age) % f.slots][self._domain]
+                view = self._host_buffers()[f.name][(self.step - age) % f.slots][self._domain]
                 view.flags.writeable = False
                 views.append(view)
             out[f.name] = views
@@ -297,7 +309,8 @@ class Simulation:
             if field is None:
                 raise StencilArgumentError(f"stencil '{stencil.name}' has no parameter or field '{name}'; it has "
                                            f"{', '.join([*stencil.params, *(f.name for f in stencil.fields)])}")
-            target = self._buffers[name][self.step % field.slots] if field.written else self._buffers[name]
+            buffers = self._host_buffers()
+            target = buffers[name][self.step % field.slots] if field.written else buffers[name]
             array = np.asarray(value)
             domain = target[self._domain]
             if array.shape != domain.shape:
@@ -316,9 +329,10 @@ class Simulation:
         from msc.runtime.checkpoint import Block, header, write_block
 
         stencil = self.kernel.ir
-        levels = {f.name: [self._buffers[f.name][(self.step - age) % f.slots][self._domain] for age in range(f.slots)]
+        buffers = self._host_buffers()
+        levels = {f.name: [buffers[f.name][(self.step - age) % f.slots][self._domain] for age in range(f.slots)]
                   for f in stencil.written_fields}
-        inputs = {f.name: self._buffers[f.name][self._domain] for f in stencil.fields if not f.written}
+        inputs = {f.name: buffers[f.name][self._domain] for f in stencil.fields if not f.written}
         shape = levels[stencil.written_fields[0].name][0].shape
         write_block(Path(path), stencil, header(stencil, self.step, self._scalars, shape),
                     Block((0,) * stencil.ndim, levels, inputs))

@@ -20,6 +20,7 @@ A launch can be written by another generator instead (the tensor-core path):
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -175,7 +176,7 @@ class CudaTarget(ctarget.CTarget):
             body = printer.lines(launch.body)
             text = "\n".join(body)
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
-            printed.append(dict(name=launch.name, source="", body=body,
+            printed.append(dict(name=launch.name, source="", body=body, threads=math.prod(launch.block),
                                 parameters=[_parameter(t, v) for t, v in used]))
             grid = f"dim3({', '.join(launch.grid)})"
             block = f"dim3({', '.join(map(str, launch.block))})"
@@ -264,14 +265,18 @@ TIME_DEPTHS = (2, 4)
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     """The default launch, then tiles of several block shapes (a tile is a
-    block), then time tiles of two depths (dirichlet stencils only)."""
+    block), then time tiles of two depths (dirichlet stencils only) whose
+    region fits a block and whose halo leaves most threads computing outputs
+    (`cuda_time_tile.pays`: a degenerate tile would take seconds per step)."""
     out = [Schedule()]
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]
     if stencil.boundary == "dirichlet":  # tiles whose region fits a block, for the shared-memory form
         base = BLOCKS[stencil.ndim][1]
-        out += [Schedule().time_tile(depth, **dict(zip(stencil.dims, time_tile.fitting_tile(stencil, depth, base))))
-                for depth in TIME_DEPTHS]
+        for depth in TIME_DEPTHS:
+            tile = time_tile.fitting_tile(stencil, depth, base)
+            if time_tile.pays(stencil, depth, tile):
+                out.append(Schedule().time_tile(depth, **dict(zip(stencil.dims, tile))))
     return out
 
 

@@ -71,10 +71,21 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
     return None
 
 
+MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
+
+
 def fitting_tile(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> tuple[int, ...]:
     """`tile` halved along its longest side until tile plus halo fits a block (or every side is 1)."""
     return shrink_tile(tile, lambda sides: math.prod(t + 2 * depth * r for t, r in zip(sides, stencil.radius))
                        <= MAX_THREADS)
+
+
+def pays(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> bool:
+    """Whether a block of this time tile computes outputs with at least MIN_USEFUL of
+    its threads (one per point of tile plus halo): below that, the halo's redundant
+    work costs more than the steps it fuses save (a 1x1 tile, say)."""
+    region = math.prod(t + 2 * depth * r for t, r in zip(tile, stencil.radius))
+    return region <= MAX_THREADS and math.prod(tile) >= MIN_USEFUL * region
 
 
 def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | None:
@@ -118,7 +129,7 @@ def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
     volume = 1
     for v in plan.region:
         volume *= v
-    lines = [(f"__global__ void {name}(real *__restrict__ dst, const real *__restrict__ src, "
+    lines = [(f"__global__ void __launch_bounds__({volume}) {name}(real *__restrict__ dst, const real *__restrict__ src, "
               f"{', '.join(params)}, const long steps)"), "{",
              f"    __shared__ real {BUFFER}[2][{volume}];"]
     lines += [f"    const long l{d} = threadIdx.{axis[d]};" for d in range(ndim)]
