@@ -233,3 +233,30 @@ def test_two_blocks_writing_one_byte_are_reported_in_reverse_order(faults):
     assert correct.returncode == 0 and correct.stdout == "ok\n", correct.stderr
     unknown = run_faults(faults, 0, "sideways")
     assert unknown.returncode != 0 and "MSC_CUDA_EMU_BLOCKS: 'sideways' is not forward or reverse" in unknown.stderr
+
+
+@pytest.mark.parametrize(("offset", "stride", "load_sectors"), [(0, 1, 8), (1, 1, 9), (0, 2, 16), (0, 4, 32), (3, 0, 1)])
+def test_counters_model_coalescing(lib, offset, stride, load_sectors):
+    """One warp loads 32 doubles (aligned, shifted by one, strided, all one) and stores
+    32 aligned ones: the sectors of each warp-level access, by hand."""
+    counters = lib("counters")
+    counters.run_strided.argtypes = [ctypes.c_int, ctypes.c_int]
+    before = cuda_emu.read_counters(counters.msc_emu_counters)
+    assert counters.run_strided(offset, stride) == 0
+    got = cuda_emu.counted(before, cuda_emu.read_counters(counters.msc_emu_counters))
+    assert got["load_bytes"] == got["store_bytes"] == 32 * 8
+    assert got["sectors"] == load_sectors + 8 and got["dram_bytes"] == 32 * (load_sectors + 8)
+    assert got["launches"] == 1 and got["shared_accesses"] == 0
+
+
+@pytest.mark.parametrize(("stride", "ways"), [(1, 1), (2, 2), (32, 32), (0, 1), (33, 1), (4, 4)])
+def test_counters_model_bank_conflicts(lib, stride, ways):
+    """Lane i writes and reads shared float word stride * i: conflict-free, n-way
+    conflicts, one word (a broadcast), and a stride that spreads over every bank."""
+    counters = lib("counters")
+    counters.run_banks.argtypes = [ctypes.c_int]
+    before = cuda_emu.read_counters(counters.msc_emu_counters)
+    assert counters.run_banks(stride) == 0
+    got = cuda_emu.counted(before, cuda_emu.read_counters(counters.msc_emu_counters))
+    assert got["shared_accesses"] == 2 and got["shared_wavefronts_per_access"] == ways
+    assert got["store_bytes"] == 32 * 4 and got["load_bytes"] == 0

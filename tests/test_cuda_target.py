@@ -184,6 +184,48 @@ def test_a_simulation_keeps_its_buffers_on_the_device(tmp_path):
     np.testing.assert_allclose(sims[0].fields["u"], sims[1].fields["u"], rtol=1e-12)
 
 
+def _heat_sectors(rows: int, cols: int) -> int:
+    """Sectors of one step of the default heat launch by hand: each warp is 32 threads
+    of one row, starting at a multiple of 32 columns; its lanes inside the ring load
+    five neighbours and store one point; a warp-level access touches the distinct
+    32-byte sectors of its lanes' doubles."""
+    total = 0
+    for i in range(1, rows - 1):
+        for first in range(0, cols, 32):
+            lanes = [c for c in range(first, first + 32) if 1 <= c < cols - 1]
+            for di, dj in ((-1, 0), (0, -1), (0, 0), (0, 1), (1, 0), (0, 0)):  # five loads, one store
+                total += len({((i + di) * cols + c + dj) * 8 // 32 for c in lanes})
+    return total
+
+
+@pytest.mark.parametrize("shape", [(34, 64), (34, 66), (7, 40)])
+def test_an_emulated_run_counts_its_memory_traffic(shape):
+    """k.last_run after an emulated run: updates, and the emulator's counters, against
+    counts by hand. The default launch's warps start on a multiple of 32 columns, as a
+    hand-written kernel's do, so on rows of 64 doubles a warp's store is 8 sectors, not 9.
+    Staging the tile in shared memory loads each point about once."""
+    if not EMULATE:
+        pytest.skip("the counters are the emulator's")
+    u = np.random.default_rng(6).random(shape)
+    kernel = heat.compile(target="cuda", emulate=True)
+    kernel.run(steps=3, u=u, alpha=0.1)
+    run = kernel.last_run
+    updates = (shape[0] - 2) * (shape[1] - 2) * 3
+    assert run.updates == updates and run.gpu is not None
+    assert run.gpu["store_bytes"] == 8 * updates and run.gpu["load_bytes"] == 5 * 8 * updates
+    assert run.gpu["launches"] == 3 and run.gpu["shared_accesses"] == 0
+    assert run.gpu["sectors"] == 3 * _heat_sectors(*shape)
+    read = shape[0] * shape[1] - 4  # every point but the corners
+    assert 8 * (read + updates // 3) * 3 <= run.gpu["dram_bytes"] <= 8 * shape[0] * shape[1] * 2 * 3 + 3 * 64 * shape[0]
+    staged = heat.compile(target="cuda", emulate=True, schedule=msc.Schedule().tile(x=8, y=32).cache_read("u"))
+    sim = staged.start(u=u, alpha=0.1)
+    sim.advance(3)
+    gpu = staged.last_run.gpu
+    assert staged.last_run.updates == updates and gpu["store_bytes"] == 8 * updates
+    assert gpu["load_bytes"] < 2 * 8 * updates and gpu["shared_accesses"] > 0
+    assert 1.0 <= gpu["shared_wavefronts_per_access"] < 1.5
+
+
 class HostDeviceArray:
     """What CuPy's arrays expose (`__cuda_array_interface__`), over host memory:
     under the emulator a device pointer is a host pointer."""

@@ -239,6 +239,32 @@ def test_emit_honours_the_schedule(tmp_path, schedule):
     np.testing.assert_allclose(np.load(tmp_path / "u.npy"), heat.reference(steps=9, u=u0)["u"], rtol=1e-12)
 
 
+def test_auto_tuner_builds_every_candidate_side_by_side_before_timing(tmp_path, monkeypatch, assert_matches):
+    """The candidates' compilers run in parallel threads before the first timing; the
+    timings then load the built kernels (one build per schedule)."""
+    import threading
+
+    from msc.codegen import get_target
+    from msc.tune.tuner import AutoKernel
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    target, poly = get_target("openmp"), heat.poly()
+    calls: list[tuple[msc.Schedule, bool]] = []
+
+    def compile_fn(schedule, threads):
+        calls.append((schedule, threading.current_thread() is threading.main_thread()))
+        return target.compile(poly, threads=threads, schedule=schedule)
+
+    kernel = AutoKernel(poly, compile_fn, budget_s=3.0, echo=False)
+    u0 = np.random.default_rng(4).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    first_timed = next(n for n, (_, main) in enumerate(calls) if main)
+    prebuilt = {s for s, _ in calls[:first_timed]}
+    timed = {msc.poly.schedule.parse_schedule(t.schedule) for t in kernel.report.trials}
+    assert first_timed >= 2 and timed <= prebuilt | {s for s, main in calls if not main}
+
+
 def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys, assert_matches):
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
     u0 = np.random.default_rng(3).random((66, 70))

@@ -5,7 +5,9 @@ A .cu file that includes `msc_cuda.h` compiles as C++17 with
 block's threads as fibers on the calling thread, with `__syncthreads` and
 warp collectives as real barriers and `nvcuda::wmma` with the programming
 guide's semantics (see the header's comment and docs/ARCHITECTURE.md). It
-checks correctness only: nothing it measures says how fast a GPU would be.
+checks correctness and counts memory traffic (global bytes, coalesced
+sectors, an ideal-L2 DRAM volume, shared-memory bank conflicts: `counted`,
+docs/cuda.md "Counters"); it does not time anything.
 
 With BLOCK_ORDER=reverse in the environment (read at every launch, so it
 needs no rebuild) a launch runs its blocks last first, and a byte of device
@@ -16,13 +18,15 @@ reading what another writes) fails instead of passing by luck.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from msc.errors import CompileError
 from msc.runtime import build
@@ -32,10 +36,17 @@ HEADERS = ("msc_cuda.h", "cuda_emu.h")
 #: The environment variable of the block order: unset or "forward", or "reverse" (see the module).
 BLOCK_ORDER = "MSC_CUDA_EMU_BLOCKS"
 CXX = "g++"
+#: every load and store calls the emulator's counters (cuda_emu.h: "Counters"): g++'s kernel
+#: address sanitizer, its checks replaced by the emulator's callbacks (no shadow memory, no runtime)
+COUNTING_FLAGS = ("-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
+                  "--param", "asan-stack=0", "--param", "asan-globals=0")
+#: the counters msc_emu_counters writes, in order
+COUNTERS = ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_wavefronts", "shared_ideal",
+            "shared_accesses", "launches")
 #: g++ flags of an emulated program (-O1: the emulator's templates make -O2 about twice as slow to
 #: compile, and emulated kernels are small; -fno-gnu-unique keeps the emulator's state private to
 #: each library a process loads).
-PROGRAM_FLAGS = ("-std=c++17", "-O1", "-fno-gnu-unique", "-DMSC_CUDA_EMULATE")
+PROGRAM_FLAGS = ("-std=c++17", "-O1", "-fno-gnu-unique", "-DMSC_CUDA_EMULATE", *COUNTING_FLAGS)
 SHARED_FLAGS = (*PROGRAM_FLAGS, "-fPIC", "-shared")
 
 
@@ -76,3 +87,21 @@ def build_program(sources: Iterable[Path], output: Path, *, defs: Iterable[str] 
         raise CompileError(f"emulated CUDA build of {output} failed:\n{done.stderr}", output=done.stderr)
     os.replace(tmp, output)
     return output
+
+
+def read_counters(fn: Callable[[Any], None]) -> tuple[int, ...]:
+    """An emulated library's counters since it was loaded (its msc_emu_counters), in COUNTERS order."""
+    values = (ctypes.c_longlong * len(COUNTERS))()
+    fn(values)
+    return tuple(values)
+
+
+def counted(before: tuple[int, ...], after: tuple[int, ...] | None) -> dict[str, float]:
+    """What was counted between two readings: load_bytes, store_bytes, sectors,
+    dram_bytes, launches, shared_accesses and shared_wavefronts_per_access (the
+    wavefronts over the conflict-free ideal: 1.0 = no bank conflicts; 1.0 with
+    no shared accesses)."""
+    assert after is not None
+    d = {name: a - b for name, a, b in zip(COUNTERS, after, before)}
+    wavefronts, ideal = d.pop("shared_wavefronts"), d.pop("shared_ideal")
+    return {**d, "shared_wavefronts_per_access": wavefronts / ideal if ideal else 1.0}

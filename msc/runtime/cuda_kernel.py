@@ -23,6 +23,7 @@ import numpy as np
 
 from msc.errors import StencilArgumentError, TargetError
 from msc.ir.arguments import bind_arguments
+from msc.runtime import cuda_emu
 from msc.runtime.buffers import padded_shape
 from msc.runtime.kernel import ENTRY, CompiledKernel, RunStats, Simulation
 
@@ -79,6 +80,13 @@ class CudaKernel(CompiledKernel):
         lib.msc_take_level.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_long),
                                        ctypes.POINTER(ctypes.c_long)]
         self._device_fn = self._entry(DEVICE_ENTRY, box=False)
+        self._counters_fn = getattr(lib, "msc_emu_counters", None)  # only the emulator's libraries count
+
+    def counters(self) -> tuple[int, ...] | None:
+        return cuda_emu.read_counters(self._counters_fn) if self._counters_fn is not None else None
+
+    def counters_since(self, before: Any) -> dict[str, float] | None:
+        return None if before is None else cuda_emu.counted(before, self.counters())
 
     def run(self, steps: int, threads: int | None = None, comm: Any = None, dims: Any = None,
             **inputs: Any) -> Any:
@@ -156,10 +164,12 @@ class CudaKernel(CompiledKernel):
     def advance_device(self, pointers: list[int], scalars: list[float], extents: list[int], t0: int, steps: int) -> None:
         """Steps t0 .. t0+steps-1 on device ring buffers (one per field, laid
         out as `pack` lays out host ones), timed into `last_run`."""
+        counted = self.counters()
         start = time.perf_counter()
         self._check(self._device_fn(*pointers, *scalars, *extents, t0, steps, 0))
         interior = int(np.prod([n - 2 * r for n, r in zip(extents, self.ir.radius)]))
-        self.last_run = RunStats(time.perf_counter() - start, steps, interior * len(self.ir.statements))
+        self.last_run = RunStats(time.perf_counter() - start, steps, interior * len(self.ir.statements),
+                                 interior * steps, self.counters_since(counted))
 
     def advance(self, call: list[Any], t0: int, steps: int, nthreads: int) -> None:
         self._check(self._fn(*call, t0, steps, nthreads))

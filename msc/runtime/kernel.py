@@ -59,11 +59,16 @@ def warn_not_finite(stencil: str, bad: list[str], first: int, last: int, stackle
 
 @dataclass
 class RunStats:
-    """Timing of the last run: seconds inside the compiled time loop."""
+    """Timing of the last run: seconds inside the compiled time loop, `points`
+    computed per step (interior points x statements), `updates` (interior points
+    x steps) and, after a run under the CUDA emulator, its memory counters
+    (`gpu`: msc.runtime.cuda_emu.COUNTERS and the bank-conflict ratio)."""
 
     seconds: float = 0.0
     steps: int = 0
     points: int = 0
+    updates: int = 0
+    gpu: dict[str, float] | None = None
 
     @property
     def gstencils_per_second(self) -> float:
@@ -111,6 +116,15 @@ class CompiledKernel:
         )
         fn.restype = ctypes.c_int
         return fn
+
+    def counters(self) -> Any:
+        """What the compiled code has counted so far (None: it counts nothing; the
+        CUDA emulator's libraries count memory accesses)."""
+        return None
+
+    def counters_since(self, before: Any) -> dict[str, float] | None:
+        """What it counted since `counters()` returned `before`, for RunStats.gpu."""
+        return None
 
     def arguments(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], extents: Any) -> list[Any]:
         """The leading arguments of the C entry points for packed `buffers`."""
@@ -229,8 +243,8 @@ class Simulation:
         self._extents = buffers[stencil.fields[0].name].shape[-stencil.ndim:]
         self._call = kernel.arguments(buffers, self._scalars, self._extents)
         self._domain = tuple(slice(g, n - g) for g, n in zip(ghost_width(stencil), self._extents))
-        interior = int(np.prod([n - 2 * r for n, r in zip(self._extents, stencil.radius)]))
-        self._points = interior * len(stencil.statements)
+        self._interior = int(np.prod([n - 2 * r for n, r in zip(self._extents, stencil.radius)]))
+        self._points = self._interior * len(stencil.statements)
         self._blown_up = False  # warned once that a field is no longer finite
 
     def __repr__(self) -> str:
@@ -252,6 +266,7 @@ class Simulation:
 
             writer = SeriesWriter.checked(stencil, every, out)
         first, seconds = self.step, 0.0
+        counted = self.kernel.counters()
         with Progress(stencil.name, int(steps), self._points, progress) as bar:
             for count in chunks(self.step, int(steps), every, bar):
                 start = time.perf_counter()
@@ -262,7 +277,8 @@ class Simulation:
                 bar.update(count, spent)
                 if writer is not None and self.step % writer.every == 0:
                     writer.append(self.fields, self.step)
-        self.kernel.last_run = RunStats(seconds, int(steps), self._points)
+        self.kernel.last_run = RunStats(seconds, int(steps), self._points, self._interior * int(steps),
+                                        self.kernel.counters_since(counted))
         if not self._blown_up and steps:
             self._blown_up = warn_not_finite(stencil.name, not_finite(self.fields), first, self.step, _stacklevel)
 

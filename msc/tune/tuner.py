@@ -32,6 +32,7 @@ import os
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -275,6 +276,24 @@ class AutoKernel:
         self.report = report
         return self._compile(report.schedule, report.schedule.threads)
 
+    def _prebuild(self, schedules: list[Schedule], max_threads: int) -> None:
+        """Build the schedules' kernels side by side before any is timed: the compilers
+        (gcc, nvcc) run in parallel while code generation takes its turns, and each
+        timing then loads its kernel from the kernel index. A schedule that fails to
+        build fails again, and is said, when it is timed."""
+        workers = min(len(schedules), os.cpu_count() or 1)
+        if workers < 2:
+            return
+
+        def build(schedule: Schedule) -> None:
+            try:
+                self._compile(schedule, schedule.threads or max_threads)
+            except MscError:
+                pass
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(build, schedules))
+
     def _started(self, schedule: Schedule, threads: int, inputs: dict[str, Any],
                  trial_steps: int) -> tuple[Any, Any, int]:
         """The kernel of `schedule`, a simulation of it on the inputs (copied in
@@ -350,6 +369,7 @@ class AutoKernel:
         pool = self._ranked(pool, shape, trial_steps)
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
                   f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
+        self._prebuild(pool, max_threads)
         trials: list[Trial] = []
         timed: dict[Schedule, float] = {}
         with tqdm(total=len(pool), desc=f"msc tune '{self.ir.name}'", unit="schedule", file=sys.stderr,
@@ -375,6 +395,7 @@ class AutoKernel:
         chosen = min(medians, key=medians.__getitem__)
         # then the platform's variants of it (CPU: prefetching, fewer threads)
         variants = [chosen, *self.platform.refinements(chosen, max_threads)]
+        self._prebuild(variants, max_threads)
         medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]

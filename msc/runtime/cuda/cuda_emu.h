@@ -44,6 +44,22 @@
  * cudaFuncSetAttribute up to 227 KiB (InvalidValue); an unknown
  * MSC_CUDA_EMU_BLOCKS (InvalidValue).
  *
+ * Counters. The library is built with g++'s -fsanitize=kernel-address and
+ * a call per access (msc/runtime/cuda_emu.py), so every load and store the
+ * compiled kernel makes calls __asan_{load,store}N_noabort; those count, while
+ * a fiber runs kernel code, what decides a GPU's speed (msc_emu_counters):
+ *   global: bytes loaded and stored by threads; sectors, the distinct 32-byte
+ *   sectors of each warp-level access (the k-th execution of one instruction
+ *   by the lanes of a warp), summed: the coalescing model; dram bytes, the
+ *   distinct sectors touched per launch, summed over launches: an ideal-L2
+ *   model of DRAM traffic (each sector read or written once per launch);
+ *   shared: wavefronts per warp-level access (the most distinct 4-byte words
+ *   any of the 32 banks must serve, at least the request's bytes / 128) and
+ *   the ideal for those accesses (bytes / 128, rounded up); launches.
+ * The model assumes lanes run in lockstep (the k-th execution of an
+ * instruction by each lane is one access) and g++'s loads stand for nvcc's
+ * (the same source, both optimising; registers and caching may differ).
+ *
  * Not modelled: timing, concurrency between blocks (they run in sequence;
  * reads of what another block of the launch writes see it or not by order),
  * memory spaces (host and device memory are the same; device pointers are
@@ -70,6 +86,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -77,6 +94,8 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #ifndef MSC_CUDA_EMU_STACK_BYTES
@@ -175,6 +194,9 @@ struct CUevent_st {
 };
 typedef CUevent_st* cudaEvent_t;
 
+extern "C" char __start_msc_cuda_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_msc_cuda_shared[] __attribute__((weak, visibility("hidden")));
+
 namespace msc_emu {
 
 /* the emulated device: an H100/H200 (sm_90) */
@@ -238,8 +260,155 @@ inline Runtime& rt() {
     return r;
 }
 
-extern "C" char __start_msc_cuda_shared[] __attribute__((weak, visibility("hidden")));
-extern "C" char __stop_msc_cuda_shared[] __attribute__((weak, visibility("hidden")));
+/* -- access counters (see the header comment) -- */
+
+struct Totals {  // cumulative over the library's life; msc_emu_counters reads them
+    long long load_bytes = 0, store_bytes = 0, sectors = 0, dram_bytes = 0;
+    long long shared_wavefronts = 0, shared_ideal = 0, shared_accesses = 0, launches = 0;
+};
+
+struct WarpAccess {  // what the lanes of one warp did at the k-th execution of one instruction
+    std::vector<uint64_t> units;  // global: sectors; shared: 4-byte words
+    unsigned bytes = 0;
+    bool shared = false;
+};
+
+struct AccessKey {  // the k-th execution of an instruction by the lanes of a warp
+    unsigned warp;
+    const void* instruction;
+    uint32_t k;
+    bool operator==(const AccessKey& o) const { return warp == o.warp && instruction == o.instruction && k == o.k; }
+};
+
+struct AccessKeyHash {
+    size_t operator()(const AccessKey& a) const {
+        return std::hash<const void*>()(a.instruction) ^ ((size_t)a.warp * 0x9e3779b97f4a7c15ull) ^ ((size_t)a.k << 20);
+    }
+};
+
+struct Counting {
+    Totals totals;
+    std::vector<std::vector<std::pair<const void*, uint32_t>>> executions;  // per thread: per instruction
+    std::unordered_map<AccessKey, WarpAccess, AccessKeyHash> accesses;
+    std::unordered_set<uint64_t> launch_sectors;
+    const char* low = nullptr;  // every cudaMalloc allocation lies in [low, high)
+    const char* high = nullptr;
+};
+
+inline Counting& counting() {
+    static Counting c;
+    return c;
+}
+
+inline bool in_shared(const char* c) {
+    const Runtime& r = rt();
+    if (__start_msc_cuda_shared != nullptr && c >= __start_msc_cuda_shared && c < __stop_msc_cuda_shared) return true;
+    return r.dynamic_shared != nullptr && c >= r.dynamic_shared && c < r.dynamic_shared + r.dynamic_capacity;
+}
+
+inline bool in_device_memory(const char* c) {
+    const Counting& n = counting();
+    if (c < n.low || c >= n.high) return false;
+    const Runtime& r = rt();
+    auto it = r.allocations.lower_bound(c);  // the greatest start <= c
+    return it != r.allocations.end() && c < it->first + it->second;
+}
+
+/* True while a fiber runs kernel code and no access is being counted: the
+ * instrumentation callbacks read only this (the counting code is instrumented too). */
+inline bool listening = false;
+
+inline void note_access(const void* p, unsigned bytes, bool store, const void* instruction) {
+    Runtime& r = rt();
+    const char* c = static_cast<const char*>(p);
+    const bool shared = in_shared(c);
+    if (!shared && !in_device_memory(c)) return;  // a thread's stack, the emulator's own data
+    Counting& n = counting();
+    auto& mine = n.executions[r.current];
+    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == instruction; });
+    if (it == mine.end()) it = mine.insert(mine.end(), {instruction, 0});
+    WarpAccess& a = n.accesses[AccessKey{r.current / 32, instruction, it->second++}];
+    a.shared = shared;
+    a.bytes += bytes;
+    const uintptr_t first = (uintptr_t)c, last = first + bytes - 1;
+    const unsigned unit = shared ? 4 : 32;
+    for (uintptr_t u = first / unit; u <= last / unit; ++u) {
+        if (std::find(a.units.begin(), a.units.end(), u) == a.units.end()) a.units.push_back(u);
+        if (!shared) n.launch_sectors.insert(u);
+    }
+    if (shared) return;
+    (store ? n.totals.store_bytes : n.totals.load_bytes) += bytes;
+}
+
+}  // namespace msc_emu
+
+/* What g++ -fsanitize=kernel-address calls for every load and store (with
+ * asan-instrumentation-with-call-threshold=0); hidden, so that each library
+ * counts its own kernels. */
+#define MSC_EMU_ACCESS(kind, store, size)                                                                   \
+    extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void                   \
+        __asan_##kind##size##_noabort(void* p) {                                                           \
+        if (!msc_emu::listening) return;                                                                   \
+        msc_emu::listening = false;                                                                        \
+        msc_emu::note_access(p, size, store, __builtin_return_address(0));                                 \
+        msc_emu::listening = true;                                                                         \
+    }
+MSC_EMU_ACCESS(load, false, 1)
+MSC_EMU_ACCESS(load, false, 2)
+MSC_EMU_ACCESS(load, false, 4)
+MSC_EMU_ACCESS(load, false, 8)
+MSC_EMU_ACCESS(load, false, 16)
+MSC_EMU_ACCESS(store, true, 1)
+MSC_EMU_ACCESS(store, true, 2)
+MSC_EMU_ACCESS(store, true, 4)
+MSC_EMU_ACCESS(store, true, 8)
+MSC_EMU_ACCESS(store, true, 16)
+#undef MSC_EMU_ACCESS
+extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void __asan_loadN_noabort(void* p,
+                                                                                                       size_t n) {
+    if (!msc_emu::listening) return;
+    msc_emu::listening = false;
+    msc_emu::note_access(p, (unsigned)n, false, __builtin_return_address(0));
+    msc_emu::listening = true;
+}
+extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void __asan_storeN_noabort(void* p,
+                                                                                                        size_t n) {
+    if (!msc_emu::listening) return;
+    msc_emu::listening = false;
+    msc_emu::note_access(p, (unsigned)n, true, __builtin_return_address(0));
+    msc_emu::listening = true;
+}
+extern "C" __attribute__((visibility("hidden"))) void __asan_handle_no_return(void) {}
+
+/* The counters since the library was loaded, in the order of Totals (Python: cuda_emu.COUNTERS). */
+extern "C" void msc_emu_counters(long long* out) {
+    const msc_emu::Totals& t = msc_emu::counting().totals;
+    const long long values[] = {t.load_bytes, t.store_bytes, t.sectors, t.dram_bytes,
+                                t.shared_wavefronts, t.shared_ideal, t.shared_accesses, t.launches};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; ++i) out[i] = values[i];
+}
+
+namespace msc_emu {
+
+/* A block's warp-level accesses into the totals. */
+inline void count_block() {
+    Counting& n = counting();
+    for (const auto& [key, a] : n.accesses) {
+        if (!a.shared) {
+            n.totals.sectors += (long long)a.units.size();
+            continue;
+        }
+        unsigned per_bank[32] = {};
+        unsigned most = 0;
+        for (uint64_t word : a.units) most = std::max(most, ++per_bank[word % 32]);
+        const long long ideal = (a.bytes + 127) / 128;
+        n.totals.shared_wavefronts += std::max<long long>(most, ideal);
+        n.totals.shared_ideal += ideal;
+        n.totals.shared_accesses += 1;
+    }
+    n.accesses.clear();
+}
+
 
 inline cudaError_t set_error(cudaError_t e) {
     Runtime& r = rt();
@@ -416,6 +585,7 @@ inline bool run_block() {
     for (unsigned i = 0; i < n; ++i)
         r.threads[i].idx = uint3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
     poison_shared();
+    counting().executions.assign(n, {});
     unsigned done = 0;
     while (done < n) {
         bool ran = false;
@@ -433,7 +603,9 @@ inline bool run_block() {
             r.current = i;
             threadIdx = t.idx;
             ran = true;
+            listening = true;
             swapcontext(&r.scheduler, &t.ctx);
+            listening = false;
             if (r.faulted) {
                 r.fault = block_name() + " " + thread_name(r.threads[r.current]) + ": " + r.fault;
                 for (Thread& o : r.threads)
@@ -454,6 +626,7 @@ inline bool run_block() {
             return false;
         }
     }
+    count_block();
     return true;
 }
 
@@ -582,6 +755,10 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
     }
     r.check_writes = false;
     r.dynamic_shared = nullptr;
+    Counting& n = counting();
+    n.totals.dram_bytes += 32 * (long long)n.launch_sectors.size();
+    n.totals.launches += 1;
+    n.launch_sectors.clear();
 }
 
 /* the allocation holding [p, p + bytes), or false */
@@ -848,7 +1025,11 @@ inline cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     if (r.sticky_error != cudaSuccess) return r.sticky_error;
     void* p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
     if (p == nullptr) return msc_emu::set_error(cudaErrorMemoryAllocation);
-    r.allocations[static_cast<const char*>(p)] = bytes;
+    const char* start = static_cast<const char*>(p);
+    r.allocations[start] = bytes;
+    msc_emu::Counting& n = msc_emu::counting();  // the counters' quick test of an address
+    if (n.low == nullptr || start < n.low) n.low = start;
+    if (start + bytes > n.high) n.high = start + bytes;
     *ptr = p;
     return cudaSuccess;
 }

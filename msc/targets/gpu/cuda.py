@@ -77,8 +77,8 @@ class GPUPlatform(ctarget.Platform):
 
 
 class EmulatedGPUPlatform(GPUPlatform):
-    """The GPU under the emulator, which says nothing about GPU speed: nothing is
-    timed and there is no GPU cost model yet, so schedule="auto" keeps the
+    """The GPU under the emulator, which times nothing (it counts memory traffic,
+    but no cost model is built on the counts yet), so schedule="auto" keeps the
     default launch (and says so)."""
 
     name = "NVIDIA GPU (CUDA), emulated"

@@ -17,6 +17,8 @@ from msc.targets.gpu.cuda_pass import LAUNCH
 _START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
           "global": "((long)blockIdx.{a} * blockDim.{a} + threadIdx.{a})"}
 _STRIDE = {"block": "(long)gridDim.{a}", "thread": "(long)blockDim.{a}", "global": "((long)gridDim.{a} * blockDim.{a})"}
+WARP = 32  # threads of a warp: a grid-mapped innermost loop starts its warps on multiples of it, so that a
+# warp's row of points is as few memory sectors as the row's own alignment allows (docs/cuda.md "Counters")
 BLOCK_THREAD = "(long)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
 BLOCK_SIZE = "(long)(blockDim.x * blockDim.y * blockDim.z)"
 
@@ -65,8 +67,13 @@ class CudaPrinter(CPrinter):
         pad = INDENT * depth
         it, step = loop.iterator, loop.step
         scale = "" if step == "1" else f" * {step}"
-        start = f"{loop.init} + {_START[kind].format(a=axis)}{scale}"
         stride = f"{_STRIDE[kind].format(a=axis)}{scale}"
+        if (kind, axis, step) == ("global", "x", "1"):  # warps start on a multiple of 32 points
+            start = f"msc_floord({loop.init}, {WARP}) * {WARP} + {_START[kind].format(a=axis)}"
+            return [f"{pad}for (long {it} = {start}; {loop.cond}; {it} += {stride}) {{",
+                    f"{pad}{INDENT}if ({it} < {loop.init}) continue;",
+                    *self.lines(loop.body, depth + 1), f"{pad}}}"]
+        start = f"{loop.init} + {_START[kind].format(a=axis)}{scale}"
         return [f"{pad}for (long {it} = {start}; {loop.cond}; {it} += {stride}) {{",
                 *self.lines(loop.body, depth + 1), f"{pad}}}"]
 
