@@ -119,6 +119,41 @@ def test_every_launch_fits_the_register_file(tmp_path):
     assert any("msc_run_k0" in m for m, _ in used)
 
 
+@needs_nvcc
+def test_default_kernels_fit_64_registers_without_spills(tmp_path):
+    """benchmarks/cuda_resources.py (ptxas for sm_90) on the four standard stencils' default
+    launches: at most 64 registers, nothing spilled, and the occupancy it reports."""
+    import json
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "resources.json"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cuda_resources.py"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["stencil"], r["dtype"]) for r in rows} == {(s, d) for s in ("heat2d", "box2d9p", "heat3d", "box3d27p")
+                                                          for d in ("float64", "float32")}
+    for row in rows:
+        assert row["registers"] <= 64 and row["spill_bytes"] == 0, row
+        assert 0.5 <= row["occupancy"] <= 1.0, row
+
+
+def test_occupancy_follows_the_calculators_rules():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from cuda_resources import occupancy
+
+    assert occupancy(32, 256, 0) == 1.0  # 8 blocks of 8 warps
+    assert occupancy(40, 256, 0) == 0.75  # 40 registers: 1280 per warp, 6 blocks
+    assert occupancy(48, 256, 0) == 0.625
+    assert occupancy(255, 256, 0) == 0.125
+    assert occupancy(32, 1024, 0) == 1.0
+    assert occupancy(32, 32, 0) == 0.5  # 32 blocks at most
+    assert occupancy(32, 256, 48 << 10) == 0.5  # 4 blocks of 48 KiB (+1 KiB each) in 228 KiB
+
+
 def test_cuda_is_registered_with_its_option():
     assert "cuda" in target_names()
     assert get_target("cuda").compile_options == ("emulate",)
