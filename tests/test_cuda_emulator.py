@@ -260,3 +260,21 @@ def test_counters_model_bank_conflicts(lib, stride, ways):
     got = cuda_emu.counted(before, cuda_emu.read_counters(counters.msc_emu_counters))
     assert got["shared_accesses"] == 2 and got["shared_wavefronts_per_access"] == ways
     assert got["store_bytes"] == 32 * 4 and got["load_bytes"] == 0
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("barrier", [1, 0])
+def test_reverse_thread_order_exposes_a_missing_barrier(lib, monkeypatch, order, barrier):
+    """Thread i reads what thread i-1 wrote to shared memory. In the forward order
+    thread i-1 has always run first, so a missing __syncthreads passes unseen; in the
+    reverse order (MSC_CUDA_EMU_THREADS=reverse) thread i reads the NaN poison."""
+    monkeypatch.setenv(cuda_emu.THREAD_ORDER, order)
+    run = lib("order").run_neighbour
+    run.argtypes = [PTR, ctypes.c_int, ctypes.c_int]
+    out = np.zeros(64, np.float32)
+    assert run(ptr(out), 64, barrier) == 0
+    expected = np.arange(64, dtype=np.float32)
+    if barrier or order == "forward":
+        np.testing.assert_array_equal(out, expected)
+    else:
+        assert np.isnan(out[1:]).all()

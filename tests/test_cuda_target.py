@@ -43,10 +43,12 @@ host_memory = pytest.mark.skipif(ON_DEVICE, reason="host memory described as dev
 
 @pytest.fixture
 def reverse_blocks(monkeypatch):
-    """Emulated launches run their blocks last first and report a byte two blocks both write."""
+    """Emulated launches run their blocks last first and report a byte two blocks both write;
+    a block's threads run last first too (a read of a lower thread's write needs its barrier)."""
     from msc.runtime import cuda_emu
 
     monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")
+    monkeypatch.setenv(cuda_emu.THREAD_ORDER, "reverse")
 
 
 def _schedule(seed: int, stencil: msc.Stencil, random: bool) -> msc.Schedule | None:

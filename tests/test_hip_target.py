@@ -35,10 +35,12 @@ HIP_ENV = dict(os.environ, HIP_PLATFORM="amd")  # hipcc beside nvcc builds for N
 
 @pytest.fixture(autouse=True)
 def reverse_blocks(monkeypatch):
-    """Every emulated launch runs its blocks last first and reports a byte two blocks both write."""
+    """Every emulated launch runs its blocks last first and reports a byte two blocks both write;
+    a block's threads run last first too (a read of a lower thread's write needs its barrier)."""
     from msc.runtime import cuda_emu
 
     monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")
+    monkeypatch.setenv(cuda_emu.THREAD_ORDER, "reverse")
 
 
 def hipcc_check(source: str, directory: Path) -> None:

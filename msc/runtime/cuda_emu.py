@@ -35,6 +35,8 @@ EMULATOR_DIR = Path(__file__).resolve().parent / "cuda"
 HEADERS = ("msc_cuda.h", "cuda_emu.h")
 #: The environment variable of the block order: unset or "forward", or "reverse" (see the module).
 BLOCK_ORDER = "MSC_CUDA_EMU_BLOCKS"
+#: The environment variable of the thread order in a block: unset or "forward", or "reverse" (last first).
+THREAD_ORDER = "MSC_CUDA_EMU_THREADS"
 CXX = "g++"
 #: every load and store calls the emulator's counters (cuda_emu.h: "Counters"): g++'s kernel
 #: address sanitizer, its checks replaced by the emulator's callbacks (no shadow memory, no runtime)

@@ -28,6 +28,12 @@
  * it, so a write of the value already there is not seen. Unset or
  * "forward": blocks in order of their linear index, writes not checked.
  *
+ * Thread order. With MSC_CUDA_EMU_THREADS=reverse (read at every launch;
+ * cuda_emu.py: THREAD_ORDER) a block's threads run last first: a thread then
+ * runs ahead of its lower neighbours, so a read of what a lower thread writes,
+ * without a barrier between, sees the value from before (or shared memory's
+ * NaN poison) instead of passing by luck, as it does in the forward order.
+ *
  * Detected errors (each stops the launch; the error is sticky, as a kernel
  * fault is on a device: cudaGetLastError, cudaDeviceSynchronize and every
  * later call return cudaErrorLaunchFailure; the diagnosis goes to stderr):
@@ -95,7 +101,6 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #ifndef MSC_CUDA_EMU_STACK_BYTES
@@ -252,6 +257,7 @@ struct Runtime {
     std::map<const void*, int> max_dynamic_shared;
     std::map<const char*, size_t, std::greater<const char*>> allocations;  // start -> bytes
     bool check_writes = false;        // MSC_CUDA_EMU_BLOCKS=reverse, during a launch
+    bool reverse_threads = false;     // MSC_CUDA_EMU_THREADS=reverse: a block's threads run last first
     std::set<const char*> atomic_bytes;  // bytes atomicAdd changed in this launch (exempt from the check)
 };
 
@@ -286,13 +292,18 @@ struct AccessKeyHash {
     }
 };
 
+struct Region {  // a cudaMalloc allocation (256-byte aligned)
+    const char* start;
+    size_t bytes;
+    std::vector<uint64_t> touched;  // one bit per 32-byte sector, cleared after each launch
+    bool dirty = false;
+};
+
 struct Counting {
     Totals totals;
     std::vector<std::vector<std::pair<const void*, uint32_t>>> executions;  // per thread: per instruction
     std::unordered_map<AccessKey, WarpAccess, AccessKeyHash> accesses;
-    std::unordered_set<uint64_t> launch_sectors;
-    const char* low = nullptr;  // every cudaMalloc allocation lies in [low, high)
-    const char* high = nullptr;
+    std::vector<Region> regions;  // the cudaMalloc allocations, with the sectors this launch touched
 };
 
 inline Counting& counting() {
@@ -306,12 +317,20 @@ inline bool in_shared(const char* c) {
     return r.dynamic_shared != nullptr && c >= r.dynamic_shared && c < r.dynamic_shared + r.dynamic_capacity;
 }
 
-inline bool in_device_memory(const char* c) {
-    const Counting& n = counting();
-    if (c < n.low || c >= n.high) return false;
-    const Runtime& r = rt();
-    auto it = r.allocations.lower_bound(c);  // the greatest start <= c
-    return it != r.allocations.end() && c < it->first + it->second;
+inline Region* region_of(const char* c) {
+    for (Region& g : counting().regions)  // a kernel's few allocations: a scan beats a search
+        if (c >= g.start && c < g.start + g.bytes) return &g;
+    return nullptr;
+}
+
+inline void add_region(const char* start, size_t bytes) {
+    counting().regions.push_back(Region{start, bytes, std::vector<uint64_t>(bytes / 32 / 64 + 1)});
+}
+
+inline void remove_region(const char* start) {
+    auto& regions = counting().regions;
+    regions.erase(std::remove_if(regions.begin(), regions.end(), [&](const Region& g) { return g.start == start; }),
+                  regions.end());
 }
 
 /* True while a fiber runs kernel code and no access is being counted: the
@@ -322,7 +341,8 @@ inline void note_access(const void* p, unsigned bytes, bool store, const void* i
     Runtime& r = rt();
     const char* c = static_cast<const char*>(p);
     const bool shared = in_shared(c);
-    if (!shared && !in_device_memory(c)) return;  // a thread's stack, the emulator's own data
+    Region* region = shared ? nullptr : region_of(c);
+    if (!shared && region == nullptr) return;  // a thread's stack, the emulator's own data
     Counting& n = counting();
     auto& mine = n.executions[r.current];
     auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == instruction; });
@@ -334,8 +354,12 @@ inline void note_access(const void* p, unsigned bytes, bool store, const void* i
     const unsigned unit = shared ? 4 : 32;
     for (uintptr_t u = first / unit; u <= last / unit; ++u) {
         if (std::find(a.units.begin(), a.units.end(), u) == a.units.end()) a.units.push_back(u);
-        if (!shared) n.launch_sectors.insert(u);
+        if (!shared) {
+            const size_t bit = u - (uintptr_t)region->start / 32;
+            region->touched[bit / 64] |= 1ull << (bit % 64);
+        }
     }
+    if (region != nullptr) region->dirty = true;
     if (shared) return;
     (store ? n.totals.store_bytes : n.totals.load_bytes) += bytes;
 }
@@ -589,7 +613,8 @@ inline bool run_block() {
     unsigned done = 0;
     while (done < n) {
         bool ran = false;
-        for (unsigned i = 0; i < n; ++i) {
+        for (unsigned j = 0; j < n; ++j) {
+            const unsigned i = r.reverse_threads ? n - 1 - j : j;
             Thread& t = r.threads[i];
             if (t.state != State::Ready) continue;
             if (t.stack == nullptr) {
@@ -684,11 +709,12 @@ inline void note_atomic(const void* p, size_t bytes) {
 }
 
 /* MSC_CUDA_EMU_BLOCKS: `reverse` set for "reverse", cleared for unset or "forward"; anything else is an error. */
-inline cudaError_t block_order(bool* reverse) {
-    const char* order = getenv("MSC_CUDA_EMU_BLOCKS");
+/* The order the environment variable `name` asks for: forward (unset) or reverse. */
+inline cudaError_t order_of(const char* name, bool* reverse) {
+    const char* order = getenv(name);
     *reverse = order != nullptr && strcmp(order, "reverse") == 0;
     if (order == nullptr || *order == 0 || *reverse || strcmp(order, "forward") == 0) return cudaSuccess;
-    diagnose("MSC_CUDA_EMU_BLOCKS", std::string("'") + order + "' is not forward or reverse");
+    diagnose(name, std::string("'") + order + "' is not forward or reverse");
     return cudaErrorInvalidValue;
 }
 
@@ -720,7 +746,8 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
         return;
     }
     bool reverse = false;
-    if (block_order(&reverse) != cudaSuccess) {
+    if (order_of("MSC_CUDA_EMU_BLOCKS", &reverse) != cudaSuccess ||
+        order_of("MSC_CUDA_EMU_THREADS", &r.reverse_threads) != cudaSuccess) {
         set_error(cudaErrorInvalidValue);
         return;
     }
@@ -756,9 +783,15 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
     r.check_writes = false;
     r.dynamic_shared = nullptr;
     Counting& n = counting();
-    n.totals.dram_bytes += 32 * (long long)n.launch_sectors.size();
+    for (Region& g : n.regions) {
+        if (!g.dirty) continue;
+        for (uint64_t& word : g.touched) {
+            n.totals.dram_bytes += 32 * (long long)__builtin_popcountll(word);
+            word = 0;
+        }
+        g.dirty = false;
+    }
     n.totals.launches += 1;
-    n.launch_sectors.clear();
 }
 
 /* the allocation holding [p, p + bytes), or false */
@@ -1027,9 +1060,7 @@ inline cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     if (p == nullptr) return msc_emu::set_error(cudaErrorMemoryAllocation);
     const char* start = static_cast<const char*>(p);
     r.allocations[start] = bytes;
-    msc_emu::Counting& n = msc_emu::counting();  // the counters' quick test of an address
-    if (n.low == nullptr || start < n.low) n.low = start;
-    if (start + bytes > n.high) n.high = start + bytes;
+    msc_emu::add_region(start, bytes);
     *ptr = p;
     return cudaSuccess;
 }
@@ -1048,6 +1079,7 @@ inline cudaError_t cudaFree(void* ptr) {
         return msc_emu::set_error(cudaErrorInvalidValue);
     }
     r.allocations.erase(it);
+    msc_emu::remove_region(static_cast<const char*>(ptr));
     free(ptr);
     return msc_emu::set_error(cudaSuccess);
 }
