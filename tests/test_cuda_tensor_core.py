@@ -166,6 +166,19 @@ def test_tensor_cores_schedule_primitive():
     with pytest.raises(ScheduleError, match="precision must be one of 'fp64', 'tf32', 'fp16', got 'bf16'"):
         msc.Schedule().tensor_cores("bf16")
     assert set(MMA_SHAPES) == set(TENSOR_CORE_PRECISIONS)
+    lossy = msc.Schedule().tensor_cores("fp16", lossy=True)
+    assert str(lossy) == "Schedule().tensor_cores('fp16', lossy=True)" and parse_schedule(str(lossy)) == lossy
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_rounded_precisions_on_float64_are_refused_unless_lossy(precision):
+    """tf32 and fp16 keep 10 mantissa bits of float64's 52: asked for by name only."""
+    st = make_stencil(*CASES[0])
+    with pytest.raises(ScheduleError, match=rf"tensor_cores\('{precision}'\) on float64 .*10 mantissa bits.*lossy=True"):
+        st.compile("cuda", schedule=msc.Schedule().tensor_cores(precision), emulate=True)
+    kernel = st.compile("cuda", schedule=msc.Schedule().tensor_cores(precision, lossy=True), emulate=True)
+    assert kernel.ir.dtype == "float64"
+    st.compile("cuda", dtype="float32", schedule=msc.Schedule().tensor_cores(precision), emulate=True)
 
 
 @pytest.mark.parametrize("target", ["openmp", "serial"])

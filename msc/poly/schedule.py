@@ -43,6 +43,7 @@ class Schedule:
     prefetch_distance: int = 0
     threads: int | None = None
     tensor_core_precision: str | None = None
+    tensor_core_lossy: bool = False  # tf32/fp16 accepted on float64 fields
 
     def tile(self, **sizes: int) -> Schedule:
         """Split the named space dimensions into tiles: tile(x=32, y=256)."""
@@ -120,16 +121,20 @@ class Schedule:
             raise ScheduleError(f"prefetch distance must be a positive integer, got {distance!r}")
         return replace(self, prefetch_distance=distance)
 
-    def tensor_cores(self, precision: str) -> Schedule:
+    def tensor_cores(self, precision: str, lossy: bool = False) -> Schedule:
         """Run each statement's weighted sum as matrix products on tensor cores
         (target 'cuda'): "fp64" (DMMA m8n8k4, sm_80+), "tf32" or "fp16" (operands
         rounded, fp32 accumulation; error bound in docs/tensor_cores.md). Every
         statement must be linear in its field reads with constant or
-        scalar-parameter weights (checked when the kernel is generated)."""
+        scalar-parameter weights (checked when the kernel is generated). On a
+        float64 stencil tf32 and fp16 lose all but about 3 of its 16 digits, so
+        they are refused there unless `lossy=True` says that is what is wanted."""
         if precision not in TENSOR_CORE_PRECISIONS:
             raise ScheduleError(f"tensor_cores: precision must be one of {', '.join(map(repr, TENSOR_CORE_PRECISIONS))}, "
                                 f"got {precision!r}")
-        return replace(self, tensor_core_precision=precision)
+        if not isinstance(lossy, bool):
+            raise ScheduleError(f"tensor_cores: lossy must be True or False, got {lossy!r}")
+        return replace(self, tensor_core_precision=precision, tensor_core_lossy=lossy)
 
     def with_threads(self, threads: int) -> Schedule:
         """Run with `threads` threads (a CPU option; the tuner records its choice so)."""
@@ -159,7 +164,7 @@ class Schedule:
         if self.threads:
             parts.append(f"with_threads({self.threads})")
         if self.tensor_core_precision:
-            parts.append(f"tensor_cores({self.tensor_core_precision!r})")
+            parts.append(f"tensor_cores({self.tensor_core_precision!r}{', lossy=True' if self.tensor_core_lossy else ''})")
         return "Schedule()" + "".join("." + p for p in parts)
 
     def __str__(self) -> str:

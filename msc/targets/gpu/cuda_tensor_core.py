@@ -368,6 +368,8 @@ def build_emulated(kernels: Sequence[TensorCoreKernel], name: str) -> ctypes.CDL
 
 # ---------------------------------------------------------------- the CUDA target's hook
 
+ROUNDED = {"tf32": 10, "fp16": 10}  # mantissa bits of the precisions that round float64 operands
+
 def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> CustomLaunch | None:
     """Under `Schedule().tensor_cores(precision)`, the tensor-core kernel of the statement that
     `launch` computes (the CUDA target's `GPUPlatform.custom_launch`); None without tensor cores,
@@ -392,6 +394,12 @@ def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> Cu
     assign = assigns[0]
     index = next(i for i, st in enumerate(stencil.statements) if st.target == assign.field and st.expr == assign.rhs)
     kernel = generate(stencil, index, precision, stencil.dtype, f"{launch.name}_tc")
+    if stencil.dtype == "float64" and precision in ROUNDED and not sched.tensor_core_lossy:
+        raise ScheduleError(
+            f"tensor_cores({precision!r}) on float64 stencil '{stencil.name}': {precision} operands keep "
+            f"{ROUNDED[precision]} mantissa bits (about 5e-4 relative error per output, docs/tensor_cores.md), "
+            f"against float64's 52; use tensor_cores('fp64'), or tensor_cores({precision!r}, lossy=True) to accept "
+            "the loss, or compile with dtype='float32'")
     pointers = [level_name(assign.field, 1), *(array_name(*source) for source in kernel.sources)]
     missing = sorted(set(pointers) - {name for _, name in launch.scope})
     assert not missing, f"launch {launch.name} has no level pointers {missing} in scope"
