@@ -369,14 +369,14 @@ inline void note_access(const void* p, unsigned bytes, bool store, const void* i
 /* What g++ -fsanitize=kernel-address calls for every load and store (with
  * asan-instrumentation-with-call-threshold=0); hidden, so that each library
  * counts its own kernels. */
-#define MSC_EMU_ACCESS(kind, store, size)                                                                   \
-    extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void                   \
-        __asan_##kind##size##_noabort(void* p) {                                                           \
-        if (!msc_emu::listening) return;                                                                   \
-        msc_emu::listening = false;                                                                        \
-        msc_emu::note_access(p, size, store, __builtin_return_address(0));                                 \
-        msc_emu::listening = true;                                                                         \
-    }
+#define MSC_EMU_COUNT(store, size)                                                                          \
+    if (!msc_emu::listening) return;                                                                       \
+    msc_emu::listening = false;                                                                            \
+    msc_emu::note_access(p, (unsigned)(size), store, __builtin_return_address(0));                         \
+    msc_emu::listening = true;
+#define MSC_EMU_HOOK extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void
+#define MSC_EMU_ACCESS(kind, store, size) \
+    MSC_EMU_HOOK __asan_##kind##size##_noabort(void* p) { MSC_EMU_COUNT(store, size) }
 MSC_EMU_ACCESS(load, false, 1)
 MSC_EMU_ACCESS(load, false, 2)
 MSC_EMU_ACCESS(load, false, 4)
@@ -387,21 +387,11 @@ MSC_EMU_ACCESS(store, true, 2)
 MSC_EMU_ACCESS(store, true, 4)
 MSC_EMU_ACCESS(store, true, 8)
 MSC_EMU_ACCESS(store, true, 16)
+MSC_EMU_HOOK __asan_loadN_noabort(void* p, size_t n) { MSC_EMU_COUNT(false, n) }
+MSC_EMU_HOOK __asan_storeN_noabort(void* p, size_t n) { MSC_EMU_COUNT(true, n) }
 #undef MSC_EMU_ACCESS
-extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void __asan_loadN_noabort(void* p,
-                                                                                                       size_t n) {
-    if (!msc_emu::listening) return;
-    msc_emu::listening = false;
-    msc_emu::note_access(p, (unsigned)n, false, __builtin_return_address(0));
-    msc_emu::listening = true;
-}
-extern "C" __attribute__((visibility("hidden"), no_sanitize("kernel-address"))) void __asan_storeN_noabort(void* p,
-                                                                                                        size_t n) {
-    if (!msc_emu::listening) return;
-    msc_emu::listening = false;
-    msc_emu::note_access(p, (unsigned)n, true, __builtin_return_address(0));
-    msc_emu::listening = true;
-}
+#undef MSC_EMU_HOOK
+#undef MSC_EMU_COUNT
 extern "C" __attribute__((visibility("hidden"))) void __asan_handle_no_return(void) {}
 
 /* The counters since the library was loaded, in the order of Totals (Python: cuda_emu.COUNTERS). */
