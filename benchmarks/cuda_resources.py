@@ -4,6 +4,7 @@ with the default schedule (or the one given). Needs nvcc only (no GPU).
 Writes JSON (and prints a table).
 
     python3 benchmarks/cuda_resources.py [--json out.json] [--schedule "Schedule().tile(x=8, y=32)"]
+        [--dtypes float64,float32]
 
 Occupancy is the share of an H100/H200 multiprocessor's 64 warps that the
 kernel's blocks can hold at once, limited by registers (65536 per
@@ -73,12 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--schedule", default="Schedule()")
+    ap.add_argument("--dtypes", default="float64,float32")
     a = ap.parse_args(argv)
     schedule = parse_schedule(a.schedule)
     rows: list[dict[str, Any]] = []
     for case in CASES[:4]:
         stencil = msc_stencil(case)
-        for dtype in ("float64", "float32"):
+        for dtype in a.dtypes.split(","):
             source = get_target("cuda").source(stencil.poly(dtype), schedule)
             for kernel, r in resources(source).items():
                 row = {"stencil": case.name, "dtype": dtype, "kernel": kernel, **r,

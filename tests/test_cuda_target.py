@@ -124,18 +124,19 @@ def test_every_launch_fits_the_register_file(tmp_path):
 @needs_nvcc
 def test_default_kernels_fit_64_registers_without_spills(tmp_path):
     """benchmarks/cuda_resources.py (ptxas for sm_90) on the four standard stencils' default
-    launches: at most 64 registers, nothing spilled, and the occupancy it reports."""
+    launches in float64 (float32's take as many registers: benchmarks/results/cuda_resources.json):
+    at most 64 registers, nothing spilled, and the occupancy it reports."""
     import json
     import sys
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "resources.json"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cuda_resources.py"), "--json", str(out)],
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cuda_resources.py"), "--json", str(out),
+                           "--dtypes", "float64"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert {(r["stencil"], r["dtype"]) for r in rows} == {(s, d) for s in ("heat2d", "box2d9p", "heat3d", "box3d27p")
-                                                          for d in ("float64", "float32")}
+    assert {r["stencil"] for r in rows} == {"heat2d", "box2d9p", "heat3d", "box3d27p"}
     for row in rows:
         assert row["registers"] <= 64 and row["spill_bytes"] == 0, row
         assert 0.5 <= row["occupancy"] <= 1.0, row

@@ -163,6 +163,13 @@ class AthreadKernel:
     def arguments(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], extents: Any) -> list[Any]:
         return [buffers, scalars, tuple(extents)]
 
+    def counters(self) -> None:
+        """Nothing beyond the DMA figures each run records itself (AthreadRunStats)."""
+        return None
+
+    def counters_since(self, before: Any) -> None:
+        return None
+
     def advance(self, call: list[Any], t0: int, steps: int, nthreads: int) -> None:
         """Steps t0 .. t0+steps-1 on a Simulation's ring buffers: every level the
         next step reads goes to the program, and every one it gives back is
