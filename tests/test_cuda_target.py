@@ -264,6 +264,23 @@ def test_an_emulated_run_counts_its_memory_traffic(shape):
     assert 1.0 <= gpu["shared_wavefronts_per_access"] < 1.5
 
 
+def test_counting_can_be_switched_off(monkeypatch):
+    """MSC_CUDA_EMU_COUNTERS=0: the library is built without the counters (a key of
+    its own in the kernel cache), computes the same, and reports no counts."""
+    if not EMULATE:
+        pytest.skip("the counters are the emulator's")
+    from msc.runtime import cuda_emu
+
+    u = np.random.default_rng(8).random((18, 40))
+    counted = heat.compile(target="cuda", emulate=True)
+    monkeypatch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
+    plain = heat.compile(target="cuda", emulate=True)
+    assert plain.library_path != counted.library_path
+    np.testing.assert_array_equal(plain.run(steps=3, u=u, alpha=0.1)["u"], counted.run(steps=3, u=u, alpha=0.1)["u"])
+    assert plain.last_run.gpu is None and plain.last_run.updates == 16 * 38 * 3
+    assert counted.last_run.gpu is not None
+
+
 class HostDeviceArray:
     """What CuPy's arrays expose (`__cuda_array_interface__`), over host memory:
     under the emulator a device pointer is a host pointer."""

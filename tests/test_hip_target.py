@@ -24,8 +24,20 @@ import msc
 from msc import Schedule, t, x, y, z
 from msc.codegen import get_target, target_names
 from msc.errors import ScheduleError, TargetError
+from msc.runtime import cuda_emu
 from msc.runtime.build import atomic_write_text, cache_dir
 from msc.targets.gpu.hip import VENDOR, has_amd_gpu, hipify
+
+
+@pytest.fixture(autouse=True, scope="module")
+def without_counters():
+    """These tests check results only: their emulated libraries are built without the
+    memory counters (cuda_emu.COUNTERS_SWITCH), whose runs take 2.5-3.5x as long;
+    tests/test_cuda_target.py and tests/test_cuda_emulator.py run with them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
+        yield
+
 
 HIPCC = shutil.which("hipcc")
 needs_hipcc = pytest.mark.skipif(HIPCC is None, reason="hipcc is not installed (tools/toolchains.sh installs it)")

@@ -366,6 +366,7 @@ inline void note_access(const void* p, unsigned bytes, bool store, const void* i
 
 }  // namespace msc_emu
 
+#ifdef MSC_CUDA_EMU_COUNT /* cuda_emu.COUNTING_FLAGS; MSC_CUDA_EMU_COUNTERS=0 builds without them */
 /* What g++ -fsanitize=kernel-address calls for every load and store (with
  * asan-instrumentation-with-call-threshold=0); hidden, so that each library
  * counts its own kernels. */
@@ -401,6 +402,7 @@ extern "C" void msc_emu_counters(long long* out) {
                                 t.shared_wavefronts, t.shared_ideal, t.shared_accesses, t.launches};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; ++i) out[i] = values[i];
 }
+#endif /* MSC_CUDA_EMU_COUNT */
 
 namespace msc_emu {
 
