@@ -163,7 +163,11 @@ def test_cuda_is_registered_with_its_option():
 
 
 @pytest.mark.parametrize(("seed", "random"), _cases(nvcc=False))
-def test_emulated_cuda_matches_reference(seed, random, assert_matches):
+def test_emulated_cuda_matches_reference(seed, random, assert_matches, monkeypatch):
+    """Results only: the libraries skip the memory counters (the counters' own tests count)."""
+    from msc.runtime import cuda_emu
+
+    monkeypatch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
     case = generate(seed)
     schedule = _schedule(seed, case.stencil, random)
     expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
@@ -468,8 +472,12 @@ def test_degenerate_time_tiles_are_not_tuning_candidates():
 
 
 @pytest.mark.slow
-def test_every_candidate_of_the_gpu_tuning_space_matches_the_reference(assert_matches):
-    """What schedule="auto" times on a device, each run here under the emulator."""
+def test_every_candidate_of_the_gpu_tuning_space_matches_the_reference(assert_matches, monkeypatch):
+    """What schedule="auto" times on a device, each run here under the emulator (results
+    only: without the memory counters)."""
+    from msc.runtime import cuda_emu
+
+    monkeypatch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
     case = generate(1, boundary="dirichlet")  # 1D: tiles and time tiles
     target = get_target("cuda")
     space = target.platform.tuning_space(case.stencil.poly(case.dtype), case.inputs[case.stencil.ir.fields[0].name].shape,
