@@ -31,3 +31,14 @@ def assert_matches():
             assert err <= TOLERANCE[dtype], f"{name}: relative error {err:.3e} for {context}"
 
     return check
+
+
+@pytest.fixture(scope="module")
+def without_counters():
+    """For a module that checks results only: its emulated CUDA/HIP libraries are built
+    without the memory counters (cuda_emu.COUNTERS_SWITCH), whose runs take 2.5-3.5x as long."""
+    from msc.runtime import cuda_emu
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
+        yield

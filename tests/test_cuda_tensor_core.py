@@ -25,16 +25,7 @@ from msc.runtime import cuda_emu
 from msc.targets.gpu import cuda_tensor_core as ctc
 from msc.targets.gpu.tensor_core import MMA_SHAPES
 
-
-@pytest.fixture(autouse=True, scope="module")
-def without_counters():
-    """These tests check results only: their emulated libraries are built without the
-    memory counters (cuda_emu.COUNTERS_SWITCH), whose runs take 2.5-3.5x as long;
-    tests/test_cuda_target.py and tests/test_cuda_emulator.py run with them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
-        yield
-
+pytestmark = pytest.mark.usefixtures("without_counters")  # results only (conftest.py)
 
 PRECISIONS = tuple(MMA_SHAPES)
 NVCC_FLAGS = ("--threads", "2", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",

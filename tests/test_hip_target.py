@@ -28,16 +28,7 @@ from msc.runtime import cuda_emu
 from msc.runtime.build import atomic_write_text, cache_dir
 from msc.targets.gpu.hip import VENDOR, has_amd_gpu, hipify
 
-
-@pytest.fixture(autouse=True, scope="module")
-def without_counters():
-    """These tests check results only: their emulated libraries are built without the
-    memory counters (cuda_emu.COUNTERS_SWITCH), whose runs take 2.5-3.5x as long;
-    tests/test_cuda_target.py and tests/test_cuda_emulator.py run with them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
-        yield
-
+pytestmark = pytest.mark.usefixtures("without_counters")  # results only (conftest.py)
 
 HIPCC = shutil.which("hipcc")
 needs_hipcc = pytest.mark.skipif(HIPCC is None, reason="hipcc is not installed (tools/toolchains.sh installs it)")
@@ -49,7 +40,6 @@ HIP_ENV = dict(os.environ, HIP_PLATFORM="amd")  # hipcc beside nvcc builds for N
 def reverse_blocks(monkeypatch):
     """Every emulated launch runs its blocks last first and reports a byte two blocks both write;
     a block's threads run last first too (a read of a lower thread's write needs its barrier)."""
-    from msc.runtime import cuda_emu
 
     monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")
     monkeypatch.setenv(cuda_emu.THREAD_ORDER, "reverse")
@@ -60,7 +50,6 @@ def hipcc_check(source: str, directory: Path) -> None:
     before (same text, header and hipcc) is not compiled again."""
     if HIPCC is None:
         return
-    from msc.runtime import cuda_emu
 
     header = (Path(cuda_emu.EMULATOR_DIR) / "msc_hip.h").read_bytes()
     digest = hashlib.sha256(source.encode() + header + str(Path(HIPCC).resolve()).encode()).hexdigest()[:32]
