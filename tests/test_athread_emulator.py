@@ -5,6 +5,7 @@ the call and the sizes."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ FAULTS = [DATA / "faults_host.c", DATA / "faults_slave.c", DATA / "faults.h"]
 CHIPS = sorted(athread_emu.LDM_BYTES)
 # modes of tests/athread/faults.h
 LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG = range(7)
-STATIC_LDM, SYNC, DIRECT_LOAD = 7, 8, 9
+STATIC_LDM, SYNC, DIRECT_LOAD, REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN = range(7, 13)
 OMIT_NOTHING, OMIT_FIRST_GET_WAIT, OMIT_FINAL_PUT_WAIT = range(3)
 
 
@@ -84,17 +85,14 @@ def test_jacobi_matches_numpy(programs, tmp_path, chip, shape, tile):
     assert athread_emu.STACK_RESERVE + buffers <= stats["peak_ldm"] <= athread_emu.STACK_RESERVE + buffers + 1024
 
 
-def test_missing_get_wait_gives_wrong_values(programs, tmp_path):
-    # 192 tiles: every CPE has three, so the skipped wait of its first tile is
-    # made up for by the wait of its third, and the run ends cleanly: only the
-    # data computed from the unwaited buffer is wrong.
+def test_missing_get_wait_is_caught_when_the_buffer_is_refilled(programs, tmp_path):
+    # 192 tiles: every CPE has three, so its first tile's buffer, whose get was never waited for, is
+    # refilled by the third tile's get while the first is still outstanding: the two race on the chip
     program = programs["jacobi", "sw26010pro"]
-    grid, result, done = run_jacobi(program, tmp_path, (96, 64), (8, 4), 1, OMIT_FIRST_GET_WAIT)
-    assert done.returncode == 0, done.stderr
-    wrong = ~np.isclose(result, jacobi_reference(grid, 1), rtol=1e-13, atol=0)
-    assert wrong.any()
-    assert np.isnan(result[wrong]).all()  # computed from the LDM buffer the get has not filled yet: NaN
-    assert not wrong[:, 0].any() and not wrong[0, :].any()  # the ring is never written
+    _, _, done = run_jacobi(program, tmp_path, (96, 64), (8, 4), 1, OMIT_FIRST_GET_WAIT)
+    assert done.returncode != 0
+    assert "in kernel 'jacobi': athread_get: its LDM buffer 0x" in done.stderr
+    assert "overlaps that of an athread_get (0x" in done.stderr and "not yet waited for" in done.stderr
 
 
 def test_missing_get_wait_at_the_end_is_caught(programs, tmp_path):
@@ -109,6 +107,13 @@ def test_missing_put_wait_is_caught(programs, tmp_path):
     assert done.returncode != 0
     assert "in kernel 'jacobi': return: " in done.stderr
     assert "DMA transfer(s) never waited for (first: athread_put of" in done.stderr
+
+
+def assert_static_ldm(stderr: str, doubles: int) -> None:
+    """The emulator's message counts the program's __thread_local bytes: its array of doubles and its reply word."""
+    found = re.search(r"__thread_local variables (\d+)", stderr)
+    assert found, stderr
+    assert 8 * doubles + 4 <= int(found.group(1)) <= 8 * doubles + 16, stderr
 
 
 def run_faults(program: Path, mode: int, size: int = 0, culprit: int = 5) -> subprocess.CompletedProcess:
@@ -139,7 +144,7 @@ def test_static_ldm_over_capacity(tmp_path):
         else:
             assert done.returncode != 0
             assert "in kernel 'faults': athread_spawn: LDM over capacity before any ldm_malloc" in done.stderr
-            assert f"__thread_local variables {8 * doubles}" in done.stderr
+            assert_static_ldm(done.stderr, doubles)
             assert "bytes of LDM on sw26010" in done.stderr
 
 
@@ -154,6 +159,12 @@ def test_static_ldm_over_capacity(tmp_path):
         (DIRECT_ACCESS, 0, "LDM_ACCESS: p = 0x"),
         (WAIT_TOO_LONG, 0, "CRTS_dma_wait_value: waits for the reply counter to reach 2, but it is 1"),
         (DIRECT_LOAD, 0, "direct access to main memory at byte 8000 of the guarded buffer 0x"),
+        (REPLY_ON_STACK, 0, "CRTS_dma_iget: reply word 0x"),
+        (REPLY_ON_STACK, 0, "is not in this CPE's LDM (the SW26010-Pro's DMA engine writes replies to LDM addresses"),
+        (PUT_REWRITTEN, 0, "CRTS_dma_iput: its LDM buffer 0x"),
+        (PUT_REWRITTEN, 0, "(64 bytes) was written before the wait for it; on the chip the DMA engine may send"),
+        (GET_OVERWRITTEN, 0, "CRTS_dma_iget: its LDM buffer 0x"),
+        (GET_OVERWRITTEN, 0, "(64 bytes) was written at byte 8 before the wait for it"),
     ],
 )
 def test_rule_violations_name_cpe_call_and_sizes(programs, mode, size, message):
@@ -165,12 +176,21 @@ def test_rule_violations_name_cpe_call_and_sizes(programs, mode, size, message):
 
 
 @pytest.mark.parametrize(
-    "mode", [MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG, DIRECT_LOAD]
+    "mode", [MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG, DIRECT_LOAD,
+             REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN]
 )
 def test_legal_versions_run(programs, mode):
     # no culprit: all 64 CPEs do the legal twin of the faulty call
     done = run_faults(programs["faults", "sw26010pro"], mode, 64, culprit=-1)
     assert done.returncode == 0 and "finished" in done.stdout, done.stderr
+
+
+def test_a_reply_word_on_the_stack_is_legal_on_sw26010_only(programs):
+    # SW26010 keeps the stack in LDM; the Pro's DMA engine writes replies to LDM addresses only
+    done = run_faults(programs["faults", "sw26010"], REPLY_ON_STACK, 0)
+    assert done.returncode == 0 and "finished" in done.stdout, done.stderr
+    done = run_faults(programs["faults", "sw26010pro"], REPLY_ON_STACK, 0)
+    assert done.returncode != 0 and "declare it __thread_local" in done.stderr
 
 
 LOAD_AND_CALL = """
@@ -196,7 +216,8 @@ def test_loaded_library(tmp_path):
                 assert done.returncode == 0 and "finished" in done.stdout, done.stderr
             else:
                 assert done.returncode != 0
-                assert f"__thread_local variables {8 * doubles} + stack reserve" in done.stderr
+                assert_static_ldm(done.stderr, doubles)
+                assert "+ stack reserve" in done.stderr
 
 
 @pytest.mark.parametrize("scope", [0, 1, 2], ids=["array", "row", "column"])

@@ -147,9 +147,11 @@ def test_a_last_time_tile_shallower_than_the_depth_matches_reference(heat2d):
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_counters_are_the_dma_a_tile_shape_needs(heat2d, chip):
-    """Per step: each tile gets its box plus a halo of 1 (one strided transfer)
-    and puts the tile (one strided transfer); a CPE's LDM is its double buffers
-    (one block from ldm_malloc, rounded to 32 bytes) plus the stack reserve."""
+    """Per step: each tile is streamed along x, so it gets each row of its box plus
+    a halo of 1 (one transfer, one block) and puts each row of the tile; a CPE's
+    LDM is a window of 4 rows of the footprint and two output rows (one block
+    from ldm_malloc, rounded to 32 bytes), the stack reserve and the
+    __thread_local reply and status words."""
     shape, tile, steps = (40, 70), (8, 16), 3
     u = np.random.default_rng(1).random(shape)
     kernel = heat2d.compile(target="athread", schedule=msc.Schedule().tile(x=8, y=16), chip=chip)
@@ -159,30 +161,32 @@ def test_counters_are_the_dma_a_tile_shape_needs(heat2d, chip):
     stats = kernel.last_run
     assert stats.get_bytes == steps * sum((h + 2) * (w + 2) * 8 for h in hs for w in ws)
     assert stats.put_bytes == steps * (shape[0] - 2) * (shape[1] - 2) * 8
-    assert stats.transfers == steps * 2 * len(hs) * len(ws)
-    ldm = 2 * ((tile[0] + 2) * (tile[1] + 2) + tile[0] * tile[1]) * 8
-    assert stats.peak_ldm == athread_emu.STACK_RESERVE + -(-ldm // 32) * 32
+    assert stats.transfers == stats.dma_blocks == steps * sum((h + 2) + h for h in hs for _ in ws)
+    assert stats.mean_dma_block == (stats.get_bytes + stats.put_bytes) / stats.dma_blocks
+    ldm = (4 * (tile[1] + 2) + 2 * tile[1]) * 8
+    assert 6 * 4 <= stats.static_ldm <= 64  # got[2], put[2], the status put's reply and the status word
+    assert stats.peak_ldm == athread_emu.STACK_RESERVE + stats.static_ldm + -(-ldm // 32) * 32
     assert stats.dma_bytes_per_step == (stats.get_bytes + stats.put_bytes) / steps
 
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_over_capacity_tile_is_refused_before_any_code_is_written(heat2d, chip, tmp_path):
     capacity = athread_emu.LDM_BYTES[chip] - athread_emu.STACK_RESERVE
-    side = 64 if chip == "sw26010" else 128  # double buffers of (side+2)^2 + side^2 doubles: over the LDM
-    need = 2 * ((side + 2) ** 2 + side**2) * 8
+    # streamed along x, a tile holds rows: a window of 4 rows of y+2 points and two output rows of y
+    width = 2048 if chip == "sw26010" else 8192
+    need = (4 * (width + 2) + 2 * width) * 8
     assert need > capacity
     out = tmp_path / "tree"
     with pytest.raises(ScheduleError) as err:
-        heat2d.emit("athread", out, schedule=msc.Schedule().tile(x=side, y=side), chip=chip)
+        heat2d.emit("athread", out, schedule=msc.Schedule().tile(x=64, y=width), chip=chip)
     text = str(err.value)
-    for words in ("stencil 'heat'", f"x={side}, y={side}", f"u 2x{side + 2}x{side + 2}", str(need), str(capacity),
-                  "'athread'"):
+    for words in ("stencil 'heat'", f"x=64, y={width}", f"u 4x{width + 2}", str(need), str(capacity), "'athread'"):
         assert words in text, (words, text)
     assert not out.exists()
     with pytest.raises(ScheduleError, match=str(need)):
-        heat2d.compile(target="athread", schedule=msc.Schedule().tile(x=side, y=side), chip=chip)
-    # half the side fits, and a default tile is shrunk to fit this chip
-    heat2d.emit("athread", out, schedule=msc.Schedule().tile(x=side // 2, y=side // 2), chip=chip)
+        heat2d.compile(target="athread", schedule=msc.Schedule().tile(x=64, y=width), chip=chip)
+    # half the width fits, and a default tile is shrunk to fit this chip
+    heat2d.emit("athread", out, schedule=msc.Schedule().tile(x=64, y=width // 2), chip=chip)
     assert (out / "slave.c").is_file()
 
 
@@ -219,22 +223,35 @@ def _emit_and_break(stencil: msc.Stencil, directory: Path, schedule: msc.Schedul
 def test_a_missing_dma_wait_is_caught(heat2d, tmp_path):
     u = np.random.default_rng(2).random((50, 40))
     expected = heat2d.reference(steps=2, u=u, alpha=0.1)["u"]
-    schedule = msc.Schedule().tile(x=1, y=8)  # 48 x 5 tiles: every CPE has three or four
+    schedule = msc.Schedule().tile(x=1, y=8)  # 48 x 5 tiles of one row: every CPE has three or four
     # no wait for a tile's fetch: the CPE computes on what is not there yet, and returns with the gets in flight
-    no_get_wait = _emit_and_break(heat2d, tmp_path / "get", schedule, "&got[s], gets[s]")
-    # (the first CPE to notice reports it: freeing a buffer with the get pending, or returning with it)
-    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*(athread_get.* not waited for|"
+    no_get_wait = _emit_and_break(heat2d, tmp_path / "get", schedule, "got, gets")
+    # (the first CPE to notice reports it: refilling the buffer, freeing it, or returning with the get pending)
+    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*(athread_get.* not (yet )?waited for|"
                                             r"never waited for \(first: athread_get)"):
         no_get_wait.run(steps=2, u=u, alpha=0.1)
-    # no wait before an output buffer is reused: a put still in flight sends the next tile's values
+    # no wait before an output buffer is reused: the next tile's compute rewrites a buffer a put still sends
     no_put_wait = _emit_and_break(heat2d, tmp_path / "put", schedule, "&put[s], puts[s]")
-    wrong = no_put_wait.run(steps=2, u=u, alpha=0.1)["u"]
-    assert not np.allclose(wrong, expected)
+    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*athread_put: its LDM buffer 0x[0-9a-f]+ "
+                                            r"\(64 bytes\) was written before the wait for it"):
+        no_put_wait.run(steps=2, u=u, alpha=0.1)
     # the same tree with its waits computes the reference
     heat2d.emit("athread", tmp_path / "ok", schedule=schedule, chip="sw26010")
     athread_emu.build_tree(tmp_path / "ok", "sw26010")
     good = AthreadKernel(heat2d.ir, tmp_path / "ok" / "heat", "sw26010", schedule).run(steps=2, u=u, alpha=0.1)
     np.testing.assert_allclose(good["u"], expected, rtol=1e-12, atol=0)
+
+
+def test_an_ldm_smaller_than_the_code_assumed_is_reported(heat2d, tmp_path):
+    # sources for the Pro's 256 KB of LDM built for SW26010's 64 KB: ldm_malloc returns NULL, as on the chip,
+    # and the generated code tells the MPE instead of computing on it
+    schedule = msc.Schedule().tile(x=4, y=2048)  # 4 rows of 2050 and 2 of 2048 doubles: 98 KB
+    heat2d.emit("athread", tmp_path, schedule=schedule, chip="sw26010pro")
+    athread_emu.build_tree(tmp_path, "sw26010")
+    kernel = AthreadKernel(heat2d.ir, tmp_path / "heat", "sw26010", schedule)
+    with pytest.raises(EmulatorError, match=r"msc: stencil 'heat' \(sw26010pro\): ldm_malloc returned NULL on CPE 0: "
+                                            "its LDM is smaller than the generated code assumed"):
+        kernel.run(steps=1, u=np.ones((6, 2050)), alpha=0.1)
 
 
 @pytest.mark.parametrize("seed", [5, 14])
@@ -290,8 +307,8 @@ def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(h
     if not kernel.report.from_cache:  # the model's least predicted time among every candidate it ranked
         assert len(kernel.report.trials) > 10
         assert kernel.report.ms_per_step == min(t.ms_per_step for t in kernel.report.trials)
-    assert (report.get_bytes * steps, report.put_bytes * steps, report.transfers * steps) == (
-        stats.get_bytes, stats.put_bytes, stats.transfers)
+    assert (report.get_bytes * steps, report.put_bytes * steps, report.transfers * steps,
+            report.dma_blocks * steps) == (stats.get_bytes, stats.put_bytes, stats.transfers, stats.dma_blocks)
     # the same for a time tile the model did not choose, and a 3D spatial tile
     for stencil, shape, schedule in ((heat2d, (37, 45), msc.Schedule().time_tile(4, x=8, y=16)),
                                      (generate(5).stencil, (12, 13, 45), msc.Schedule().tile(x=3, y=4))):
@@ -300,8 +317,8 @@ def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(h
         k = stencil.compile(target="athread", schedule=schedule, chip=chip)
         k.run(steps=4, **case_inputs)
         model = predict(stencil.ir, shape, schedule, chip)
-        assert (model.get_bytes * 4, model.put_bytes * 4, model.transfers * 4) == (
-            k.last_run.get_bytes, k.last_run.put_bytes, k.last_run.transfers), schedule
+        assert (model.get_bytes * 4, model.put_bytes * 4, model.transfers * 4, model.dma_blocks * 4) == (
+            k.last_run.get_bytes, k.last_run.put_bytes, k.last_run.transfers, k.last_run.dma_blocks), schedule
 
 
 def test_model_counts_a_3d_time_tile_as_the_emulator_does():
@@ -321,8 +338,8 @@ def test_model_counts_a_3d_time_tile_as_the_emulator_does():
     result = kernel.run(steps=steps, u=u, alpha=0.1)
     np.testing.assert_allclose(result["u"], heat3d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
     model = predict(heat3d.ir, shape, schedule, kernel.chip)
-    assert (model.get_bytes * steps, model.put_bytes * steps, model.transfers * steps) == (
-        kernel.last_run.get_bytes, kernel.last_run.put_bytes, kernel.last_run.transfers)
+    assert (model.get_bytes * steps, model.put_bytes * steps, model.transfers * steps, model.dma_blocks * steps) == (
+        kernel.last_run.get_bytes, kernel.last_run.put_bytes, kernel.last_run.transfers, kernel.last_run.dma_blocks)
 
 
 @pytest.mark.parametrize("seed", [0, 4, 7, 10])  # 2D periodic, 1D periodic with an input, 2D and 3D dirichlet; 2-3 levels

@@ -39,6 +39,8 @@ STACK_RESERVE = 8 * 1024
 #: Granule in bytes of every DMA address, length, block size and stride (ATHREAD_EMU_DMA_ALIGN).
 DMA_ALIGN = 4
 CPES = 64
+#: What the vendors' compilers reject or miscompile, made an error in every emulated build (as in Makefile).
+STRICT_FLAGS = "-Werror=implicit-function-declaration -Werror=incompatible-pointer-types -Werror=int-conversion"
 
 _STATS = re.compile(r"athread emulator: chip=(\S+) ldm_bytes=(\d+) (.*)")
 
@@ -111,7 +113,9 @@ class AthreadRunStats(RunStats):
     get_bytes: int = 0
     put_bytes: int = 0
     transfers: int = 0
+    dma_blocks: int = 0  # contiguous blocks moved: a strided transfer moves one per row
     peak_ldm: int = 0  # the largest LDM use of one CPE, stack reserve included
+    static_ldm: int = 0  # bytes of __thread_local variables per CPE
     spawns: int = 0
 
     @property
@@ -125,6 +129,11 @@ class AthreadRunStats(RunStats):
     @property
     def transfers_per_step(self) -> float:
         return self.transfers / self.steps if self.steps else 0.0
+
+    @property
+    def mean_dma_block(self) -> float:
+        """Bytes per contiguous block: what decides the DMA engine's bandwidth (docs/athread.md)."""
+        return self.dma_bytes / self.dma_blocks if self.dma_blocks else 0.0
 
 
 @dataclass
@@ -211,7 +220,8 @@ class AthreadKernel:
             done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
             seconds = time.perf_counter() - start
             if done.returncode != 0:
-                found = [ln for ln in done.stderr.splitlines() if ln.startswith("athread emulator:")]
+                found = [ln for ln in done.stderr.splitlines()
+                         if ln.startswith(("athread emulator:", "msc:")) and not _STATS.match(ln)]
                 why = found[-1] if found else (done.stderr.strip() or f"exit status {done.returncode}")
                 raise EmulatorError(f"stencil '{stencil.name}' on target 'athread' ({self.chip}, emulated) "
                                     f"failed: {why} (program {self.program})")
@@ -221,7 +231,8 @@ class AthreadKernel:
         interior = int(np.prod([n - 2 * r if stencil.boundary == "dirichlet" else n
                                 for n, r in zip(shape, stencil.radius)]))
         self.last_run = AthreadRunStats(
-            seconds, steps, interior * len(stencil.statements), chip=str(stats["chip"]),
+            seconds, steps, interior * len(stencil.statements), interior * steps, chip=str(stats["chip"]),
             get_bytes=int(stats["get_bytes"]), put_bytes=int(stats["put_bytes"]), transfers=int(stats["transfers"]),
-            peak_ldm=int(stats["peak_ldm"]), spawns=int(stats["spawns"]))
+            dma_blocks=int(stats["dma_blocks"]), peak_ldm=int(stats["peak_ldm"]), static_ldm=int(stats["static_ldm"]),
+            spawns=int(stats["spawns"]))
         return result

@@ -12,7 +12,10 @@ enum {
     WAIT_TOO_LONG = 6,   /* waits for more transfers than were issued */
     STATIC_LDM = 7,      /* only touches the __thread_local array (its size is a -D at build time) */
     SYNC = 8,            /* legal: each CPE publishes its id, syncs (BYTES = scope), reads a neighbour's */
-    DIRECT_LOAD = 9      /* loads main memory directly instead of by DMA */
+    DIRECT_LOAD = 9,     /* loads main memory directly instead of by DMA */
+    REPLY_ON_STACK = 10, /* a DMA whose reply word is on the stack */
+    PUT_REWRITTEN = 11,  /* a put's LDM buffer written again before its wait */
+    GET_OVERWRITTEN = 12 /* a get's LDM buffer written before its wait */
 };
 
 /* SYNC: where CPE i publishes and what it read from its neighbour (doubles into memory). */

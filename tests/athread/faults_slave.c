@@ -8,11 +8,13 @@
 #define STATIC_DOUBLES 16
 #endif
 __thread_local double fixed[STATIC_DOUBLES];
+__thread_local crts_rply_t reply; /* reply words live in LDM (the Pro's DMA engine writes nowhere else) */
 
 void faults(void *raw) {
     faults_args a = *(faults_args *)raw;
     const int culprit = CRTS_tid == a.culprit;
-    crts_rply_t reply = 0;
+    reply = 0;
+    crts_rply_t stack_reply = 0;
     char *memory = (char *)a.memory + 64 * CRTS_tid;
     switch (a.mode) {
     case LDM_MALLOC: {
@@ -44,6 +46,21 @@ void faults(void *raw) {
         checked[0] = 1.0;
         break;
     }
+    case REPLY_ON_STACK: /* legal on SW26010, whose stack is in LDM; not on the Pro */
+        CRTS_dma_iget(fixed, memory, 64, culprit ? &stack_reply : &reply);
+        CRTS_dma_wait_value(culprit ? &stack_reply : &reply, 1);
+        break;
+    case PUT_REWRITTEN: /* the LDM side of a put written again before its wait */
+        fixed[0] = CRTS_tid;
+        CRTS_dma_iput(memory, fixed, 64, &reply);
+        if (culprit) fixed[0] = -1.0;
+        CRTS_dma_wait_value(&reply, 1);
+        break;
+    case GET_OVERWRITTEN: /* the LDM side of a get written before its wait */
+        CRTS_dma_iget(fixed, memory, 64, &reply);
+        if (culprit) fixed[1] = 0.0;
+        CRTS_dma_wait_value(&reply, 1);
+        break;
     case WAIT_TOO_LONG:
         CRTS_dma_iget(fixed, memory, 64, &reply);
         CRTS_dma_wait_value(&reply, culprit ? 2 : 1);

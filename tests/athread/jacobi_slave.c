@@ -6,8 +6,16 @@
  * direction: the next tile's get overlaps this tile's compute, and a buffer's
  * put is waited for before the buffer is reused. */
 #include <slave.h>
+#include <stddef.h>
 
 #include "jacobi.h"
+
+/* SW26010's slave.h does not declare the LDM heap */
+extern void *ldm_malloc(size_t size);
+extern void ldm_free(void *ptr, size_t size);
+
+/* reply words in LDM: the SW26010-Pro's DMA engine writes them nowhere else */
+static __thread_local volatile int got[2], put[2];
 
 void jacobi(void *raw) {
     jacobi_args a = *(jacobi_args *)raw;
@@ -16,7 +24,7 @@ void jacobi(void *raw) {
     const int ntiles = tiles_x * tiles_y;
     const int in_doubles = (a.bx + 2) * (a.by + 2);
     double *in[2], *out[2];
-    volatile int got[2] = {0, 0}, put[2] = {0, 0};
+    got[0] = got[1] = put[0] = put[1] = 0;
     int gets[2] = {0, 0}, puts[2] = {0, 0};
     for (int s = 0; s < 2; s++) {
         in[s] = ldm_malloc(sizeof(double) * (size_t)in_doubles);

@@ -14,7 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "slave.h"
+#include "athread.h"
+#include "crts.h"
 
 /* Granule of every DMA address, length, block size and stride (bytes). */
 #ifndef ATHREAD_EMU_DMA_ALIGN
@@ -31,6 +32,7 @@ typedef struct {
     size_t len, bsize, stride;
     volatile int *reply;
     const char *call;
+    char *sent; /* a put: the LDM bytes as they were at the call, checked unchanged at its wait */
 } transfer_t;
 
 typedef struct {
@@ -48,7 +50,8 @@ typedef struct {
     char *tls_base;           /* this CPE's copy of the __thread_local variables */
     transfer_t pending[MAX_PENDING];
     int npending;
-    unsigned long long get_bytes, put_bytes, transfers, peak_ldm;
+    char *stack_lo, *stack_hi; /* this CPE thread's stack (on SW26010 it lies in LDM) */
+    unsigned long long get_bytes, put_bytes, transfers, dma_blocks, peak_ldm;
     pthread_t thread;
 } cpe_t;
 
@@ -191,6 +194,11 @@ int athread_emu_guard(void *ptr, size_t bytes) {
     return 0;
 }
 
+void athread_emu_unguard_all(void) {
+    if (running) fail("athread_emu_unguard_all", "called while a kernel runs");
+    nguards = 0;
+}
+
 static void protect_guards(int prot) {
     for (int i = 0; i < nguards; i++)
         if (mprotect(guards[i].start, guards[i].bytes, prot) != 0)
@@ -247,11 +255,12 @@ static void report_stats(void) {
     athread_emu_stats_t s = athread_emu_stats();
     fprintf(stderr,
             "athread emulator: chip=%s ldm_bytes=%d spawns=%llu get_bytes=%llu put_bytes=%llu transfers=%llu "
-            "peak_ldm=%llu\n",
-            ATHREAD_EMU_CHIP, ATHREAD_EMU_LDM_BYTES, s.spawns, s.get_bytes, s.put_bytes, s.transfers, s.peak_ldm);
+            "dma_blocks=%llu peak_ldm=%llu static_ldm=%llu\n",
+            ATHREAD_EMU_CHIP, ATHREAD_EMU_LDM_BYTES, s.spawns, s.get_bytes, s.put_bytes, s.transfers, s.dma_blocks,
+            s.peak_ldm, s.static_ldm);
 }
 
-int athread_halt(void) {
+int athread_emu_halt(void) {
     if (!initialised) return 0;
     if (running) fail("athread_halt", "called while a spawned kernel is still running (no athread_join)");
     report_stats();
@@ -274,6 +283,15 @@ static void *cpe_main(void *arg) {
     cpe_t *c = (cpe_t *)arg;
     pthread_setspecific(cpe_key, c);
     c->tls_base = (char *)module_tls().data;
+    pthread_attr_t attr;
+    void *stack = NULL;
+    size_t stack_bytes = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        pthread_attr_getstack(&attr, &stack, &stack_bytes);
+        pthread_attr_destroy(&attr);
+    }
+    c->stack_lo = (char *)stack;
+    c->stack_hi = (char *)stack + stack_bytes;
     c->nallocs = 0;
     c->heap_used = 0;
     c->npending = 0;
@@ -314,11 +332,12 @@ int athread_join(void) {
 }
 
 athread_emu_stats_t athread_emu_stats(void) {
-    athread_emu_stats_t s = {0, 0, 0, 0, spawns};
+    athread_emu_stats_t s = {0, 0, 0, 0, 0, spawns, static_ldm};
     for (int i = 0; i < ATHREAD_EMU_CPES; i++) {
         s.get_bytes += cpes[i].get_bytes;
         s.put_bytes += cpes[i].put_bytes;
         s.transfers += cpes[i].transfers;
+        s.dma_blocks += cpes[i].dma_blocks;
         if (cpes[i].peak_ldm > s.peak_ldm) s.peak_ldm = cpes[i].peak_ldm;
     }
     return s;
@@ -326,7 +345,7 @@ athread_emu_stats_t athread_emu_stats(void) {
 
 void athread_emu_reset_stats(void) {
     for (int i = 0; i < ATHREAD_EMU_CPES; i++)
-        cpes[i].get_bytes = cpes[i].put_bytes = cpes[i].transfers = cpes[i].peak_ldm = 0;
+        cpes[i].get_bytes = cpes[i].put_bytes = cpes[i].transfers = cpes[i].dma_blocks = cpes[i].peak_ldm = 0;
     spawns = 0;
 }
 
@@ -373,12 +392,14 @@ void *ldm_malloc(size_t size) {
     cpe_t *c = need_cpe("ldm_malloc");
     size_t rounded = (size + HEAP_ALIGN - 1) / HEAP_ALIGN * HEAP_ALIGN;
     if (size == 0) fail("ldm_malloc", "size 0");
-    if (ldm_in_use(c) + rounded > c->arena_size)
-        fail("ldm_malloc",
-             "ldm_malloc(%zu) exceeds the LDM: %d bytes on %s, already in use %zu (__thread_local %zu + stack "
-             "reserve %d + ldm_malloc %zu)",
-             size, ATHREAD_EMU_LDM_BYTES, ATHREAD_EMU_CHIP, ldm_in_use(c), static_ldm, ATHREAD_EMU_STACK_RESERVE,
-             c->heap_used);
+    if (ldm_in_use(c) + rounded > c->arena_size) { /* as on the chip: NULL, for the caller to check */
+        fprintf(stderr,
+                "athread emulator: CPE %d in kernel '%s': ldm_malloc: ldm_malloc(%zu) exceeds the LDM: %d bytes on "
+                "%s, already in use %zu (__thread_local %zu + stack reserve %d + ldm_malloc %zu); it returns NULL\n",
+                c->id, spawned_name, size, ATHREAD_EMU_LDM_BYTES, ATHREAD_EMU_CHIP, ldm_in_use(c), static_ldm,
+                ATHREAD_EMU_STACK_RESERVE, c->heap_used);
+        return NULL;
+    }
     if (c->nallocs == MAX_ALLOCS) fail("ldm_malloc", "more than %d live ldm_malloc blocks", MAX_ALLOCS);
     /* first fit in address order over the live blocks */
     char *at = c->arena;
@@ -387,8 +408,11 @@ void *ldm_malloc(size_t size) {
         if ((size_t)(c->allocs[slot].base - at) >= rounded) break;
         at = c->allocs[slot].base + c->allocs[slot].size;
     }
-    if ((size_t)(c->arena + c->arena_size - at) < rounded && slot == c->nallocs)
-        fail("ldm_malloc", "ldm_malloc(%zu): the LDM heap is too fragmented", size);
+    if ((size_t)(c->arena + c->arena_size - at) < rounded && slot == c->nallocs) {
+        fprintf(stderr, "athread emulator: CPE %d in kernel '%s': ldm_malloc: ldm_malloc(%zu): the LDM heap is too "
+                "fragmented; it returns NULL\n", c->id, spawned_name, size);
+        return NULL;
+    }
     memmove(&c->allocs[slot + 1], &c->allocs[slot], (size_t)(c->nallocs - slot) * sizeof(block_t));
     c->allocs[slot].base = at;
     c->allocs[slot].size = rounded;
@@ -429,6 +453,17 @@ void *athread_emu_ldm(void *ptr, size_t bytes, const char *what) {
 /* ---- DMA ---------------------------------------------------------------- */
 
 static void do_copy(const transfer_t *t) {
+    if (t->sent) {
+        int changed = memcmp(t->sent, t->ldm, t->len) != 0;
+        free(t->sent);
+        if (changed)
+            fail(t->call, "its LDM buffer %p (%zu bytes) was written before the wait for it; on the chip the DMA "
+                 "engine may send either version", (void *)t->ldm, t->len);
+    } else
+        for (size_t i = 0; i < t->len; i++)
+            if ((unsigned char)t->ldm[i] != 0xFF)
+                fail(t->call, "its LDM buffer %p (%zu bytes) was written at byte %zu before the wait for it; on the "
+                     "chip the DMA engine may overwrite it", (void *)t->ldm, t->len, i);
     size_t nblocks = t->bsize ? t->len / t->bsize : 1;
     size_t block = t->bsize ? t->bsize : t->len;
     for (size_t b = 0; b < nblocks; b++) {
@@ -467,17 +502,40 @@ static void check_dma(cpe_t *c, const char *call, char *ldm, char *mem, long len
         fail(call, "main-memory side %p (%zu bytes) lies in a CPE's LDM", (void *)mem, span);
 }
 
+/* The reply word must be where the DMA engine can write it: this CPE's LDM, or on SW26010 its stack
+ * (which lives in LDM there). */
+static void check_reply(cpe_t *c, const char *call, void *reply) {
+    const char *r = (const char *)reply;
+    if (!reply) fail(call, "reply counter is NULL");
+    if (in_own_ldm(c, r, sizeof(int))) return;
+    if (!ATHREAD_EMU_PRO && r >= c->stack_lo && r + sizeof(int) <= c->stack_hi) return;
+    fail(call, "reply word %p is not in this CPE's LDM%s; declare it __thread_local", reply,
+         ATHREAD_EMU_PRO ? " (the SW26010-Pro's DMA engine writes replies to LDM addresses only)" : " or stack");
+}
+
 static void issue(int put, const char *call, void *ldm, void *mem, int len, void *reply, int stride, int bsize,
                   dma_mode mode) {
     cpe_t *c = need_cpe(call);
     if (mode != PE_MODE) fail(call, "only PE_MODE is emulated (mode %d)", (int)mode);
-    if (!reply) fail(call, "reply counter is NULL");
+    if (strcmp(call, "CRTS_dma_get") != 0 && strcmp(call, "CRTS_dma_put") != 0) check_reply(c, call, reply);
     check_dma(c, call, (char *)ldm, (char *)mem, len, stride, bsize);
     if (c->npending == MAX_PENDING) fail(call, "more than %d DMA transfers outstanding", MAX_PENDING);
+    for (int k = 0; k < c->npending; k++) { /* two transfers may read one LDM buffer, never write it */
+        const transfer_t *o = &c->pending[k];
+        if ((put && o->put) || (char *)ldm >= o->ldm + o->len || (char *)ldm + len <= o->ldm) continue;
+        fail(call, "its LDM buffer %p (%d bytes) overlaps that of an %s (%p, %zu bytes) not yet waited for; on the "
+             "chip the two transfers race", ldm, len, o->call, (void *)o->ldm, o->len);
+    }
     transfer_t t = {put, (char *)ldm, (char *)mem, (size_t)len, (size_t)bsize, (size_t)stride,
-                    (volatile int *)reply, call};
+                    (volatile int *)reply, call, NULL};
+    if (put) {
+        t.sent = (char *)malloc((size_t)len);
+        if (!t.sent) fail(call, "out of memory for the put's copy (%d bytes)", len);
+        memcpy(t.sent, ldm, (size_t)len);
+    }
     c->pending[c->npending++] = t;
     c->transfers++;
+    c->dma_blocks += bsize ? (unsigned long long)(len / bsize) : 1;
     if (put) c->put_bytes += (size_t)len;
     else {
         c->get_bytes += (size_t)len;
@@ -515,7 +573,7 @@ void athread_emu_wait(const char *call, void *reply, int n) {
 }
 
 void athread_emu_dma_blocking(int put, void *dst, void *src, int len) {
-    volatile int reply = 0;
+    volatile int reply = 0; /* the emulator's own word: not checked */
     if (put) issue(1, "CRTS_dma_put", src, dst, len, (void *)&reply, 0, 0, PE_MODE);
     else issue(0, "CRTS_dma_get", dst, src, len, (void *)&reply, 0, 0, PE_MODE);
     athread_emu_wait(put ? "CRTS_dma_put" : "CRTS_dma_get", (void *)&reply, 1);

@@ -1,5 +1,6 @@
 /* athread emulator: the CPE (slave) side, SW26010-Pro names (crts.h).
- * Destination first; strided forms take (len, bsize, stride). */
+ * Destination first; strided forms take (len, bsize, stride).  Reply words
+ * must lie in LDM (__thread_local): the Pro's DMA engine writes them there. */
 #ifndef MSC_ATHREAD_EMU_CRTS_H
 #define MSC_ATHREAD_EMU_CRTS_H
 
@@ -23,6 +24,10 @@ typedef volatile int crts_rply_t;
 #define CRTS_ssync_array() athread_syn(ARRAY_SCOPE, 0xffff)
 #define CRTS_ssync_row() athread_syn(ROW_SCOPE, 0xff)
 #define CRTS_ssync_col() athread_syn(COL_SCOPE, 0xff)
+
+/* The Pro declares the LDM heap; ldm_malloc returns NULL when the LDM is full. */
+void *ldm_malloc(size_t size);
+void ldm_free(void *ptr, size_t size);
 
 void athread_emu_dma_blocking(int put, void *dst, void *src, int len);
 #define CRTS_dma_get(dst, src, len) athread_emu_dma_blocking(0, (dst), (src), (len))

@@ -1,4 +1,7 @@
-/* athread emulator: the CPE (slave) side, SW26010 names (slave.h).
+/* athread emulator: the CPE (slave) side, SW26010 names (slave.h), with the
+ * vendor's enum values; like the vendor's header it declares no ldm_malloc
+ * or ldm_free (code for SW26010 declares them itself) and does not include
+ * athread.h.
  *
  * DMA completes only at a wait (athread_dma_wait_value, CRTS_dma_wait_value)
  * or when checked at the end of the slave function, where an unwaited
@@ -6,7 +9,7 @@
 #ifndef MSC_ATHREAD_EMU_SLAVE_H
 #define MSC_ATHREAD_EMU_SLAVE_H
 
-#include "athread.h"
+#include "athread_emu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,13 +18,16 @@ extern "C" {
 /* LDM variables: one copy per CPE thread, counted against the LDM. */
 #define __thread_local __thread
 
-typedef enum { PE_MODE = 0, BCAST_MODE = 1, ROW_MODE = 2, BROW_MODE = 3, RANK_MODE = 4 } dma_mode;
-typedef enum { ARRAY_SCOPE = 0, ROW_SCOPE = 1, COL_SCOPE = 2 } scope;
+typedef enum { PE_MODE, BCAST_MODE, ROW_MODE, BROW_MODE, RANK_MODE } dma_mode;
+typedef enum { ROW_SCOPE, COL_SCOPE, ARRAY_SCOPE } scope;
 
 int athread_emu_myid(void);
 #define _MYID athread_emu_myid()
-#define _ROW (athread_emu_myid() / ATHREAD_EMU_MESH)
-#define _COL (athread_emu_myid() % ATHREAD_EMU_MESH)
+#define _ROW ((char)(athread_emu_myid() / ATHREAD_EMU_MESH))
+#define _COL ((char)(athread_emu_myid() % ATHREAD_EMU_MESH))
+/* The vendor's slave.h also declares _CGN and _PEN; one core group is emulated, so both are 0. */
+#define _CGN ((char)0)
+#define _PEN ((char)0)
 int athread_get_id(int core);
 
 /* The DMA calls carry the name the program used, for the emulator's messages. */
@@ -39,9 +45,6 @@ void athread_emu_wait(const char *call, void *reply, int n);
  * SW26010 defines it as the spin while (reply < n); */
 #define athread_dma_wait_value(reply, n) athread_emu_wait("athread_dma_wait_value", (reply), (n))
 int athread_syn(scope scope, int mask);
-
-void *ldm_malloc(size_t size);
-void ldm_free(void *ptr, size_t size);
 
 /* Check that [ptr, ptr + bytes) is this CPE's LDM; generated code routes its
  * LDM accesses through it.  On the chip it is the pointer itself. */

@@ -67,7 +67,7 @@ from msc.tune.tuner import AutoKernel, Estimate
 from msc.version import __version__
 
 # The emulator's files, copied into an emitted tree for `make EMULATE=1`.
-EMULATOR_FILES = ("athread.h", "slave.h", "crts.h", "athread_emu.c")
+EMULATOR_FILES = ("athread_emu.h", "athread.h", "slave.h", "crts.h", "athread_emu.c")
 
 
 class SunwayPlatform(ctarget.Platform):
@@ -159,14 +159,14 @@ class AthreadTarget:
                       if isinstance(tk, TileKernel)]
             members = [f"{'const ' if lv['const'] else ''}real *{lv['member']};" for lv in levels]
         args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
-                      **common)
+                      cpes=CPES, **common)
         slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
                        int_helpers=int_helpers(), cpes=CPES, params=params, **common)
         signature = ctarget.signature(stencil)
         entries = [dict(name=f"{ENTRY}{suffix}", parameters=signature.c_parameters(), box=False)]
         if box:
             entries.append(dict(name=f"{BOX_ENTRY}{suffix}", parameters=signature.c_parameters(box=True), box=True))
-        host = render("athread_host.c.j2", steps=_host_steps(poly, suffix), fields=_host_fields(stencil),
+        host = render("athread_host.c.j2", steps=_host_steps(poly, suffix), fields=_host_fields(stencil), cpes=CPES,
                       entries=entries, levels=levels, params=params, radius=list(stencil.radius),
                       time_tile=time_tile, **common)
         return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
@@ -191,18 +191,20 @@ class AthreadTarget:
         check_chip(chip)
         emulate = "$(filter 1,$(EMULATE))"
         emu_flags = (f"-pthread -I. -DATHREAD_EMU_LDM_BYTES={athread_emu.LDM_BYTES[chip]} "
-                     f"-DATHREAD_EMU_CHIP='\"{chip}\"'")
-        sunway_slave = ("sw5cc", "-slave -O2") if chip == "sw26010" else ("swgcc", "-mslave -msimd -O2")
+                     f"-DATHREAD_EMU_CHIP='\"{chip}\"' {athread_emu.STRICT_FLAGS}")
+        sunway_slave = ("sw5cc", "-slave -msimd -O2 -std=gnu99") if chip == "sw26010" else (
+            "swgcc", "-mslave -msimd -O2 -std=gnu99")
         variables = (
             ("EMULATE", "0"),
             ("ATHREAD_EMU_FLAGS", emu_flags),
             ("HOST_FLAGS", f"$(if {emulate},$(ATHREAD_EMU_FLAGS),{'-host' if chip == 'sw26010' else '-mhost'})"),
             ("SLAVE_CC", f"$(if {emulate},gcc,{sunway_slave[0]})"),
-            ("SLAVE_FLAGS", f"$(if {emulate},-O2 -std=gnu11 $(ATHREAD_EMU_FLAGS),{sunway_slave[1]})"),
+            ("SLAVE_FLAGS", f"$(if {emulate},-O2 -std=gnu99 $(ATHREAD_EMU_FLAGS),{sunway_slave[1]})"),
             ("LINK_FLAGS", f"$(if {emulate},-pthread -rdynamic,{'-hybrid' if chip == 'sw26010' else '-mhybrid'})"),
             ("ATHREAD_EMU_LINK", f"$(if {emulate},$(ATHREAD_EMU_FLAGS) athread_emu.c -ldl,)"),
         )
-        return NodeBuild(cflags="-O2 -std=gnu11", threads=False, variables=variables,
+        return NodeBuild(cflags="-O2 -std=gnu99", threads=False, variables=variables,
+                         ldlibs=f"-lm $(if {emulate},,-lm_slave -lrt)",
                          link="$(MPICC) $(CFLAGS) $(LINK_FLAGS) -o $@ $(OBJECTS) $(ATHREAD_EMU_LINK) $(LDLIBS)",
                          files={f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
 
@@ -293,26 +295,31 @@ def _host_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
 def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dict[int, int], itemsize: int,
            suffix: str) -> dict[str, Any]:
     """What the slave template needs for one statement: buffers (offsets into
-    one LDM block, in elements), the tile's compute as C lines."""
-    ndim = stencil.ndim
+    one LDM block, in elements; `size` per slot: a streamed tile's row, else the
+    whole footprint), the tile's compute as C lines."""
+    ndim, streamed = stencil.ndim, tk.streamed
+    per_slot = (lambda extent: math.prod(extent[1:])) if streamed else math.prod
     offset = 0
     buffers = []
-    for lv in tk.levels:
-        size = 1
-        for e in lv.extent(tk.tile):
-            size *= e
-        buffers.append(dict(name=f"l_{lv.array}", member=lv.array, offset=offset, size=size,
+    for lv, buffer in zip(tk.levels, tk.buffers()):
+        size = per_slot(lv.extent(tk.tile))
+        buffers.append(dict(name=buffer.name, member=lv.array, offset=offset, size=size,
                             lo=[f"- {-v}" if v < 0 else f"+ {v}" for v in lv.lo],
                             span=[h - lo for h, lo in zip(lv.hi, lv.lo)]))
-        offset += 2 * size
-    out_size = 1
-    for t in tk.tile:
-        out_size *= t
+        offset += int(buffer.shape[0]) * size
+    out_size = per_slot(tk.tile)
     out = dict(offset=offset, size=out_size, member=level_name(tk.statement.target, 1))
     total = offset + 2 * out_size
-    return dict(function=tk.function + suffix, target=tk.statement.target, line=tk.statement.loc, tile=list(tk.tile),
-                buffers=buffers, out=out, elements=total, bytes=total * itemsize,
-                body=printer.lines(compute_tile(tk, ndim, unroll), 3))
+    values = dict(function=tk.function + suffix, target=tk.statement.target, line=tk.statement.loc,
+                  tile=list(tk.tile), buffers=buffers, out=out, elements=total, bytes=total * itemsize,
+                  streamed=streamed)
+    if not streamed:
+        return dict(values, body=printer.lines(compute_tile(tk, ndim, unroll), 3))
+    block, rows = compute_row(tk, ndim, unroll)
+    by_array = {b["member"]: b for b in buffers}
+    pointers = [f"const real *restrict {name} = ldm + {by_array[array]['offset']} + ((i0 + {step}) % {tk.ring}) * "
+                f"{by_array[array]['size']};" for name, (array, step) in rows.items()]
+    return dict(values, reach=tk.reach, ring=tk.ring, pointers=pointers, body=printer.lines(block, 4))
 
 
 def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int,
@@ -367,6 +374,37 @@ def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.
         node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0)),))
     assert isinstance(node, k.Block)
     return node
+
+
+def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int]]]:
+    """The kernel IR of output row i0 of a streamed tile, all in LDM: point i (0 <= i_d < h_d, d >= 1) reads
+    level L at offset o from its row pointer r_L_q (q = o_0 - L.lo_0: the step of the stream that brought the
+    row), at i + o - L.lo in the row's packed box (extents e_L_d), and writes the packed output row (extents h_d).
+    Also each row pointer's (array, q)."""
+    coords = [f"i{d}" for d in range(ndim)]
+    loads, rows = [], {}
+    by_array = {lv.array: lv for lv in tk.levels}
+    for a in dict.fromkeys(tk.statement.reads):
+        lv = by_array[array_name(a.name, a.dt)]
+        step = a.offsets[0] - lv.lo[0]
+        name = f"r_{lv.array}_{step}"
+        rows[name] = (lv.array, step)
+        index = ""
+        for d in range(1, ndim):
+            shift = a.offsets[d] - lv.lo[d]
+            term = f"({coords[d]} + {shift})" if shift else coords[d]
+            index = term if d == 1 else f"({index}) * e_{lv.array}_{d} + {term}"
+        loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
+    out_index = coords[1]
+    for d in range(2, ndim):
+        out_index = f"({out_index}) * h{d} + {coords[d]}"
+    node: k.Node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
+                            tk.statement.target, tuple(coords))
+    for d in reversed(range(1, ndim)):
+        body = node if isinstance(node, k.Block) else k.Block((node,))
+        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+    assert isinstance(node, k.Block)
+    return node, dict(sorted(rows.items()))
 
 
 def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:

@@ -9,12 +9,14 @@ and the step time is predicted as
 
     spatial tiles, per statement: max(DMA time, compute time) + the first tile's fetch
     time tiles (single-buffered), per step: (DMA time + compute time) / depth
-    DMA time     = the busiest CPE's bytes / (the core group's DMA bandwidth / 64)
+    DMA time     = sum over the busiest CPE's transfers of bytes / (bandwidth(block) / 64)
                    + the busiest CPE's transfers x the per-transfer cost
     compute time = the busiest CPE's points (a time tile's redundant halo
                    points included) x flops per point / the CPE's flop rate
 
-(double buffering overlaps a tile's compute with the next tile's DMA). The
+(double buffering overlaps a tile's compute with the next tile's DMA), where
+bandwidth(block) is the core group's DMA bandwidth for contiguous blocks of
+that size (`dma_gb_s`: measured on SW26010; an assumption on the Pro). The
 inputs and their sources are in `CHIP_FACTS` and docs/athread.md; the
 prediction is printed and is a model, never a measurement.
 """
@@ -23,12 +25,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from msc import ir
 from msc.ir.counts import flops
 from msc.poly.schedule import Schedule
 from msc.runtime import athread_emu
+from msc.runtime.buffers import padded_shape
 from msc.targets.sunway.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
 from msc.tune.tuner import Estimate
 
@@ -40,19 +44,44 @@ class ChipFacts:
     name: str
     clock_ghz: float  # CPE clock
     flops_per_cycle: int  # double-precision flops per CPE and cycle (vector FMA)
-    dma_gb_s: float  # the core group's memory bandwidth, shared by its 64 CPEs' DMA
+    peak_gb_s: float  # the core group's memory bandwidth on paper, shared by its 64 CPEs' DMA
+    dma_scale: float  # the block-size curve DMA_GB_S times this is the chip's (1: measured on this chip)
     transfer_us: float  # fixed cost of one DMA transfer (the project's assumption: no source gives it)
 
     @property
     def cpe_gflops(self) -> float:
         return self.clock_ghz * self.flops_per_cycle
 
+    @property
+    def ceiling_gb_s(self) -> float:
+        return DMA_GB_S[-1][1] * self.dma_scale
+
+    def dma_gb_s(self, block: int) -> float:
+        """The core group's DMA bandwidth moving contiguous blocks of `block` bytes: DMA_GB_S interpolated
+        in log2(block); below its first point in proportion to the block (a fixed cost per block)."""
+        first, last = DMA_GB_S[0], DMA_GB_S[-1]
+        if block <= first[0]:
+            return first[1] * block / first[0] * self.dma_scale
+        if block >= last[0]:
+            return last[1] * self.dma_scale
+        for (b0, g0), (b1, g1) in zip(DMA_GB_S, DMA_GB_S[1:]):
+            if block <= b1:
+                w = (math.log2(block) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
+                return (g0 + w * (g1 - g0)) * self.dma_scale
+        raise AssertionError(block)
+
+
+#: One SW26010 core group's DMA bandwidth by contiguous block size, (bytes, GB/s): swCandle's measurements
+#: (the middle of each measured range: 128 B 5-6.4, 256 B 8-10.7, 1 KB 15-17.6, 4-8 KB 18.4-21.8) and the
+#: ceiling of about 22 GB/s they approach (docs/athread.md, 'The model').
+DMA_GB_S = ((128, 5.7), (256, 9.35), (1024, 16.3), (4096, 19.3), (8192, 20.9), (16384, 22.0))
 
 CHIP_FACTS = {
-    # 1.45 GHz, 8 DP flops/cycle per CPE (11.6 GFLOPS); 136.51 GB/s per chip over 4 core groups
-    "sw26010": ChipFacts("sw26010", 1.45, 8, 136.51 / 4, 0.5),
-    # 2.25 GHz, 512-bit vectors: 13.8 TFLOPS over 384 CPEs (16 DP flops/cycle); 51.2 GB/s DDR4 per core group
-    "sw26010pro": ChipFacts("sw26010pro", 2.25, 16, 51.2, 0.5),
+    # 1.45 GHz, 8 DP flops/cycle per CPE (11.6 GFLOPS); 136.51 GB/s per chip over 4 core groups; DMA measured
+    "sw26010": ChipFacts("sw26010", 1.45, 8, 136.51 / 4, 1.0, 0.5),
+    # 2.25 GHz, 512-bit vectors: 13.8 TFLOPS over 384 CPEs (16 DP flops/cycle); 51.2 GB/s DDR4 per core group.
+    # DMA: an assumption until measured -- SW26010's block-size curve scaled by the ratio of the peaks
+    "sw26010pro": ChipFacts("sw26010pro", 2.25, 16, 51.2, 51.2 / (136.51 / 4), 0.5),
 }
 
 
@@ -67,6 +96,41 @@ def _sizes(n: int, t: int) -> list[int]:
     return [min(t, n - i) for i in range(0, n, t)]
 
 
+def _boxes(sizes: list[list[int]]) -> list[tuple[tuple[int, ...], int]]:
+    """The distinct tile shapes of a tiling (sizes per dimension) and how many tiles have each."""
+    per_dim = [sorted(Counter(s).items()) for s in sizes]
+    return [(tuple(e for e, _ in combo), math.prod(c for _, c in combo)) for combo in itertools.product(*per_dim)]
+
+
+@dataclass
+class Traffic:
+    """DMA as the generated code issues it (msc_dma in the slave template): a box of an array whose rows
+    hold `row` points moves in one transfer (3D: one per plane) of one contiguous block when its rows are
+    whole, else of one block per row; `seconds` at the chip's bandwidth for those blocks, whole core group."""
+
+    facts: ChipFacts
+    itemsize: int
+    row: int
+    bytes: int = 0
+    transfers: int = 0
+    blocks: int = 0
+    seconds: float = 0.0
+
+    def box(self, extent: tuple[int, ...], times: int = 1) -> None:
+        planes = extent[0] if len(extent) == 3 else 1
+        rows = extent[-2] if len(extent) > 1 else 1
+        plane = rows * extent[-1] * self.itemsize
+        block = plane if extent[-1] == self.row or len(extent) == 1 else extent[-1] * self.itemsize
+        self.bytes += times * planes * plane
+        self.transfers += times * planes
+        self.blocks += times * planes * (plane // block)
+        self.seconds += times * planes * plane / (self.facts.dma_gb_s(block) * 1e9)
+
+    def add(self, other: Traffic) -> None:
+        self.bytes, self.transfers = self.bytes + other.bytes, self.transfers + other.transfers
+        self.blocks, self.seconds = self.blocks + other.blocks, self.seconds + other.seconds
+
+
 @dataclass(frozen=True)
 class Counts:
     """DMA of one statement per step, summed over the CPEs, and the busiest CPE's share."""
@@ -74,39 +138,50 @@ class Counts:
     get_bytes: int
     put_bytes: int
     transfers: int
+    blocks: int
+    seconds: float  # all of it at the core group's bandwidth for its block sizes
     tiles: int
-    cpe_bytes: int  # the busiest CPE (as many full tiles as any CPE has)
+    cpe_seconds: float  # the busiest CPE's DMA (as many full tiles as any CPE has), at a 64th of the bandwidth
     cpe_transfers: int
     cpe_points: int
-    tile_get_bytes: int  # one full tile's fetch
+    tile_get_seconds: float  # one full tile's fetch, by one CPE
     tile_get_transfers: int
 
 
-def counts(tk: TileKernel, n: tuple[int, ...], itemsize: int) -> Counts:
-    """What the slave function of `tk` moves on an interior of n points per dimension, as the
-    generated code issues it: per tile, one transfer per level and one for the output (3D: per plane)."""
+def counts(tk: TileKernel, n: tuple[int, ...], row: int, facts: ChipFacts, itemsize: int) -> Counts:
+    """What the slave function of `tk` moves on an interior of n points per dimension (arrays of `row` points
+    per row), as the generated code issues it: streamed (2D, 3D), per tile one transfer per row of each level
+    and of the output; in 1D, per tile one transfer per level and one for the output. `tile_get_*`: what a
+    CPE waits for before it can compute (streamed: the first window of every tile; 1D: the first tile)."""
     ndim = len(n)
     sizes = [_sizes(n[d], tk.tile[d]) for d in range(ndim)]
     tiles = math.prod(len(s) for s in sizes)
-    get_bytes = transfers = 0
-    tile_get = tile_transfers = 0
+    get, put, tile_get, tile_put, fill = (Traffic(facts, itemsize, row) for _ in range(5))
+
+    def move(traffic: Traffic, extent: tuple[int, ...], times: int = 1, rows: int | None = None) -> None:
+        if not tk.streamed:
+            traffic.box(extent, times)
+            return
+        one_row = extent[1:] if ndim == 2 else (1, *extent[1:])  # the box of one row (3D: plane)
+        traffic.box(one_row, times * (extent[0] if rows is None else rows))
+
     for lv in tk.levels:
         span = [h - lo for h, lo in zip(lv.hi, lv.lo)]
-        get_bytes += math.prod(sum(h + span[d] for h in sizes[d]) for d in range(ndim)) * itemsize
-        tile_get += math.prod(tk.tile[d] + span[d] for d in range(ndim)) * itemsize
-        if ndim == 3:
-            transfers += sum(h + span[0] for h in sizes[0]) * len(sizes[1]) * len(sizes[2])
-            tile_transfers += tk.tile[0] + span[0]
-        else:
-            transfers += tiles
-            tile_transfers += 1
-    put_bytes = math.prod(n) * itemsize
-    transfers += (sum(sizes[0]) * len(sizes[1]) * len(sizes[2])) if ndim == 3 else tiles
-    out_transfers = tk.tile[0] if ndim == 3 else 1
+        for box, times in _boxes(sizes):
+            move(get, tuple(h + s for h, s in zip(box, span)), times)
+        footprint = tuple(t + s for t, s in zip(tk.tile, span))
+        move(tile_get, footprint)
+        move(fill, footprint, rows=min(footprint[0], tk.reach + 1) if tk.streamed else None)
+    for box, times in _boxes(sizes):
+        move(put, box, times)
+    move(tile_put, tk.tile)
     per_cpe = math.ceil(tiles / athread_emu.CPES)
-    tile_points = math.prod(tk.tile)
-    return Counts(get_bytes, put_bytes, transfers, tiles, per_cpe * (tile_get + tile_points * itemsize),
-                  per_cpe * (tile_transfers + out_transfers), per_cpe * tile_points, tile_get, tile_transfers)
+    cpes = athread_emu.CPES
+    waits = per_cpe if tk.streamed else 1
+    return Counts(get.bytes, put.bytes, get.transfers + put.transfers, get.blocks + put.blocks,
+                  get.seconds + put.seconds, tiles, per_cpe * (tile_get.seconds + tile_put.seconds) * cpes,
+                  per_cpe * (tile_get.transfers + tile_put.transfers), per_cpe * math.prod(tk.tile),
+                  waits * fill.seconds * cpes, waits * fill.transfers)
 
 
 @dataclass(frozen=True)
@@ -119,6 +194,8 @@ class Prediction:
     get_bytes: float  # per step (a time tile's spawn moves `depth` steps' worth)
     put_bytes: float
     transfers: float
+    dma_blocks: float  # contiguous blocks, per step
+    moving_s: float  # the DMA bytes at the core group's bandwidth for their block sizes, per step
     ldm_bytes: int  # the largest slave function's buffers per CPE
     min_bytes: int  # every level read once and every field written once
     dma_s: float
@@ -133,16 +210,27 @@ class Prediction:
     def min_bytes_per_point(self) -> float:
         return self.min_bytes / self.points
 
+    @property
+    def mean_dma_block(self) -> float:
+        return (self.get_bytes + self.put_bytes) / self.dma_blocks
+
+    @property
+    def dma_gb_s(self) -> float:
+        """The core group's DMA bandwidth these block sizes reach (per-transfer costs aside)."""
+        return (self.get_bytes + self.put_bytes) / self.moving_s / 1e9
+
     def describe(self) -> str:
         return (f"msc: athread schedule='auto' on {self.chip} chose {self.schedule} by a cost model (a prediction, "
                 f"not a measurement: no Sunway processor was timed): {self.step_s * 1e3:.3f} ms/step predicted "
                 f"(DMA {self.dma_s * 1e3:.3f} ms, compute {self.compute_s * 1e3:.3f} ms); "
                 f"{self.get_bytes + self.put_bytes:.0f} DMA bytes/step ({self.bytes_per_point:.2f} per point, "
-                f"minimum {self.min_bytes_per_point:.2f}) in {self.transfers:.0f} transfers; "
+                f"minimum {self.min_bytes_per_point:.2f}) in {self.transfers:.0f} transfers of "
+                f"{self.mean_dma_block:.0f}-byte blocks on average ({self.dma_gb_s:.1f} GB/s of "
+                f"{CHIP_FACTS[self.chip].ceiling_gb_s:.1f} predicted); "
                 f"LDM {self.ldm_bytes} of {ldm_capacity(self.chip)} bytes per CPE")
 
 
-def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], itemsize: int) -> Counts:
+def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: ChipFacts, itemsize: int) -> Counts:
     """What one spawn of a time tile of full depth moves (the generated code's transfers: per tile, every
     level buffer's clipped box and, per written field, its window of levels' tiles; 3D: per plane)."""
     ndim = len(n)
@@ -152,30 +240,30 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], itemsize: int) -> C
     boxes = []  # per dimension: the clipped box extent of each tile
     for d in range(ndim):
         extent, origin = n[d] + 2 * radius[d], radius[d]
-        row = []
+        widths = []
         for h in sizes[d]:
-            row.append(min(extent, origin + h + halo[d]) - max(0, origin - halo[d]))
+            widths.append(min(extent, origin + h + halo[d]) - max(0, origin - halo[d]))
             origin += h
-        boxes.append(row)
+        boxes.append(widths)
     buffers = sum(count for _, count in tt.arrays())
     levels_out = sum(f.window for f in tt.stencil.written_fields)
-    get = buffers * math.prod(sum(b) for b in boxes) * itemsize
-    put = levels_out * math.prod(n) * itemsize
-    if ndim == 3:
-        transfers = buffers * sum(boxes[0]) * len(sizes[1]) * len(sizes[2])
-        transfers += levels_out * sum(sizes[0]) * len(sizes[1]) * len(sizes[2])
-        tile_transfers = buffers * tt.extent()[0] + levels_out * tt.tile[0]
-    else:
-        transfers = (buffers + levels_out) * tiles
-        tile_transfers = buffers + levels_out
+    get, put, tile_get, tile_put = (Traffic(facts, itemsize, row) for _ in range(4))
+    for box, times in _boxes(boxes):
+        get.box(box, buffers * times)
+    for box, times in _boxes(sizes):
+        put.box(box, levels_out * times)
+    tile_get.box(tt.extent(), buffers)
+    tile_put.box(tt.tile, levels_out)
     per_cpe = math.ceil(tiles / athread_emu.CPES)
-    tile_get = buffers * math.prod(tt.extent()) * itemsize
     nst = len(tt.stencil.statements)
     points = 0  # computed by one full tile (its region shrinks by the radius per statement)
     for c in range(1, tt.depth * nst + 1):
         points += math.prod(tt.tile[d] + 2 * (halo[d] - c * radius[d]) for d in range(ndim))
-    return Counts(get, put, transfers, tiles, per_cpe * (tile_get + levels_out * math.prod(tt.tile) * itemsize),
-                  per_cpe * tile_transfers, per_cpe * points, tile_get, tile_transfers)
+    cpes = athread_emu.CPES
+    return Counts(get.bytes, put.bytes, get.transfers + put.transfers, get.blocks + put.blocks,
+                  get.seconds + put.seconds, tiles, per_cpe * (tile_get.seconds + tile_put.seconds) * cpes,
+                  per_cpe * (tile_get.transfers + tile_put.transfers), per_cpe * points, tile_get.seconds * cpes,
+                  tile_get.transfers)
 
 
 def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: str) -> Prediction:
@@ -185,30 +273,32 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
     full = athread_schedule(schedule, stencil, chip)
     kernels = slave_kernels(stencil, tuple(size for _, size in full.tiles), full.time_depth)
     n = interior(stencil, shape)
-    get = put = transfers = 0
-    dma = compute = step = 0.0
-    cpe_bw = facts.dma_gb_s * 1e9 / athread_emu.CPES
+    row = padded_shape(stencil, shape)[-1]
     levels = {(a.name, a.dt) for st in stencil.statements for a in st.reads}
     minimum = (len(levels) + len(stencil.statements)) * math.prod(n) * itemsize
     ldm = max(tk.ldm_bytes(itemsize) for tk in kernels)
+    fixed = facts.transfer_us * 1e-6
     if isinstance(kernels[0], TimeTileKernel):  # single-buffered: fetch, compute `depth` steps, write back
         tt, depth = kernels[0], full.time_depth
-        c = time_tile_counts(tt, n, itemsize)
-        t_dma = c.cpe_bytes / cpe_bw + c.cpe_transfers * facts.transfer_us * 1e-6
+        c = time_tile_counts(tt, n, row, facts, itemsize)
+        t_dma = c.cpe_seconds + c.cpe_transfers * fixed
         work = sum(flops(st) for st in stencil.statements) / len(stencil.statements)
         t_compute = c.cpe_points * work / (facts.cpe_gflops * 1e9)
-        return Prediction(full, chip, math.prod(n), c.get_bytes / depth, c.put_bytes / depth,
-                          c.transfers / depth, ldm, minimum, t_dma / depth, t_compute / depth,
+        return Prediction(full, chip, math.prod(n), c.get_bytes / depth, c.put_bytes / depth, c.transfers / depth,
+                          c.blocks / depth, c.seconds / depth, ldm, minimum, t_dma / depth, t_compute / depth,
                           (t_dma + t_compute) / depth)
+    get = put = transfers = blocks = 0
+    moving = dma = compute = step = 0.0
     for tk in kernels:
         assert isinstance(tk, TileKernel)
-        c = counts(tk, n, itemsize)
-        get, put, transfers = get + c.get_bytes, put + c.put_bytes, transfers + c.transfers
-        t_dma = c.cpe_bytes / cpe_bw + c.cpe_transfers * facts.transfer_us * 1e-6
+        c = counts(tk, n, row, facts, itemsize)
+        get, put, transfers, blocks = get + c.get_bytes, put + c.put_bytes, transfers + c.transfers, blocks + c.blocks
+        t_dma = c.cpe_seconds + c.cpe_transfers * fixed
         t_compute = c.cpe_points * flops(tk.statement) / (facts.cpe_gflops * 1e9)
-        fill = c.tile_get_bytes / cpe_bw + c.tile_get_transfers * facts.transfer_us * 1e-6
-        dma, compute, step = dma + t_dma, compute + t_compute, step + max(t_dma, t_compute) + fill
-    return Prediction(full, chip, math.prod(n), get, put, transfers, ldm, minimum, dma, compute, step)
+        fill = c.tile_get_seconds + c.tile_get_transfers * fixed
+        moving, dma, compute = moving + c.seconds, dma + t_dma, compute + t_compute
+        step += max(t_dma, t_compute) + fill
+    return Prediction(full, chip, math.prod(n), get, put, transfers, blocks, moving, ldm, minimum, dma, compute, step)
 
 
 TIME_DEPTHS = (2, 4, 8)

@@ -20,8 +20,10 @@ SCHEDULE_OPTIONS: tuple[str, ...] = ()  # the schedule's target options it takes
 CHIPS = tuple(sorted(athread_emu.LDM_BYTES))
 DEFAULT_CHIP = "sw26010pro"
 CPES = athread_emu.CPES
-# The tile a dimension gets when tile() does not name it, before it is halved to fit the LDM.
-DEFAULT_TILE = {1: (4096,), 2: (32, 128), 3: (8, 16, 64)}
+# The tile a dimension gets when tile() does not name it, before it is halved to fit the LDM: 2D and 3D tiles
+# are streamed along x (their LDM holds rows), so they are long in x and wide along the rows, whose DMA blocks
+# are then 1-2 KB in float64 (docs/athread.md).
+DEFAULT_TILE = {1: (4096,), 2: (32, 256), 3: (16, 4, 128)}
 
 def check_chip(chip: str) -> str:
     if chip not in CHIPS:
@@ -57,7 +59,13 @@ class Level:
 
 @dataclass(frozen=True)
 class TileKernel:
-    """The slave function of statement `index` (writing `target`) on tiles of shape `tile`."""
+    """The slave function of statement `index` (writing `target`) on tiles of shape `tile`.
+
+    In 2D and 3D a tile is streamed along its first dimension: a CPE walks the tile's rows (3D: planes), holding
+    a window of `ring` rows of every level in LDM, fetching the row after the window while it computes one, and
+    putting each output row from one of two buffers. Every DMA moves one row of the tile's footprint, so its
+    blocks are as long as the tile is wide, and the LDM holds rows, not the whole tile. In 1D a tile is one
+    block, double-buffered."""
 
     index: int
     statement: ir.Statement
@@ -68,8 +76,27 @@ class TileKernel:
     def function(self) -> str:
         return f"msc_slave{self.index}"
 
+    @property
+    def streamed(self) -> bool:
+        return len(self.tile) > 1
+
+    @property
+    def reach(self) -> int:
+        """Rows of the first dimension any level reads beyond the output row (its largest span there)."""
+        return max(lv.hi[0] - lv.lo[0] for lv in self.levels)
+
+    @property
+    def ring(self) -> int:
+        """Rows of each level's window: the rows one output row reads, and the one being fetched."""
+        return self.reach + 2
+
     def buffers(self) -> list[k.Buffer]:
-        """The LDM buffers of one CPE: two (double buffering) of every level's footprint and of the output."""
+        """The LDM buffers of one CPE: streamed, each level's window of rows and two output rows; in 1D, two
+        (double buffering) of every level's footprint and of the output."""
+        if self.streamed:
+            out = [k.Buffer(f"l_{lv.array}", k.Space.LOCAL, (self.ring, *lv.extent(self.tile)[1:]), lv.field)
+                   for lv in self.levels]
+            return out + [k.Buffer("l_out", k.Space.LOCAL, (2, *self.tile[1:]), self.statement.target)]
         out = [k.Buffer(f"l_{lv.array}", k.Space.LOCAL, (2, *lv.extent(self.tile)), lv.field) for lv in self.levels]
         return out + [k.Buffer("l_out", k.Space.LOCAL, (2, *self.tile), self.statement.target)]
 
