@@ -21,6 +21,7 @@ from msc.errors import ScheduleError, TargetError
 from msc.runtime import athread_emu
 from msc.runtime.athread_emu import AthreadKernel, EmulatorError
 from msc.targets.sunway import athread
+from msc.targets.sunway.athread_plan import STATIC_LDM
 
 CHIPS = sorted(athread_emu.LDM_BYTES)
 
@@ -164,14 +165,15 @@ def test_counters_are_the_dma_a_tile_shape_needs(heat2d, chip):
     assert stats.transfers == stats.dma_blocks == steps * sum((h + 2) + h for h in hs for _ in ws)
     assert stats.mean_dma_block == (stats.get_bytes + stats.put_bytes) / stats.dma_blocks
     ldm = (4 * (tile[1] + 2) + 2 * tile[1]) * 8
-    assert 6 * 4 <= stats.static_ldm <= 64  # got[2], put[2], the status put's reply and the status word
+    assert 6 * 4 <= stats.static_ldm <= STATIC_LDM  # got[2], put[2], the status put's reply, the status
     assert stats.peak_ldm == athread_emu.STACK_RESERVE + stats.static_ldm + -(-ldm // 32) * 32
     assert stats.dma_bytes_per_step == (stats.get_bytes + stats.put_bytes) / steps
 
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_over_capacity_tile_is_refused_before_any_code_is_written(heat2d, chip, tmp_path):
-    capacity = athread_emu.LDM_BYTES[chip] - athread_emu.STACK_RESERVE
+    capacity = athread_emu.LDM_BYTES[chip] - athread_emu.STACK_RESERVE - STATIC_LDM
+    assert athread.ldm_capacity(chip) == capacity
     # streamed along x, a tile holds rows: a window of 4 rows of y+2 points and two output rows of y
     width = 2048 if chip == "sw26010" else 8192
     need = (4 * (width + 2) + 2 * width) * 8
@@ -363,3 +365,46 @@ def test_auto_kernels_start_too(heat2d):
     sim.advance(3)
     sim.advance(5)
     np.testing.assert_allclose(sim.fields["u"], heat2d.reference(steps=8, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+
+
+def test_dma_bandwidth_by_block_size_is_the_measured_table():
+    from msc.targets.sunway.athread_model import CHIP_FACTS, DMA_GB_S
+
+    sw, pro = CHIP_FACTS["sw26010"], CHIP_FACTS["sw26010pro"]
+    for block, gb_s in DMA_GB_S:
+        assert sw.dma_gb_s(block) == pytest.approx(gb_s)
+        assert pro.dma_gb_s(block) == pytest.approx(gb_s * pro.dma_scale)
+    assert sw.dma_gb_s(64) == pytest.approx(DMA_GB_S[0][1] / 2)  # a fixed cost per block below 128 bytes
+    assert sw.dma_gb_s(1 << 20) == sw.ceiling_gb_s == 22.0
+    assert DMA_GB_S[1][1] < sw.dma_gb_s(512) < DMA_GB_S[2][1]  # interpolated between 256 B and 1 KB
+    widths = [sw.dma_gb_s(b) for b in range(8, 20000, 8)]
+    assert widths == sorted(widths)
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_auto_tiles_of_3d_stencils_move_blocks_of_a_kilobyte_or_more(chip):
+    """heat3d with rows of 2 KB: the model's choice streams x and keeps the rows whole or long, so its mean
+    DMA block is at least 1 KB (on SW26010 at least 75% of the 22 GB/s ceiling by the measured table); the
+    emulator counts the same blocks on a small grid of the same rows."""
+    from msc import t, x, y, z
+    from msc.targets.sunway.athread import PLATFORMS
+    from msc.tune.tuner import model_choice
+
+    @msc.stencil
+    def heat3d(u, alpha):
+        u[t + 1, x, y, z] = u[t, x, y, z] + alpha * (u[t, x - 1, y, z] + u[t, x + 1, y, z] + u[t, x, y - 1, z]
+                                                     + u[t, x, y + 1, z] + u[t, x, y, z - 1] + u[t, x, y, z + 1]
+                                                     - 6 * u[t, x, y, z])
+
+    for shape in ((256, 256, 256), (34, 34, 258)):
+        model = model_choice(heat3d.poly(), shape, 1, PLATFORMS[chip]).estimate.detail
+        assert model.mean_dma_block >= 1024, (shape, model.describe())
+        if chip == "sw26010":
+            assert model.dma_gb_s >= 0.75 * 22.0, (shape, model.describe())
+    kernel = heat3d.compile(target="athread", schedule=model.schedule, chip=chip)
+    u = np.random.default_rng(8).random(shape)
+    steps = max(model.schedule.time_depth, 1)
+    result = kernel.run(steps=steps, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat3d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    assert kernel.last_run.mean_dma_block >= 1024
+    assert kernel.last_run.dma_blocks == model.dma_blocks * steps

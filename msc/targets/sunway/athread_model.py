@@ -231,8 +231,9 @@ class Prediction:
 
 
 def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: ChipFacts, itemsize: int) -> Counts:
-    """What one spawn of a time tile of full depth moves (the generated code's transfers: per tile, every
-    level buffer's clipped box and, per written field, its window of levels' tiles; 3D: per plane)."""
+    """What one spawn of a time tile of full depth moves (the generated code's transfers: per tile, the
+    clipped box of every level the first step reads and, per written field, its window of levels' tiles;
+    3D: per plane)."""
     ndim = len(n)
     radius, halo = tt.stencil.radius, tt.halo()
     sizes = [_sizes(n[d], tt.tile[d]) for d in range(ndim)]
@@ -245,7 +246,7 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: Ch
             widths.append(min(extent, origin + h + halo[d]) - max(0, origin - halo[d]))
             origin += h
         boxes.append(widths)
-    buffers = sum(count for _, count in tt.arrays())
+    buffers = sum(f.window if f.written else 1 for f, _ in tt.arrays())  # the levels fetched
     levels_out = sum(f.window for f in tt.stencil.written_fields)
     get, put, tile_get, tile_put = (Traffic(facts, itemsize, row) for _ in range(4))
     for box, times in _boxes(boxes):

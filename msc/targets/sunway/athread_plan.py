@@ -31,9 +31,13 @@ def check_chip(chip: str) -> str:
     return chip
 
 
+#: LDM bytes of the generated code's __thread_local words (reply counters and status word: 24), aligned.
+STATIC_LDM = 32
+
+
 def ldm_capacity(chip: str) -> int:
-    """LDM bytes per CPE that buffers may use: the chip's LDM less the stack reserve."""
-    return athread_emu.LDM_BYTES[check_chip(chip)] - athread_emu.STACK_RESERVE
+    """LDM bytes per CPE that buffers may use: the chip's LDM less the stack reserve and the static words."""
+    return athread_emu.LDM_BYTES[check_chip(chip)] - athread_emu.STACK_RESERVE - STATIC_LDM
 
 
 # -- the LDM plan of one statement --------------------------------------------
@@ -124,8 +128,9 @@ def tile_kernels(stencil: ir.StencilIR, tile: tuple[int, ...]) -> list[TileKerne
 class TimeTileKernel:
     """The slave function of a time tile: `depth` steps of every statement on
     one LDM block. A CPE fetches the tile plus a halo of depth x statements x
-    radius (clipped to the array) of every level of every written field (all
-    ring slots: the boundary ring comes with them) and of each input, computes
+    radius (clipped to the array) of the levels of every written field that
+    the first step reads (the slot it writes gets a copy of the newest level,
+    for the boundary ring that is fixed in time) and of each input, computes
     the steps in LDM on a region that shrinks by the radius per statement
     (overlapped tiles: neighbours compute their shared halo twice), and
     writes the tile of the levels later steps read back into the other set
