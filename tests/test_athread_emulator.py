@@ -22,7 +22,7 @@ FAULTS = [DATA / "faults_host.c", DATA / "faults_slave.c", DATA / "faults.h"]
 CHIPS = sorted(athread_emu.LDM_BYTES)
 # modes of tests/athread/faults.h
 LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG = range(7)
-STATIC_LDM, SYNC, DIRECT_LOAD, REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN = range(7, 13)
+STATIC_LDM, SYNC, DIRECT_LOAD, REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN, PUT_AT_BARRIER, RACE = range(7, 15)
 OMIT_NOTHING, OMIT_FIRST_GET_WAIT, OMIT_FINAL_PUT_WAIT = range(3)
 
 
@@ -165,6 +165,7 @@ def test_static_ldm_over_capacity(tmp_path):
         (PUT_REWRITTEN, 0, "(64 bytes) was written before the wait for it; on the chip the DMA engine may send"),
         (GET_OVERWRITTEN, 0, "CRTS_dma_iget: its LDM buffer 0x"),
         (GET_OVERWRITTEN, 0, "(64 bytes) was written at byte 8 before the wait for it"),
+        (PUT_AT_BARRIER, 0, "athread_syn: an CRTS_dma_iput of 8 bytes is not waited for at the barrier"),
     ],
 )
 def test_rule_violations_name_cpe_call_and_sizes(programs, mode, size, message):
@@ -177,12 +178,22 @@ def test_rule_violations_name_cpe_call_and_sizes(programs, mode, size, message):
 
 @pytest.mark.parametrize(
     "mode", [MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG, DIRECT_LOAD,
-             REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN]
+             REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN, PUT_AT_BARRIER, RACE]
 )
 def test_legal_versions_run(programs, mode):
     # no culprit: all 64 CPEs do the legal twin of the faulty call
     done = run_faults(programs["faults", "sw26010pro"], mode, 64, culprit=-1)
     assert done.returncode == 0 and "finished" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_a_get_and_a_put_of_the_same_words_with_no_barrier_are_a_race(programs, chip):
+    # every CPE puts a word and gets its neighbour's with no barrier: whichever of a pair comes first, the
+    # other is reported (a get of what was put, or a put of what was read); with the barrier all is well
+    done = run_faults(programs["faults", chip], RACE, 0, culprit=0)
+    assert done.returncode != 0
+    assert "with no barrier between: a missing athread_syn(ARRAY_SCOPE, ...) / athread_ssync_array()" in done.stderr
+    assert "CRTS_dma_get: reads byte " in done.stderr or "CRTS_dma_put: writes byte " in done.stderr
 
 
 def test_a_reply_word_on_the_stack_is_legal_on_sw26010_only(programs):

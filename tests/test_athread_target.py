@@ -83,7 +83,11 @@ def _run_case(seed: int, schedule: msc.Schedule | None, assert_matches) -> Athre
     assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, schedule))
     stats = kernel.last_run
     depth = schedule.time_depth if schedule else 0
-    assert stats.spawns == (-(-case.steps // depth) if depth else case.steps * len(case.stencil.ir.statements))
+    # a time tile spawns per tile of steps; a periodic stencil per statement (the MPE wraps its levels between);
+    # the rest once for the whole run
+    periodic = case.stencil.ir.boundary == "periodic"
+    assert stats.spawns == (-(-case.steps // depth) if depth else
+                            case.steps * len(case.stencil.ir.statements) if periodic else 1)
     assert 0 < stats.peak_ldm <= athread_emu.LDM_BYTES[chip_of(seed)]
     return kernel
 
@@ -210,16 +214,18 @@ def test_what_the_target_lacks_is_named(heat2d, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def _emit_and_break(stencil: msc.Stencil, directory: Path, schedule: msc.Schedule, wait: str) -> AthreadKernel:
-    """The emitted tree with the DMA wait `wait` deleted from slave.c, built with the emulator."""
-    stencil.emit("athread", directory, schedule=schedule, chip="sw26010")
+def _emit_and_break(stencil: msc.Stencil, directory: Path, schedule: msc.Schedule, wait: str,
+                    call: str = "MSC_WAIT", chip: str = "sw26010") -> AthreadKernel:
+    """The emitted tree with the statement `call(wait);` (a DMA wait by default) deleted from slave.c, built
+    with the emulator."""
+    stencil.emit("athread", directory, schedule=schedule, chip=chip)
     slave = directory / "slave.c"
     text = slave.read_text()
-    line = re.compile(rf"^\s*MSC_WAIT\({re.escape(wait)}\);.*\n", re.MULTILINE)
+    line = re.compile(rf"^\s*{call}\({re.escape(wait)}\);.*\n", re.MULTILINE)
     assert len(line.findall(text)) == 1, text
     slave.write_text(line.sub("", text))
-    athread_emu.build_tree(directory, "sw26010")
-    return AthreadKernel(stencil.ir, directory / stencil.name, "sw26010", schedule)
+    athread_emu.build_tree(directory, chip)
+    return AthreadKernel(stencil.ir, directory / stencil.name, chip, schedule)
 
 
 def test_a_missing_dma_wait_is_caught(heat2d, tmp_path):
@@ -242,6 +248,23 @@ def test_a_missing_dma_wait_is_caught(heat2d, tmp_path):
     athread_emu.build_tree(tmp_path / "ok", "sw26010")
     good = AthreadKernel(heat2d.ir, tmp_path / "ok" / "heat", "sw26010", schedule).run(steps=2, u=u, alpha=0.1)
     np.testing.assert_allclose(good["u"], expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_one_spawn_runs_every_step_and_a_missing_barrier_is_caught(heat2d, tmp_path, chip):
+    u = np.random.default_rng(5).random((40, 50))
+    expected = heat2d.reference(steps=3, u=u, alpha=0.1)["u"]
+    schedule = msc.Schedule().tile(x=4, y=16)
+    kernel = heat2d.compile(target="athread", schedule=schedule, chip=chip)
+    np.testing.assert_allclose(kernel.run(steps=3, u=u, alpha=0.1)["u"], expected, rtol=1e-12, atol=0)
+    assert kernel.last_run.spawns == 1  # the CPEs step through the run themselves
+    # without the array barrier between steps, a CPE fetches halo rows another CPE puts in the same step:
+    # caught whichever comes first (a get after the put, or the put after the get)
+    no_barrier = _emit_and_break(heat2d, tmp_path / "sync", schedule, "", call="MSC_SYNC", chip=chip)
+    with pytest.raises(EmulatorError, match=r"athread emulator: CPE \d+ .*: (reads|writes) byte \d+ of the buffer "
+                                            r"0x[0-9a-f]+, which CPE \d+ (put|read) with no barrier between: a missing "
+                                            r"athread_syn"):
+        no_barrier.run(steps=3, u=u, alpha=0.1)
 
 
 def test_an_ldm_smaller_than_the_code_assumed_is_reported(heat2d, tmp_path):

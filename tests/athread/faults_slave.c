@@ -61,6 +61,19 @@ void faults(void *raw) {
         if (culprit) fixed[1] = 0.0;
         CRTS_dma_wait_value(&reply, 1);
         break;
+    case PUT_AT_BARRIER:
+        fixed[0] = CRTS_tid;
+        CRTS_dma_iput(a.memory + SYNC_PUBLISHED + CRTS_tid, fixed, 8, &reply);
+        if (!culprit) CRTS_dma_wait_value(&reply, 1);
+        CRTS_ssync_array();
+        if (culprit) CRTS_dma_wait_value(&reply, 1);
+        break;
+    case RACE:
+        fixed[0] = CRTS_tid;
+        CRTS_dma_put(a.memory + SYNC_PUBLISHED + CRTS_tid, fixed, 8);
+        if (a.culprit < 0) CRTS_ssync_array();
+        CRTS_dma_get(fixed, a.memory + SYNC_PUBLISHED + (CRTS_tid + 1) % 64, 8);
+        break;
     case WAIT_TOO_LONG:
         CRTS_dma_iget(fixed, memory, 64, &reply);
         CRTS_dma_wait_value(&reply, culprit ? 2 : 1);

@@ -67,11 +67,25 @@ static size_t static_ldm; /* bytes of __thread_local variables in the slave's mo
 static unsigned long long spawns;
 
 /* Guarded main memory: whole pages made inaccessible while a kernel runs;
- * DMA reaches them through /proc/self/mem, which ignores page protection. */
+ * DMA reaches them through /proc/self/mem, which ignores page protection.
+ * Every 4-byte word of a guarded buffer also carries stamps of the last put
+ * that wrote it and the last get that read it: the CPE and the barrier counts
+ * it had passed (stamp_of), so a get of words another CPE put, or a put of
+ * words another CPE put or read, with no barrier between them is caught,
+ * whichever came first. */
 typedef struct {
     char *user, *start;
     size_t user_bytes, bytes;
+    uint64_t *stamps;  /* the last put of each 4-byte word of [user, user + user_bytes) */
+    uint64_t *readers; /* the last get of each word */
 } guard_t;
+
+/* Barriers completed: array-wide, and per row and column of the mesh. A put's stamp
+ * keeps the writer and these counts; a reader is ordered after it when a barrier
+ * both took part in has completed since (the array's, or their shared row's or column's). */
+static volatile uint64_t array_epoch, row_epoch[ATHREAD_EMU_MESH], col_epoch[ATHREAD_EMU_MESH];
+#define EPOCH_BITS 18
+#define EPOCH_MASK ((1ull << EPOCH_BITS) - 1)
 static guard_t guards[MAX_GUARDS];
 static int nguards;
 static int self_mem = -1;
@@ -154,6 +168,12 @@ static const guard_t *guard_of(const char *p) {
     return NULL;
 }
 
+static const guard_t *stamped_of(const char *p) {
+    for (int i = 0; i < nguards; i++)
+        if (p >= guards[i].user && p < guards[i].user + guards[i].user_bytes) return &guards[i];
+    return NULL;
+}
+
 static int overlaps_guard(const char *p, size_t len) {
     for (int i = 0; i < nguards; i++)
         if (p < guards[i].start + guards[i].bytes && p + len > guards[i].start) return 1;
@@ -184,24 +204,29 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
 int athread_emu_guard(void *ptr, size_t bytes) {
     if (!initialised) fail("athread_emu_guard", "athread_init was not called");
     if (running) fail("athread_emu_guard", "called while a kernel runs");
-    if (self_mem < 0) return -1;
     if (nguards == MAX_GUARDS) fail("athread_emu_guard", "more than %d guarded buffers", MAX_GUARDS);
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t start = ((uintptr_t)ptr + page - 1) / page * page, end = ((uintptr_t)ptr + bytes) / page * page;
-    if (end <= start) return 0; /* not a whole page: nothing to guard */
-    guard_t g = {(char *)ptr, (char *)start, bytes, end - start};
+    if (self_mem < 0 || end <= start) start = end = 0; /* no whole page, or no way around a protection */
+    guard_t g = {(char *)ptr, (char *)start, bytes, end - start, (uint64_t *)calloc(bytes / 4 + 1, sizeof(uint64_t)),
+                 (uint64_t *)calloc(bytes / 4 + 1, sizeof(uint64_t))};
+    if (!g.stamps || !g.readers) fail("athread_emu_guard", "out of memory for the stamps of %zu bytes", bytes);
     guards[nguards++] = g;
-    return 0;
+    return self_mem < 0 ? -1 : 0;
 }
 
 void athread_emu_unguard_all(void) {
     if (running) fail("athread_emu_unguard_all", "called while a kernel runs");
+    for (int i = 0; i < nguards; i++) {
+        free(guards[i].stamps);
+        free(guards[i].readers);
+    }
     nguards = 0;
 }
 
 static void protect_guards(int prot) {
     for (int i = 0; i < nguards; i++)
-        if (mprotect(guards[i].start, guards[i].bytes, prot) != 0)
+        if (guards[i].bytes && mprotect(guards[i].start, guards[i].bytes, prot) != 0)
             fail("athread_spawn", "mprotect of the guarded buffer %p failed", (void *)guards[i].user);
 }
 
@@ -316,6 +341,7 @@ int __real_athread_spawn(void *func, void *arg, const char *name) {
     spawned_name = name;
     running = 1;
     spawns++;
+    array_epoch++; /* the join before and this spawn order every CPE's transfers */
     protect_guards(PROT_NONE);
     for (int i = 0; i < ATHREAD_EMU_CPES; i++)
         if (pthread_create(&cpes[i].thread, NULL, cpe_main, &cpes[i]) != 0)
@@ -358,14 +384,70 @@ int athread_get_id(int core) {
     return need_cpe("athread_get_id")->id;
 }
 
+/* A barrier, then its count advanced by one member, then a second wait: every member sees the new count. */
+static void barrier(pthread_barrier_t *b, volatile uint64_t *count) {
+    if (pthread_barrier_wait(b) == PTHREAD_BARRIER_SERIAL_THREAD) *count += 1;
+    pthread_barrier_wait(b);
+}
+
 int athread_syn(scope sc, int mask) {
     cpe_t *c = need_cpe("athread_syn");
     (void)mask;
-    if (sc == ARRAY_SCOPE) pthread_barrier_wait(&array_barrier);
-    else if (sc == ROW_SCOPE) pthread_barrier_wait(&row_barrier[c->id / ATHREAD_EMU_MESH]);
-    else if (sc == COL_SCOPE) pthread_barrier_wait(&col_barrier[c->id % ATHREAD_EMU_MESH]);
+    for (int k = 0; k < c->npending; k++)
+        if (c->pending[k].put)
+            fail("athread_syn", "an %s of %zu bytes is not waited for at the barrier: CPEs past it may read main "
+                 "memory before the put lands", c->pending[k].call, c->pending[k].len);
+    const int row = c->id / ATHREAD_EMU_MESH, col = c->id % ATHREAD_EMU_MESH;
+    if (sc == ARRAY_SCOPE) barrier(&array_barrier, &array_epoch);
+    else if (sc == ROW_SCOPE) barrier(&row_barrier[row], &row_epoch[row]);
+    else if (sc == COL_SCOPE) barrier(&col_barrier[col], &col_epoch[col]);
     else fail("athread_syn", "unknown scope %d", (int)sc);
     return 0;
+}
+
+/* ---- ordering of puts and gets between CPEs ----------------------------- */
+
+static uint64_t stamp_of(const cpe_t *c) {
+    const int row = c->id / ATHREAD_EMU_MESH, col = c->id % ATHREAD_EMU_MESH;
+    return (uint64_t)(c->id + 1) << (3 * EPOCH_BITS) | (array_epoch & EPOCH_MASK) << (2 * EPOCH_BITS) |
+           (row_epoch[row] & EPOCH_MASK) << EPOCH_BITS | (col_epoch[col] & EPOCH_MASK);
+}
+
+/* Whether this CPE is ordered after the put that left `stamp` (or none did). */
+static int ordered_after(const cpe_t *c, uint64_t stamp) {
+    const int writer = (int)(stamp >> (3 * EPOCH_BITS)) - 1;
+    if (writer < 0 || writer == c->id) return 1;
+    if (((stamp >> (2 * EPOCH_BITS)) & EPOCH_MASK) != (array_epoch & EPOCH_MASK)) return 1;
+    const int row = c->id / ATHREAD_EMU_MESH, col = c->id % ATHREAD_EMU_MESH;
+    if (writer / ATHREAD_EMU_MESH == row && ((stamp >> EPOCH_BITS) & EPOCH_MASK) != (row_epoch[row] & EPOCH_MASK))
+        return 1;
+    if (writer % ATHREAD_EMU_MESH == col && (stamp & EPOCH_MASK) != (col_epoch[col] & EPOCH_MASK)) return 1;
+    return 0;
+}
+
+/* Check and stamp the words of a transfer's main-memory blocks that lie in guarded buffers: a get of words
+ * another CPE put, or a put of words another CPE put or read, with no barrier between is a race on the chip. */
+static void order_words(cpe_t *c, const char *call, int put, char *mem, size_t len, size_t bsize, size_t stride) {
+    size_t nblocks = bsize ? len / bsize : 1, block = bsize ? bsize : len;
+    const uint64_t mine = stamp_of(c);
+    for (size_t b = 0; b < nblocks; b++) {
+        char *start = mem + b * (block + stride);
+        const guard_t *g = stamped_of(start);
+        for (size_t at = 0; at < block; at += 4) {
+            if (!g || start + at >= g->user + g->user_bytes) g = stamped_of(start + at);
+            if (!g) continue;
+            const size_t word = (size_t)(start + at - g->user) / 4;
+            uint64_t *stamp = &g->stamps[word], *reader = &g->readers[word];
+            const uint64_t other = !ordered_after(c, *stamp) ? *stamp : put && !ordered_after(c, *reader) ? *reader : 0;
+            if (other)
+                fail(call, "%s byte %td of the buffer %p, which CPE %d %s with no barrier between: a missing "
+                     "athread_syn(ARRAY_SCOPE, ...) / athread_ssync_array() (a race on the chip)",
+                     put ? "writes" : "reads", start + at - g->user, (void *)g->user,
+                     (int)(other >> (3 * EPOCH_BITS)) - 1, other == *stamp ? "put" : "read");
+            if (put) *stamp = mine;
+            else *reader = mine;
+        }
+    }
 }
 
 /* ---- LDM ---------------------------------------------------------------- */
@@ -533,6 +615,7 @@ static void issue(int put, const char *call, void *ldm, void *mem, int len, void
         if (!t.sent) fail(call, "out of memory for the put's copy (%d bytes)", len);
         memcpy(t.sent, ldm, (size_t)len);
     }
+    order_words(c, call, put, (char *)mem, (size_t)len, (size_t)bsize, (size_t)stride);
     c->pending[c->npending++] = t;
     c->transfers++;
     c->dma_blocks += bsize ? (unsigned long long)(len / bsize) : 1;

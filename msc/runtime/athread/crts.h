@@ -22,6 +22,7 @@ typedef volatile int crts_rply_t;
     athread_emu_put("CRTS_dma_iput_stride", PE_MODE, (src), (dst), (len), (void *)(reply), (stride), (bsize))
 #define CRTS_dma_wait_value(reply, n) athread_emu_wait("CRTS_dma_wait_value", (void *)(reply), (n))
 #define CRTS_ssync_array() athread_syn(ARRAY_SCOPE, 0xffff)
+#define athread_ssync_array() athread_syn(ARRAY_SCOPE, 0xffff)
 #define CRTS_ssync_row() athread_syn(ROW_SCOPE, 0xff)
 #define CRTS_ssync_col() athread_syn(COL_SCOPE, 0xff)
 

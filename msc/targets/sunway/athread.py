@@ -158,15 +158,22 @@ class AthreadTarget:
             slaves = [_slave(tk, stencil, printer, unroll, itemsize, suffix) for tk in kernels
                       if isinstance(tk, TileKernel)]
             members = [f"{'const ' if lv['const'] else ''}real *{lv['member']};" for lv in levels]
+            members += [f"real *{field_name(f.name)}_ring;" for f in stencil.written_fields]
+            members += ["long t0, steps, V; /* a persistent run: its first step, steps and points per level */"]
         args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
                       cpes=CPES, **common)
+        steps = _host_steps(poly, suffix)
+        # one spawn per run, the steps on the CPEs, unless the MPE wraps periodic levels between statements
+        persistent = time_tile is None and all(step["spawn"] for step in steps)
+        run = dict(function=f"msc_slave_run{suffix}", written=[field_name(f.name) for f in stencil.written_fields]
+                   ) if persistent else None
         slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
-                       int_helpers=int_helpers(), cpes=CPES, params=params, **common)
+                       int_helpers=int_helpers(), cpes=CPES, params=params, run=run, levels=levels, **common)
         signature = ctarget.signature(stencil)
         entries = [dict(name=f"{ENTRY}{suffix}", parameters=signature.c_parameters(), box=False)]
         if box:
             entries.append(dict(name=f"{BOX_ENTRY}{suffix}", parameters=signature.c_parameters(box=True), box=True))
-        host = render("athread_host.c.j2", steps=_host_steps(poly, suffix), fields=_host_fields(stencil), cpes=CPES,
+        host = render("athread_host.c.j2", steps=steps, run=run, fields=_host_fields(stencil), cpes=CPES,
                       entries=entries, levels=levels, params=params, radius=list(stencil.radius),
                       time_tile=time_tile, **common)
         return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
