@@ -354,9 +354,67 @@ def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], it
         statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
                                body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
     total = offset + math.prod(tt.tile)
-    return dict(function=tt.function + suffix, tile=list(tt.tile), depth=tt.depth, statements=statements, arrays=arrays,
-                out_offset=offset, elements=total, bytes=total * itemsize, nst=len(stencil.statements),
-                written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields])
+    values = dict(function=tt.function + suffix, tile=list(tt.tile), depth=tt.depth, statements=statements,
+                  arrays=arrays, out_offset=offset, elements=total, bytes=total * itemsize, nst=len(stencil.statements),
+                  written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields],
+                  streamed=False)
+    return _streamed_time_tile(tt, values, printer, unroll, itemsize) if tt.streamed else values
+
+
+def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: CPrinter, unroll: dict[int, int],
+                        itemsize: int) -> dict[str, Any]:
+    """What the template needs for a 2D time tile streamed along x (TimeTileKernel.rings): per field its
+    rings' offsets and lengths, per statement the row pointers of its reads (ring j + dt + window - 1 of a
+    written field at row x + dx), and the row's compute."""
+    stencil = tt.stencil
+    rings = tt.rings()
+    fields = []
+    for f, _ in tt.arrays():
+        mine = [r for r in rings if r.field == f.name]
+        fields.append(dict(field=field_name(f.name), written=f.written, window=f.window if f.written else 0,
+                           slots=f.slots, offsets=[r.offset for r in mine], lengths=[r.length for r in mine]))
+    by_field = {f["field"]: f for f in fields}
+
+    def ring(name: str, dt: int | None, x: str) -> str:
+        f = by_field[field_name(name)]
+        if not f["written"]:
+            return f"msc_ring(ldm, {f['offsets'][0]}, {f['lengths'][0]}, {x})"
+        kk = f"j + {dt + f['window'] - 1}"
+        return f"msc_ring(ldm, msc_off_{f['field']}[{kk}], msc_len_{f['field']}[{kk}], {x})"
+
+    statements = []
+    for n, st in enumerate(stencil.statements):
+        block, rows = compute_time_tile_row(st, unroll)
+        pointers = [f"const real *restrict {name} = {ring(a_name, dt, f'x + {dx}' if dx else 'x')};"
+                    for name, (a_name, dt, dx) in rows.items()]
+        target = by_field[field_name(st.target)]
+        statements.append(dict(index=n, target=st.target, line=st.loc, field=target["field"],
+                               window=target["window"], slots=target["slots"], pointers=pointers,
+                               out=ring(st.target, 1, "x"),
+                               boundary=f"msc_ring(ldm, {target['offsets'][target['window'] - 1]}, "
+                                        f"{target['lengths'][target['window'] - 1]}, x)"
+                               if st.target in tt.boundary_from_newest() else ring(st.target, 0, "x"),
+                               body=printer.lines(block, 7)))
+    total = rings[-1].offset + rings[-1].length * tt.extent()[1] + 2 * tt.tile[1]
+    return dict(values, streamed=True, fields=fields, statements=statements, row=tt.extent()[1],
+                out_offset=total - 2 * tt.tile[1], elements=total, bytes=total * itemsize)
+
+
+def compute_time_tile_row(st: ir.Statement, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int | None,
+                                                                                                    int]]]:
+    """The kernel IR of one row x of a statement in a streamed 2D time tile: columns lo1 <= i1 < hi1 of the
+    output row r_out, each read from its level's row x + dx (pointer r_<array>_<dx>) at column i1 + dy; rows
+    hold the box's columns b1 <= i1 < b1 + w1. Also each row pointer's (field, dt, dx)."""
+    loads, rows = [], {}
+    for a in dict.fromkeys(st.reads):
+        dx, dy = a.offsets
+        name = f"r_{array_name(a.name, a.dt)}_{'m' if dx < 0 else 'p'}{abs(dx)}"
+        rows[name] = (a.name, a.dt, dx)
+        index = f"(i1 {'+' if dy >= 0 else '-'} {abs(dy)} - b1)" if dy else "(i1 - b1)"
+        loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
+    node = k.Assign(k.Ref("r_out", "(i1 - b1)", k.Space.LOCAL), st.expr, tuple(loads), st.target, ("x", "i1"))
+    loop = k.Loop("i1", "lo1", "i1 < hi1", k.Block((node,)), dim=1, unroll=unroll.get(1, 0))
+    return k.Block((loop,)), dict(sorted(rows.items()))
 
 
 def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:

@@ -248,13 +248,21 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: Ch
         boxes.append(widths)
     buffers = sum(f.window if f.written else 1 for f, _ in tt.arrays())  # the levels fetched
     levels_out = sum(f.window for f in tt.stencil.written_fields)
-    get, put, tile_get, tile_put = (Traffic(facts, itemsize, row) for _ in range(4))
+    get, put, tile_get, tile_put, fill = (Traffic(facts, itemsize, row) for _ in range(5))
+
+    def move(traffic: Traffic, extent: tuple[int, ...], times: int) -> None:
+        if tt.streamed:  # a row at a time, each one contiguous block
+            traffic.box(extent[1:], times * extent[0])
+        else:
+            traffic.box(extent, times)
+
     for box, times in _boxes(boxes):
-        get.box(box, buffers * times)
+        move(get, box, buffers * times)
     for box, times in _boxes(sizes):
-        put.box(box, levels_out * times)
-    tile_get.box(tt.extent(), buffers)
-    tile_put.box(tt.tile, levels_out)
+        move(put, box, levels_out * times)
+    move(tile_get, tt.extent(), buffers)
+    move(tile_put, tt.tile, levels_out)
+    move(fill, (1, *tt.extent()[1:]) if tt.streamed else tt.extent(), buffers)
     per_cpe = math.ceil(tiles / athread_emu.CPES)
     nst = len(tt.stencil.statements)
     points = 0  # computed by one full tile (its region shrinks by the radius per statement)
@@ -263,8 +271,8 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: Ch
     cpes = athread_emu.CPES
     return Counts(get.bytes, put.bytes, get.transfers + put.transfers, get.blocks + put.blocks,
                   get.seconds + put.seconds, tiles, per_cpe * (tile_get.seconds + tile_put.seconds) * cpes,
-                  per_cpe * (tile_get.transfers + tile_put.transfers), per_cpe * points, tile_get.seconds * cpes,
-                  tile_get.transfers)
+                  per_cpe * (tile_get.transfers + tile_put.transfers), per_cpe * points,
+                  per_cpe * fill.seconds * cpes, per_cpe * fill.transfers)
 
 
 def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: str) -> Prediction:
@@ -279,15 +287,19 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
     minimum = (len(levels) + len(stencil.statements)) * math.prod(n) * itemsize
     ldm = max(tk.ldm_bytes(itemsize) for tk in kernels)
     fixed = facts.transfer_us * 1e-6
-    if isinstance(kernels[0], TimeTileKernel):  # single-buffered: fetch, compute `depth` steps, write back
+    if isinstance(kernels[0], TimeTileKernel):
         tt, depth = kernels[0], full.time_depth
         c = time_tile_counts(tt, n, row, facts, itemsize)
         t_dma = c.cpe_seconds + c.cpe_transfers * fixed
         work = sum(flops(st) for st in stencil.statements) / len(stencil.statements)
         t_compute = c.cpe_points * work / (facts.cpe_gflops * 1e9)
+        # streamed (2D): the next row's fetch overlaps this row's stages, after each tile's first row; else
+        # single-buffered: fetch, compute `depth` steps, write back
+        t_step = (max(t_dma, t_compute) + c.tile_get_seconds + c.tile_get_transfers * fixed if tt.streamed
+                  else t_dma + t_compute)
         return Prediction(full, chip, math.prod(n), c.get_bytes / depth, c.put_bytes / depth, c.transfers / depth,
                           c.blocks / depth, c.seconds / depth, ldm, minimum, t_dma / depth, t_compute / depth,
-                          (t_dma + t_compute) / depth)
+                          t_step / depth)
     get = put = transfers = blocks = 0
     moving = dma = compute = step = 0.0
     for tk in kernels:
@@ -306,13 +318,16 @@ TIME_DEPTHS = (2, 4, 8)
 
 
 def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: str) -> list[Schedule]:
-    """Tile shapes of powers of two (and the whole interior) per dimension whose buffers fit the LDM,
+    """Tile shapes of powers of two (and the whole interior) per dimension, along the rows also three times
+    powers of two (a row as long as the LDM allows moves the longest DMA blocks), whose buffers fit the LDM,
     as spatial tiles and (dirichlet stencils) as time tiles of TIME_DEPTHS steps."""
     itemsize = 4 if stencil.dtype == "float32" else 8
     n = interior(stencil, shape)
     options = []
-    for extent in n:
+    for d, extent in enumerate(n):
         sizes = {1 << k for k in range(max(extent, 1).bit_length()) if 1 << k <= extent} | {extent}
+        if d == len(n) - 1:
+            sizes |= {3 << k for k in range(max(extent, 1).bit_length()) if 3 << k <= extent}
         options.append(sorted(sizes))
     depths = (0, *TIME_DEPTHS) if stencil.boundary == "dirichlet" else (0,)
     out = []

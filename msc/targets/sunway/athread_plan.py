@@ -135,7 +135,8 @@ class TimeTileKernel:
     (overlapped tiles: neighbours compute their shared halo twice), and
     writes the tile of the levels later steps read back into the other set
     of ring buffers (the MPE keeps two, so no CPE overwrites what another
-    still fetches)."""
+    still fetches). In 2D the box is streamed along x instead (`rings`): the
+    same stages, a row at a time, each level in flight a ring of rows."""
 
     stencil: ir.StencilIR
     tile: tuple[int, ...]
@@ -154,13 +155,81 @@ class TimeTileKernel:
         read = {a.name for st in self.stencil.statements for a in st.reads}
         return [(f, f.slots if f.written else 1) for f in self.stencil.fields if f.written or f.name in read]
 
+    @property
+    def streamed(self) -> bool:
+        """2D time tiles stream along x (`rings`); 1D and 3D ones hold whole boxes."""
+        return len(self.tile) == 2
+
+    @property
+    def stages(self) -> int:
+        """The statements a full-depth tile computes, one after another: stage c = j x statements + s."""
+        return self.depth * len(self.stencil.statements)
+
+    def boundary_from_newest(self) -> set[str]:
+        """Written fields whose statement does not read the field's level t: it copies the boundary ring of
+        each row it makes from the newest fetched level (the others copy it from level t, whose row it reads)."""
+        return {st.target for st in self.stencil.statements
+                if not any(a.name == st.target and a.dt == 0 for a in st.reads)}
+
+    def rings(self) -> list[Ring]:
+        """A streamed time tile's LDM: a ring of rows for every level in flight (see Ring)."""
+        stencil, r0 = self.stencil, self.stencil.radius[0]
+        nst = len(stencil.statements)
+        writer = {st.target: n for n, st in enumerate(stencil.statements)}
+        last_reader: dict[tuple[str, int | None], int] = {}  # (field, k) -> the last stage that reads it
+        for n, st in enumerate(stencil.statements):
+            for a in st.reads:
+                f = stencil.field(a.name)
+                for j in range(self.depth):
+                    key = (a.name, j + a.dt + f.window - 1) if f.written else (a.name, None)
+                    last_reader[key] = max(last_reader.get(key, -1), j * nst + n)
+        out, offset, row = [], 0, self.extent()[1]
+        for f, _ in self.arrays():
+            if not f.written:
+                levels: list[tuple[int | None, int]] = [(None, -1)]
+            else:
+                levels = [(kk, -1) for kk in range(f.window)]
+                levels += [(kk, (kk - f.window) * nst + writer[f.name])
+                           for kk in range(f.window, f.window + self.depth)]
+            for kk, producer in levels:
+                last = last_reader.get((f.name, kk), producer)
+                if producer < 0:  # fetched a row ahead; the newest level may serve the stages' boundary ring
+                    if kk == f.window - 1 and f.name in self.boundary_from_newest():
+                        last = self.stages - 1
+                    length = (last + 2) * r0 + 2
+                else:
+                    length = max(last - producer, 0) * r0 + r0 + 1 if last > producer else 1
+                out.append(Ring(f.name, kk, length, offset))
+                offset += length * row
+        return out
+
     def buffers(self) -> list[k.Buffer]:
-        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
         written = ", ".join(f.name for f in self.stencil.written_fields)
+        if self.streamed:
+            rings = self.rings()
+            rows = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL,
+                             (sum(r.length for r in rings if r.field == f.name), self.extent()[1]), f.name)
+                    for f, _ in self.arrays()]
+            return rows + [k.Buffer("l_out", k.Space.LOCAL, (2, self.tile[1]), f"{written} (output rows)")]
+        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
         return out + [k.Buffer("l_out", k.Space.LOCAL, self.tile, f"{written} (output staging)")]
 
     def ldm_bytes(self, itemsize: int) -> int:
         return sum((b.points() or 0) for b in self.buffers()) * itemsize
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Rows of one level of `field` in a streamed time tile: level k (t = step + k - window + 1; k < window are
+    fetched, a row ahead of the stages; the others computed by stage (k - window) x statements + s) or, k None,
+    an input. Row x of the box lives in row x mod `length`, `offset` elements into the LDM block. A ring holds
+    the rows its last reading stage still needs when its producer writes a new one; the newest fetched level's
+    also the rows every stage copies its boundary ring from."""
+
+    field: str
+    k: int | None
+    length: int
+    offset: int
 
 
 SlaveKernel = TileKernel | TimeTileKernel
