@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from msc.errors import CacheWarning, CompileError, EmitError
+from msc.version import __version__
 
 DEFAULT_CC = "gcc"
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11")
@@ -288,3 +289,16 @@ def write_tree(directory: Path, files: dict[str, str]) -> Path:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return directory
+
+
+def generator_fingerprint() -> str:
+    """A hash of the code generator's own sources (targets, passes, printers, templates, IR, PolyIR,
+    schedules, the platforms' cost models): a changed generator never reuses an indexed kernel or a
+    tuning choice."""
+    package = Path(__file__).resolve().parents[1]
+    files = sorted(p for layer in ("ir", "poly", "codegen", "targets") for p in (package / layer).rglob("*")
+                   if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
+    h = hashlib.sha256(__version__.encode())
+    for f in files:
+        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()

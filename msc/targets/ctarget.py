@@ -38,6 +38,7 @@ from msc.runtime.build import (
     atomic_write_text,
     build_shared_library,
     cache_dir,
+    generator_fingerprint,
     host_identity,
     is_intact,
     write_tree,
@@ -299,18 +300,6 @@ def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[s
 # -- the kernel index: (target, IR, schedule text, generator, compiler, host) -> built library
 
 @functools.lru_cache(maxsize=1)
-def generator_fingerprint() -> str:
-    """A hash of the code generator's own sources (targets, passes, printers,
-    templates, IR, PolyIR, schedules): a changed generator never reuses an indexed kernel."""
-    package = Path(__file__).resolve().parents[1]
-    files = sorted(p for layer in ("ir", "poly", "codegen", "targets") for p in (package / layer).rglob("*")
-                   if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
-    h = hashlib.sha256(__version__.encode())
-    for f in files:
-        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def ir_text(stencil: ir.StencilIR) -> str:
     """The IR as stable text, without source locations (they change no generated code)."""
     statements = [(s.target, s.expr) for s in stencil.statements]

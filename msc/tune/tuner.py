@@ -45,7 +45,7 @@ from msc.errors import CacheWarning, MscError, NonFiniteWarning, ScheduleError
 from msc.ir.arguments import bind_arguments
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, lower, parse_schedule
-from msc.runtime.build import atomic_write_text, cache_dir, host_identity
+from msc.runtime.build import atomic_write_text, cache_dir, generator_fingerprint, host_identity
 from msc.version import __version__
 
 if TYPE_CHECKING:
@@ -149,7 +149,9 @@ def _key(poly: PolyIR, shape: tuple[int, ...], threads: int, kinds: str, trial_s
     stencil = poly.ir
     text = repr((stencil.ndim, stencil.fields, stencil.params,
                  [(s.target, s.expr) for s in stencil.statements], stencil.boundary, stencil.dtype))
-    h = hashlib.sha256("\0".join([text, str(shape), str(threads), kinds, str(trial_steps), platform, host_identity(), __version__]).encode())
+    parts = [text, str(shape), str(threads), kinds, str(trial_steps), platform, host_identity(), __version__,
+             generator_fingerprint()]  # a changed generator or cost model decides afresh
+    h = hashlib.sha256("\0".join(parts).encode())
     return h.hexdigest()[:24]
 
 
