@@ -250,3 +250,20 @@ def test_sunway_build_is_the_default():
 def test_unknown_chip_is_refused(tmp_path):
     with pytest.raises(CompileError, match="athread chip must be one of"):
         build("jacobi", JACOBI, tmp_path, "sw9")
+
+
+def test_the_pros_data_cache_is_counted_against_the_ldm(tmp_path):
+    # 64 KB of the Pro's LDM configured as data cache: what fitted without it is refused (NULL), and the
+    # message names the cache; SW26010 has no such cache and will not build with one
+    ldm, cache = athread_emu.LDM_BYTES["sw26010pro"], 64 * 1024
+    program = athread_emu.build(FAULTS, tmp_path / "pro", host_srcs=["faults_host.c"], slave_srcs=["faults_slave.c"],
+                                target="faults", chip="sw26010pro", ldm_cache=cache)
+    size = ldm - athread_emu.STACK_RESERVE - 1024
+    done = run_faults(program, LDM_MALLOC, size)
+    assert done.returncode != 0
+    assert f"ldm_malloc({size}) exceeds the LDM: {ldm} bytes on sw26010pro" in done.stderr
+    assert f"data cache {cache}" in done.stderr
+    assert run_faults(program, LDM_MALLOC, size - cache).returncode == 0
+    with pytest.raises(CompileError, match="only the SW26010-Pro shares its LDM with a data cache"):
+        athread_emu.build(FAULTS, tmp_path / "sw", host_srcs=["faults_host.c"], slave_srcs=["faults_slave.c"],
+                          target="faults", chip="sw26010", ldm_cache=cache)

@@ -55,9 +55,11 @@ def build(
     chip: str = "sw26010pro",
     defs: Iterable[str] = (),
     shared: bool = False,
+    ldm_cache: int = 0,
 ) -> Path:
     """Copy `sources` into `workdir` and build them there with `make EMULATE=1`; return the program,
-    or with `shared` the library `lib<target>.so` (host entry points are then the caller's to name)."""
+    or with `shared` the library `lib<target>.so` (host entry points are then the caller's to name).
+    `ldm_cache`: bytes of each CPE's LDM configured as data cache (SW26010-Pro only)."""
     if chip not in LDM_BYTES:
         raise CompileError(f"athread chip must be one of {sorted(LDM_BYTES)}, not {chip!r}")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,7 @@ def build(
         "make", "-s", "-f", str(MAKEFILE), "-C", str(workdir), "EMULATE=1",
         f"CHIP={chip}", f"TARGET={target}",
         "HOST_SRCS=" + " ".join(host_srcs), "SLAVE_SRCS=" + " ".join(slave_srcs),
-        "DEFS=" + " ".join(defs), f"SHARED={int(shared)}",
+        "DEFS=" + " ".join(defs), f"SHARED={int(shared)}", f"LDM_CACHE={ldm_cache}",
     ]  # fmt: skip
     done = subprocess.run(command, check=False, capture_output=True, text=True)
     if done.returncode != 0:

@@ -126,7 +126,9 @@ static cpe_t *need_cpe(const char *call) {
     return c;
 }
 
-static size_t ldm_in_use(const cpe_t *c) { return static_ldm + ATHREAD_EMU_STACK_RESERVE + c->heap_used; }
+static size_t ldm_in_use(const cpe_t *c) {
+    return ATHREAD_EMU_LDM_CACHE + static_ldm + ATHREAD_EMU_STACK_RESERVE + c->heap_used;
+}
 
 /* ---- the module's thread-local block (static LDM) ---------------------- */
 
@@ -322,9 +324,10 @@ static void *cpe_main(void *arg) {
     c->npending = 0;
     if (ldm_in_use(c) > c->arena_size)
         fail("athread_spawn",
-             "LDM over capacity before any ldm_malloc: __thread_local variables %zu + stack reserve %d = %zu "
-             "bytes > %d bytes of LDM on %s",
-             static_ldm, ATHREAD_EMU_STACK_RESERVE, ldm_in_use(c), ATHREAD_EMU_LDM_BYTES, ATHREAD_EMU_CHIP);
+             "LDM over capacity before any ldm_malloc: __thread_local variables %zu + stack reserve %d + data cache "
+             "%d = %zu bytes > %d bytes of LDM on %s",
+             static_ldm, ATHREAD_EMU_STACK_RESERVE, ATHREAD_EMU_LDM_CACHE, ldm_in_use(c), ATHREAD_EMU_LDM_BYTES,
+             ATHREAD_EMU_CHIP);
     if (ldm_in_use(c) > c->peak_ldm) c->peak_ldm = ldm_in_use(c);
     spawned_func(spawned_arg);
     if (c->npending)
@@ -477,9 +480,10 @@ void *ldm_malloc(size_t size) {
     if (ldm_in_use(c) + rounded > c->arena_size) { /* as on the chip: NULL, for the caller to check */
         fprintf(stderr,
                 "athread emulator: CPE %d in kernel '%s': ldm_malloc: ldm_malloc(%zu) exceeds the LDM: %d bytes on "
-                "%s, already in use %zu (__thread_local %zu + stack reserve %d + ldm_malloc %zu); it returns NULL\n",
+                "%s, already in use %zu (__thread_local %zu + stack reserve %d + data cache %d + ldm_malloc %zu); "
+                "it returns NULL\n",
                 c->id, spawned_name, size, ATHREAD_EMU_LDM_BYTES, ATHREAD_EMU_CHIP, ldm_in_use(c), static_ldm,
-                ATHREAD_EMU_STACK_RESERVE, c->heap_used);
+                ATHREAD_EMU_STACK_RESERVE, ATHREAD_EMU_LDM_CACHE, c->heap_used);
         return NULL;
     }
     if (c->nallocs == MAX_ALLOCS) fail("ldm_malloc", "more than %d live ldm_malloc blocks", MAX_ALLOCS);

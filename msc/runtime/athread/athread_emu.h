@@ -25,6 +25,15 @@ extern "C" {
 /* 1 on SW26010-Pro (known by its LDM size): the rules that differ between the chips */
 #define ATHREAD_EMU_PRO (ATHREAD_EMU_LDM_BYTES > 64 * 1024)
 
+/* SW26010-Pro: bytes of each CPE's LDM configured as data cache, which LDM variables, the stack and
+ * ldm_malloc cannot use (the Makefile's LDM_CACHE). SW26010 has no such cache. */
+#ifndef ATHREAD_EMU_LDM_CACHE
+#define ATHREAD_EMU_LDM_CACHE 0
+#endif
+#if ATHREAD_EMU_LDM_CACHE && !ATHREAD_EMU_PRO
+#error "ATHREAD_EMU_LDM_CACHE: only the SW26010-Pro shares its LDM with a data cache"
+#endif
+
 #define ATHREAD_EMU_CPES 64
 #define ATHREAD_EMU_MESH 8
 
