@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from stencil_gen import generate
 from test_schedules import random_schedule
@@ -264,3 +265,31 @@ def test_a_measuring_platform_with_a_cost_model_times_only_what_it_ranks_best(tm
         kernel.run(steps=case.steps, **case.inputs)
         assert {dict(s.tiles).get("x") for s in compiled} == expected | {None}, platform.name
         assert len(expected) == (TIMED - 1 if platform.name == "ranked" else len(widths))
+
+
+@pytest.mark.parametrize("target, options", [("openmp", {}), ("serial", {}), ("cuda", {"emulate": True}),
+                                             ("athread", {"chip": "sw26010"})])
+def test_a_time_tile_without_sizes_gets_the_platforms_tile(target, options, tmp_path):
+    """time_tile(d) names no sizes: each target fills in its platform's default tile (a C or CUDA kernel
+    records the schedule it was built with), and the result is the reference's; lowering such a schedule
+    without a target says a target chooses the sizes."""
+    from msc.poly.schedule import lower
+
+    @msc.stencil
+    def heat(u, alpha):
+        u[msc.t + 1, msc.x, msc.y] = u[msc.t, msc.x, msc.y] + alpha * (
+            u[msc.t, msc.x - 1, msc.y] + u[msc.t, msc.x + 1, msc.y] + u[msc.t, msc.x, msc.y - 1]
+            + u[msc.t, msc.x, msc.y + 1] - 4 * u[msc.t, msc.x, msc.y])
+
+    schedule = msc.Schedule().time_tile(4)
+    assert str(schedule) == "Schedule().time_tile(4)"
+    u = np.random.default_rng(9).random((30, 41))
+    kernel = heat.compile(target=target, schedule=schedule, **options)
+    result = kernel.run(steps=9, u=u, alpha=0.1)
+    np.testing.assert_allclose(result["u"], heat.reference(steps=9, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    if target != "athread":  # the athread target completes it inside, per chip
+        assert kernel.schedule.time_depth == 4 and kernel.schedule.tiles, kernel.schedule
+    if target != "serial":  # (which compiles in process only)
+        heat.emit(target, tmp_path / target, schedule=schedule, **{k: v for k, v in options.items() if k != "emulate"})
+    with pytest.raises(ScheduleError, match=r"time_tile\(4\) names no sizes: a target chooses them"):
+        lower(schedule, heat.poly())

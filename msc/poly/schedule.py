@@ -54,12 +54,11 @@ class Schedule:
 
     def time_tile(self, depth: int, **sizes: int) -> Schedule:
         """Tile time by `depth` steps and the named space dimensions, with skewed
-        (parallelogram) tiles executed in wavefronts: time_tile(8, x=32)."""
+        (parallelogram) tiles executed in wavefronts: time_tile(8, x=32). With no
+        sizes, time_tile(8), the target chooses the tile (its platform's default)."""
         if not isinstance(depth, int) or depth < 1:
             raise ScheduleError(f"time_tile depth must be a positive integer, got {depth!r}")
         _check_sizes("time_tile", sizes)
-        if not sizes:
-            raise ScheduleError("time_tile needs at least one space dimension to tile, e.g. time_tile(8, x=32)")
         if self.tiles and not self.time_depth:
             raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
         return replace(self, tiles=tuple(sizes.items()), time_depth=depth)
@@ -143,7 +142,7 @@ class Schedule:
     def describe(self) -> str:
         parts = []
         if self.time_depth:
-            parts.append(f"time_tile({self.time_depth}, {_kw(self.tiles)})")
+            parts.append(f"time_tile({', '.join([str(self.time_depth), *([_kw(self.tiles)] if self.tiles else [])])})")
         elif self.tiles:
             parts.append(f"tile({_kw(self.tiles)})")
         if self.order:
@@ -268,6 +267,9 @@ def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
             f"stencil '{stencil.name}': time_tile needs a dirichlet boundary (a periodic level is "
             "wrapped as a whole after each step, which no time tile can contain)"
         )
+    if schedule.time_depth and not tiles:
+        raise ScheduleError(f"time_tile({schedule.time_depth}) names no sizes: a target chooses them when it "
+                            "compiles or emits the stencil (lower a schedule with sizes, e.g. time_tile(8, x=32))")
     build = _time_tiled if schedule.time_depth else _space_tiled
     names, rows = build(schedule, poly, tiles)
     text = "; ".join(f"{poly.instance(st)} -> [{', '.join(r)}]" for st, r in zip(poly.statements, rows))

@@ -64,6 +64,10 @@ class GPUPlatform(ctarget.Platform):
     def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
         return cuda_candidates(poly.ir)
 
+    def default_time_tile(self, stencil: ir.StencilIR, depth: int) -> dict[str, int]:
+        """A block's shape (the tuner's middle one), halved until the tile and its halo fit a block."""
+        return dict(zip(stencil.dims, time_tile.fitting_tile(stencil, depth, BLOCKS[stencil.ndim][1])))
+
     def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return {name: _host_copy(value) for name, value in inputs.items()}  # device arrays are run in place
 
@@ -222,7 +226,7 @@ class CudaTarget(ctarget.CTarget):
             return AutoKernel(poly, lambda s, n: self.compile(poly, threads=n, schedule=s, box=box, emulate=emulate),
                               threads, platform=EMULATED if emulate else self.platform)
         toolchain = self.build_toolchain(emulate)
-        sched = as_schedule(schedule)
+        sched = self.complete(poly, as_schedule(schedule))
         key = ctarget.kernel_key(self.name, poly.ir, sched, box, toolchain)
 
         def build() -> tuple[str, Path]:
