@@ -33,8 +33,7 @@ from stencils import CASES, msc_stencil  # noqa: E402
 
 from msc.runtime.athread_emu import AthreadKernel  # noqa: E402
 from msc.targets.sunway.athread import PLATFORMS  # noqa: E402
-from msc.targets.sunway.athread_model import CHIP_FACTS  # noqa: E402
-from msc.targets.sunway.athread_plan import CHIPS  # noqa: E402
+from msc.targets.sunway.chips import CHIPS  # noqa: E402
 from msc.tune.tuner import model_choice  # noqa: E402
 
 
@@ -57,7 +56,7 @@ def measure(case: Any, chip: str, tiles: int) -> dict[str, Any]:
         bytes_per_point=run.dma_bytes / (points * steps), min_bytes_per_point=model.min_bytes_per_point,
         model_bytes_per_step=model.get_bytes + model.put_bytes, model_transfers_per_step=model.transfers,
         model_blocks_per_step=model.dma_blocks, model_dma_gb_s=model.dma_gb_s,
-        model_ceiling_gb_s=CHIP_FACTS[chip].ceiling_gb_s, model_ms_per_step=model.step_s * 1e3,
+        model_ceiling_gb_s=CHIPS[chip].ceiling_gb_s, model_ms_per_step=model.step_s * 1e3,
         emulator_seconds=run.seconds,
     )
 

@@ -20,8 +20,8 @@ from msc.codegen import get_target
 from msc.errors import ScheduleError, TargetError
 from msc.runtime import athread_emu
 from msc.runtime.athread_emu import AthreadKernel, EmulatorError
-from msc.targets.sunway import athread
-from msc.targets.sunway.athread_plan import STATIC_LDM
+from msc.targets.sunway import athread_plan
+from msc.targets.sunway.chips import STATIC_LDM
 
 CHIPS = sorted(athread_emu.LDM_BYTES)
 
@@ -38,7 +38,7 @@ def athread_schedule(seed: int, stencil: msc.Stencil) -> msc.Schedule:
     dims = list(stencil.ir.dims)
     tiled = rng.sample(dims, rng.randint(1, len(dims)))
     sizes = {d: rng.choice([1, 2, 3, 5, 8, 16]) for d in tiled}
-    while _ldm_bytes(stencil, msc.Schedule().tile(**sizes), chip_of(seed)) > athread.ldm_capacity(chip_of(seed)):
+    while _ldm_bytes(stencil, msc.Schedule().tile(**sizes), chip_of(seed)) > athread_plan.ldm_capacity(chip_of(seed)):
         largest = max(sizes, key=lambda d: sizes[d])
         sizes[largest] //= 2
     s = msc.Schedule().tile(**sizes)
@@ -59,7 +59,7 @@ def time_tile_schedule(seed: int, stencil: msc.Stencil) -> msc.Schedule:
     dims = list(stencil.ir.dims)
     depth = rng.choice([1, 2, 3, 5])
     sizes = {d: rng.choice([2, 3, 4, 7, 16]) for d in rng.sample(dims, rng.randint(1, len(dims)))}
-    while _ldm_bytes(stencil, msc.Schedule().time_tile(depth, **sizes), chip_of(seed)) > athread.ldm_capacity(chip_of(seed)):
+    while _ldm_bytes(stencil, msc.Schedule().time_tile(depth, **sizes), chip_of(seed)) > athread_plan.ldm_capacity(chip_of(seed)):
         largest = max(sizes, key=lambda d: sizes[d])
         if sizes[largest] > 1:
             sizes[largest] //= 2
@@ -70,8 +70,8 @@ def time_tile_schedule(seed: int, stencil: msc.Stencil) -> msc.Schedule:
 
 
 def _ldm_bytes(stencil: msc.Stencil, schedule: msc.Schedule, chip: str) -> int:
-    full = athread.athread_schedule(schedule, stencil.ir, chip)
-    kernels = athread.slave_kernels(stencil.ir, tuple(size for _, size in full.tiles), full.time_depth)
+    full = athread_plan.athread_schedule(schedule, stencil.ir, chip)
+    kernels = athread_plan.slave_kernels(stencil.ir, tuple(size for _, size in full.tiles), full.time_depth)
     return max(k.ldm_bytes(8 if stencil.ir.dtype == "float64" else 4) for k in kernels)
 
 
@@ -110,7 +110,7 @@ def _time_tileable(seed: int) -> bool:
     stencil = generate(seed).stencil
     smallest = msc.Schedule().time_tile(1, **{d: 1 for d in stencil.ir.dims})
     return (stencil.ir.boundary == "dirichlet"
-            and _ldm_bytes(stencil, smallest, chip_of(seed)) <= athread.ldm_capacity(chip_of(seed)))
+            and _ldm_bytes(stencil, smallest, chip_of(seed)) <= athread_plan.ldm_capacity(chip_of(seed)))
 
 
 DIRICHLET = [s for s in range(48) if _time_tileable(s)]
@@ -140,7 +140,7 @@ def test_streamed_2d_time_tiles_match_reference(seed, assert_matches):
     assert stencil.ir.ndim == 2 and stencil.ir.boundary == "dirichlet"
     schedule = msc.Schedule().time_tile(3, x=5, y=24)
     chip = chip_of(seed)
-    if _ldm_bytes(stencil, schedule, chip) > athread.ldm_capacity(chip):  # radius 4, two statements: 72-point halos
+    if _ldm_bytes(stencil, schedule, chip) > athread_plan.ldm_capacity(chip):  # radius 4, two statements: 72-point halos
         chip = "sw26010pro"
     expected = stencil.reference(steps=7, dtype=case.dtype, **case.inputs)
     kernel = stencil.compile(target="athread", dtype=case.dtype, schedule=schedule, chip=chip)
@@ -199,7 +199,7 @@ def test_counters_are_the_dma_a_tile_shape_needs(heat2d, chip):
 @pytest.mark.parametrize("chip", CHIPS)
 def test_over_capacity_tile_is_refused_before_any_code_is_written(heat2d, chip, tmp_path):
     capacity = athread_emu.LDM_BYTES[chip] - athread_emu.STACK_RESERVE - STATIC_LDM
-    assert athread.ldm_capacity(chip) == capacity
+    assert athread_plan.ldm_capacity(chip) == capacity
     # streamed along x, a tile holds rows: a window of 4 rows of y+2 points and two output rows of y
     width = 2048 if chip == "sw26010" else 8192
     need = (4 * (width + 2) + 2 * width) * 8
@@ -413,9 +413,9 @@ def test_auto_kernels_start_too(heat2d):
 
 
 def test_dma_bandwidth_by_block_size_is_the_measured_table():
-    from msc.targets.sunway.athread_model import CHIP_FACTS, DMA_GB_S
+    from msc.targets.sunway.chips import CHIPS, DMA_GB_S
 
-    sw, pro = CHIP_FACTS["sw26010"], CHIP_FACTS["sw26010pro"]
+    sw, pro = CHIPS["sw26010"], CHIPS["sw26010pro"]
     for block, gb_s in DMA_GB_S:
         assert sw.dma_gb_s(block) == pytest.approx(gb_s)
         assert pro.dma_gb_s(block) == pytest.approx(gb_s * pro.dma_scale)

@@ -47,21 +47,18 @@ from msc.runtime.build import cache_dir, cached_build, write_tree
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.targets import ctarget
 from msc.targets.node import MakeRule, NodeBuild, NodeKernel
-from msc.targets.sunway import athread_model
+from msc.targets.sunway import athread_model, chips
 from msc.targets.sunway.athread_plan import (
     CPES,
-    DEFAULT_CHIP,
-    NAME,
     SCHEDULE_OPTIONS,
     SlaveKernel,
     TileKernel,
     TimeTileKernel,
     _itemsize,
     athread_schedule,
-    check_chip,
-    ldm_capacity,
     slave_kernels,
 )
+from msc.targets.sunway.chips import DEFAULT_CHIP, NAME, Chip, as_chip
 from msc.targets.templates_env import render
 from msc.tune.tuner import AutoKernel, Estimate
 from msc.version import __version__
@@ -75,7 +72,7 @@ class SunwayPlatform(ctarget.Platform):
     hand, so schedule="auto" ranks the tiles that fit by the cost model
     (athread_model.py) and runs nothing to choose."""
 
-    chip = ""
+    chip: ClassVar[Chip]
     tunes = True
     measures = False
 
@@ -90,19 +87,19 @@ class SW26010(SunwayPlatform):
     """A SW26010 core group: 64 CPEs, each with 64 KB of LDM."""
 
     name = "Sunway SW26010 (athread)"
-    chip = "sw26010"
-    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity(chip)}
+    chip = chips.SW26010
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: chip.ldm_capacity}
 
 
 class SW26010Pro(SunwayPlatform):
     """A SW26010-Pro core group: 64 CPEs, each with 256 KB of LDM."""
 
     name = "Sunway SW26010-Pro (athread)"
-    chip = "sw26010pro"
-    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: ldm_capacity(chip)}
+    chip = chips.SW26010_PRO
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.LOCAL: chip.ldm_capacity}
 
 
-PLATFORMS: dict[str, ctarget.Platform] = {"sw26010": SW26010(), "sw26010pro": SW26010Pro()}
+PLATFORMS: dict[str, SunwayPlatform] = {platform.chip.name: platform for platform in (SW26010(), SW26010Pro())}
 
 
 # -- the target -----------------------------------------------------------------
@@ -116,12 +113,13 @@ class AthreadTarget:
     emit_options = ("chip",)
     schedule_options = SCHEDULE_OPTIONS
 
-    def generate(self, poly: PolyIR, schedule: object = None, chip: str = DEFAULT_CHIP, tag: str = "",
+    def generate(self, poly: PolyIR, schedule: object = None, chip: Chip | str = DEFAULT_CHIP, tag: str = "",
                  box: bool = False) -> dict[str, str]:
         """Check the schedule and the LDM footprint of every slave function, then write the sources
         (`tag`: one kernel of a program of several, see `node_kernel`; `box`: with msc_run_box too)."""
         stencil = poly.ir
-        platform = PLATFORMS[check_chip(chip)]
+        platform = PLATFORMS[as_chip(chip).name]
+        chip = platform.chip
         sched = athread_schedule(as_schedule(schedule), stencil, chip)
         # lowering checks the fields named and the dependences (a time tile: without its parallel loop, since
         # its tiles overlap and run side by side, not in the skewed wavefronts lowering builds)
@@ -135,14 +133,15 @@ class AthreadTarget:
                                 f"(time_tile({sched.time_depth}, ...) needs a halo plan deeper than one step)")
         return self._files(poly, lowered, kernels, chip, tag, box)
 
-    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: str, tag: str,
+    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: Chip, tag: str,
                box: bool) -> dict[str, str]:
         stencil = poly.ir
         itemsize = _itemsize(stencil)
         unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
         printer = CPrinter(stencil.dtype)
         levels = _all_levels(stencil)
-        common = dict(ctarget.stencil_values(stencil), chip=chip, schedule=str(lowered.schedule))
+        common = dict(ctarget.stencil_values(stencil), chip=chip.name, slave_header=chip.slave_header,
+                      schedule=str(lowered.schedule))
         params = [param_name(p) for p in stencil.params]
         suffix = f"_{tag}" if tag else ""
         names = {"host.c": f"host{suffix}.c", "slave.c": f"slave{suffix}.c", "msc_args.h": f"msc_args{suffix}.h"}
@@ -178,36 +177,35 @@ class AthreadTarget:
                       time_tile=time_tile, **common)
         return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
 
-    def _tree(self, poly: PolyIR, schedule: object, chip: str) -> dict[str, str]:
+    def _tree(self, poly: PolyIR, schedule: object, chip: Chip) -> dict[str, str]:
         """A standalone program: the kernel, main.c, npy.h, a Makefile and the emulator's sources."""
         stencil = poly.ir
         files = self.generate(poly, schedule, chip)
         files["main.c"] = render("main.c.j2", openmp=False, **ctarget.program_values(stencil))
         files["npy.h"] = render("npy.h")
         files["Makefile"] = render("athread_Makefile.j2", emulator_makefile=athread_emu.MAKEFILE.read_text(),
-                                   version=__version__, name=stencil.name, chip=chip)
+                                   version=__version__, name=stencil.name, chip=chip.name)
         files.update({f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
         return files
 
     # -- the node interface (msc/targets/node.py): athread+mpi, one MPE per rank
 
-    def node_build(self, chip: str = DEFAULT_CHIP) -> NodeBuild:
+    def node_build(self, chip: Chip | str = DEFAULT_CHIP) -> NodeBuild:
         """The MPI program's Make variables: the Sunway toolchain by default (host code through
         $(MPICC) -mhost, slave code through swgcc -mslave, hybrid link), gcc and the emulator
         (copied into the tree) with EMULATE=1."""
-        check_chip(chip)
+        chip = as_chip(chip)
         emulate = "$(filter 1,$(EMULATE))"
-        emu_flags = (f"-pthread -I. -DATHREAD_EMU_LDM_BYTES={athread_emu.LDM_BYTES[chip]} "
-                     f"-DATHREAD_EMU_CHIP='\"{chip}\"' {athread_emu.STRICT_FLAGS}")
-        sunway_slave = ("sw5cc", "-slave -msimd -O2 -std=gnu99") if chip == "sw26010" else (
-            "swgcc", "-mslave -msimd -O2 -std=gnu99")
+        emu_flags = (f"-pthread -I. -DATHREAD_EMU_LDM_BYTES={chip.ldm_bytes} "
+                     f"-DATHREAD_EMU_CHIP='\"{chip.name}\"' {athread_emu.STRICT_FLAGS}")
+        sunway_slave = (chip.slave_cc, f"{chip.slave_flag} -msimd -O2 -std=gnu99")
         variables = (
             ("EMULATE", "0"),
             ("ATHREAD_EMU_FLAGS", emu_flags),
-            ("HOST_FLAGS", f"$(if {emulate},$(ATHREAD_EMU_FLAGS),{'-host' if chip == 'sw26010' else '-mhost'})"),
+            ("HOST_FLAGS", f"$(if {emulate},$(ATHREAD_EMU_FLAGS),{chip.host_flag})"),
             ("SLAVE_CC", f"$(if {emulate},gcc,{sunway_slave[0]})"),
             ("SLAVE_FLAGS", f"$(if {emulate},-O2 -std=gnu99 $(ATHREAD_EMU_FLAGS),{sunway_slave[1]})"),
-            ("LINK_FLAGS", f"$(if {emulate},-pthread -rdynamic,{'-hybrid' if chip == 'sw26010' else '-mhybrid'})"),
+            ("LINK_FLAGS", f"$(if {emulate},-pthread -rdynamic,{chip.link_flag})"),
             ("ATHREAD_EMU_LINK", f"$(if {emulate},$(ATHREAD_EMU_FLAGS) athread_emu.c -ldl,)"),
         )
         return NodeBuild(cflags="-O2 -std=gnu99", threads=False, variables=variables,
@@ -216,7 +214,7 @@ class AthreadTarget:
                          files={f: (athread_emu.EMULATOR_DIR / f).read_text() for f in EMULATOR_FILES})
 
     def node_kernel(self, poly: PolyIR, schedule: Schedule | None, tag: str, box: bool,
-                    chip: str = DEFAULT_CHIP) -> NodeKernel:
+                    chip: Chip | str = DEFAULT_CHIP) -> NodeKernel:
         """host_<tag>.c (entry points msc_run_<tag>, msc_run_box_<tag>), slave_<tag>.c, msc_args_<tag>.h."""
         files = self.generate(poly, schedule, chip, tag, box)
         header = f"msc_args_{tag}.h"
@@ -226,34 +224,34 @@ class AthreadTarget:
                           (f"$(SLAVE_CC) $(SLAVE_FLAGS) -c slave_{tag}.c -o $@",)))
         return NodeKernel(files, rules, f"{ENTRY}_{tag}", f"{BOX_ENTRY}_{tag}" if box else None)
 
-    def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None, chip: str = DEFAULT_CHIP) -> Path:
+    def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None, chip: Chip | str = DEFAULT_CHIP) -> Path:
         """host.c, slave.c, msc_args.h, main.c, npy.h, a Makefile and the emulator's sources in `directory`."""
-        return write_tree(directory, self._tree(poly, schedule, chip))
+        return write_tree(directory, self._tree(poly, schedule, as_chip(chip)))
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
-                chip: str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AutoKernel:
+                chip: Chip | str = DEFAULT_CHIP) -> athread_emu.AthreadKernel | AutoKernel:
         """The emitted tree, built with `make EMULATE=1` through the one
         compile-and-cache step (`cached_build`: lock, digest; keyed by the kernel
         key, which includes the chip; the tree is kept beside the program for
         reading), as a kernel whose `run` executes it under the athread emulator
         in a child process. An emulation for
         correctness: its timings and counters are no Sunway performance figure."""
-        check_chip(chip)
+        chip = as_chip(chip)
         if schedule == "auto":  # chosen by the platform's cost model when the kernel runs and the size is known
             return AutoKernel(poly, lambda s, _threads: self.compile(poly, schedule=s, chip=chip), threads,
-                              platform=PLATFORMS[chip])
+                              platform=PLATFORMS[chip.name])
         sched = as_schedule(schedule)
-        key = ctarget.kernel_key(f"{NAME}:{chip}:{_emulator_digest()}", poly.ir, sched, False)
+        key = ctarget.kernel_key(f"{NAME}:{chip.name}:{_emulator_digest()}", poly.ir, sched, False)
         tree = cache_dir() / NAME / key
 
         def build_into(out: Path) -> None:  # under cached_build's lock
             shutil.rmtree(tree, ignore_errors=True)  # a build killed midway left it
             write_tree(tree, self._tree(poly, sched, chip))
-            athread_emu.build_tree(tree, chip)
+            athread_emu.build_tree(tree, chip.name)
             os.replace(tree / poly.ir.name, out)
 
         program = cached_build(cache_dir() / NAME / f"{poly.ir.name}-{key}", build_into)
-        return athread_emu.AthreadKernel(poly.ir, program, chip, sched)
+        return athread_emu.AthreadKernel(poly.ir, program, chip.name, sched)
 
 
 @functools.lru_cache(maxsize=1)

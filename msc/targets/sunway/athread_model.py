@@ -17,7 +17,7 @@ and the step time is predicted as
 (double buffering overlaps a tile's compute with the next tile's DMA), where
 bandwidth(block) is the core group's DMA bandwidth for contiguous blocks of
 that size (`dma_gb_s`: measured on SW26010; an assumption on the Pro). The
-inputs and their sources are in `CHIP_FACTS` and docs/athread.md; the
+inputs and their sources are in `chips.py` and docs/athread.md; the
 prediction is printed and is a model, never a measurement.
 """
 
@@ -33,56 +33,9 @@ from msc.ir.counts import flops
 from msc.poly.schedule import Schedule
 from msc.runtime import athread_emu
 from msc.runtime.buffers import padded_shape
-from msc.targets.sunway.athread_plan import TileKernel, TimeTileKernel, athread_schedule, ldm_capacity, slave_kernels
+from msc.targets.sunway.athread_plan import TileKernel, TimeTileKernel, athread_schedule, slave_kernels
+from msc.targets.sunway.chips import Chip, as_chip
 from msc.tune.tuner import Estimate
-
-
-@dataclass(frozen=True)
-class ChipFacts:
-    """What the model knows of one core group of a chip (sources: docs/athread.md, 'The model')."""
-
-    name: str
-    clock_ghz: float  # CPE clock
-    flops_per_cycle: int  # double-precision flops per CPE and cycle (vector FMA)
-    peak_gb_s: float  # the core group's memory bandwidth on paper, shared by its 64 CPEs' DMA
-    dma_scale: float  # the block-size curve DMA_GB_S times this is the chip's (1: measured on this chip)
-    transfer_us: float  # fixed cost of one DMA transfer (the project's assumption: no source gives it)
-
-    @property
-    def cpe_gflops(self) -> float:
-        return self.clock_ghz * self.flops_per_cycle
-
-    @property
-    def ceiling_gb_s(self) -> float:
-        return DMA_GB_S[-1][1] * self.dma_scale
-
-    def dma_gb_s(self, block: int) -> float:
-        """The core group's DMA bandwidth moving contiguous blocks of `block` bytes: DMA_GB_S interpolated
-        in log2(block); below its first point in proportion to the block (a fixed cost per block)."""
-        first, last = DMA_GB_S[0], DMA_GB_S[-1]
-        if block <= first[0]:
-            return first[1] * block / first[0] * self.dma_scale
-        if block >= last[0]:
-            return last[1] * self.dma_scale
-        for (b0, g0), (b1, g1) in zip(DMA_GB_S, DMA_GB_S[1:]):
-            if block <= b1:
-                w = (math.log2(block) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
-                return (g0 + w * (g1 - g0)) * self.dma_scale
-        raise AssertionError(block)
-
-
-#: One SW26010 core group's DMA bandwidth by contiguous block size, (bytes, GB/s): swCandle's measurements
-#: (the middle of each measured range: 128 B 5-6.4, 256 B 8-10.7, 1 KB 15-17.6, 4-8 KB 18.4-21.8) and the
-#: ceiling of about 22 GB/s they approach (docs/athread.md, 'The model').
-DMA_GB_S = ((128, 5.7), (256, 9.35), (1024, 16.3), (4096, 19.3), (8192, 20.9), (16384, 22.0))
-
-CHIP_FACTS = {
-    # 1.45 GHz, 8 DP flops/cycle per CPE (11.6 GFLOPS); 136.51 GB/s per chip over 4 core groups; DMA measured
-    "sw26010": ChipFacts("sw26010", 1.45, 8, 136.51 / 4, 1.0, 0.5),
-    # 2.25 GHz, 512-bit vectors: 13.8 TFLOPS over 384 CPEs (16 DP flops/cycle); 51.2 GB/s DDR4 per core group.
-    # DMA: an assumption until measured -- SW26010's block-size curve scaled by the ratio of the peaks
-    "sw26010pro": ChipFacts("sw26010pro", 2.25, 16, 51.2, 51.2 / (136.51 / 4), 0.5),
-}
 
 
 def interior(stencil: ir.StencilIR, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -108,7 +61,7 @@ class Traffic:
     hold `row` points moves in one transfer (3D: one per plane) of one contiguous block when its rows are
     whole, else of one block per row; `seconds` at the chip's bandwidth for those blocks, whole core group."""
 
-    facts: ChipFacts
+    chip: Chip
     itemsize: int
     row: int
     bytes: int = 0
@@ -124,7 +77,7 @@ class Traffic:
         self.bytes += times * planes * plane
         self.transfers += times * planes
         self.blocks += times * planes * (plane // block)
-        self.seconds += times * planes * plane / (self.facts.dma_gb_s(block) * 1e9)
+        self.seconds += times * planes * plane / (self.chip.dma_gb_s(block) * 1e9)
 
     def add(self, other: Traffic) -> None:
         self.bytes, self.transfers = self.bytes + other.bytes, self.transfers + other.transfers
@@ -148,7 +101,7 @@ class Counts:
     tile_get_transfers: int
 
 
-def counts(tk: TileKernel, n: tuple[int, ...], row: int, facts: ChipFacts, itemsize: int) -> Counts:
+def counts(tk: TileKernel, n: tuple[int, ...], row: int, chip: Chip, itemsize: int) -> Counts:
     """What the slave function of `tk` moves on an interior of n points per dimension (arrays of `row` points
     per row), as the generated code issues it: streamed (2D, 3D), per tile one transfer per row of each level
     and of the output; in 1D, per tile one transfer per level and one for the output. `tile_get_*`: what a
@@ -156,7 +109,7 @@ def counts(tk: TileKernel, n: tuple[int, ...], row: int, facts: ChipFacts, items
     ndim = len(n)
     sizes = [_sizes(n[d], tk.tile[d]) for d in range(ndim)]
     tiles = math.prod(len(s) for s in sizes)
-    get, put, tile_get, tile_put, fill = (Traffic(facts, itemsize, row) for _ in range(5))
+    get, put, tile_get, tile_put, fill = (Traffic(chip, itemsize, row) for _ in range(5))
 
     def move(traffic: Traffic, extent: tuple[int, ...], times: int = 1, rows: int | None = None) -> None:
         if not tk.streamed:
@@ -189,7 +142,7 @@ class Prediction:
     """The model's view of one schedule on one problem (per time step)."""
 
     schedule: Schedule
-    chip: str
+    chip: Chip
     points: int  # computed points per step and statement
     get_bytes: float  # per step (a time tile's spawn moves `depth` steps' worth)
     put_bytes: float
@@ -226,11 +179,11 @@ class Prediction:
                 f"{self.get_bytes + self.put_bytes:.0f} DMA bytes/step ({self.bytes_per_point:.2f} per point, "
                 f"minimum {self.min_bytes_per_point:.2f}) in {self.transfers:.0f} transfers of "
                 f"{self.mean_dma_block:.0f}-byte blocks on average ({self.dma_gb_s:.1f} GB/s of "
-                f"{CHIP_FACTS[self.chip].ceiling_gb_s:.1f} predicted); "
-                f"LDM {self.ldm_bytes} of {ldm_capacity(self.chip)} bytes per CPE")
+                f"{self.chip.ceiling_gb_s:.1f} predicted); "
+                f"LDM {self.ldm_bytes} of {self.chip.ldm_capacity} bytes per CPE")
 
 
-def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: ChipFacts, itemsize: int) -> Counts:
+def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, chip: Chip, itemsize: int) -> Counts:
     """What one spawn of a time tile of full depth moves (the generated code's transfers: per tile, the
     clipped box of every level the first step reads and, per written field, its window of levels' tiles;
     3D: per plane)."""
@@ -248,7 +201,7 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: Ch
         boxes.append(widths)
     buffers = sum(f.window if f.written else 1 for f, _ in tt.arrays())  # the levels fetched
     levels_out = sum(f.window for f in tt.stencil.written_fields)
-    get, put, tile_get, tile_put, fill = (Traffic(facts, itemsize, row) for _ in range(5))
+    get, put, tile_get, tile_put, fill = (Traffic(chip, itemsize, row) for _ in range(5))
 
     def move(traffic: Traffic, extent: tuple[int, ...], times: int) -> None:
         if tt.streamed:  # a row at a time, each one contiguous block
@@ -275,9 +228,9 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, facts: Ch
                   per_cpe * fill.seconds * cpes, per_cpe * fill.transfers)
 
 
-def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: str) -> Prediction:
+def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: Chip | str) -> Prediction:
     """The model's prediction for `schedule` (a dimension it leaves untiled gets the target's default)."""
-    facts = CHIP_FACTS[chip]
+    chip = as_chip(chip)
     itemsize = 4 if stencil.dtype == "float32" else 8
     full = athread_schedule(schedule, stencil, chip)
     kernels = slave_kernels(stencil, tuple(size for _, size in full.tiles), full.time_depth)
@@ -286,13 +239,13 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
     levels = {(a.name, a.dt) for st in stencil.statements for a in st.reads}
     minimum = (len(levels) + len(stencil.statements)) * math.prod(n) * itemsize
     ldm = max(tk.ldm_bytes(itemsize) for tk in kernels)
-    fixed = facts.transfer_us * 1e-6
+    fixed = chip.transfer_us * 1e-6
     if isinstance(kernels[0], TimeTileKernel):
         tt, depth = kernels[0], full.time_depth
-        c = time_tile_counts(tt, n, row, facts, itemsize)
+        c = time_tile_counts(tt, n, row, chip, itemsize)
         t_dma = c.cpe_seconds + c.cpe_transfers * fixed
         work = sum(flops(st) for st in stencil.statements) / len(stencil.statements)
-        t_compute = c.cpe_points * work / (facts.cpe_gflops * 1e9)
+        t_compute = c.cpe_points * work / (chip.cpe_gflops * 1e9)
         # streamed (2D): the next row's fetch overlaps this row's stages, after each tile's first row; else
         # single-buffered: fetch, compute `depth` steps, write back
         t_step = (max(t_dma, t_compute) + c.tile_get_seconds + c.tile_get_transfers * fixed if tt.streamed
@@ -304,10 +257,10 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
     moving = dma = compute = step = 0.0
     for tk in kernels:
         assert isinstance(tk, TileKernel)
-        c = counts(tk, n, row, facts, itemsize)
+        c = counts(tk, n, row, chip, itemsize)
         get, put, transfers, blocks = get + c.get_bytes, put + c.put_bytes, transfers + c.transfers, blocks + c.blocks
         t_dma = c.cpe_seconds + c.cpe_transfers * fixed
-        t_compute = c.cpe_points * flops(tk.statement) / (facts.cpe_gflops * 1e9)
+        t_compute = c.cpe_points * flops(tk.statement) / (chip.cpe_gflops * 1e9)
         fill = c.tile_get_seconds + c.tile_get_transfers * fixed
         moving, dma, compute = moving + c.seconds, dma + t_dma, compute + t_compute
         step += max(t_dma, t_compute) + fill
@@ -317,7 +270,7 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
 TIME_DEPTHS = (2, 4, 8)
 
 
-def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: str) -> list[Schedule]:
+def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) -> list[Schedule]:
     """Tile shapes of powers of two (and the whole interior) per dimension, along the rows also three times
     powers of two (a row as long as the LDM allows moves the longest DMA blocks), whose buffers fit the LDM,
     as spatial tiles and (dirichlet stencils) as time tiles of TIME_DEPTHS steps."""
@@ -333,13 +286,13 @@ def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: str) -> list
     out = []
     for depth in depths:
         for tile in itertools.product(*options):
-            if max(tk.ldm_bytes(itemsize) for tk in slave_kernels(stencil, tile, depth)) <= ldm_capacity(chip):
+            if max(tk.ldm_bytes(itemsize) for tk in slave_kernels(stencil, tile, depth)) <= as_chip(chip).ldm_capacity:
                 sizes = dict(zip(stencil.dims, tile))
                 out.append(Schedule().time_tile(depth, **sizes) if depth else Schedule().tile(**sizes))
     return out
 
 
-def estimate(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: str) -> Estimate:
+def estimate(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: Chip | str) -> Estimate:
     """The tuner's view of `predict` (msc/tune/tuner.py ranks by it: the least
     predicted step time, ties broken by fewer DMA bytes, then fewer transfers)."""
     p = predict(stencil, shape, schedule, chip)

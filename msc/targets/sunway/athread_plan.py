@@ -11,33 +11,21 @@ from msc import ir
 from msc.codegen import check_schedule_options
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import array_name, field_name
-from msc.errors import ScheduleError, TargetError
+from msc.errors import ScheduleError
 from msc.poly.schedule import Schedule, shrink_tile
 from msc.runtime import athread_emu
+from msc.targets.sunway.chips import NAME, Chip, as_chip
 
-NAME = "athread"
 SCHEDULE_OPTIONS: tuple[str, ...] = ()  # the schedule's target options it takes: none
-CHIPS = tuple(sorted(athread_emu.LDM_BYTES))
-DEFAULT_CHIP = "sw26010pro"
 CPES = athread_emu.CPES
 # The tile a dimension gets when tile() does not name it, before it is halved to fit the LDM: 2D and 3D tiles
 # are streamed along x (their LDM holds rows), so they are long in x and wide along the rows, whose DMA blocks
 # are then 1-2 KB in float64 (docs/athread.md).
 DEFAULT_TILE = {1: (4096,), 2: (32, 256), 3: (16, 4, 128)}
 
-def check_chip(chip: str) -> str:
-    if chip not in CHIPS:
-        raise TargetError(f"target '{NAME}': chip must be one of {', '.join(CHIPS)}, not {chip!r}")
-    return chip
-
-
-#: LDM bytes of the generated code's __thread_local words (reply counters and status word: 24), aligned.
-STATIC_LDM = 32
-
-
-def ldm_capacity(chip: str) -> int:
-    """LDM bytes per CPE that buffers may use: the chip's LDM less the stack reserve and the static words."""
-    return athread_emu.LDM_BYTES[check_chip(chip)] - athread_emu.STACK_RESERVE - STATIC_LDM
+def ldm_capacity(chip: Chip | str) -> int:
+    """LDM bytes per CPE that buffers may use (Chip.ldm_capacity)."""
+    return as_chip(chip).ldm_capacity
 
 
 # -- the LDM plan of one statement --------------------------------------------
@@ -242,8 +230,8 @@ def slave_kernels(stencil: ir.StencilIR, tile: tuple[int, ...], depth: int = 0) 
     return list(tile_kernels(stencil, tile))
 
 
-def fitting_tile(stencil: ir.StencilIR, chip: str, start: tuple[int, ...], fixed: frozenset[int] = frozenset(),
-                 depth: int = 0) -> tuple[int, ...]:
+def fitting_tile(stencil: ir.StencilIR, chip: Chip | str, start: tuple[int, ...],
+                 fixed: frozenset[int] = frozenset(), depth: int = 0) -> tuple[int, ...]:
     """`start` with its dimensions not in `fixed` halved (the largest first)
     until every slave function's buffers fit the LDM (or they cannot shrink further)."""
     itemsize, capacity = _itemsize(stencil), ldm_capacity(chip)
@@ -258,7 +246,7 @@ def _itemsize(stencil: ir.StencilIR) -> int:
 # -- schedules ------------------------------------------------------------------
 
 
-def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: str) -> Schedule:
+def athread_schedule(schedule: Schedule | None, stencil: ir.StencilIR, chip: Chip | str) -> Schedule:
     """The schedule with a tile size for every dimension (the ones it lacks from
     the platform's default, halved to fit the LDM); what this target cannot
     do is a ScheduleError naming the primitive."""
