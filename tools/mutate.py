@@ -113,12 +113,23 @@ MUTANTS = [
            "a.depth = T - t < {{ time_tile.depth }} ? T - t : {{ time_tile.depth }};",
            "a.depth = {{ time_tile.depth }};",
            ("tests/test_athread_target.py::test_a_last_time_tile_shallower_than_the_depth_matches_reference",)),
-    Mutant("athread model counts 3D time-tile transfers from tile sizes", "msc/targets/sunway/athread_model.py",
-           "transfers = buffers * sum(boxes[0]) * len(sizes[1])", "transfers = buffers * sum(sizes[0]) * len(sizes[1])",
+    Mutant("athread model counts 3D time-tile gets from tile sizes", "msc/targets/sunway/athread_model.py",
+           "    for box, times in _boxes(boxes):\n        move(get, box, buffers * times)",
+           "    for box, times in _boxes(sizes):\n        move(get, box, buffers * times)",
            ("tests/test_athread_target.py::test_model_counts_a_3d_time_tile_as_the_emulator_does",)),
     Mutant("athread emulator leaves un-waited gets unfilled", "msc/runtime/athread/athread_emu.c",
            "        memset(ldm, 0xFF, (size_t)len); /* NaN until the transfer is waited for */\n", "",
-           ("tests/test_athread_emulator.py::test_missing_get_wait_gives_wrong_values",)),
+           ("tests/test_athread_emulator.py::test_jacobi_matches_numpy",)),
+    Mutant("athread emulator lets a put's buffer change before its wait", "msc/runtime/athread/athread_emu.c",
+           "        int changed = memcmp(t->sent, t->ldm, t->len) != 0;", "        int changed = 0;",
+           ("tests/test_athread_target.py::test_a_missing_dma_wait_is_caught",)),
+    Mutant("athread emulator misses a race between CPEs", "msc/runtime/athread/athread_emu.c",
+           "    if (writer < 0 || writer == c->id) return 1;", "    return 1;",
+           ("tests/test_athread_target.py::test_one_spawn_runs_every_step_and_a_missing_barrier_is_caught",
+            "tests/test_athread_emulator.py::test_a_get_and_a_put_of_the_same_words_with_no_barrier_are_a_race")),
+    Mutant("streamed 2D time tile copies no boundary row", "msc/targets/templates/athread_slave.c.j2",
+           "                            for (long i = 0; i < w1; i++) r_out[i] = ring[i];\n", "",
+           ("tests/test_athread_target.py::test_streamed_2d_time_tiles_match_reference",)),
     Mutant("implicit stepper misses a changed input beside an unchanged one", "msc/pde/steps.py",
            "if changed and any(not _same(", "if changed and all(not _same(", (*IMPLICIT,)),
     Mutant("implicit stepper misses a partly changed coefficient", "msc/pde/steps.py",
@@ -154,7 +165,7 @@ def run_mutant(mutant: Mutant, timeout: float) -> dict[str, object]:
         target.write_text(text.replace(mutant.old, mutant.new))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
                    MSC_CACHE_DIR=str(Path(tmp) / "cache"))
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests]
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *mutant.tests]
         started = time.perf_counter()
         try:
             proc = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
