@@ -23,6 +23,7 @@ CHIPS = sorted(athread_emu.LDM_BYTES)
 # modes of tests/athread/faults.h
 LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG = range(7)
 STATIC_LDM, SYNC, DIRECT_LOAD, REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN, PUT_AT_BARRIER, RACE = range(7, 15)
+INIT_TWICE = 15
 OMIT_NOTHING, OMIT_FIRST_GET_WAIT, OMIT_FINAL_PUT_WAIT = range(3)
 
 
@@ -267,3 +268,9 @@ def test_the_pros_data_cache_is_counted_against_the_ldm(tmp_path):
     with pytest.raises(CompileError, match="only the SW26010-Pro shares its LDM with a data cache"):
         athread_emu.build(FAULTS, tmp_path / "sw", host_srcs=["faults_host.c"], slave_srcs=["faults_slave.c"],
                           target="faults", chip="sw26010", ldm_cache=cache)
+
+
+def test_athread_init_is_once_per_program(programs):
+    done = run_faults(programs["faults", "sw26010pro"], INIT_TWICE)
+    assert done.returncode != 0
+    assert "athread emulator: MPE: athread_init: called again before athread_halt" in done.stderr

@@ -17,8 +17,9 @@ enum {
     PUT_REWRITTEN = 11,  /* a put's LDM buffer written again before its wait */
     GET_OVERWRITTEN = 12, /* a get's LDM buffer written before its wait */
     PUT_AT_BARRIER = 13,  /* an array barrier with a put not waited for */
-    RACE = 14             /* each CPE puts a word and gets its neighbour's: no barrier between when there is a
+    RACE = 14,            /* each CPE puts a word and gets its neighbour's: no barrier between when there is a
                              culprit (every CPE races), an array barrier when there is none */
+    INIT_TWICE = 15       /* the MPE calls athread_init a second time (the CPEs do nothing) */
 };
 
 /* SYNC: where CPE i publishes and what it read from its neighbour (doubles into memory). */

@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 64 * 1024; i++) memory[i] = i;
     faults_args args = {memory, atoi(argv[1]), atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 5};
     athread_init();
+    if (args.mode == INIT_TWICE) athread_init();
 #ifdef MSC_ATHREAD_EMU_H
     if (athread_emu_guard(memory, sizeof memory) != 0) puts("unguarded");
 #endif

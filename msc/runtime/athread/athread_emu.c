@@ -252,7 +252,7 @@ static int open_self_mem(void) {
 /* ---- MPE side ----------------------------------------------------------- */
 
 int athread_init(void) {
-    if (initialised) return 0;
+    if (initialised) fail("athread_init", "called again before athread_halt: the CPEs are set up once per program");
     if (pthread_key_create(&cpe_key, NULL) != 0) fail("athread_init", "pthread_key_create failed");
     pthread_barrier_init(&array_barrier, NULL, ATHREAD_EMU_CPES);
     for (int i = 0; i < ATHREAD_EMU_MESH; i++) {
