@@ -1,19 +1,20 @@
 """The Sunway athread target: one core group of a SW26010 or SW26010-Pro.
 
-The MPE (host.c) runs the time loop: per step and statement it fills an
-argument struct with the ring-slot pointer of every level, spawns the
-statement's slave function on the 64 CPEs and joins it (a periodic level
-is wrapped by the MPE after its statement). Each CPE (slave.c) takes the
-spatial tiles _MYID, _MYID + 64, ... (static cyclic assignment), fetches each
-tile's footprint of every level it reads into LDM by DMA (strided for 2D and
-3D blocks), computes the tile there and writes it back by DMA; two LDM
-buffers per level and per output, with reply counters, let the next tile's
-DMA overlap this tile's compute.
+The MPE (host.c) spawns one slave function for the whole run (a time tile:
+one per tile of `depth` steps); the CPEs step through it themselves, pointing
+the argument struct at each step's ring slots, running every statement (and
+wrapping a periodic level) with an array barrier after each. Each CPE
+(slave.c) takes the spatial tiles _MYID, _MYID + 64, ... (static cyclic
+assignment) and brings each tile's footprint of every level it reads into
+LDM by DMA: in 2D and 3D streamed along x, a row (plane) at a time through a
+window of rows, the next row's fetch overlapping this row's compute; in 1D a
+tile at a time, double-buffered. It computes there and writes the tile back
+by DMA.
 
 The schedule's `tile(...)` is the LDM block (a dimension it leaves out gets
 the platform's default size); every level read and every field written is
 staged in LDM, so `cache_read`/`cache_write` name what happens anyway. The
-footprint of each slave function (all its buffers, both halves of the double
+footprint of each slave function (all its buffers: windows of rows, double
 buffers) is checked against the chip's LDM less the stack reserve before any
 code is written (`ctarget.check_capacity`). `compile` builds the emitted tree
 with `make EMULATE=1` and runs it under the project's athread emulator: an
@@ -161,18 +162,16 @@ class AthreadTarget:
             members += ["long t0, steps, V; /* a persistent run: its first step, steps and points per level */"]
         args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
                       cpes=CPES, **common)
-        steps = _host_steps(poly, suffix)
-        # one spawn per run, the steps on the CPEs, unless the MPE wraps periodic levels between statements
-        persistent = time_tile is None and all(step["spawn"] for step in steps)
-        run = dict(function=f"msc_slave_run{suffix}", written=[field_name(f.name) for f in stencil.written_fields]
-                   ) if persistent else None
+        # one spawn per run: the CPEs step through it, periodic levels wrapped on the CPEs too
+        run = dict(function=f"msc_slave_run{suffix}", written=[field_name(f.name) for f in stencil.written_fields],
+                   steps=_run_steps(poly, suffix)) if time_tile is None else None
         slave = render("athread_slave.c.j2", kernels=slaves, time_tile=time_tile, radius=list(stencil.radius),
                        int_helpers=int_helpers(), cpes=CPES, params=params, run=run, levels=levels, **common)
         signature = ctarget.signature(stencil)
         entries = [dict(name=f"{ENTRY}{suffix}", parameters=signature.c_parameters(), box=False)]
         if box:
             entries.append(dict(name=f"{BOX_ENTRY}{suffix}", parameters=signature.c_parameters(box=True), box=True))
-        host = render("athread_host.c.j2", steps=steps, run=run, fields=_host_fields(stencil), cpes=CPES,
+        host = render("athread_host.c.j2", run=run, fields=_host_fields(stencil), cpes=CPES,
                       entries=entries, levels=levels, params=params, radius=list(stencil.radius),
                       time_tile=time_tile, **common)
         return {names["host.c"]: host, names["slave.c"]: slave, names["msc_args.h"]: args}
@@ -281,8 +280,8 @@ def _host_fields(stencil: ir.StencilIR) -> list[dict[str, Any]]:
                  slots=f.slots if f.written else 1) for f in stencil.fields]
 
 
-def _host_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
-    """What the MPE does each step, in order: spawn a statement's slave function, or wrap a periodic level."""
+def _run_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
+    """What the CPEs do each step, in order: a statement's slave function, or wrap a periodic level."""
     stencil = poly.ir
     out: list[dict[str, Any]] = []
     n = 0
@@ -291,9 +290,9 @@ def _host_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
             out.append(dict(spawn=f"msc_slave{n}{suffix}", wrap=""))
             n += 1
         else:
-            extents = ["1"] * (3 - stencil.ndim) + [f"P{d}" for d in range(stencil.ndim)]
+            extents = ["1"] * (3 - stencil.ndim) + [f"a.P{d}" for d in range(stencil.ndim)]
             radius = ["0"] * (3 - stencil.ndim) + [str(r) for r in stencil.radius]
-            out.append(dict(spawn="", wrap=f"msc_wrap(a.{level_name(st.target, 1)}, {', '.join(extents + radius)})"))
+            out.append(dict(spawn="", wrap=f"msc_wrap(&s, s.{level_name(st.target, 1)}, {', '.join(extents + radius)})"))
     return out
 
 
