@@ -23,7 +23,7 @@ CHIPS = sorted(athread_emu.LDM_BYTES)
 # modes of tests/athread/faults.h
 LDM_MALLOC, MISALIGNED_DMA, BAD_LENGTH, BAD_BLOCKS, DMA_TO_MEMORY, DIRECT_ACCESS, WAIT_TOO_LONG = range(7)
 STATIC_LDM, SYNC, DIRECT_LOAD, REPLY_ON_STACK, PUT_REWRITTEN, GET_OVERWRITTEN, PUT_AT_BARRIER, RACE = range(7, 15)
-INIT_TWICE = 15
+INIT_TWICE, BIG_STACK = 15, 16
 OMIT_NOTHING, OMIT_FIRST_GET_WAIT, OMIT_FINAL_PUT_WAIT = range(3)
 
 
@@ -274,3 +274,12 @@ def test_athread_init_is_once_per_program(programs):
     done = run_faults(programs["faults", "sw26010pro"], INIT_TWICE)
     assert done.returncode != 0
     assert "athread emulator: MPE: athread_init: called again before athread_halt" in done.stderr
+
+
+def test_a_stack_deeper_than_the_reserve_is_caught(programs):
+    # the stack lives in LDM: a kernel whose stack (measured on this host) outgrows the reserve is reported
+    done = run_faults(programs["faults", "sw26010"], BIG_STACK, 12 * 1024)
+    assert done.returncode != 0
+    assert "in kernel 'faults': return: the kernel's stack reached " in done.stderr
+    assert f"more than the {athread_emu.STACK_RESERVE}-byte stack reserve counted in the LDM" in done.stderr
+    assert run_faults(programs["faults", "sw26010"], BIG_STACK, 1024).returncode == 0

@@ -118,6 +118,7 @@ class AthreadRunStats(RunStats):
     dma_blocks: int = 0  # contiguous blocks moved: a strided transfer moves one per row
     peak_ldm: int = 0  # the largest LDM use of one CPE, stack reserve included
     static_ldm: int = 0  # bytes of __thread_local variables per CPE
+    peak_stack: int = 0  # the deepest stack of one CPE's kernel, measured on the emulating host (an estimate)
     spawns: int = 0
 
     @property
@@ -236,5 +237,6 @@ class AthreadKernel:
             seconds, steps, interior * len(stencil.statements), interior * steps, chip=str(stats["chip"]),
             get_bytes=int(stats["get_bytes"]), put_bytes=int(stats["put_bytes"]), transfers=int(stats["transfers"]),
             dma_blocks=int(stats["dma_blocks"]), peak_ldm=int(stats["peak_ldm"]), static_ldm=int(stats["static_ldm"]),
+            peak_stack=int(stats["peak_stack"]),
             spawns=int(stats["spawns"]))
         return result

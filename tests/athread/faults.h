@@ -19,7 +19,8 @@ enum {
     PUT_AT_BARRIER = 13,  /* an array barrier with a put not waited for */
     RACE = 14,            /* each CPE puts a word and gets its neighbour's: no barrier between when there is a
                              culprit (every CPE races), an array barrier when there is none */
-    INIT_TWICE = 15       /* the MPE calls athread_init a second time (the CPEs do nothing) */
+    INIT_TWICE = 15,      /* the MPE calls athread_init a second time (the CPEs do nothing) */
+    BIG_STACK = 16        /* a local array of BYTES bytes on the stack */
 };
 
 /* SYNC: where CPE i publishes and what it read from its neighbour (doubles into memory). */

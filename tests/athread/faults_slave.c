@@ -10,6 +10,13 @@
 __thread_local double fixed[STATIC_DOUBLES];
 __thread_local crts_rply_t reply; /* reply words live in LDM (the Pro's DMA engine writes nowhere else) */
 
+/* A local array of `bytes` bytes, all touched: that much stack. */
+static __attribute__((noinline)) double deep_stack(int bytes) {
+    volatile char local[bytes];
+    for (int i = 0; i < bytes; i++) local[i] = (char)i;
+    return local[bytes - 1];
+}
+
 void faults(void *raw) {
     faults_args a = *(faults_args *)raw;
     const int culprit = CRTS_tid == a.culprit;
@@ -73,6 +80,9 @@ void faults(void *raw) {
         CRTS_dma_put(a.memory + SYNC_PUBLISHED + CRTS_tid, fixed, 8);
         if (a.culprit < 0) CRTS_ssync_array();
         CRTS_dma_get(fixed, a.memory + SYNC_PUBLISHED + (CRTS_tid + 1) % 64, 8);
+        break;
+    case BIG_STACK:
+        fixed[0] = deep_stack(culprit ? a.bytes : 64);
         break;
     case WAIT_TOO_LONG:
         CRTS_dma_iget(fixed, memory, 64, &reply);

@@ -51,7 +51,9 @@ typedef struct {
     transfer_t pending[MAX_PENDING];
     int npending;
     char *stack_lo, *stack_hi; /* this CPE thread's stack (on SW26010 it lies in LDM) */
-    unsigned long long get_bytes, put_bytes, transfers, dma_blocks, peak_ldm;
+    unsigned long long get_bytes, put_bytes, transfers, dma_blocks, peak_ldm, peak_stack;
+    size_t refused_size, refused_in_use, refused_heap; /* the first ldm_malloc that returned NULL */
+    const char *refused_why;
     pthread_t thread;
 } cpe_t;
 
@@ -96,6 +98,7 @@ static struct sigaction previous_segv; /* restored at athread_halt, and for faul
 static __thread volatile char tls_anchor;
 
 static cpe_t *self(void) { return (cpe_t *)pthread_getspecific(cpe_key); }
+static void say_refused_mallocs(void);
 
 /* The first failure wins: its message is formatted whole and written in one call while a lock
  * holds back any other CPE failing at the same moment (whose text would interleave or be cut
@@ -103,6 +106,7 @@ static cpe_t *self(void) { return (cpe_t *)pthread_getspecific(cpe_key); }
 static void fail(const char *call, const char *fmt, ...) {
     static pthread_mutex_t failing = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&failing);
+    say_refused_mallocs(); /* what led here, first */
     cpe_t *c = self();
     char msg[2048];
     int n = c ? snprintf(msg, sizeof msg, "athread emulator: CPE %d (row %d, col %d) in kernel '%s': %s: ", c->id,
@@ -282,9 +286,9 @@ static void report_stats(void) {
     athread_emu_stats_t s = athread_emu_stats();
     fprintf(stderr,
             "athread emulator: chip=%s ldm_bytes=%d spawns=%llu get_bytes=%llu put_bytes=%llu transfers=%llu "
-            "dma_blocks=%llu peak_ldm=%llu static_ldm=%llu\n",
+            "dma_blocks=%llu peak_ldm=%llu static_ldm=%llu peak_stack=%llu\n",
             ATHREAD_EMU_CHIP, ATHREAD_EMU_LDM_BYTES, s.spawns, s.get_bytes, s.put_bytes, s.transfers, s.dma_blocks,
-            s.peak_ldm, s.static_ldm);
+            s.peak_ldm, s.static_ldm, s.peak_stack);
 }
 
 int athread_emu_halt(void) {
@@ -304,6 +308,23 @@ int athread_emu_halt(void) {
     nguards = 0;
     initialised = 0;
     return 0;
+}
+
+/* The stack a CPE's kernel uses, measured on this host (an estimate of the chip's): a window below the
+ * caller's frame is painted before the kernel runs and scanned for the deepest byte it changed after. */
+#define STACK_WINDOW (64 * 1024)
+#define STACK_PAINT 0xC5
+
+static __attribute__((noinline)) char *paint_stack(void) {
+    char *top = (char *)__builtin_frame_address(0) - 1024; /* below this function's own frame */
+    memset(top - STACK_WINDOW, STACK_PAINT, STACK_WINDOW);
+    return top;
+}
+
+static size_t stack_used(const char *top) {
+    const char *p = top - STACK_WINDOW;
+    while (p < top && (unsigned char)*p == STACK_PAINT) p++;
+    return (size_t)(top - p);
 }
 
 static void *cpe_main(void *arg) {
@@ -329,7 +350,14 @@ static void *cpe_main(void *arg) {
              static_ldm, ATHREAD_EMU_STACK_RESERVE, ATHREAD_EMU_LDM_CACHE, ldm_in_use(c), ATHREAD_EMU_LDM_BYTES,
              ATHREAD_EMU_CHIP);
     if (ldm_in_use(c) > c->peak_ldm) c->peak_ldm = ldm_in_use(c);
+    const char *top = paint_stack();
     spawned_func(spawned_arg);
+    const size_t used = stack_used(top);
+    if (used > c->peak_stack) c->peak_stack = used;
+    if (used > ATHREAD_EMU_STACK_RESERVE)
+        fail("return", "the kernel's stack reached %zu bytes (measured on this host, an estimate of the chip's), "
+             "more than the %d-byte stack reserve counted in the LDM: on the chip it would overwrite LDM data",
+             used, ATHREAD_EMU_STACK_RESERVE);
     if (c->npending)
         fail("return", "%d DMA transfer(s) never waited for (first: %s of %zu bytes); on the chip their data "
              "is undefined", c->npending, c->pending[0].call, c->pending[0].len);
@@ -356,25 +384,28 @@ int athread_join(void) {
     if (!running) fail("athread_join", "no kernel is running");
     for (int i = 0; i < ATHREAD_EMU_CPES; i++) pthread_join(cpes[i].thread, NULL);
     protect_guards(PROT_READ | PROT_WRITE);
+    say_refused_mallocs();
     running = 0;
     return 0;
 }
 
 athread_emu_stats_t athread_emu_stats(void) {
-    athread_emu_stats_t s = {0, 0, 0, 0, 0, spawns, static_ldm};
+    athread_emu_stats_t s = {0, 0, 0, 0, 0, spawns, static_ldm, 0};
     for (int i = 0; i < ATHREAD_EMU_CPES; i++) {
         s.get_bytes += cpes[i].get_bytes;
         s.put_bytes += cpes[i].put_bytes;
         s.transfers += cpes[i].transfers;
         s.dma_blocks += cpes[i].dma_blocks;
         if (cpes[i].peak_ldm > s.peak_ldm) s.peak_ldm = cpes[i].peak_ldm;
+        if (cpes[i].peak_stack > s.peak_stack) s.peak_stack = cpes[i].peak_stack;
     }
     return s;
 }
 
 void athread_emu_reset_stats(void) {
     for (int i = 0; i < ATHREAD_EMU_CPES; i++)
-        cpes[i].get_bytes = cpes[i].put_bytes = cpes[i].transfers = cpes[i].dma_blocks = cpes[i].peak_ldm = 0;
+        cpes[i].get_bytes = cpes[i].put_bytes = cpes[i].transfers = cpes[i].dma_blocks = cpes[i].peak_ldm =
+            cpes[i].peak_stack = 0;
     spawns = 0;
 }
 
@@ -473,17 +504,36 @@ static int overlaps_any_ldm(const char *p, size_t len) {
     return 0;
 }
 
+/* An ldm_malloc that returns NULL is said at the join, by the MPE: printing here would run the C library's
+ * formatting on the CPE's stack, which is measured against the stack reserve. */
+static void refuse_malloc(cpe_t *c, size_t size, const char *why) {
+    if (c->refused_size) return; /* the first one is said */
+    c->refused_size = size;
+    c->refused_why = why;
+    c->refused_in_use = ldm_in_use(c);
+    c->refused_heap = c->heap_used;
+}
+
+static void say_refused_mallocs(void) {
+    for (int i = 0; i < ATHREAD_EMU_CPES; i++) {
+        cpe_t *c = &cpes[i];
+        if (!c->refused_size) continue;
+        fprintf(stderr,
+                "athread emulator: CPE %d in kernel '%s': ldm_malloc: ldm_malloc(%zu) %s: %d bytes on %s, already "
+                "in use %zu (__thread_local %zu + stack reserve %d + data cache %d + ldm_malloc %zu); it returned "
+                "NULL\n",
+                c->id, spawned_name, c->refused_size, c->refused_why, ATHREAD_EMU_LDM_BYTES, ATHREAD_EMU_CHIP,
+                c->refused_in_use, static_ldm, ATHREAD_EMU_STACK_RESERVE, ATHREAD_EMU_LDM_CACHE, c->refused_heap);
+        c->refused_size = 0;
+    }
+}
+
 void *ldm_malloc(size_t size) {
     cpe_t *c = need_cpe("ldm_malloc");
     size_t rounded = (size + HEAP_ALIGN - 1) / HEAP_ALIGN * HEAP_ALIGN;
     if (size == 0) fail("ldm_malloc", "size 0");
     if (ldm_in_use(c) + rounded > c->arena_size) { /* as on the chip: NULL, for the caller to check */
-        fprintf(stderr,
-                "athread emulator: CPE %d in kernel '%s': ldm_malloc: ldm_malloc(%zu) exceeds the LDM: %d bytes on "
-                "%s, already in use %zu (__thread_local %zu + stack reserve %d + data cache %d + ldm_malloc %zu); "
-                "it returns NULL\n",
-                c->id, spawned_name, size, ATHREAD_EMU_LDM_BYTES, ATHREAD_EMU_CHIP, ldm_in_use(c), static_ldm,
-                ATHREAD_EMU_STACK_RESERVE, ATHREAD_EMU_LDM_CACHE, c->heap_used);
+        refuse_malloc(c, size, "exceeds the LDM");
         return NULL;
     }
     if (c->nallocs == MAX_ALLOCS) fail("ldm_malloc", "more than %d live ldm_malloc blocks", MAX_ALLOCS);
@@ -495,8 +545,7 @@ void *ldm_malloc(size_t size) {
         at = c->allocs[slot].base + c->allocs[slot].size;
     }
     if ((size_t)(c->arena + c->arena_size - at) < rounded && slot == c->nallocs) {
-        fprintf(stderr, "athread emulator: CPE %d in kernel '%s': ldm_malloc: ldm_malloc(%zu): the LDM heap is too "
-                "fragmented; it returns NULL\n", c->id, spawned_name, size);
+        refuse_malloc(c, size, "finds the LDM heap too fragmented");
         return NULL;
     }
     memmove(&c->allocs[slot + 1], &c->allocs[slot], (size_t)(c->nallocs - slot) * sizeof(block_t));

@@ -46,6 +46,7 @@ typedef struct {
     unsigned long long peak_ldm;   /* largest LDM use of one CPE: static + stack reserve + heap */
     unsigned long long spawns;
     unsigned long long static_ldm; /* bytes of __thread_local variables per CPE */
+    unsigned long long peak_stack; /* deepest stack of one CPE's kernel, measured on this host */
 } athread_emu_stats_t;
 
 athread_emu_stats_t athread_emu_stats(void);
