@@ -441,6 +441,10 @@ int athread_syn(scope sc, int mask) {
 
 /* ---- ordering of puts and gets between CPEs ----------------------------- */
 
+/* A transfer of `len` bytes in blocks of `bsize` (0: one contiguous block): how many, and how long. */
+static size_t blocks_of(size_t len, size_t bsize) { return bsize ? len / bsize : 1; }
+static size_t block_of(size_t len, size_t bsize) { return bsize ? bsize : len; }
+
 static uint64_t stamp_of(const cpe_t *c) {
     const int row = c->id / ATHREAD_EMU_MESH, col = c->id % ATHREAD_EMU_MESH;
     return (uint64_t)(c->id + 1) << (3 * EPOCH_BITS) | (array_epoch & EPOCH_MASK) << (2 * EPOCH_BITS) |
@@ -462,7 +466,7 @@ static int ordered_after(const cpe_t *c, uint64_t stamp) {
 /* Check and stamp the words of a transfer's main-memory blocks that lie in guarded buffers: a get of words
  * another CPE put, or a put of words another CPE put or read, with no barrier between is a race on the chip. */
 static void order_words(cpe_t *c, const char *call, int put, char *mem, size_t len, size_t bsize, size_t stride) {
-    size_t nblocks = bsize ? len / bsize : 1, block = bsize ? bsize : len;
+    const size_t nblocks = blocks_of(len, bsize), block = block_of(len, bsize);
     const uint64_t mine = stamp_of(c);
     for (size_t b = 0; b < nblocks; b++) {
         char *start = mem + b * (block + stride);
@@ -599,8 +603,7 @@ static void do_copy(const transfer_t *t) {
             if ((unsigned char)t->ldm[i] != 0xFF)
                 fail(t->call, "its LDM buffer %p (%zu bytes) was written at byte %zu before the wait for it; on the "
                      "chip the DMA engine may overwrite it", (void *)t->ldm, t->len, i);
-    size_t nblocks = t->bsize ? t->len / t->bsize : 1;
-    size_t block = t->bsize ? t->bsize : t->len;
+    const size_t nblocks = blocks_of(t->len, t->bsize), block = block_of(t->len, t->bsize);
     for (size_t b = 0; b < nblocks; b++) {
         char *mem = t->mem + b * (block + t->stride);
         char *ldm = t->ldm + b * block;
@@ -652,7 +655,6 @@ static void issue(int put, const char *call, void *ldm, void *mem, int len, void
                   dma_mode mode) {
     cpe_t *c = need_cpe(call);
     if (mode != PE_MODE) fail(call, "only PE_MODE is emulated (mode %d)", (int)mode);
-    if (strcmp(call, "CRTS_dma_get") != 0 && strcmp(call, "CRTS_dma_put") != 0) check_reply(c, call, reply);
     check_dma(c, call, (char *)ldm, (char *)mem, len, stride, bsize);
     if (c->npending == MAX_PENDING) fail(call, "more than %d DMA transfers outstanding", MAX_PENDING);
     for (int k = 0; k < c->npending; k++) { /* two transfers may read one LDM buffer, never write it */
@@ -671,7 +673,7 @@ static void issue(int put, const char *call, void *ldm, void *mem, int len, void
     order_words(c, call, put, (char *)mem, (size_t)len, (size_t)bsize, (size_t)stride);
     c->pending[c->npending++] = t;
     c->transfers++;
-    c->dma_blocks += bsize ? (unsigned long long)(len / bsize) : 1;
+    c->dma_blocks += blocks_of((size_t)len, (size_t)bsize);
     if (put) c->put_bytes += (size_t)len;
     else {
         c->get_bytes += (size_t)len;
@@ -681,12 +683,14 @@ static void issue(int put, const char *call, void *ldm, void *mem, int len, void
 
 int athread_emu_get(const char *call, dma_mode mode, void *src_mem, void *dst_ldm, int len, void *reply, int stride,
                     int bsize) {
+    check_reply(need_cpe(call), call, reply);
     issue(0, call, dst_ldm, src_mem, len, reply, stride, bsize, mode);
     return 0;
 }
 
 int athread_emu_put(const char *call, dma_mode mode, void *src_ldm, void *dst_mem, int len, void *reply, int stride,
                     int bsize) {
+    check_reply(need_cpe(call), call, reply);
     issue(1, call, src_ldm, dst_mem, len, reply, stride, bsize, mode);
     return 0;
 }
@@ -709,7 +713,7 @@ void athread_emu_wait(const char *call, void *reply, int n) {
 }
 
 void athread_emu_dma_blocking(int put, void *dst, void *src, int len) {
-    volatile int reply = 0; /* the emulator's own word: not checked */
+    volatile int reply = 0; /* the emulator's own word (CRTS_dma_get/put wait inside): not checked */
     if (put) issue(1, "CRTS_dma_put", src, dst, len, (void *)&reply, 0, 0, PE_MODE);
     else issue(0, "CRTS_dma_get", dst, src, len, (void *)&reply, 0, 0, PE_MODE);
     athread_emu_wait(put ? "CRTS_dma_put" : "CRTS_dma_get", (void *)&reply, 1);

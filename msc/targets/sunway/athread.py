@@ -315,7 +315,7 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dic
     out = dict(offset=offset, size=out_size, member=level_name(tk.statement.target, 1))
     total = offset + 2 * out_size
     values = dict(function=tk.function + suffix, target=tk.statement.target, line=tk.statement.loc,
-                  tile=list(tk.tile), buffers=buffers, out=out, elements=total, bytes=total * itemsize,
+                  tile=list(tk.tile), buffers=buffers, out=out, bytes=total * itemsize,
                   streamed=streamed)
     if not streamed:
         return dict(values, body=printer.lines(compute_tile(tk, ndim, unroll), 3))
@@ -329,13 +329,19 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dic
 def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int,
                suffix: str) -> dict[str, Any]:
     """What the templates need for a time tile: the LDM arrays (offsets in
-    elements of one block), each statement's compute as C lines."""
+    elements of one block), each statement's compute as C lines (a 2D one:
+    `_streamed_time_tile`)."""
     stencil = tt.stencil
     arrays, offset = [], 0
     for f, n in tt.arrays():
         arrays.append(dict(name=f"l_{field_name(f.name)}", field=field_name(f.name), count=n, offset=offset,
                            written=f.written, window=f.window if f.written else 0, slots=f.slots))
         offset += n * math.prod(tt.extent())
+    values = dict(function=tt.function + suffix, tile=list(tt.tile), depth=tt.depth, arrays=arrays,
+                  nst=len(stencil.statements),
+                  written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields])
+    if tt.streamed:
+        return _streamed_time_tile(tt, values, printer, unroll, itemsize)
     statements = []
     for n, st in enumerate(stencil.statements):
         pointers = []
@@ -351,11 +357,8 @@ def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], it
         statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
                                body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
     total = offset + math.prod(tt.tile)
-    values = dict(function=tt.function + suffix, tile=list(tt.tile), depth=tt.depth, statements=statements,
-                  arrays=arrays, out_offset=offset, elements=total, bytes=total * itemsize, nst=len(stencil.statements),
-                  written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields],
-                  streamed=False)
-    return _streamed_time_tile(tt, values, printer, unroll, itemsize) if tt.streamed else values
+    return dict(values, statements=statements, out_offset=offset, bytes=total * itemsize,
+                streamed=False)
 
 
 def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: CPrinter, unroll: dict[int, int],
@@ -392,9 +395,8 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: CPr
                                         f"{target['lengths'][target['window'] - 1]}, x)"
                                if st.target in tt.boundary_from_newest() else ring(st.target, 0, "x"),
                                body=printer.lines(block, 7)))
-    total = rings[-1].offset + rings[-1].length * tt.extent()[1] + 2 * tt.tile[1]
     return dict(values, streamed=True, fields=fields, statements=statements, row=tt.extent()[1],
-                out_offset=total - 2 * tt.tile[1], elements=total, bytes=total * itemsize)
+                out_offset=rings[-1].offset + rings[-1].length * tt.extent()[1], bytes=tt.ldm_bytes(itemsize))
 
 
 def compute_time_tile_row(st: ir.Statement, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int | None,

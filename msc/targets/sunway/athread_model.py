@@ -79,9 +79,14 @@ class Traffic:
         self.blocks += times * planes * (plane // block)
         self.seconds += times * planes * plane / (self.chip.dma_gb_s(block) * 1e9)
 
-    def add(self, other: Traffic) -> None:
-        self.bytes, self.transfers = self.bytes + other.bytes, self.transfers + other.transfers
-        self.blocks, self.seconds = self.blocks + other.blocks, self.seconds + other.seconds
+    def move(self, extent: tuple[int, ...], times: int = 1, *, streamed: bool, rows: int | None = None) -> None:
+        """A box of `extent`, `times` over: whole, or streamed a row at a time (3D: a plane), `rows` of them
+        (all by default)."""
+        if not streamed:
+            self.box(extent, times)
+            return
+        one_row = extent[1:] if len(extent) == 2 else (1, *extent[1:])
+        self.box(one_row, times * (extent[0] if rows is None else rows))
 
 
 @dataclass(frozen=True)
@@ -97,44 +102,42 @@ class Counts:
     cpe_seconds: float  # the busiest CPE's DMA (as many full tiles as any CPE has), at a 64th of the bandwidth
     cpe_transfers: int
     cpe_points: int
-    tile_get_seconds: float  # one full tile's fetch, by one CPE
-    tile_get_transfers: int
+    fill_seconds: float  # what the busiest CPE waits for before it computes (DMA not overlapped), by one CPE
+    fill_transfers: int
+
+
+def _counts(get: Traffic, put: Traffic, tile: tuple[Traffic, Traffic], fill: Traffic, tiles: int, points: int,
+            waits: int) -> Counts:
+    """Counts from the traffic of every tile (`get`, `put`), of one full tile (`tile`: its gets and puts) and
+    of one fill, which the busiest CPE waits for `waits` times."""
+    per_cpe, cpes = math.ceil(tiles / athread_emu.CPES), athread_emu.CPES
+    return Counts(get.bytes, put.bytes, get.transfers + put.transfers, get.blocks + put.blocks,
+                  get.seconds + put.seconds, tiles, per_cpe * (tile[0].seconds + tile[1].seconds) * cpes,
+                  per_cpe * (tile[0].transfers + tile[1].transfers), per_cpe * points,
+                  waits * fill.seconds * cpes, waits * fill.transfers)
 
 
 def counts(tk: TileKernel, n: tuple[int, ...], row: int, chip: Chip, itemsize: int) -> Counts:
     """What the slave function of `tk` moves on an interior of n points per dimension (arrays of `row` points
     per row), as the generated code issues it: streamed (2D, 3D), per tile one transfer per row of each level
-    and of the output; in 1D, per tile one transfer per level and one for the output. `tile_get_*`: what a
-    CPE waits for before it can compute (streamed: the first window of every tile; 1D: the first tile)."""
-    ndim = len(n)
-    sizes = [_sizes(n[d], tk.tile[d]) for d in range(ndim)]
+    and of the output; in 1D, per tile one transfer per level and one for the output. The fill, what a CPE
+    waits for before it can compute: streamed, the first window of every tile; in 1D, the first tile."""
+    sizes = [_sizes(n[d], tk.tile[d]) for d in range(len(n))]
     tiles = math.prod(len(s) for s in sizes)
     get, put, tile_get, tile_put, fill = (Traffic(chip, itemsize, row) for _ in range(5))
-
-    def move(traffic: Traffic, extent: tuple[int, ...], times: int = 1, rows: int | None = None) -> None:
-        if not tk.streamed:
-            traffic.box(extent, times)
-            return
-        one_row = extent[1:] if ndim == 2 else (1, *extent[1:])  # the box of one row (3D: plane)
-        traffic.box(one_row, times * (extent[0] if rows is None else rows))
-
+    streamed = tk.streamed
     for lv in tk.levels:
         span = [h - lo for h, lo in zip(lv.hi, lv.lo)]
         for box, times in _boxes(sizes):
-            move(get, tuple(h + s for h, s in zip(box, span)), times)
+            get.move(tuple(h + s for h, s in zip(box, span)), times, streamed=streamed)
         footprint = tuple(t + s for t, s in zip(tk.tile, span))
-        move(tile_get, footprint)
-        move(fill, footprint, rows=min(footprint[0], tk.reach + 1) if tk.streamed else None)
+        tile_get.move(footprint, streamed=streamed)
+        fill.move(footprint, streamed=streamed, rows=min(footprint[0], tk.reach + 1) if streamed else None)
     for box, times in _boxes(sizes):
-        move(put, box, times)
-    move(tile_put, tk.tile)
-    per_cpe = math.ceil(tiles / athread_emu.CPES)
-    cpes = athread_emu.CPES
-    waits = per_cpe if tk.streamed else 1
-    return Counts(get.bytes, put.bytes, get.transfers + put.transfers, get.blocks + put.blocks,
-                  get.seconds + put.seconds, tiles, per_cpe * (tile_get.seconds + tile_put.seconds) * cpes,
-                  per_cpe * (tile_get.transfers + tile_put.transfers), per_cpe * math.prod(tk.tile),
-                  waits * fill.seconds * cpes, waits * fill.transfers)
+        put.move(box, times, streamed=streamed)
+    tile_put.move(tk.tile, streamed=streamed)
+    waits = math.ceil(tiles / athread_emu.CPES) if streamed else 1
+    return _counts(get, put, (tile_get, tile_put), fill, tiles, math.prod(tk.tile), waits)
 
 
 @dataclass(frozen=True)
@@ -202,30 +205,19 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, chip: Chi
     buffers = sum(f.window if f.written else 1 for f, _ in tt.arrays())  # the levels fetched
     levels_out = sum(f.window for f in tt.stencil.written_fields)
     get, put, tile_get, tile_put, fill = (Traffic(chip, itemsize, row) for _ in range(5))
-
-    def move(traffic: Traffic, extent: tuple[int, ...], times: int) -> None:
-        if tt.streamed:  # a row at a time, each one contiguous block
-            traffic.box(extent[1:], times * extent[0])
-        else:
-            traffic.box(extent, times)
-
+    streamed = tt.streamed  # (2D) a row at a time, each one contiguous block
     for box, times in _boxes(boxes):
-        move(get, box, buffers * times)
+        get.move(box, buffers * times, streamed=streamed)
     for box, times in _boxes(sizes):
-        move(put, box, levels_out * times)
-    move(tile_get, tt.extent(), buffers)
-    move(tile_put, tt.tile, levels_out)
-    move(fill, (1, *tt.extent()[1:]) if tt.streamed else tt.extent(), buffers)
-    per_cpe = math.ceil(tiles / athread_emu.CPES)
+        put.move(box, levels_out * times, streamed=streamed)
+    tile_get.move(tt.extent(), buffers, streamed=streamed)
+    tile_put.move(tt.tile, levels_out, streamed=streamed)
+    fill.move(tt.extent(), buffers, streamed=streamed, rows=1 if streamed else None)
     nst = len(tt.stencil.statements)
     points = 0  # computed by one full tile (its region shrinks by the radius per statement)
     for c in range(1, tt.depth * nst + 1):
         points += math.prod(tt.tile[d] + 2 * (halo[d] - c * radius[d]) for d in range(ndim))
-    cpes = athread_emu.CPES
-    return Counts(get.bytes, put.bytes, get.transfers + put.transfers, get.blocks + put.blocks,
-                  get.seconds + put.seconds, tiles, per_cpe * (tile_get.seconds + tile_put.seconds) * cpes,
-                  per_cpe * (tile_get.transfers + tile_put.transfers), per_cpe * points,
-                  per_cpe * fill.seconds * cpes, per_cpe * fill.transfers)
+    return _counts(get, put, (tile_get, tile_put), fill, tiles, points, math.ceil(tiles / athread_emu.CPES))
 
 
 def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: Chip | str) -> Prediction:
@@ -248,7 +240,7 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
         t_compute = c.cpe_points * work / (chip.cpe_gflops * 1e9)
         # streamed (2D): the next row's fetch overlaps this row's stages, after each tile's first row; else
         # single-buffered: fetch, compute `depth` steps, write back
-        t_step = (max(t_dma, t_compute) + c.tile_get_seconds + c.tile_get_transfers * fixed if tt.streamed
+        t_step = (max(t_dma, t_compute) + c.fill_seconds + c.fill_transfers * fixed if tt.streamed
                   else t_dma + t_compute)
         return Prediction(full, chip, math.prod(n), c.get_bytes / depth, c.put_bytes / depth, c.transfers / depth,
                           c.blocks / depth, c.seconds / depth, ldm, minimum, t_dma / depth, t_compute / depth,
@@ -261,7 +253,7 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
         get, put, transfers, blocks = get + c.get_bytes, put + c.put_bytes, transfers + c.transfers, blocks + c.blocks
         t_dma = c.cpe_seconds + c.cpe_transfers * fixed
         t_compute = c.cpe_points * flops(tk.statement) / (chip.cpe_gflops * 1e9)
-        fill = c.tile_get_seconds + c.tile_get_transfers * fixed
+        fill = c.fill_seconds + c.fill_transfers * fixed
         moving, dma, compute = moving + c.seconds, dma + t_dma, compute + t_compute
         step += max(t_dma, t_compute) + fill
     return Prediction(full, chip, math.prod(n), get, put, transfers, blocks, moving, ldm, minimum, dma, compute, step)
@@ -283,10 +275,10 @@ def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) 
             sizes |= {3 << k for k in range(max(extent, 1).bit_length()) if 3 << k <= extent}
         options.append(sorted(sizes))
     depths = (0, *TIME_DEPTHS) if stencil.boundary == "dirichlet" else (0,)
-    out = []
+    out, capacity = [], as_chip(chip).ldm_capacity
     for depth in depths:
         for tile in itertools.product(*options):
-            if max(tk.ldm_bytes(itemsize) for tk in slave_kernels(stencil, tile, depth)) <= as_chip(chip).ldm_capacity:
+            if max(tk.ldm_bytes(itemsize) for tk in slave_kernels(stencil, tile, depth)) <= capacity:
                 sizes = dict(zip(stencil.dims, tile))
                 out.append(Schedule().time_tile(depth, **sizes) if depth else Schedule().tile(**sizes))
     return out

@@ -16,6 +16,8 @@ NAME = "athread"
 #: (the middle of each measured range: 128 B 5-6.4, 256 B 8-10.7, 1 KB 15-17.6, 4-8 KB 18.4-21.8) and the
 #: ceiling of about 22 GB/s they approach (docs/athread.md, 'The model').
 DMA_GB_S = ((128, 5.7), (256, 9.35), (1024, 16.3), (4096, 19.3), (8192, 20.9), (16384, 22.0))
+#: The memory bandwidth on paper of the core group DMA_GB_S was measured on (SW26010: 136.51 GB/s over 4).
+DMA_MEASURED_PEAK_GB_S = 136.51 / 4
 
 #: LDM bytes of the generated code's __thread_local words (reply counters and status word: 24), aligned.
 STATIC_LDM = 32
@@ -28,16 +30,13 @@ class Chip:
     name: str
     ldm_bytes: int  # LDM per CPE
     slave_header: str  # the CPE API: slave.h (athread_get/put) or crts.h (CRTS_dma_iget/iput)
-    host_cc: str  # the MPE compiler and its flag
-    host_flag: str
+    host_flag: str  # the MPE compile's flag
     slave_cc: str  # the CPE compiler and its flag
     slave_flag: str
-    link_cc: str  # the hybrid link: its command and flag
-    link_flag: str
+    link_flag: str  # the hybrid link's flag
     clock_ghz: float  # CPE clock
     flops_per_cycle: int  # double-precision flops per CPE and cycle (vector FMA)
     peak_gb_s: float  # the core group's memory bandwidth on paper, shared by its 64 CPEs' DMA
-    dma_scale: float  # the block-size curve DMA_GB_S times this is the chip's (1: measured on this chip)
     transfer_us: float  # fixed cost of one DMA transfer (the project's assumption: no source gives it)
 
     def __str__(self) -> str:
@@ -47,6 +46,12 @@ class Chip:
     def ldm_capacity(self) -> int:
         """LDM bytes per CPE that buffers may use: the LDM less the stack reserve and the static words."""
         return self.ldm_bytes - athread_emu.STACK_RESERVE - STATIC_LDM
+
+    @property
+    def dma_scale(self) -> float:
+        """DMA_GB_S times this is the chip's curve: its peak over the measured chip's (1 on SW26010; on the
+        Pro an assumption until measured)."""
+        return self.peak_gb_s / DMA_MEASURED_PEAK_GB_S
 
     @property
     def cpe_gflops(self) -> float:
@@ -74,10 +79,10 @@ class Chip:
 # SW26010: 1.45 GHz, 8 DP flops/cycle per CPE (11.6 GFLOPS); 136.51 GB/s per chip over 4 core groups; DMA
 # measured. SW26010-Pro: 2.25 GHz, 512-bit vectors (13.8 TFLOPS over 384 CPEs: 16 DP flops/cycle); 51.2 GB/s
 # DDR4 per core group; DMA an assumption until measured: SW26010's block-size curve scaled by the peaks' ratio.
-SW26010 = Chip("sw26010", athread_emu.LDM_BYTES["sw26010"], "slave.h", "sw5cc", "-host", "sw5cc", "-slave",
-               "mpicc", "-hybrid", 1.45, 8, 136.51 / 4, 1.0, 0.5)
-SW26010_PRO = Chip("sw26010pro", athread_emu.LDM_BYTES["sw26010pro"], "crts.h", "swgcc", "-mhost", "swgcc",
-                   "-mslave", "swgcc", "-mhybrid", 2.25, 16, 51.2, 51.2 / (136.51 / 4), 0.5)
+SW26010 = Chip("sw26010", athread_emu.LDM_BYTES["sw26010"], "slave.h", "-host", "sw5cc", "-slave", "-hybrid",
+               1.45, 8, DMA_MEASURED_PEAK_GB_S, 0.5)
+SW26010_PRO = Chip("sw26010pro", athread_emu.LDM_BYTES["sw26010pro"], "crts.h", "-mhost", "swgcc", "-mslave",
+                   "-mhybrid", 2.25, 16, 51.2, 0.5)
 CHIPS = {chip.name: chip for chip in (SW26010, SW26010_PRO)}
 DEFAULT_CHIP = SW26010_PRO.name
 
