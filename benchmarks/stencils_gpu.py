@@ -8,7 +8,9 @@ the driver's CUDA); pystencils is optional (its rows say why they are missing).
     python3 benchmarks/stencils_gpu.py --json results.json [--quick] [--only heat2d,star2d2r]
         [--dtypes float64,float32] [--repeat 5]
 
-msc runs four ways: the default launch ("plain"), the tuner's choice
+msc runs five ways: the default launch ("plain": streamed tiles, docs/cuda.md),
+the grid-mapped launch (a point per thread, `parallel` on the outermost
+dimension: the default before streaming), the tuner's choice
 ("tuned", schedule="auto", timed on the device by msc's tuner on a
 device-resident simulation), the fastest time tile the tuner timed
 ("time-tiled") and tensor cores (fp64 for float64, tf32 for float32). Every
@@ -193,6 +195,8 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
         missing["pystencils (CUDA)"] = f"{type(e).__name__}: {e}"
     plain = st.compile(target="cuda", dtype=dtype)
     tools.append(msc_tool(cp, "msc plain", plain, "default"))
+    mapped = msc.Schedule().parallel(st.ir.dims[0])
+    tools.append(msc_tool(cp, "msc grid-mapped", st.compile(target="cuda", dtype=dtype, schedule=mapped), str(mapped)))
     auto = st.compile(target="cuda", dtype=dtype, schedule="auto")
     auto.start(u=cp.asnumpy(u0))  # tunes on the device (trials of up to 64 steps)
     report = auto.report

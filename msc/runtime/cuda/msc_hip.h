@@ -24,6 +24,8 @@
 #define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
 #define hipDeviceSynchronize cudaDeviceSynchronize
+#define hipFuncSetAttribute cudaFuncSetAttribute
+#define hipFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
 #elif defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define MSC_LAUNCH(kernel, grid, block, shared_bytes, ...)             \

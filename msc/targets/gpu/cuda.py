@@ -65,8 +65,9 @@ class GPUPlatform(ctarget.Platform):
         return cuda_candidates(poly.ir)
 
     def default_time_tile(self, stencil: ir.StencilIR, depth: int) -> dict[str, int]:
-        """A block's shape (the tuner's middle one), halved until the tile and its halo fit a block."""
-        return dict(zip(stencil.dims, time_tile.fitting_tile(stencil, depth, BLOCKS[stencil.ndim][1])))
+        """Streamed tiles of the default block in 2D and 3D; in 1D a block's shape
+        (the tuner's middle one), halved until the tile and its halo fit a block."""
+        return time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])
 
     def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return {name: _host_copy(value) for name, value in inputs.items()}  # device arrays are run in place
@@ -264,23 +265,25 @@ class CudaTarget(ctarget.CTarget):
 BLOCKS = {1: ((256,), (128,), (512,)),
           2: ((4, 64), (8, 32), (8, 64), (16, 32), (2, 128)),
           3: ((1, 8, 32), (2, 4, 32), (1, 4, 64), (4, 4, 32), (2, 8, 32))}
-TIME_DEPTHS = (2, 4)
+TIME_DEPTHS = (2, 4, 8)
 
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
-    """The default launch, then tiles of several block shapes (a tile is a
-    block), then time tiles of two depths (dirichlet stencils only) whose
-    region fits a block and whose halo leaves most threads computing outputs
+    """The default launch (and, where that streams, the grid-mapped one: a point
+    per thread), then tiles of several block shapes (a tile is a block), then
+    time tiles of three depths (dirichlet stencils only) that fit a block and
+    whose halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step)."""
     out = [Schedule()]
+    if time_tile.streams_by_default(stencil):
+        out.append(Schedule().parallel(stencil.dims[0]))
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]
     if stencil.boundary == "dirichlet":  # tiles whose region fits a block, for the shared-memory form
-        base = BLOCKS[stencil.ndim][1]
         for depth in TIME_DEPTHS:
-            tile = time_tile.fitting_tile(stencil, depth, base)
+            tile = time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])
             if time_tile.pays(stencil, depth, tile):
-                out.append(Schedule().time_tile(depth, **dict(zip(stencil.dims, tile))))
+                out.append(Schedule().time_tile(depth, **tile))
     return out
 
 

@@ -1,15 +1,16 @@
-"""Temporal blocking in shared memory for the CUDA target (AN5D-style).
+"""Temporal blocking in shared memory for the CUDA target.
 
 For `time_tile(depth, ...)` on a stencil of one statement whose field keeps
 one past level (it reads its own level t only, and otherwise time-invariant
-inputs), dirichlet, every dimension tiled: each block loads its tile plus
-a halo of depth x radius into shared memory once, runs up to `depth` steps
-there (each step on a region shrunk by the radius, `__syncthreads()`
-between steps), and writes the tile's interior to the other ring slot. One
-launch advances `depth` steps: global memory is read and written once per
-`depth` steps instead of once per step, at the price of the recomputed
-halo. The block is the loaded region (tile + 2 x depth x radius points per
-dimension), at most 1024 threads.
+inputs), dirichlet, every dimension tiled, one launch advances `depth` steps
+between the two ring slots: global memory is read and written once per
+`depth` steps instead of once per step, at the price of a recomputed halo.
+In 2D and 3D the tiles are streamed (msc/targets/gpu/cuda_stream.py, which
+also gives such a stencil's default launch, a streamed tile of one step). In
+1D a tile is a box: each block loads its tile plus a halo of depth x radius
+into shared memory once, runs up to `depth` steps there (each step on a
+region shrunk by the radius, `__syncthreads()` between steps), and writes
+the tile's interior; the block is the loaded region, at most 1024 threads.
 
 Other time-tiled schedules (several statements or levels, or a block over
 the limit) keep the general skewed tiles of the kernel IR, run in global
@@ -24,8 +25,10 @@ from dataclasses import dataclass
 from msc import ir
 from msc.codegen.lower import field_name, param_name
 from msc.codegen.printers.cexpr import c_expr
-from msc.poly.schedule import LoweredSchedule, shrink_tile
+from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
+from msc.targets.gpu import cuda_stream as stream
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
+from msc.targets.gpu.cuda_stream import StreamedTile, linear_index
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
 
@@ -44,11 +47,23 @@ class SharedTimeTile:
         name = self.stencil.statements[0].target
         return next(f for f in self.stencil.fields if f.name == name)
 
+    dynamic_shared = 0  # bytes of dynamic shared memory of a launch
 
-def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | None:
-    """Why the schedule's time tiles cannot run in shared memory (None: they can)."""
-    s = schedule.schedule
-    tiles = dict(s.tiles)
+    def grid(self) -> str:
+        ndim = self.stencil.ndim
+        return ", ".join(f"msc_blocks(P{d}, {self.tile[d]}, {65535 if AXES[ndim - 1 - d] != 'x' else 0})"
+                         for d in reversed(range(ndim)))
+
+    def block(self) -> str:
+        return ", ".join(str(self.region[d]) for d in reversed(range(self.stencil.ndim)))
+
+    def describe(self) -> str:
+        return (f"time tiles of {self.depth} steps in shared memory: tile {' x '.join(map(str, self.tile))}, "
+                f"blocks of {' x '.join(map(str, self.region))} threads")
+
+
+def qualifies(stencil: ir.StencilIR) -> str | None:
+    """Why no tile of the stencil can run in shared memory (None: tiles can)."""
     if len(stencil.statements) != 1:
         return f"{len(stencil.statements)} statements (shared-memory time tiles take one)"
     target = stencil.statements[0].target
@@ -57,15 +72,25 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
             return f"field '{f.name}' keeps {f.window} past levels (shared-memory time tiles keep one)"
         if f.name != target and not f.time_invariant:
             return f"field '{f.name}' changes in time but is not computed by the statement"
+    return None
+
+
+def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | None:
+    """Why the schedule's time tiles cannot run in shared memory (None: they can)."""
+    s = schedule.schedule
+    tiles = dict(s.tiles)
+    why = qualifies(stencil)
+    if why is not None:
+        return why
     if set(tiles) != set(stencil.dims):
         return f"not every dimension is tiled (tile {', '.join(stencil.dims)} for shared memory)"
     if s.order or s.unrolls or s.vector_loop or s.parallel_loop not in (None, *(f"{d}_tile" for d in stencil.dims)):
         return "reorder/unroll/vectorize, or parallel() on a point loop, choose loops of the skewed tiles"
+    if stencil.ndim > 1:
+        return stream.streamed_tile(stencil, s.time_depth, tiles).too_large()
     region = [tiles[d] + 2 * s.time_depth * r for d, r in zip(stencil.dims, stencil.radius)]
-    threads = 1
-    for n in region:
-        threads *= n
-    if threads > MAX_THREADS or region[0] > 64 and stencil.ndim == 3:
+    threads = math.prod(region)
+    if threads > MAX_THREADS:
         return (f"its region of {' x '.join(map(str, region))} points (tile plus {s.time_depth} x radius on each "
                 f"side) would need {threads} threads per block, more than {MAX_THREADS}")
     return None
@@ -74,38 +99,50 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
 MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
 
 
-def fitting_tile(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> tuple[int, ...]:
-    """`tile` halved along its longest side until tile plus halo fits a block (or every side is 1)."""
-    return shrink_tile(tile, lambda sides: math.prod(t + 2 * depth * r for t, r in zip(sides, stencil.radius))
+def default_tile(stencil: ir.StencilIR, depth: int, block: tuple[int, ...]) -> dict[str, int]:
+    """The tile of `time_tile(depth)`: in 2D and 3D the streamed default; in 1D
+    `block` halved until tile plus halo fits a block (or is 1 point)."""
+    if stencil.ndim > 1:
+        return stream.default_tile(stencil, depth)
+    tile = shrink_tile(block, lambda sides: math.prod(t + 2 * depth * r for t, r in zip(sides, stencil.radius))
                        <= MAX_THREADS)
+    return dict(zip(stencil.dims, tile))
 
 
-def pays(stencil: ir.StencilIR, depth: int, tile: tuple[int, ...]) -> bool:
-    """Whether a block of this time tile computes outputs with at least MIN_USEFUL of
-    its threads (one per point of tile plus halo): below that, the halo's redundant
-    work costs more than the steps it fuses save (a 1x1 tile, say)."""
+def pays(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> bool:
+    """Whether a block of this time tile fits and computes outputs with at least
+    MIN_USEFUL of the points it loads: below that, the halo's redundant work costs
+    more than the steps it fuses save (a 1x1 tile, say)."""
+    if stencil.ndim > 1:
+        plan = stream.streamed_tile(stencil, depth, tiles)
+        return plan.too_large() is None and plan.useful() >= MIN_USEFUL
+    tile = [tiles[d] for d in stencil.dims]
     region = math.prod(t + 2 * depth * r for t, r in zip(tile, stencil.radius))
     return region <= MAX_THREADS and math.prod(tile) >= MIN_USEFUL * region
 
 
-def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | None:
+def streams_by_default(stencil: ir.StencilIR) -> bool:
+    """Whether the stencil's default launch is a streamed tile of one step."""
+    if stencil.ndim < 2 or stencil.boundary != "dirichlet" or qualifies(stencil) is not None:
+        return False
+    return stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1)).too_large() is None
+
+
+def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | StreamedTile | None:
+    """The shared-memory form of the schedule's launches (None: the kernel IR's mapping)."""
+    if schedule.schedule == Schedule() and streams_by_default(stencil):
+        return stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1))
     if not schedule.schedule.time_depth or reason_not_shared(stencil, schedule) is not None:
         return None
     tiles = dict(schedule.schedule.tiles)
     depth = schedule.schedule.time_depth
+    if stencil.ndim > 1:
+        return stream.streamed_tile(stencil, depth, tiles)
     tile = tuple(tiles[d] for d in stencil.dims)
     return SharedTimeTile(stencil, depth, tile, tuple(t + 2 * depth * r for t, r in zip(tile, stencil.radius)))
 
 
-def _linear(terms: list[str], extents: list[str]) -> str:
-    index = terms[0]
-    for term, extent in zip(terms[1:], extents[1:]):
-        index = f"({index}) * {extent} + {term}"
-    return index
-
-
-def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
-    """The `__global__` function and its parameters after the two level pointers, in call order."""
+def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
     st, ndim = plan.stencil, plan.stencil.ndim
     statement = st.statements[0]
     axis = {d: AXES[ndim - 1 - d] for d in range(ndim)}  # the last dimension on .x
@@ -119,8 +156,8 @@ def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
 
     def access(read: ir.FieldRead) -> str:
         if read.name == statement.target:
-            return f"a[{_linear(shifted(local, read.offsets), n)}]"
-        return f"{field_name(read.name)}[{_linear(shifted(glob, read.offsets), extents)}]"
+            return f"a[{linear_index(shifted(local, read.offsets), n)}]"
+        return f"{field_name(read.name)}[{linear_index(shifted(glob, read.offsets), extents)}]"
 
     expr = c_expr(statement.expr, st.dtype, access, param_name)
     inputs = [f"const real *__restrict__ {field_name(f.name)}" for f in st.fields if f.time_invariant]
@@ -133,7 +170,7 @@ def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
               f"{', '.join(params)}, const long steps)"), "{",
              f"    __shared__ real {BUFFER}[2][{volume}];"]
     lines += [f"    const long l{d} = threadIdx.{axis[d]};" for d in range(ndim)]
-    lines.append(f"    const long q = {_linear(local, n)};")
+    lines.append(f"    const long q = {linear_index(local, n)};")
     pad = "    "
     for d in range(ndim):  # every tile of the grid, block-stride (uniform in the block)
         tiles = f"(P{d} + {plan.tile[d] - 1}) / {plan.tile[d]}"
@@ -142,7 +179,7 @@ def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
     lines += [f"{pad}const long g{d} = b{d} * {plan.tile[d]} - {depth * r[d]} + l{d};" for d in range(ndim)]
     inside = " && ".join(f"g{d} >= 0 && g{d} < P{d}" for d in range(ndim))
     interior = " && ".join(f"g{d} >= {r[d]} && g{d} < P{d} - {r[d]}" for d in range(ndim))
-    gidx = _linear(glob, extents)
+    gidx = linear_index(glob, extents)
     valid = " && ".join(f"l{d} >= {r[d]} * h && l{d} < {n[d]} - {r[d]} * h" for d in range(ndim))
     tile = " && ".join(f"l{d} >= {depth * r[d]} && l{d} < {depth * r[d] + plan.tile[d]}" for d in range(ndim))
     lines += [f"{pad}const bool in_array = {inside}, interior = {interior};",
@@ -168,22 +205,28 @@ def kernel_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", args
 
 
-def host_body(plan: SharedTimeTile, kernel: str, args: list[str]) -> list[str]:
+def kernel_source(plan: SharedTimeTile | StreamedTile, name: str) -> tuple[str, list[str]]:
+    """The `__global__` function and its parameters after the two level pointers, in call order."""
+    if isinstance(plan, StreamedTile):
+        return stream.kernel_source(plan, name)
+    return _box_source(plan, name)
+
+
+def host_body(plan: SharedTimeTile | StreamedTile, kernel: str, args: list[str]) -> list[str]:
     """The time loop: one launch per `depth` steps between the two ring slots,
     then the newest level moved to the slot the ring convention gives it (when the
     number of launches leaves it in the other)."""
-    ndim = plan.stencil.ndim
     buf = f"{field_name(plan.target.name)}_buf"
-    grid = ", ".join(f"msc_blocks(P{d}, {plan.tile[d]}, {65535 if AXES[ndim - 1 - d] != 'x' else 0})"
-                     for d in reversed(range(ndim)))
-    block = ", ".join(str(plan.region[d]) for d in reversed(range(ndim)))
+    grid, block, shared = plan.grid(), plan.block(), plan.dynamic_shared
+    opt_in = [(f"MSC_CUDA_CHECK(cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+               f"{shared}));")] if shared else []
     return [
-        (f"/* time tiles of {plan.depth} steps in shared memory: tile {' x '.join(map(str, plan.tile))}, "
-         f"blocks of {' x '.join(map(str, plan.region))} threads */"),
+        f"/* {plan.describe()} */",
+        *opt_in,
         "long slot = t0 % 2;",
         f"for (long t = 0; t < T; t += {plan.depth}) {{",
         f"    const long steps = msc_imin({plan.depth}, T - t);",
-        (f"    MSC_LAUNCH({kernel}, dim3({grid}), dim3({block}), 0, {buf} + (1 - slot) * V, {buf} + slot * V, "
+        (f"    MSC_LAUNCH({kernel}, dim3({grid}), dim3({block}), {shared}, {buf} + (1 - slot) * V, {buf} + slot * V, "
          f"{', '.join(args)}, steps);"),
         "    slot = 1 - slot;",
         "}",

@@ -37,7 +37,8 @@ VENDOR = {
     "cudaGetLastError": "hipGetLastError", "cudaGetErrorString": "hipGetErrorString", "cudaMalloc": "hipMalloc",
     "cudaFree": "hipFree", "cudaMemcpy": "hipMemcpy", "cudaMemcpyHostToDevice": "hipMemcpyHostToDevice",
     "cudaMemcpyDeviceToHost": "hipMemcpyDeviceToHost", "cudaMemcpyDeviceToDevice": "hipMemcpyDeviceToDevice",
-    "cudaDeviceSynchronize": "hipDeviceSynchronize", "CUDA": "HIP",
+    "cudaDeviceSynchronize": "hipDeviceSynchronize", "cudaFuncSetAttribute": "hipFuncSetAttribute",
+    "cudaFuncAttributeMaxDynamicSharedMemorySize": "hipFuncAttributeMaxDynamicSharedMemorySize", "CUDA": "HIP",
 }
 _NAMES = re.compile(r"\b(" + "|".join(map(re.escape, sorted(VENDOR, key=len, reverse=True))) + r")\b")
 _LEFT = re.compile(r"\bcuda[A-Z]\w*")
