@@ -134,7 +134,8 @@ def test_default_kernels_fit_64_registers_without_spills(tmp_path):
     out = tmp_path / "resources.json"
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "cuda_resources.py"), "--json", str(out),
                            "--dtypes", "float64"],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(root), os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
     assert {r["stencil"] for r in rows} == {"heat2d", "box2d9p", "heat3d", "box3d27p"}

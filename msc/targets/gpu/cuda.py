@@ -38,6 +38,7 @@ from msc.runtime.cuda_kernel import CudaKernel, is_device_array
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.targets import ctarget
 from msc.targets.gpu import cuda_pass as mapping
+from msc.targets.gpu import cuda_stream as stream
 from msc.targets.gpu import cuda_time_tile as time_tile
 from msc.targets.gpu.cuda_pass import CustomLaunch
 from msc.targets.gpu.cuda_printer import CudaPrinter
@@ -266,17 +267,24 @@ BLOCKS = {1: ((256,), (128,), (512,)),
           2: ((4, 64), (8, 32), (8, 64), (16, 32), (2, 128)),
           3: ((1, 8, 32), (2, 4, 32), (1, 4, 64), (4, 4, 32), (2, 8, 32))}
 TIME_DEPTHS = (2, 4, 8)
+# threads per inner dimension (outer first) of the streamed blocks the tuner tries besides the default
+STREAM_BLOCKS = {2: ((64,), (256,)), 3: ((8, 32), (8, 64), (32, 32))}
 
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
-    """The default launch (and, where that streams, the grid-mapped one: a point
-    per thread), then tiles of several block shapes (a tile is a block), then
+    """The default launch (and, where that streams, the grid-mapped one, a point
+    per thread, and streamed blocks of other shapes), then tiles of several block shapes (a tile is a block), then
     time tiles of three depths (dirichlet stencils only) that fit a block and
     whose halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step)."""
     out = [Schedule()]
     if time_tile.streams_by_default(stencil):
         out.append(Schedule().parallel(stencil.dims[0]))
+        for threads in STREAM_BLOCKS[stencil.ndim]:  # streamed blocks of other shapes, one step each
+            inner = [n - 2 * r for n, r in zip(threads, stencil.radius[1:])]
+            tiles = dict(zip(stencil.dims, (stream.CHUNK, *inner)))
+            if min(inner) >= 4 and time_tile.pays(stencil, 1, tiles):
+                out.append(Schedule().time_tile(1, **tiles))
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]
     if stencil.boundary == "dirichlet":  # tiles whose region fits a block, for the shared-memory form

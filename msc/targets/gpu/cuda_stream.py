@@ -3,7 +3,7 @@
 A block owns a tile of the inner dimensions (one thread per point of the tile
 plus a halo of depth x radius on each side) and marches along the outermost
 dimension through a chunk of planes: each thread loads one value per plane
-(the next plane's load is in flight while the current one is computed) into
+(the loads of the next AHEAD planes are in flight while one is computed) into
 a ring of planes in shared memory, and each of the `depth` steps ("stages")
 computes its plane from the ring of the stage before, `radius` planes behind
 it, reading every neighbour from shared memory. The last stage writes the
@@ -34,6 +34,7 @@ RING = "msc_ring"  # the stages' rings of planes in shared memory
 STATIC_SHARED = 48 << 10  # static shared memory of a block; beyond it, dynamic shared memory opted into
 SHARED_BYTES = 99 << 10  # dynamic shared memory a block of every device of compute capability 8.0 or later may have
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
+AHEAD = 2  # planes each thread's loads run ahead of the one computed (loads in flight per thread)
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first
 
 
@@ -141,10 +142,8 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
 
     def access(read: ir.FieldRead, stage: int) -> str:
         if read.name == statement.target:
-            q = " + ".join([f"({o}) * {math.prod(threads[d:])}" for d, o in enumerate(read.offsets[1:-1], 1) if o]
-                           + ([str(read.offsets[-1])] if read.offsets[-1] else []))
-            slot = f"(p {'+' if read.offsets[0] >= 0 else '-'} {abs(read.offsets[0])}) % {slots}"
-            return f"{RING}[{stage - 1}][{slot}][q{f' + {q}' if q else ''}]"
+            shift = sum(o * math.prod(threads[d:]) for d, o in enumerate(read.offsets[1:], 1))
+            return f"{RING}[{stage - 1}][({_plus('p', read.offsets[0])}) % {slots}][{_plus('q', shift)}]"
         coords = [_plus(c, o) for c, o in zip(glob, read.offsets)]
         return f"{field_name(read.name)}[{linear_index(coords, extents)}]"
 
@@ -173,17 +172,20 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
     interior = " && ".join(f"g{d} >= {r[d]} && g{d} < P{d} - {r[d]}" for d in inner)
     tile = " && ".join(f"l{d} >= {depth * r[d]} && l{d} < {depth * r[d] + plan.tile[d - 1]}" for d in inner)
     r0 = r[0]
+
+    def load(j: str) -> str:  # the block's plane j at the thread's column, 0 outside the array or the planes
+        g0 = f"first + {j}"
+        return f"in_plane && {j} < planes && {g0} >= 0 && {g0} < P0 ? src[({g0}) * plane + column] : (real)0"
+
     lines += [f"{pad}const bool in_plane = {in_plane}, interior = {interior}, in_tile = {tile};",
               f"{pad}const long column = {linear_index(glob[1:], extents[1:])};",
               f"{pad}const long first = b0 * {plan.chunk} - {depth * r0};  /* the block's first plane */",
               f"{pad}const int planes = (int)msc_imin({plan.chunk + 2 * depth * r0}, P0 + {depth * r0} - first);",
-              f"{pad}real next = in_plane && first >= 0 ? src[first * plane + column] : (real)0;",
+              *(f"{pad}real next{k} = {load(str(k))};" for k in range(AHEAD)),
               f"{pad}for (int j = 0; j < planes; j++) {{",
-              f"{pad}    {RING}[0][j % {slots}][q] = next;",
-              f"{pad}    if (j + 1 < planes) {{  /* the next plane's load, in flight while this one is computed */",
-              f"{pad}        const long g0 = first + j + 1;",
-              f"{pad}        next = in_plane && g0 >= 0 && g0 < P0 ? src[g0 * plane + column] : (real)0;",
-              f"{pad}    }}",
+              f"{pad}    {RING}[0][j % {slots}][q] = next0;",
+              *(f"{pad}    next{k} = next{k + 1};" for k in range(AHEAD - 1)),
+              f"{pad}    next{AHEAD - 1} = {load(f'j + {AHEAD}')};",
               f"{pad}    __syncthreads();"]
     for stage in range(1, depth + 1):
         valid = " && ".join(f"l{d} >= {stage * r[d]} && l{d} < {threads[d - 1] - stage * r[d]}" for d in inner)
