@@ -270,6 +270,29 @@ def test_an_emulated_run_counts_its_memory_traffic(shape):
     assert 1.0 <= gpu["shared_wavefronts_per_access"] < 1.5
 
 
+def test_streamed_launches_read_each_point_about_once():
+    """The default launch of a 2D or 3D dirichlet stencil streams (docs/cuda.md): global
+    loads per update at most 1.5 x the itemsize (the grid-mapped launch loads one value per
+    read, 5 for heat), conflict-free shared memory; a time tile of depth 4 moves at most
+    1.3 x 2 x itemsize / 4 DRAM bytes per update (benchmarks/cuda_counters.py: every standard
+    stencil, both dtypes)."""
+    if not EMULATE:
+        pytest.skip("the counters are the emulator's")
+    u = np.random.default_rng(7).random((66, 258))
+    for schedule, goal in ((None, "load"), (msc.Schedule().time_tile(4), "dram")):
+        kernel = heat.compile(target="cuda", emulate=True, schedule=schedule)
+        assert "streamed tiles" in kernel.source
+        np.testing.assert_allclose(kernel.run(steps=8, u=u, alpha=0.1)["u"],
+                                   heat.reference(steps=8, u=u, alpha=0.1)["u"], rtol=1e-13)
+        run = kernel.last_run
+        assert run.gpu["store_bytes"] == 8 * run.updates // (4 if goal == "dram" else 1)
+        assert run.gpu["shared_accesses"] > 0 and run.gpu["shared_wavefronts_per_access"] <= 1.1
+        if goal == "load":
+            assert run.gpu["load_bytes"] <= 1.5 * 8 * run.updates and run.gpu["launches"] == 8
+        else:
+            assert run.gpu["dram_bytes"] <= 1.3 * 2 * 8 / 4 * run.updates and run.gpu["launches"] == 2
+
+
 def test_counting_can_be_switched_off(monkeypatch):
     """MSC_CUDA_EMU_COUNTERS=0: the library is built without the counters (a key of
     its own in the kernel cache), computes the same, and reports no counts."""

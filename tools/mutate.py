@@ -36,6 +36,7 @@ DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
 SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
 CUDA_TIME_TILES = ["tests/test_cuda_target.py::test_time_tiles_in_shared_memory_match_reference"]
+CUDA_DEFAULT = ["tests/test_cuda_target.py", "-k", "test_emulated_cuda_matches_reference and not True"]  # default launches
 IMPLICIT = ["tests/test_pde.py", "-k", "implicit"]
 
 
@@ -96,6 +97,11 @@ MUTANTS = [
            '"long slot = t0 % 2;",', '"long slot = 0;",', (*CUDA_TIME_TILES,)),
     Mutant("CUDA time tile steps without the barrier between them", "msc/targets/gpu/cuda_time_tile.py",
            'f"{pad}    __syncthreads();",', "", (*CUDA_TIME_TILES,)),
+    Mutant("CUDA streamed tile computes before its plane is stored", "msc/targets/gpu/cuda_stream.py",
+           """f"{pad}    next{AHEAD - 1} = {load(f'j + {AHEAD}')};",\n              f"{pad}    __syncthreads();"]""",
+           """f"{pad}    next{AHEAD - 1} = {load(f'j + {AHEAD}')};"]""", (*CUDA_TIME_TILES,)),
+    Mutant("CUDA streamed rings one plane short", "msc/targets/gpu/cuda_stream.py",
+           "return 2 * self.stencil.radius[0] + 2", "return 2 * self.stencil.radius[0] + 1", (*CUDA_DEFAULT,)),
     Mutant("tensor-core staging without its barrier", "msc/targets/gpu/cuda_tensor_core.py",
            '    w("    __syncthreads();")\n    w(f"    const int warp', '    w(f"    const int warp',
            ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference",)),
