@@ -206,10 +206,16 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
                      f"{pad}                dst[g0 * plane + column] = v;", f"{pad}        }}", f"{pad}    }}"]
         lines += body
     lines += [f"{pad}}}", f"{pad}__syncthreads();  /* before the block's next tile refills the rings */"]
-    for _ in range(ndim):
+    return close_tiles(lines, pad, st)
+
+
+def close_tiles(lines: list[str], pad: str, stencil: ir.StencilIR) -> tuple[str, list[str]]:
+    """`lines` with the loops over the block's tiles and the function closed: the
+    source, and the arguments after the two level pointers, in call order."""
+    for _ in range(stencil.ndim):
         pad = pad[:-4]
         lines.append(f"{pad}}}")
     lines.append("}")
-    args = [field_name(f.name) for f in st.fields if f.time_invariant]
-    args += [param_name(p) for p in st.params] + extents
+    args = [field_name(f.name) for f in stencil.fields if f.time_invariant]
+    args += [param_name(p) for p in stencil.params] + [f"P{d}" for d in range(stencil.ndim)]
     return "\n".join(lines) + "\n", args

@@ -28,7 +28,7 @@ from msc.codegen.printers.cexpr import c_expr
 from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
 from msc.targets.gpu import cuda_stream as stream
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
-from msc.targets.gpu.cuda_stream import StreamedTile, linear_index
+from msc.targets.gpu.cuda_stream import StreamedTile, close_tiles, linear_index
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
 
@@ -196,13 +196,7 @@ def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
               f"{pad}if (interior && {tile})",
               f"{pad}    dst[{gidx}] = {BUFFER}[steps & 1][q];",
               f"{pad}__syncthreads();  /* before the block's next tile overwrites shared memory */"]
-    for d in reversed(range(ndim)):
-        pad = pad[:-4]
-        lines.append(f"{pad}}}")
-    lines.append("}")
-    args = [field_name(f.name) for f in st.fields if f.time_invariant]
-    args += [param_name(p) for p in st.params] + extents
-    return "\n".join(lines) + "\n", args
+    return close_tiles(lines, pad, st)
 
 
 def kernel_source(plan: SharedTimeTile | StreamedTile, name: str) -> tuple[str, list[str]]:
