@@ -266,32 +266,39 @@ class CudaTarget(ctarget.CTarget):
 BLOCKS = {1: ((256,), (128,), (512,)),
           2: ((4, 64), (8, 32), (8, 64), (16, 32), (2, 128)),
           3: ((1, 8, 32), (2, 4, 32), (1, 4, 64), (4, 4, 32), (2, 8, 32))}
-TIME_DEPTHS = (2, 4, 8)
-# threads per inner dimension (outer first) of the streamed blocks the tuner tries besides the default
+TIME_DEPTHS = (2, 3, 4, 8)
+# threads per inner dimension (outer first) of the streamed blocks the tuner tries besides the
+# default: of one step, and of time tiles
 STREAM_BLOCKS = {2: ((64,), (256,)), 3: ((8, 32), (8, 64), (32, 32))}
+TIME_TILE_BLOCKS = {2: ((256,),), 3: ((32, 32),)}
 
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
-    """The default launch (and, where that streams, the grid-mapped one, a point
-    per thread, and streamed blocks of other shapes), then tiles of several block shapes (a tile is a block), then
-    time tiles of three depths (dirichlet stencils only) that fit a block and
-    whose halo leaves most of what a block loads computed into outputs
+    """The default launch (and, where that streams, the grid-mapped one, a point per
+    thread, and streamed blocks of other shapes), then tiles of several block shapes
+    (a tile is a block), then time tiles of four depths (dirichlet stencils only), of
+    the default block and, in 2D and 3D, of a larger one, that fit a block and whose
+    halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step)."""
     out = [Schedule()]
-    if time_tile.streams_by_default(stencil):
+    streams = time_tile.streams_by_default(stencil)
+    if streams:
         out.append(Schedule().parallel(stencil.dims[0]))
         for threads in STREAM_BLOCKS[stencil.ndim]:  # streamed blocks of other shapes, one step each
-            inner = [n - 2 * r for n, r in zip(threads, stencil.radius[1:])]
-            tiles = dict(zip(stencil.dims, (stream.CHUNK, *inner)))
-            if min(inner) >= 4 and time_tile.pays(stencil, 1, tiles):
+            tiles = stream.block_tile(stencil, 1, threads)
+            if tiles is not None and time_tile.pays(stencil, 1, tiles):
                 out.append(Schedule().time_tile(1, **tiles))
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]
-    if stencil.boundary == "dirichlet":  # tiles whose region fits a block, for the shared-memory form
+    if stencil.boundary == "dirichlet":
         for depth in TIME_DEPTHS:
-            tile = time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])
-            if time_tile.pays(stencil, depth, tile):
-                out.append(Schedule().time_tile(depth, **tile))
+            shapes = [time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])]
+            if streams:
+                shapes += [stream.block_tile(stencil, depth, threads) for threads in TIME_TILE_BLOCKS[stencil.ndim]]
+            for tile in shapes:
+                schedule = Schedule().time_tile(depth, **tile) if tile is not None else None
+                if schedule is not None and schedule not in out and time_tile.pays(stencil, depth, tile):
+                    out.append(schedule)
     return out
 
 

@@ -10,9 +10,13 @@ it, reading every neighbour from shared memory. The last stage writes the
 tile's interior to global memory. So a step reads and writes each point about
 once from global memory (the halo planes and columns are read again by the
 neighbouring blocks, mostly from L2), and `depth` steps are fused into one
-launch. A ring keeps 2 x radius + 2 planes: the plane a stage overwrites is
-one the next stage finished reading before the previous barrier, so one
-`__syncthreads()` per stage and plane orders everything.
+launch. One `__syncthreads()` per stage and plane orders everything: after
+the loaded plane is stored, and after each stage but the last. A ring keeps
+the 2 x radius + 1 planes a step reads: the plane a stage overwrites was last
+read by the next stage in the iteration before, and a barrier of this
+iteration lies between (the loaded plane's store comes before the first
+barrier, so with one step, where no barrier follows the step, its ring keeps
+one plane more).
 
 The default launch of a qualifying stencil (2D or 3D, dirichlet, one
 statement, one past level: `cuda_time_tile.reason_not_shared`) is a streamed
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from msc import ir
 from msc.codegen.lower import field_name, param_name
 from msc.codegen.printers.cexpr import c_expr
+from msc.ir.linear import NonLinearError, linear_form
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
 
 RING = "msc_ring"  # the stages' rings of planes in shared memory
@@ -54,9 +59,18 @@ class StreamedTile:
         return tuple(t + 2 * self.depth * r for t, r in zip(self.tile, self.stencil.radius[1:]))
 
     @property
+    def summed(self) -> bool:
+        """Whether the steps are partial sums (`partial_sums`), each stage keeping two planes."""
+        return partial_sums(self.stencil) is not None
+
+    @property
     def slots(self) -> int:
-        """Planes in a stage's ring."""
-        return 2 * self.stencil.radius[0] + 2
+        """Planes in a stage's ring: summed, the newest plane, double-buffered; else the
+        2 x radius + 1 a step reads, and with one step one more, for the loaded plane is
+        stored before the iteration's only barrier."""
+        if self.summed:
+            return 2
+        return 2 * self.stencil.radius[0] + (2 if self.depth == 1 else 1)
 
     @property
     def shared_bytes(self) -> int:
@@ -107,14 +121,50 @@ class StreamedTile:
 def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
     """The tile of a default streamed launch (depth 1) or of `time_tile(depth)`: a
     default block less its halo, widened where the halo would leave fewer than 4 points."""
-    threads = INNER_THREADS[stencil.ndim]
-    tile = [max(4, n - 2 * depth * r) for n, r in zip(threads, stencil.radius[1:])]
+    threads = [max(n, 4 + 2 * depth * r) for n, r in zip(INNER_THREADS[stencil.ndim], stencil.radius[1:])]
+    tile = block_tile(stencil, depth, tuple(threads))
+    assert tile is not None
+    return tile
+
+
+def block_tile(stencil: ir.StencilIR, depth: int, threads: tuple[int, ...]) -> dict[str, int] | None:
+    """The tile of a block of `threads` per inner dimension (outer first) streaming
+    `depth` steps: the block less its halo, through a chunk of at least CHUNK and
+    8 x depth x radius planes (a halo of at most a quarter); None where the halo
+    would leave fewer than 4 points along a dimension."""
+    tile = [n - 2 * depth * r for n, r in zip(threads, stencil.radius[1:])]
+    if min(tile) < 4:
+        return None
     return dict(zip(stencil.dims, (max(CHUNK, 8 * depth * stencil.radius[0]), *tile)))
 
 
 def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> StreamedTile:
     dims = stencil.dims
     return StreamedTile(stencil, depth, tiles[dims[0]], tuple(tiles[d] for d in dims[1:]))
+
+
+Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]
+
+
+def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
+    """The statement as a weighted sum of its field's reads with constant weights (and
+    a constant), the reads grouped by their offset along the streamed dimension: then
+    each plane is read once per step, its neighbourhood weighted into the 2 x radius + 1
+    outputs it contributes to (partial sums in registers) instead of each output reading
+    2 x radius + 1 planes. None for any other statement (weights that read a field, or a
+    term not linear in the field)."""
+    statement = stencil.statements[0]
+    try:
+        form = linear_form(statement.expr, {statement.target})
+    except NonLinearError:
+        return None
+    weights = [*form.terms.values(), *([form.constant] if form.constant is not None else [])]
+    if any(ir.reads_of(w) for w in weights):
+        return None
+    terms: Terms = {}
+    for (_, _, offsets), weight in form.terms.items():
+        terms.setdefault(offsets[0], []).append((offsets[1:], weight))
+    return terms, form.constant
 
 
 def linear_index(terms: list[str], extents: list[str]) -> str:
@@ -183,30 +233,76 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
               f"{pad}const int planes = (int)msc_imin({plan.chunk + 2 * depth * r0}, P0 + {depth * r0} - first);",
               *(f"{pad}real next{k} = {load(str(k))};" for k in range(AHEAD)),
               f"{pad}for (int j = 0; j < planes; j++) {{",
-              f"{pad}    {RING}[0][j % {slots}][q] = next0;",
+              f"{pad}    {RING}[0][j {'& 1' if plan.summed else f'% {slots}'}][q] = next0;",
               *(f"{pad}    next{k} = next{k + 1};" for k in range(AHEAD - 1)),
               f"{pad}    next{AHEAD - 1} = {load(f'j + {AHEAD}')};",
               f"{pad}    __syncthreads();"]
+    window = f"g0 >= {r0} && g0 < P0 - {r0}"
+    summed = partial_sums(st)
+    if summed is not None:
+        regs = [f"a{s}_{m}" for s in range(1, depth + 1) for m in range(2 * r0 + 1)]
+        regs += [f"w{s}_{k}" for s in range(1, depth + 1) for k in range(r0 + 1)]
+        lines.insert(lines.index(f"{pad}for (int j = 0; j < planes; j++) {{"),
+                     f"{pad}real {', '.join(f'{v} = 0' for v in regs)};  /* partial sums, own column's planes */")
     for stage in range(1, depth + 1):
         valid = " && ".join(f"l{d} >= {stage * r[d]} && l{d} < {threads[d - 1] - stage * r[d]}" for d in inner)
-        expr = c_expr(statement.expr, st.dtype, lambda read, s=stage: access(read, s), param_name)
-        body = [f"{pad}    {{  /* step {stage}: plane p, {stage} x {r0} behind the loaded one */",
-                f"{pad}        const int p = j - {stage * r0};",
-                f"{pad}        const long g0 = first + p;",
-                f"{pad}        if (p >= {stage * r0}) {{",
-                f"{pad}            real v = {RING}[{stage - 1}][p % {slots}][q];",
-                f"{pad}            if ({stage} <= steps && interior && g0 >= {r0} && g0 < P0 - {r0} && {valid})",
-                f"{pad}                v = {expr};"]
-        if stage < depth:
-            body += [f"{pad}            {RING}[{stage}][p % {slots}][q] = v;", f"{pad}        }}", f"{pad}    }}",
-                     f"{pad}    __syncthreads();"]
+        if summed is None:
+            expr = c_expr(statement.expr, st.dtype, lambda read, s=stage: access(read, s), param_name)
+            body = [f"{pad}    {{  /* step {stage}: plane p, {stage} x {r0} behind the loaded one */",
+                    f"{pad}        const int p = j - {stage * r0};",
+                    f"{pad}        const long g0 = first + p;",
+                    f"{pad}        if (p >= {stage * r0}) {{",
+                    f"{pad}            real v = {RING}[{stage - 1}][p % {slots}][q];",
+                    f"{pad}            if ({stage} <= steps && interior && {window} && {valid})",
+                    f"{pad}                v = {expr};"]
+            close = [f"{pad}        }}", f"{pad}    }}"]
+            keep = f"{pad}            {RING}[{stage}][p % {slots}][q] = v;"
         else:
-            body += [f"{pad}            if (in_tile && interior && p < {depth * r0 + plan.chunk} && g0 >= {r0} "
-                     f"&& g0 < P0 - {r0})",
-                     f"{pad}                dst[g0 * plane + column] = v;", f"{pad}        }}", f"{pad}    }}"]
+            body = _summed_stage(plan, stage, summed, valid, window, pad + "    ")
+            close = [f"{pad}    }}"]
+            keep = f"{pad}        {RING}[{stage}][p & 1][q] = v;"
+        if stage < depth:
+            body += [keep, *close, f"{pad}    __syncthreads();"]
+        else:
+            at = pad + ("            " if summed is None else "        ")
+            output = f"p >= {depth * r0} && " if summed is not None else ""
+            body += [f"{at}if ({output}in_tile && interior && p < {depth * r0 + plan.chunk} && {window})",
+                     f"{at}    dst[g0 * plane + column] = v;", *close]
         lines += body
     lines += [f"{pad}}}", f"{pad}__syncthreads();  /* before the block's next tile refills the rings */"]
     return close_tiles(lines, pad, st)
+
+
+def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr | None], valid: str, window: str,
+                  pad: str) -> list[str]:
+    """Step `stage` of the iteration as partial sums: the newest plane n of the stage
+    before is weighted into the partial sums of the outputs n - r0 .. n + r0 (a{stage}_m
+    is output p + m), output p = n - r0 is then complete (or its own value, w{stage}_0,
+    kept where the step does not compute it), and the sums move down one plane."""
+    st, r0, threads = plan.stencil, plan.stencil.radius[0], plan.threads
+    terms, constant = summed
+    s, inner = stage, pad + "    "
+
+    def weight(e: ir.Expr) -> str:
+        return c_expr(e, st.dtype, lambda read: "", param_name)
+
+    out = [f"{pad}{{  /* step {s}: partial sums of plane n; plane p, {s} x {r0} behind the loaded one, done */",
+           f"{inner}const int n = j - {(s - 1) * r0}, p = j - {s * r0};",
+           f"{inner}const long g0 = first + p;",
+           f"{inner}const real *const plane_n = {RING}[{s - 1}][n & 1];"]
+    out += [f"{inner}w{s}_{k} = w{s}_{k + 1};" for k in range(r0)] + [f"{inner}w{s}_{r0} = plane_n[q];"]
+    out.append(f"{inner}if ({valid}) {{")
+    for dz in sorted(terms):
+        parts = []
+        for offsets, w in terms[dz]:
+            shift = sum(o * math.prod(threads[d:]) for d, o in enumerate(offsets, 1))
+            parts.append(f"({weight(w)}) * plane_n[{_plus('q', shift)}]")
+        out.append(f"{inner}    a{s}_{r0 - dz} += {' + '.join(parts)};")
+    out.append(f"{inner}}}")
+    done = f"a{s}_0" + (f" + ({weight(constant)})" if constant is not None else "")
+    out += [f"{inner}const real v = {s} <= steps && interior && {window} && {valid} ? {done} : w{s}_0;"]
+    out += [f"{inner}a{s}_{m} = a{s}_{m + 1};" for m in range(2 * r0)] + [f"{inner}a{s}_{2 * r0} = 0;"]
+    return out
 
 
 def close_tiles(lines: list[str], pad: str, stencil: ir.StencilIR) -> tuple[str, list[str]]:
