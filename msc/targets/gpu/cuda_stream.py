@@ -292,11 +292,16 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
            f"{inner}const real *const plane_n = {RING}[{s - 1}][n & 1];"]
     out += [f"{inner}w{s}_{k} = w{s}_{k + 1};" for k in range(r0)] + [f"{inner}w{s}_{r0} = plane_n[q];"]
     out.append(f"{inner}if ({valid}) {{")
+
+    def shift(offsets: tuple[int, ...]) -> int:
+        return sum(o * math.prod(threads[d:]) for d, o in enumerate(offsets, 1))
+
+    # each neighbour of the plane read once (the column's own value is w{s}_{r0})
+    shifts = sorted({shift(offsets) for group in terms.values() for offsets, _ in group} - {0})
+    value = {0: f"w{s}_{r0}", **{k: f"u{i}" for i, k in enumerate(shifts)}}
+    out += [f"{inner}    const real u{i} = plane_n[{_plus('q', k)}];" for i, k in enumerate(shifts)]
     for dz in sorted(terms):
-        parts = []
-        for offsets, w in terms[dz]:
-            shift = sum(o * math.prod(threads[d:]) for d, o in enumerate(offsets, 1))
-            parts.append(f"({weight(w)}) * plane_n[{_plus('q', shift)}]")
+        parts = [f"({weight(w)}) * {value[shift(offsets)]}" for offsets, w in terms[dz]]
         out.append(f"{inner}    a{s}_{r0 - dz} += {' + '.join(parts)};")
     out.append(f"{inner}}}")
     done = f"a{s}_0" + (f" + ({weight(constant)})" if constant is not None else "")
