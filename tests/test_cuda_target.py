@@ -594,6 +594,15 @@ def test_other_time_tiles_say_why_they_stay_in_global_memory():
     assert "skewed time tiles in global memory, not in shared memory: field 'u' keeps 2 past levels" in source
     big = get_target("cuda").source(heat.poly(), msc.Schedule().time_tile(8, x=1, y=1010))
     assert "its blocks of 1026 threads" in big and "more than 1024" in big and "msc_ring" not in big
+    from msc import y, z
+
+    @msc.stencil
+    def box3(u):
+        u[t + 1, x, y, z] = sum(u[t, x + i, y + j, z + m] for i in (-1, 0, 1) for j in (-1, 0, 1) for m in (-1, 0, 1)) / 27
+
+    with pytest.raises(ScheduleError, match="in shared memory they cannot run either: its 8 rings of 2 planes of 640 "
+                                           "points would take 81920 bytes of shared memory, more than 65536"):
+        get_target("cuda").source(box3.poly(), msc.Schedule().time_tile(8))
 
 
 @pytest.mark.skipif(ON_DEVICE, reason="on a device the benchmark runs (benchmarks/gpu.sh)")

@@ -30,7 +30,7 @@ from msc.codegen import check_schedule_options, register
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import field_name, lower_kernel, param_name
-from msc.errors import TargetError
+from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
 from msc.runtime.build import build_shared_library, write_tree
@@ -168,7 +168,13 @@ class CudaTarget(ctarget.CTarget):
             source, args = time_tile.kernel_source(tiled, f"{name}_tt")
             return dict(entry, launches=[dict(source=source)], body=time_tile.host_body(tiled, f"{name}_tt", args))
         kernel = lower_kernel(poly, schedule, name, box)
-        host, launches = mapping.split(kernel, poly, schedule, _entry_scope(stencil, box))
+        why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
+        try:
+            host, launches = mapping.split(kernel, poly, schedule, _entry_scope(stencil, box))
+        except ScheduleError as e:
+            if why is None:
+                raise
+            raise ScheduleError(f"{e}; in shared memory they cannot run either: {why}") from None
         for launch in launches:
             ctarget.check_capacity(k.Kernel(launch.name, launch.body), poly, schedule, self.platform, self.name)
         printed = []
@@ -195,7 +201,6 @@ class CudaTarget(ctarget.CTarget):
 
         host = k.transform_kernel(host, fill)
         body = printer.lines(host.body)
-        why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
         if why is not None:
             body.insert(0, f"/* skewed time tiles in global memory, not in shared memory: {why} */")
         return dict(entry, launches=printed, body=body)

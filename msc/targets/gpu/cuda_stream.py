@@ -37,7 +37,7 @@ from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
 
 RING = "msc_ring"  # the stages' rings of planes in shared memory
 STATIC_SHARED = 48 << 10  # static shared memory of a block; beyond it, dynamic shared memory opted into
-SHARED_BYTES = 99 << 10  # dynamic shared memory a block of every device of compute capability 8.0 or later may have
+SHARED_BYTES = 64 << 10  # dynamic shared memory a block may have on every device msc targets (AMD CDNA's LDS)
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
 AHEAD = 2  # planes each thread's loads run ahead of the one computed (loads in flight per thread)
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first

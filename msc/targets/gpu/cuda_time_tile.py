@@ -212,7 +212,7 @@ def host_body(plan: SharedTimeTile | StreamedTile, kernel: str, args: list[str])
     number of launches leaves it in the other)."""
     buf = f"{field_name(plan.target.name)}_buf"
     grid, block, shared = plan.grid(), plan.block(), plan.dynamic_shared
-    opt_in = [(f"MSC_CUDA_CHECK(cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+    opt_in = [(f"MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                f"{shared}));")] if shared else []
     return [
         f"/* {plan.describe()} */",
