@@ -28,10 +28,18 @@ def box(u):  # type: ignore[no-untyped-def]
     u[t + 1, x, y] = sum(u[t, x + i, y + j] for i in (-1, 0, 1) for j in (-1, 0, 1)) / 9
 
 
-SAMPLE = [
+@msc.stencil
+def upwind(u):  # type: ignore[no-untyped-def]  # not a weighted sum: streamed tiles read rings of planes
+    u[t + 1, x, y] = u[t, x, y] - 0.2 * msc.where(u[t, x, y] > 0.5, u[t, x, y] - u[t, x - 1, y], u[t, x, y + 1] - u[t, x, y])
+
+
+SAMPLE = [  # streamed (partial sums, and rings), staged, streamed time tiles (64 KiB of dynamic shared memory)
     (heat, msc.Schedule()),
+    (upwind, msc.Schedule()),
+    (upwind, msc.Schedule().time_tile(3)),
     (heat, msc.Schedule().tile(x=8, y=32).cache_read("u")),
     (heat, msc.Schedule().time_tile(4, x=8, y=32)),
+    (heat, msc.Schedule().time_tile(8, x=64, y=496)),
     (box, msc.Schedule().tile(x=16, y=32)),
     (box, msc.Schedule().tensor_cores("fp64")),
 ]
