@@ -79,3 +79,22 @@ def test_readme_says_what_the_test_command_runs_and_skips():
     text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     for words in ('-m "not slow"', "marked `slow`", "MSC_MATRICES", "skipped"):
         assert words in text, words
+
+
+def test_gpu_model_bounds_every_kernel_measured_on_the_device(tmp_path):
+    """benchmarks/gpu_model.py on the committed counters of the kernels the H200 measured
+    (the ring form, cuda_counters-ring.json): its bound is an upper bound (no measured
+    figure above it by more than noise), and docs/cuda.md shows this run's figures."""
+    out = tmp_path / "model.json"
+    results = ROOT / "benchmarks" / "results"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "--counters",
+                          str(results / "cuda_counters-ring.json"), "--measured", str(results / "stencils_gpu.json"),
+                          "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["measured_gstencil_per_s"] is not None]
+    assert len(rows) == 8
+    docs = (ROOT / "docs" / "cuda.md").read_text(encoding="utf-8")
+    for r in rows:
+        assert r["measured_gstencil_per_s"] <= 1.05 * r["bound_gstencil_per_s"], r
+        line = f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {r['bound_gstencil_per_s']:.0f} |"
+        assert line in docs, line

@@ -1,0 +1,80 @@
+"""A bound on GStencil/s per CUDA kernel from the emulator's counters
+(benchmarks/cuda_counters.py) and an H200's published rates, next to what
+benchmarks/stencils_gpu.py measured on one, where that JSON is given.
+
+    python3 benchmarks/gpu_model.py --counters benchmarks/results/cuda_counters.json
+        [--measured benchmarks/results/stencils_gpu.json] [--json out.json]
+
+The model: a kernel's time per update is the longer of two times, each a
+resource at its peak rate (a roofline; whatever is not counted, latency,
+barriers, instruction issue, L2, is taken as free):
+- DRAM: `dram_bytes` per update (the ideal-L2 count: each 32-byte sector
+  once per launch) at the HBM's 4.8 TB/s (datasheet);
+- shared memory: `shared_accesses` per update x their wavefronts (an access of
+  a whole warp is 32 x itemsize / 128 ideal wavefronts, times the counted
+  `shared_wavefronts_per_access`) at one wavefront per clock per SM, 132 SMs
+  at 1.98 GHz (the SXM part's SM count and the clock nvidia-smi reported);
+- L1: the 32-byte `sectors` of the global accesses per update, which pass
+  through each SM's L1 at 128 bytes per clock (the same path as shared memory,
+  counted apart).
+So the prediction is an upper bound: the measured figure over it is how
+close the kernel comes to what its traffic allows. The counts come from
+small emulated grids, where halos weigh more than at the measured sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HBM_GB_S = 4800.0
+SMS = 132
+CLOCK_HZ = 1.98e9
+SHARED_BYTES_PER_CLOCK = 128
+TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain"}  # counted schedule -> measured row
+
+
+def bound(row: dict[str, Any]) -> tuple[float, str]:
+    """GStencil/s the counted traffic allows, and the resource that bounds it."""
+    itemsize = 4 if row["dtype"] == "float32" else 8
+    dram_s = row["dram_bytes_per_update"] / (HBM_GB_S * 1e9)
+    wavefronts = row["shared_accesses_per_update"] * (row["shared_wavefronts_per_access"] or 1.0) * (
+        32 * itemsize / SHARED_BYTES_PER_CLOCK)
+    shared_s = wavefronts / (SMS * CLOCK_HZ)
+    l1_s = row["sectors_per_update"] * 32 / (SHARED_BYTES_PER_CLOCK * SMS * CLOCK_HZ)
+    seconds, what = max((dram_s, "DRAM"), (shared_s, "shared memory"), (l1_s, "L1"))
+    return 1e-9 / seconds, what
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--counters", required=True)
+    ap.add_argument("--measured")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    counted = json.loads(Path(a.counters).read_text())["rows"]
+    measured: dict[tuple[str, str], dict[str, Any]] = {}
+    if a.measured:
+        for r in json.loads(Path(a.measured).read_text())["results"]:
+            measured[(r["stencil"], r["dtype"])] = r.get("tools", {})
+    rows = []
+    print("| stencil | dtype | kernel | bound (GStencil/s) | bounded by | measured on the H200 | measured / bound |")
+    print("|---|---|---|---|---|---|---|")
+    for r in counted:
+        gst, what = bound(r)
+        tool = measured.get((r["stencil"], r["dtype"]), {}).get(TOOLS.get(r["schedule"], ""))
+        got = tool["gstencil_per_s"] if tool else None
+        rows.append({"stencil": r["stencil"], "dtype": r["dtype"], "schedule": r["schedule"], "bound_gstencil_per_s": gst,
+                     "bounded_by": what, "measured_gstencil_per_s": got})
+        print(f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {gst:.0f} | {what} | "
+              f"{'' if got is None else f'{got:.0f}'} | {'' if got is None else f'{got / gst:.2f}'} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"hbm_gb_s": HBM_GB_S, "sms": SMS, "clock_hz": CLOCK_HZ, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
