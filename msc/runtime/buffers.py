@@ -56,16 +56,26 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def pack(stencil: ir.StencilIR, args: BoundArguments) -> dict[str, np.ndarray]:
-    """Fresh kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs."""
+def pack(stencil: ir.StencilIR, args: BoundArguments,
+         into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs: fresh
+    ones, or `into`, the buffers of an earlier run of the stencil on the same shape,
+    overwritten whole (memory already paged in)."""
     buffers: dict[str, np.ndarray] = {}
     padded = padded_shape(stencil, args.shape)
     for f in stencil.fields:
         levels = args.levels[f.name]
+        shape = (f.slots, *padded) if f.written else padded
+        if into is not None and into[f.name].shape != shape:
+            raise ValueError(f"pack: buffer '{f.name}' has shape {into[f.name].shape}, not {shape}")
         if not f.written:
-            buffers[f.name] = aligned_copy(_pad(stencil, levels[0]))
+            if into is None:
+                buffers[f.name] = aligned_copy(_pad(stencil, levels[0]))
+            else:
+                buffers[f.name] = into[f.name]
+                buffers[f.name][...] = _pad(stencil, levels[0])
             continue
-        buf = aligned_empty((f.slots, *padded), stencil.dtype)
+        buf = aligned_empty(shape, stencil.dtype) if into is None else into[f.name]
         buf[...] = _pad(stencil, levels[-1])  # every slot starts with the newest level's ring
         interior = tuple(slice(r, n - r) for r, n in zip(stencil.radius, padded))
         for k, level in enumerate(levels[:-1]):

@@ -193,6 +193,13 @@ class CompiledKernel:
         args = bind_arguments(self.ir, 0, inputs)
         return self.simulation(pack(self.ir, args), args.scalars, self._threads_of(threads))
 
+    def restart(self, previous: Simulation, threads: int | None = None, **inputs: Any) -> Simulation:
+        """As `start`, in the host buffers of `previous`, a simulation of a kernel of the
+        same stencil on the same shape that is not used again: no fresh memory to
+        allocate and page in (the tuner's trials, one after another)."""
+        args = bind_arguments(self.ir, 0, inputs)
+        return self.simulation(pack(self.ir, args, into=previous.host_buffers), args.scalars, self._threads_of(threads))
+
     def simulation(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], nthreads: int,
                    step: int = 0) -> Simulation:
         """A simulation of this kernel on packed host `buffers` (`start`, `resume`)."""
@@ -249,6 +256,11 @@ class Simulation:
 
     def __repr__(self) -> str:
         return f"<msc.Simulation of '{self.kernel.ir.name}' at step {self.step}, {self.kernel.target}>"
+
+    @property
+    def host_buffers(self) -> dict[str, np.ndarray]:
+        """The ring buffers in host memory, ghosts and every slot (`CompiledKernel.restart` reuses them)."""
+        return self._buffers
 
     def advance(self, steps: int, progress: bool = False, every: int | None = None, out: str | Path | None = None,
                 _stacklevel: int = 2) -> None:

@@ -221,6 +221,7 @@ class AutoKernel:
         self.report: TuningReport | None = None
         self._kernels: dict[tuple[int, ...], Any] = {}
         self._sims: dict[Schedule, tuple[Any, Any, int]] = {}  # (kernel, simulation, steps) kept for run-offs
+        self._spare: list[Any] = []  # simulations dropped from the run-offs: trials restart in their buffers
 
     @property
     def last_run(self) -> Any:
@@ -303,7 +304,8 @@ class AutoKernel:
         tiles, enough for SAMPLE_S seconds at the speed of a first advance (which
         also pages in and starts threads), at most the trial's steps."""
         kernel = self._compile(schedule, threads)
-        sim = kernel.start(**inputs)
+        spare = self._spare.pop() if self._spare and hasattr(kernel, "restart") else None
+        sim = kernel.start(**inputs) if spare is None else kernel.restart(spare, **inputs)
         whole = max(1, schedule.time_depth)
         sim.advance(whole)
         per_step = max(kernel.last_run.seconds, 1e-9) / whole
@@ -324,6 +326,7 @@ class AutoKernel:
         ms = timed[schedule] = self._timing(kernel, sim, steps)
         self._sims[schedule] = (kernel, sim, steps)
         keep = {Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]}
+        self._spare += [v[1] for s, v in self._sims.items() if s not in keep]  # their buffers start the next trials
         self._sims = {s: v for s, v in self._sims.items() if s in keep}
         return ms
 
@@ -364,7 +367,7 @@ class AutoKernel:
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
-        self._sims = {}
+        self._sims, self._spare = {}, []
         pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps, self.platform))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
@@ -401,7 +404,7 @@ class AutoKernel:
         medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
-        self._sims = {}
+        self._sims, self._spare = {}, []
         if self.platform.thread_counts and not chosen.threads:
             chosen = chosen.with_threads(max_threads)
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
