@@ -68,14 +68,10 @@ def pack(stencil: ir.StencilIR, args: BoundArguments,
         shape = (f.slots, *padded) if f.written else padded
         if into is not None and into[f.name].shape != shape:
             raise ValueError(f"pack: buffer '{f.name}' has shape {into[f.name].shape}, not {shape}")
+        buf = buffers[f.name] = aligned_empty(shape, stencil.dtype) if into is None else into[f.name]
         if not f.written:
-            if into is None:
-                buffers[f.name] = aligned_copy(_pad(stencil, levels[0]))
-            else:
-                buffers[f.name] = into[f.name]
-                buffers[f.name][...] = _pad(stencil, levels[0])
+            buf[...] = _pad(stencil, levels[0])
             continue
-        buf = aligned_empty(shape, stencil.dtype) if into is None else into[f.name]
         buf[...] = _pad(stencil, levels[-1])  # every slot starts with the newest level's ring
         interior = tuple(slice(r, n - r) for r, n in zip(stencil.radius, padded))
         for k, level in enumerate(levels[:-1]):
@@ -84,6 +80,5 @@ def pack(stencil: ir.StencilIR, args: BoundArguments,
                 buf[dt % f.slots] = _pad(stencil, level)
             else:
                 buf[dt % f.slots][interior] = level[interior]
-        buffers[f.name] = buf
     return buffers
 

@@ -286,7 +286,7 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step)."""
     out = [Schedule()]
-    streams = time_tile.streams_by_default(stencil)
+    streams = time_tile.default_stream(stencil) is not None
     if streams:
         out.append(Schedule().parallel(stencil.dims[0]))
         for threads in STREAM_BLOCKS[stencil.ndim]:  # streamed blocks of other shapes, one step each
@@ -300,9 +300,9 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
             shapes = [time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])]
             if streams:
                 shapes += [stream.block_tile(stencil, depth, threads) for threads in TIME_TILE_BLOCKS[stencil.ndim]]
-            for tile in shapes:
-                schedule = Schedule().time_tile(depth, **tile) if tile is not None else None
-                if schedule is not None and schedule not in out and time_tile.pays(stencil, depth, tile):
+            for tile in filter(None, shapes):
+                schedule = Schedule().time_tile(depth, **tile)
+                if schedule not in out and time_tile.pays(stencil, depth, tile):
                     out.append(schedule)
     return out
 

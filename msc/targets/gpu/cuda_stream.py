@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from msc import ir
 from msc.codegen.lower import field_name, param_name
@@ -41,6 +42,7 @@ SHARED_BYTES = 64 << 10  # dynamic shared memory a block may have on every devic
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
 AHEAD = 2  # planes each thread's loads run ahead of the one computed (loads in flight per thread)
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first
+Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weighted reads by streamed offset
 
 
 @dataclass(frozen=True)
@@ -58,17 +60,17 @@ class StreamedTile:
         """Threads per inner dimension, outer first: the tile and its halo."""
         return tuple(t + 2 * self.depth * r for t, r in zip(self.tile, self.stencil.radius[1:]))
 
-    @property
-    def summed(self) -> bool:
-        """Whether the steps are partial sums (`partial_sums`), each stage keeping two planes."""
-        return partial_sums(self.stencil) is not None
+    @cached_property
+    def sums(self) -> tuple[Terms, ir.Expr | None] | None:
+        """The statement as partial sums (`partial_sums`; None: the steps read rings of planes)."""
+        return partial_sums(self.stencil)
 
     @property
     def slots(self) -> int:
         """Planes in a stage's ring: summed, the newest plane, double-buffered; else the
         2 x radius + 1 a step reads, and with one step one more, for the loaded plane is
         stored before the iteration's only barrier."""
-        if self.summed:
+        if self.sums is not None:
             return 2
         return 2 * self.stencil.radius[0] + (2 if self.depth == 1 else 1)
 
@@ -76,11 +78,6 @@ class StreamedTile:
     def shared_bytes(self) -> int:
         itemsize = 4 if self.stencil.dtype == "float32" else 8
         return self.depth * self.slots * math.prod(self.threads) * itemsize
-
-    @property
-    def target(self) -> ir.FieldDecl:
-        name = self.stencil.statements[0].target
-        return next(f for f in self.stencil.fields if f.name == name)
 
     @property
     def dynamic_shared(self) -> int:
@@ -97,6 +94,10 @@ class StreamedTile:
             return (f"its {self.depth} rings of {self.slots} planes of {threads} points would take "
                     f"{self.shared_bytes} bytes of shared memory, more than {SHARED_BYTES}")
         return None
+
+    def shift(self, offsets: tuple[int, ...]) -> int:
+        """Where a neighbour at these inner offsets (outer first) lies in a plane buffer, from the thread's point."""
+        return sum(o * math.prod(self.threads[d:]) for d, o in enumerate(offsets, 1))
 
     def useful(self) -> float:
         """The share of the loaded points the block writes out (the rest is halo)."""
@@ -141,9 +142,6 @@ def block_tile(stencil: ir.StencilIR, depth: int, threads: tuple[int, ...]) -> d
 def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> StreamedTile:
     dims = stencil.dims
     return StreamedTile(stencil, depth, tiles[dims[0]], tuple(tiles[d] for d in dims[1:]))
-
-
-Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]
 
 
 def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
@@ -192,7 +190,7 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
 
     def access(read: ir.FieldRead, stage: int) -> str:
         if read.name == statement.target:
-            shift = sum(o * math.prod(threads[d:]) for d, o in enumerate(read.offsets[1:], 1))
+            shift = plan.shift(read.offsets[1:])
             return f"{RING}[{stage - 1}][({_plus('p', read.offsets[0])}) % {slots}][{_plus('q', shift)}]"
         coords = [_plus(c, o) for c, o in zip(glob, read.offsets)]
         return f"{field_name(read.name)}[{linear_index(coords, extents)}]"
@@ -222,6 +220,11 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
     interior = " && ".join(f"g{d} >= {r[d]} && g{d} < P{d} - {r[d]}" for d in inner)
     tile = " && ".join(f"l{d} >= {depth * r[d]} && l{d} < {depth * r[d] + plan.tile[d - 1]}" for d in inner)
     r0 = r[0]
+    summed = plan.sums
+    registers = [f"a{s}_{m}" for s in range(1, depth + 1) for m in range(2 * r0 + 1)]
+    registers += [f"w{s}_{k}" for s in range(1, depth + 1) for k in range(r0 + 1)]
+    declared = [] if summed is None else [
+        f"{pad}real {', '.join(f'{v} = 0' for v in registers)};  /* partial sums, own column's planes */"]
 
     def load(j: str) -> str:  # the block's plane j at the thread's column, 0 outside the array or the planes
         g0 = f"first + {j}"
@@ -232,18 +235,13 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
               f"{pad}const long first = b0 * {plan.chunk} - {depth * r0};  /* the block's first plane */",
               f"{pad}const int planes = (int)msc_imin({plan.chunk + 2 * depth * r0}, P0 + {depth * r0} - first);",
               *(f"{pad}real next{k} = {load(str(k))};" for k in range(AHEAD)),
+              *declared,
               f"{pad}for (int j = 0; j < planes; j++) {{",
-              f"{pad}    {RING}[0][j {'& 1' if plan.summed else f'% {slots}'}][q] = next0;",
+              f"{pad}    {RING}[0][j {'& 1' if summed is not None else f'% {slots}'}][q] = next0;",
               *(f"{pad}    next{k} = next{k + 1};" for k in range(AHEAD - 1)),
               f"{pad}    next{AHEAD - 1} = {load(f'j + {AHEAD}')};",
               f"{pad}    __syncthreads();"]
     window = f"g0 >= {r0} && g0 < P0 - {r0}"
-    summed = partial_sums(st)
-    if summed is not None:
-        regs = [f"a{s}_{m}" for s in range(1, depth + 1) for m in range(2 * r0 + 1)]
-        regs += [f"w{s}_{k}" for s in range(1, depth + 1) for k in range(r0 + 1)]
-        lines.insert(lines.index(f"{pad}for (int j = 0; j < planes; j++) {{"),
-                     f"{pad}real {', '.join(f'{v} = 0' for v in regs)};  /* partial sums, own column's planes */")
     for stage in range(1, depth + 1):
         valid = " && ".join(f"l{d} >= {stage * r[d]} && l{d} < {threads[d - 1] - stage * r[d]}" for d in inner)
         if summed is None:
@@ -279,7 +277,7 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
     before is weighted into the partial sums of the outputs n - r0 .. n + r0 (a{stage}_m
     is output p + m), output p = n - r0 is then complete (or its own value, w{stage}_0,
     kept where the step does not compute it), and the sums move down one plane."""
-    st, r0, threads = plan.stencil, plan.stencil.radius[0], plan.threads
+    st, r0 = plan.stencil, plan.stencil.radius[0]
     terms, constant = summed
     s, inner = stage, pad + "    "
 
@@ -292,16 +290,12 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
            f"{inner}const real *const plane_n = {RING}[{s - 1}][n & 1];"]
     out += [f"{inner}w{s}_{k} = w{s}_{k + 1};" for k in range(r0)] + [f"{inner}w{s}_{r0} = plane_n[q];"]
     out.append(f"{inner}if ({valid}) {{")
-
-    def shift(offsets: tuple[int, ...]) -> int:
-        return sum(o * math.prod(threads[d:]) for d, o in enumerate(offsets, 1))
-
     # each neighbour of the plane read once (the column's own value is w{s}_{r0})
-    shifts = sorted({shift(offsets) for group in terms.values() for offsets, _ in group} - {0})
+    shifts = sorted({plan.shift(offsets) for group in terms.values() for offsets, _ in group} - {0})
     value = {0: f"w{s}_{r0}", **{k: f"u{i}" for i, k in enumerate(shifts)}}
     out += [f"{inner}    const real u{i} = plane_n[{_plus('q', k)}];" for i, k in enumerate(shifts)]
     for dz in sorted(terms):
-        parts = [f"({weight(w)}) * {value[shift(offsets)]}" for offsets, w in terms[dz]]
+        parts = [f"({weight(w)}) * {value[plan.shift(offsets)]}" for offsets, w in terms[dz]]
         out.append(f"{inner}    a{s}_{r0 - dz} += {' + '.join(parts)};")
     out.append(f"{inner}}}")
     done = f"a{s}_0" + (f" + ({weight(constant)})" if constant is not None else "")

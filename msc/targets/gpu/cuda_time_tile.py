@@ -35,19 +35,30 @@ BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
 
 @dataclass(frozen=True)
 class SharedTimeTile:
-    """Geometry of one stencil's shared-memory time tiles (x first in `dims`)."""
+    """Geometry of one stencil's box time tiles (x first in `dims`)."""
 
     stencil: ir.StencilIR
     depth: int
     tile: tuple[int, ...]  # per space dimension, in order
-    region: tuple[int, ...]  # tile + 2 x depth x radius
-
-    @property
-    def target(self) -> ir.FieldDecl:
-        name = self.stencil.statements[0].target
-        return next(f for f in self.stencil.fields if f.name == name)
 
     dynamic_shared = 0  # bytes of dynamic shared memory of a launch
+
+    @property
+    def region(self) -> tuple[int, ...]:
+        """The points a block loads, one thread each: the tile and its halo."""
+        return tuple(t + 2 * self.depth * r for t, r in zip(self.tile, self.stencil.radius))
+
+    def too_large(self) -> str | None:
+        """Why a block of this tile cannot run (None: it can)."""
+        threads = math.prod(self.region)
+        if threads > MAX_THREADS:
+            return (f"its region of {' x '.join(map(str, self.region))} points (tile plus {self.depth} x radius on "
+                    f"each side) would need {threads} threads per block, more than {MAX_THREADS}")
+        return None
+
+    def useful(self) -> float:
+        """The share of the loaded points the block writes out (the rest is halo)."""
+        return math.prod(self.tile) / math.prod(self.region)
 
     def grid(self) -> str:
         ndim = self.stencil.ndim
@@ -86,14 +97,14 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
         return f"not every dimension is tiled (tile {', '.join(stencil.dims)} for shared memory)"
     if s.order or s.unrolls or s.vector_loop or s.parallel_loop not in (None, *(f"{d}_tile" for d in stencil.dims)):
         return "reorder/unroll/vectorize, or parallel() on a point loop, choose loops of the skewed tiles"
+    return tile_plan(stencil, s.time_depth, tiles).too_large()
+
+
+def tile_plan(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> SharedTimeTile | StreamedTile:
+    """A shared-memory time tile of `depth` steps and these sizes: streamed in 2D and 3D, a box in 1D."""
     if stencil.ndim > 1:
-        return stream.streamed_tile(stencil, s.time_depth, tiles).too_large()
-    region = [tiles[d] + 2 * s.time_depth * r for d, r in zip(stencil.dims, stencil.radius)]
-    threads = math.prod(region)
-    if threads > MAX_THREADS:
-        return (f"its region of {' x '.join(map(str, region))} points (tile plus {s.time_depth} x radius on each "
-                f"side) would need {threads} threads per block, more than {MAX_THREADS}")
-    return None
+        return stream.streamed_tile(stencil, depth, tiles)
+    return SharedTimeTile(stencil, depth, tuple(tiles[d] for d in stencil.dims))
 
 
 MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
@@ -113,33 +124,25 @@ def pays(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> bool:
     """Whether a block of this time tile fits and computes outputs with at least
     MIN_USEFUL of the points it loads: below that, the halo's redundant work costs
     more than the steps it fuses save (a 1x1 tile, say)."""
-    if stencil.ndim > 1:
-        plan = stream.streamed_tile(stencil, depth, tiles)
-        return plan.too_large() is None and plan.useful() >= MIN_USEFUL
-    tile = [tiles[d] for d in stencil.dims]
-    region = math.prod(t + 2 * depth * r for t, r in zip(tile, stencil.radius))
-    return region <= MAX_THREADS and math.prod(tile) >= MIN_USEFUL * region
+    plan = tile_plan(stencil, depth, tiles)
+    return plan.too_large() is None and plan.useful() >= MIN_USEFUL
 
 
-def streams_by_default(stencil: ir.StencilIR) -> bool:
-    """Whether the stencil's default launch is a streamed tile of one step."""
+def default_stream(stencil: ir.StencilIR) -> StreamedTile | None:
+    """The stencil's default launch as a streamed tile of one step (None: the kernel IR's mapping)."""
     if stencil.ndim < 2 or stencil.boundary != "dirichlet" or qualifies(stencil) is not None:
-        return False
-    return stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1)).too_large() is None
+        return None
+    plan = stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1))
+    return plan if plan.too_large() is None else None
 
 
 def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | StreamedTile | None:
     """The shared-memory form of the schedule's launches (None: the kernel IR's mapping)."""
-    if schedule.schedule == Schedule() and streams_by_default(stencil):
-        return stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1))
+    if schedule.schedule == Schedule():
+        return default_stream(stencil)
     if not schedule.schedule.time_depth or reason_not_shared(stencil, schedule) is not None:
         return None
-    tiles = dict(schedule.schedule.tiles)
-    depth = schedule.schedule.time_depth
-    if stencil.ndim > 1:
-        return stream.streamed_tile(stencil, depth, tiles)
-    tile = tuple(tiles[d] for d in stencil.dims)
-    return SharedTimeTile(stencil, depth, tile, tuple(t + 2 * depth * r for t, r in zip(tile, stencil.radius)))
+    return tile_plan(stencil, schedule.schedule.time_depth, dict(schedule.schedule.tiles))
 
 
 def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
@@ -210,7 +213,7 @@ def host_body(plan: SharedTimeTile | StreamedTile, kernel: str, args: list[str])
     """The time loop: one launch per `depth` steps between the two ring slots,
     then the newest level moved to the slot the ring convention gives it (when the
     number of launches leaves it in the other)."""
-    buf = f"{field_name(plan.target.name)}_buf"
+    buf = f"{field_name(plan.stencil.statements[0].target)}_buf"
     grid, block, shared = plan.grid(), plan.block(), plan.dynamic_shared
     opt_in = [(f"MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                f"{shared}));")] if shared else []
