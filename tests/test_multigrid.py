@@ -14,7 +14,8 @@ import pytest
 
 import msc
 from msc import x, y, z
-from msc.pde.coarsen import Axis1D, galerkin_axis, prolong_axis, restrict_axis, sparse_matrix
+from msc.pde.coarsen import Axis1D, galerkin_axis, sparse_matrix
+from msc.pde.transfer import Transfer
 
 
 @pytest.fixture(autouse=True)
@@ -61,11 +62,32 @@ def test_transfers_and_galerkin_product_match_explicit_matrices(periodic, shape)
         c = galerkin_axis(c, s, d, ax)
         s = tuple(ax.m if k == d else n for k, n in enumerate(s))
     assert np.abs(sparse_matrix(c, s, periodic).toarray() - P.T @ A @ P).max() <= 1e-12 * np.abs(A).max()
-    v, f = rng.random(s), rng.random(shape)
-    fine, coarse = v, f
-    for d, ax in enumerate(axes):
-        fine, coarse = prolong_axis(fine, d, ax), restrict_axis(coarse, d, ax)
-    assert np.allclose(fine.ravel(), P @ v.ravel()) and np.allclose(coarse.ravel(), P.T @ f.ravel())
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+@pytest.mark.parametrize("shape,kept", [((7,), ()), ((8,), ()), ((7, 9), ()), ((8, 6), (1,)), ((10, 11), ()),
+                                        ((6, 12, 7), ()), ((9, 2, 8), (1,)), ((6, 7, 5), (0, 2))])
+def test_compiled_transfers_match_explicit_matrices_on_buffer_views(periodic, shape, kept):
+    """R = P^T and P over every coarsened axis at once (kept axes: the identity), on strided views
+    inside larger buffers as the V-cycle passes them; prolongation adds into what is there."""
+    rng = np.random.default_rng(len(shape) + sum(shape))
+    axes = [None if d in kept else Axis1D.of(n, periodic) for d, n in enumerate(shape)]
+    P = np.ones((1, 1))
+    for n, ax in zip(shape, axes):
+        P = np.kron(P, np.eye(n) if ax is None else interpolation_1d(ax))
+    t = Transfer(shape, axes)
+    fine_buffer, coarse_buffer = rng.random(tuple(n + 3 for n in shape)), rng.random(tuple(m + 3 for m in t.coarse))
+    fine = fine_buffer[tuple(slice(1, 1 + n) for n in shape)]
+    coarse = coarse_buffer[tuple(slice(2, 2 + m) for m in t.coarse)]
+    before, around = fine.copy(), coarse_buffer.copy()
+    t.restrict(fine, coarse, threads=2)
+    assert np.allclose(coarse.ravel(), P.T @ fine.ravel())
+    around[tuple(slice(2, 2 + m) for m in t.coarse)] = coarse
+    assert np.array_equal(coarse_buffer, around)  # nothing written outside the view
+    t.prolong_add(coarse, fine, threads=2)
+    assert np.allclose(fine.ravel(), before.ravel() + P @ coarse.ravel())
+    with pytest.raises(ValueError, match="shape"):
+        t.restrict(coarse, coarse, threads=1)
 
 
 def laplacian(ndim, boundary="dirichlet", shift=0.0):

@@ -1,4 +1,4 @@
-"""Geometric coarsening of structured grids: interpolation, restriction and Galerkin coarse operators.
+"""Geometric coarsening of structured grids: 1D interpolations and Galerkin coarse operators.
 
 An operator on a grid of unknowns (shape n) is kept as a *coefficient stencil*
 {offset: c} with (A v)(x) = sum_o c_o(x) v(x + o), v zero outside (dirichlet)
@@ -39,7 +39,6 @@ class Axis1D:
     right: np.ndarray
     left_ok: np.ndarray
     right_ok: np.ndarray
-    segments: tuple[tuple[slice, slice, float], ...]  # (fine, coarse, weight): P as strided pieces
 
     @staticmethod
     def of(n: int, periodic: bool) -> Axis1D:
@@ -50,23 +49,13 @@ class Axis1D:
             coarse = np.zeros(n, bool)
             coarse[centre] = True
             left_ok, right_ok = ~coarse[left], ~coarse[right]
-            whole = slice(0, m)
-            if n % 2 == 0:  # the left of coarse 0 wraps to fine n-1
-                segments = ((slice(0, n, 2), whole, 1.0), (slice(1, n, 2), whole, 0.5),
-                            (slice(1, n - 2, 2), slice(1, m), 0.5), (slice(n - 1, n), slice(0, 1), 0.5))
-            else:
-                segments = ((slice(0, n, 2), whole, 1.0), (slice(1, n - 1, 2), slice(0, m - 1), 0.5),
-                            (slice(1, n - 1, 2), slice(1, m), 0.5))
         else:
             m = n // 2
             centre = 2 * np.arange(m) + 1
             left, right = centre - 1, centre + 1
             left_ok, right_ok = left >= 0, right < n
             left, right = np.clip(left, 0, n - 1), np.clip(right, 0, n - 1)
-            k = int(np.count_nonzero(right_ok))
-            segments = ((slice(1, 2 * m, 2), slice(0, m), 1.0), (slice(0, 2 * m - 1, 2), slice(0, m), 0.5),
-                        (slice(2, 2 * k + 1, 2), slice(0, k), 0.5))
-        return Axis1D(n, m, periodic, centre, left, right, left_ok, right_ok, segments)
+        return Axis1D(n, m, periodic, centre, left, right, left_ok, right_ok)
 
     def support(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """For each of the (up to) 3 fine points a coarse point interpolates to:
@@ -99,50 +88,63 @@ def along_axis(axis: int, ndim: int, sl: slice) -> tuple[slice, ...]:
     return (slice(None),) * axis + (sl,) + (slice(None),) * (ndim - axis - 1)
 
 
-def prolong_axis(c: np.ndarray, axis: int, ax: Axis1D, add_to: np.ndarray | None = None) -> np.ndarray:
-    """P along one axis: coarse values c (size m along axis) -> fine (size n); added into `add_to` if given."""
-    shape = list(c.shape)
-    shape[axis] = ax.n
-    out = np.zeros(shape) if add_to is None else add_to
-    for fine, coarse, weight in ax.segments:
-        part = c[along_axis(axis, c.ndim, coarse)]
-        out[along_axis(axis, c.ndim, fine)] += part if weight == 1.0 else weight * part
-    return out
-
-
-def restrict_axis(f: np.ndarray, axis: int, ax: Axis1D) -> np.ndarray:
-    """R = P^T along one axis: fine values f (size n along axis) -> coarse (size m)."""
-    (fine, coarse, _), *rest = ax.segments
-    out = f[along_axis(axis, f.ndim, fine)].copy()
-    for fine, coarse, weight in rest:
-        out[along_axis(axis, f.ndim, coarse)] += weight * f[along_axis(axis, f.ndim, fine)]
-    return out
-
-
 def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Axis1D) -> Coefficients:
-    """R A P along one axis (the other axes untouched): the coarse coefficient stencil."""
+    """R A P along one axis (the other axes untouched): the coarse coefficient stencil.
+
+    The 1D weights of each coarse offset are summed before they multiply a coefficient array,
+    over the fine points too where the coefficient is constant along the axis."""
     ndim = len(shape)
     out: Coefficients = {}
     support, columns = ax.support(), ax.columns()
     rows = np.arange(ax.m)
+    products: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # c constant along the axis
     for offset, c in coefs.items():
         a = offset[axis]
         varies = np.ndim(c) == ndim and np.shape(c)[axis] != 1
+        constant: dict[int, np.ndarray] = {}  # coarse step -> weights, for c constant along the axis
         for x, w1 in support:
             y = x + a
             inside = np.ones(ax.m, bool) if ax.periodic else (y >= 0) & (y < ax.n)
             y = y % ax.n
-            at_x = np.take(c, x, axis=axis) if varies else np.asarray(c)
+            weights = constant if not varies else {}
             for j, w2 in columns:
                 weight = w1 * w2[y] * inside
                 s = j[y] - rows
                 if ax.periodic:
                     s = (s + ax.m // 2) % ax.m - ax.m // 2
                 for step in np.unique(s[weight != 0]):
-                    term = at_x * _along(np.where(s == step, weight, 0.0), axis, ndim)
-                    key = offset[:axis] + (int(step),) + offset[axis + 1:]
-                    out[key] = out[key] + term if key in out else term
+                    w = np.where(s == step, weight, 0.0)
+                    weights[int(step)] = weights[int(step)] + w if int(step) in weights else w
+            if varies:
+                at_x = np.take(c, x, axis=axis)
+                for step, w in weights.items():
+                    _accumulate(out, offset[:axis] + (step,) + offset[axis + 1:], at_x * _along(w, axis, ndim))
+        for step, w in constant.items():
+            products.setdefault(offset[:axis] + (step,) + offset[axis + 1:], []).append((np.asarray(c), w))
+    for key, terms in products.items():
+        _accumulate(out, key, _outer_sum(terms, axis, ndim))
     return {k: v for k, v in out.items() if np.any(v != 0)}
+
+
+def _outer_sum(terms: list[tuple[np.ndarray, np.ndarray]], axis: int, ndim: int) -> np.ndarray:
+    """sum_k c_k * w_k, each c_k constant along `axis` and w_k an array along it: one matrix product."""
+    shape = np.broadcast_shapes((1,) * ndim, *(np.shape(c) for c, _ in terms))
+    before, after = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    stack = np.stack([np.broadcast_to(c, shape).reshape(before, after) for c, _ in terms], axis=1)  # (A, K, B)
+    weights = np.stack([w for _, w in terms], axis=1)  # (m, K)
+    total = np.matmul(weights, stack)  # (A, m, B), contiguous
+    return total.reshape(shape[:axis] + (weights.shape[0],) + shape[axis + 1:])
+
+
+def _accumulate(out: Coefficients, key: tuple[int, ...], term: np.ndarray) -> None:
+    """out[key] += term (a fresh array), in place where the shapes allow."""
+    have = out.get(key)
+    if have is None:
+        out[key] = term
+    elif have.shape == np.broadcast_shapes(have.shape, term.shape):
+        have += term
+    else:
+        out[key] = have + term
 
 
 def galerkin(coefs: Coefficients, shape: tuple[int, ...],

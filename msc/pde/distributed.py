@@ -123,7 +123,7 @@ class DistributedMultigrid:
                                                             1.0, "openmp", threads, block=True))
         self.op.set_weight(4.0 / (3.0 * rho) * fields["inverse_diagonal"])
         self.op.refresh = self._exchange_u
-        self.level = Level(tuple(self.grid.count), self.op, [], fields["inverse_diagonal"], rho)
+        self.level = Level(tuple(self.grid.count), self.op, [], inverse_diagonal=fields["inverse_diagonal"], rho=rho)
         self.b = fields["b"]
         self.coarse: Multigrid | None = setup[6] if self.root else None
         self._near = self.grid.padding((1,) * len(n), (0,) * len(n))  # which sides have a neighbour

@@ -1,18 +1,20 @@
 """Matrix-free operators: an operator applied, its residual and Jacobi sweeps, as compiled stencils.
 
-A `CompiledOperator` owns one set of kernel buffers and three kernels built
+A `CompiledOperator` owns one set of kernel buffers and the kernels built
 from one expression K(v) over the unknown v (compiled by a node target,
-openmp by default):
+openmp by default, each when first used):
 
     apply     v[t+1] = K(v)
     residual  v[t+1] = b - K(v)            (v[t] is kept: it is the other slot)
     jacobi    v[t+1] = v + w * (b - K(v))  (w = weight / diagonal; `sweeps` steps in one call)
+    jacobi    v[t+1] = v + omega * (b - K(v))  (the same with one weight for every point:
+                                               a parameter, so no weight field is streamed)
 
 K is either an msc.Operator's expression, scaled (alpha*v + beta*L(v), the
 implicit step's I - theta*dt*L included) or a coefficient stencil
 sum_o c_o v(x+o) (msc.pde.coarsen; the coarse levels of multigrid). The
 operator's constant part (a source term in L) is measured once, K(0), and
-folded into b, so the three kernels act as the linear part A.
+folded into b, so the kernels act as the linear part A.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from msc.stencil import Stencil
 if TYPE_CHECKING:
     from msc.pde.operator import Operator
 
-RHS, WEIGHT = "mg_rhs", "mg_weight"
-KINDS = ("apply", "residual", "jacobi")
+RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
+UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
+KINDS = ("apply", "residual", "jacobi", UNIFORM)
 
 
 @lru_cache(maxsize=64)
@@ -52,6 +55,20 @@ def _sum(terms: list[ir.Expr]) -> ir.Expr:
     return out
 
 
+class _Lazy:
+    """A kernel compiled when first used (a level needs one of the two Jacobi kernels)."""
+
+    def __init__(self, st: ir.StencilIR, target: str, threads: int | None) -> None:
+        self.ir, self._target, self._threads = st, target, threads
+        self._kernel: Any = None
+
+    @property
+    def kernel(self) -> Any:
+        if self._kernel is None:
+            self._kernel = _compiled(self.ir, self._target, self._threads)
+        return self._kernel
+
+
 class CompiledOperator:
     """A linear operator A on a grid of unknowns (shape `n`), applied by compiled stencils.
 
@@ -69,21 +86,24 @@ class CompiledOperator:
         zero = (0,) * ndim
         b, w = _read(RHS, zero, None), _read(WEIGHT, zero, None)
         exprs = {"apply": K, "residual": ir.BinOp("-", b, K),
-                 "jacobi": ir.BinOp("+", v, ir.BinOp("*", w, ir.BinOp("-", b, K)))}
+                 "jacobi": ir.BinOp("+", v, ir.BinOp("*", w, ir.BinOp("-", b, K))),
+                 "jacobi_uniform": ir.BinOp("+", v, ir.BinOp("*", ir.ParamRef(OMEGA), ir.BinOp("-", b, K)))}
         self.kernels = {}
         for kind in KINDS:
-            st = ir.StencilIR(f"{name}_{kind}", ndim, tuple(decls), params,
+            st = ir.StencilIR(f"{name}_{kind}", ndim, tuple(decls), params + ((OMEGA,) if kind == UNIFORM else ()),
                               (ir.Statement(unknown, exprs[kind], loc or ir.SourceLoc("<msc>", 0)),),
                               boundary=boundary)
-            self.kernels[kind] = _compiled(st, target, threads)
+            self.kernels[kind] = _Lazy(st, target, threads)
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
         arrays = {unknown: np.zeros(full), RHS: np.zeros(full), WEIGHT: np.zeros(full), **inputs}
-        first = self.kernels["apply"]
+        first = self.kernels["apply"].kernel
         args = bind_arguments(first.ir, 0, arrays)
         self._buffers = pack(first.ir, args)
         self._threads = first._threads_of(threads)
-        extents = self._buffers[unknown].shape[-ndim:]
-        self._calls = {k: kern.arguments(self._buffers, args.scalars, extents) for k, kern in self.kernels.items()}
+        self._scalars = args.scalars
+        self._extents = self._buffers[unknown].shape[-ndim:]
+        self._calls: dict[str, list[Any]] = {}
+        self._smoother = "jacobi"
         g = ghost_width(first.ir)
         self._ghosts = g if any(g) else None
         self.n = tuple(shape)
@@ -101,6 +121,11 @@ class CompiledOperator:
         return self.slot(self.step)
 
     @property
+    def threads(self) -> int:
+        """The threads the kernels run on."""
+        return self._threads
+
+    @property
     def rhs(self) -> np.ndarray:
         """The right-hand side b of `residual` and `sweep` (a writable view)."""
         return self._buffers[RHS][self._inner]
@@ -108,8 +133,21 @@ class CompiledOperator:
     def set_rhs(self, b: np.ndarray) -> None:
         self.rhs[...] = b if self.shift is None else b + self.shift
 
-    def set_weight(self, w: np.ndarray) -> None:
-        self._buffers[WEIGHT][self._inner] = w
+    def set_weight(self, w: np.ndarray | float) -> None:
+        """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter)."""
+        if np.ndim(w) == 0:
+            self._smoother = UNIFORM
+            self._scalars[OMEGA] = float(w)
+            self._calls.pop(UNIFORM, None)
+        else:
+            self._smoother = "jacobi"
+            self._buffers[WEIGHT][self._inner] = w
+
+    def _run(self, kind: str, steps: int) -> None:
+        call = self._calls.get(kind)
+        if call is None:
+            call = self._calls[kind] = self.kernels[kind].kernel.arguments(self._buffers, self._scalars, self._extents)
+        self.kernels[kind].kernel.advance(call, self.step, steps, self._threads)
 
     def padded(self, step: int) -> np.ndarray:
         """The whole buffer slot of level `step` (ring or ghost cells included)."""
@@ -126,20 +164,20 @@ class CompiledOperator:
     def sweep(self, sweeps: int) -> None:
         """`sweeps` weighted-Jacobi sweeps on u for A u = b."""
         self._refresh()
-        self.kernels["jacobi"].advance(self._calls["jacobi"], self.step, sweeps, self._threads)
+        self._run(self._smoother, sweeps)
         self.step += sweeps
 
     def residual(self) -> np.ndarray:
         """b - A u (a view, valid until the next kernel call); u is kept."""
         self._refresh()
-        self.kernels["residual"].advance(self._calls["residual"], self.step, 1, self._threads)
+        self._run("residual", 1)
         return self.slot(self.step + 1)
 
     def apply(self, v: np.ndarray) -> np.ndarray:
         """A v (a fresh array); overwrites u."""
         self.u[...] = v
         self._refresh()
-        self.kernels["apply"].advance(self._calls["apply"], self.step, 1, self._threads)
+        self._run("apply", 1)
         out = self.slot(self.step + 1).copy()
         if self.shift is not None:
             out -= self.shift

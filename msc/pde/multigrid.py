@@ -20,18 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from msc.errors import StencilArgumentError
-from msc.pde.coarsen import (
-    Axis1D,
-    Coefficients,
-    diagonal,
-    galerkin,
-    gershgorin_ratio,
-    prolong_axis,
-    restrict_axis,
-    sparse_matrix,
-)
+from msc.pde.coarsen import Axis1D, Coefficients, diagonal, galerkin, gershgorin_ratio, sparse_matrix
 from msc.pde.direct import Factorization
 from msc.pde.matfree import CompiledOperator, from_coefficients
+from msc.pde.transfer import Transfer
 
 COARSEST = 2000
 SMOOTHERS = ("jacobi", "chebyshev")
@@ -40,11 +32,12 @@ CHEBYSHEV_RATIO = 4.0
 
 @dataclass
 class Level:
-    """One grid: its operator, and the transfers to the next coarser grid (None: axis kept)."""
+    """One grid: its operator, and the transfers to the next coarser grid (axes None: axis kept)."""
 
     shape: tuple[int, ...]
     op: CompiledOperator | None
     axes: list[Axis1D | None]
+    transfer: Transfer | None = None
     inverse_diagonal: np.ndarray | None = None
     rho: float = 0.0  # a Gershgorin bound of the spectral radius of D^-1 A
 
@@ -80,7 +73,7 @@ class Multigrid:
                 break  # the coarsest level: solved directly
             if op is None:
                 op = from_coefficients(coefs, shape, periodic, symmetric, target, threads)
-            self.levels.append(self._smoothing(Level(shape, op, axes), coefs, what))
+            self.levels.append(self._smoothing(Level(shape, op, axes, Transfer(shape, axes)), coefs, what))
             coefs, shape = galerkin(coefs, shape, axes)
             op = None
         self.levels.append(Level(shape, None, []))
@@ -107,24 +100,27 @@ class Multigrid:
 
     def vcycle(self, b: np.ndarray) -> np.ndarray:
         """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b (a fresh array)."""
-        return self._cycle(0, b).copy()
+        first = self.levels[0]
+        if first.op is None:
+            return self.coarse.solve(b.reshape(-1)).reshape(first.shape)
+        first.op.set_rhs(b)
+        return self._cycle(0).copy()
 
-    def _cycle(self, k: int, b: np.ndarray) -> np.ndarray:
-        level = self.levels[k]
-        if level.op is None:
-            return self.coarse.solve(b.reshape(-1)).reshape(level.shape)
-        op = level.op
+    def _cycle(self, k: int) -> np.ndarray:
+        """The V-cycle from level k down, for the right-hand side already in level k's buffers."""
+        level, below = self.levels[k], self.levels[k + 1]
+        op, transfer = level.op, level.transfer
+        assert op is not None and transfer is not None
         op.u[...] = 0.0
-        op.set_rhs(b)
         smooth(level, self.smoother, self.sweeps)
         r = op.residual()
-        for d, ax in enumerate(level.axes):
-            if ax is not None:
-                r = restrict_axis(r, d, ax)
-        e = self._cycle(k + 1, r)
-        coarsened = [d for d, ax in enumerate(level.axes) if ax is not None]
-        for d in coarsened:  # the last one adds the correction into u
-            e = prolong_axis(e, d, level.axes[d], op.u if d == coarsened[-1] else None)  # type: ignore[arg-type]
+        if below.op is None:
+            e = self.coarse.solve(transfer.restrict(r, np.empty(below.shape), op.threads).reshape(-1))
+            e = e.reshape(below.shape)
+        else:
+            transfer.restrict(r, below.op.rhs, op.threads)
+            e = self._cycle(k + 1)
+        transfer.prolong_add(e, op.u, op.threads)
         smooth(level, self.smoother, self.sweeps)
         return op.u
 

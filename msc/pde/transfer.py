@@ -1,0 +1,98 @@
+"""Multigrid's grid transfers, compiled: interpolation P and restriction R = P^T between a grid and
+the next coarser one, over every axis at once (transfer.c, OpenMP), on views of kernel buffers.
+
+Along each axis the 1D interpolation comes from msc.pde.coarsen.Axis1D (an axis
+without one is kept: the identity). Restriction writes straight into the coarse
+level's right-hand side and interpolation adds straight into the fine level's
+unknown, so a V-cycle copies nothing between levels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from msc.pde.coarsen import Axis1D
+from msc.runtime import build_shared_library, load_library
+
+ITEM = 8  # float64 bytes
+
+
+@functools.lru_cache(maxsize=None)
+def _library() -> ctypes.CDLL:
+    lib = load_library(build_shared_library((Path(__file__).resolve().parent / "transfer.c").read_text(),
+                                            "msc_mg_transfer"))
+    for name in ("mg_restrict", "mg_prolong_add"):
+        getattr(lib, name).restype = None
+    return lib
+
+
+def _restriction_table(n: int, ax: Axis1D | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per coarse point, its 3 fine points (3 x m indices, 3 x m weights; m = n on a kept axis)."""
+    if ax is None:
+        index = np.tile(np.arange(n), (3, 1))
+        return index, np.vstack([np.ones(n), np.zeros(n), np.zeros(n)])
+    support = ax.support()
+    return np.vstack([i for i, _ in support]), np.vstack([w for _, w in support])
+
+
+def _interpolation_table(n: int, ax: Axis1D | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per fine point, its 2 coarse points (2 x n indices, 2 x n weights)."""
+    if ax is None:
+        return np.vstack([np.arange(n), np.zeros(n, np.int64)]), np.vstack([np.ones(n), np.zeros(n)])
+    columns = ax.columns()
+    return np.vstack([j for j, _ in columns]), np.vstack([w for _, w in columns])
+
+
+def _contiguous(tables: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+    return [np.ascontiguousarray(a, dtype=dt) for index, weight in tables
+            for a, dt in ((index, np.int64), (weight, np.float64))]
+
+
+def _strides(a: np.ndarray, ndim: int) -> np.ndarray:
+    """The strides of the outer axes, in elements (the last axis must be contiguous)."""
+    if a.dtype != np.float64 or any(s % ITEM for s in a.strides) or (a.shape[-1] > 1 and a.strides[-1] != ITEM):
+        raise ValueError("grid transfers need float64 arrays, contiguous along their last axis")
+    return np.array((0,) * (3 - ndim) + tuple(s // ITEM for s in a.strides[:-1]), np.int64)
+
+
+class Transfer:
+    """P and R between a grid of `shape` and the grid its `axes` coarsen it to (None: kept)."""
+
+    def __init__(self, shape: tuple[int, ...], axes: list[Axis1D | None]) -> None:
+        self.ndim = len(shape)
+        self.fine = tuple(shape)
+        self.coarse = tuple(n if ax is None else ax.m for n, ax in zip(shape, axes))
+        unit: list[Axis1D | None] = [None] * (3 - self.ndim)
+        padded_shape, padded_axes = (1,) * (3 - self.ndim) + self.fine, unit + list(axes)
+        self._restrict = _contiguous([_restriction_table(n, ax) for n, ax in zip(padded_shape, padded_axes)])
+        self._prolong = _contiguous([_interpolation_table(n, ax) for n, ax in zip(padded_shape, padded_axes)])
+        self._m = np.array((1,) * (3 - self.ndim) + self.coarse, np.int64)
+        self._n = np.array((1,) * (3 - self.ndim) + self.fine, np.int64)
+
+    def _check(self, a: np.ndarray, shape: tuple[int, ...], what: str) -> None:
+        if a.shape != shape:
+            raise ValueError(f"grid transfer: {what} has shape {a.shape}, expected {shape}")
+
+    def restrict(self, fine: np.ndarray, out: np.ndarray, threads: int) -> np.ndarray:
+        """out = R fine (out: the coarse grid's array, a view may be given); returns out."""
+        self._check(fine, self.fine, "the fine array")
+        self._check(out, self.coarse, "the coarse array")
+        _library().mg_restrict(*_arrays(fine, _strides(fine, self.ndim), out, _strides(out, self.ndim), self._m),
+                               ctypes.c_long(self.fine[-1]), *_arrays(*self._restrict), ctypes.c_int(threads))
+        return out
+
+    def prolong_add(self, coarse: np.ndarray, into: np.ndarray, threads: int) -> None:
+        """into += P coarse (into: the fine grid's array, a view may be given)."""
+        self._check(coarse, self.coarse, "the coarse array")
+        self._check(into, self.fine, "the fine array")
+        _library().mg_prolong_add(*_arrays(coarse, _strides(coarse, self.ndim), into, _strides(into, self.ndim),
+                                           self._n), ctypes.c_long(self.coarse[-1]), *_arrays(*self._prolong),
+                                  ctypes.c_int(threads))
+
+
+def _arrays(*arrays: np.ndarray) -> list[ctypes.c_void_p]:
+    return [ctypes.c_void_p(a.ctypes.data) for a in arrays]
