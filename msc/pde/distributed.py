@@ -29,7 +29,7 @@ from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble, coefficient_stencil
 from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_ratio, is_symmetric
 from msc.pde.iterative import SolveInfo, check_scalar
-from msc.pde.krylov import cg, gmres
+from msc.pde.krylov import Vectors, cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
 from msc.pde.multigrid import Level, Multigrid, smooth
 from msc.pde.problem import checked_problem
@@ -250,10 +250,10 @@ class DistributedMultigrid:
         padded = np.pad(e1, 1)
         return padded[np.ix_(*[np.clip(i + 1, 0, m + 1) for i, m in zip(idx, e1.shape)])]
 
-    def _dot(self, a: np.ndarray, b: np.ndarray) -> float:
+    def _total(self, part: float) -> float:
         from mpi4py import MPI
 
-        return float(self.comm.allreduce(float(np.dot(a, b)), op=MPI.SUM))
+        return float(self.comm.allreduce(part, op=MPI.SUM))
 
     def solve(self, progress: bool = False) -> tuple[np.ndarray, list[float]]:
         """This rank's block of the solution, and the residual history (the same on every rank);
@@ -266,10 +266,11 @@ class DistributedMultigrid:
         with blas_threads().limit(limits=1, user_api="blas"), \
                 ResidualProgress(f"{self.what} (multigrid-{self.krylov}, {self.comm.size} ranks)", self.tol,
                                  progress and self.root) as bar:
-            x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, dot=self._dot, monitor=bar)
-            bnorm = np.sqrt(self._dot(b, b))
+            vectors = Vectors(self.op.threads, self._total)
+            x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, vectors, bar)
+            bnorm = np.sqrt(vectors.dot(b, b))
             r = b - apply(x)
-            history[-1] = float(np.sqrt(self._dot(r, r)) / bnorm) if bnorm else 0.0
+            history[-1] = float(np.sqrt(vectors.dot(r, r)) / bnorm) if bnorm else 0.0
         return x.reshape(shape), history
 
     def gather(self, block: np.ndarray, ring: np.ndarray | None) -> np.ndarray | None:

@@ -19,7 +19,7 @@ import numpy as np
 from msc.errors import ConvergenceError, StencilArgumentError
 from msc.pde.assemble import coefficient_stencil
 from msc.pde.coarsen import diagonal, is_symmetric
-from msc.pde.krylov import Monitor, cg, gmres
+from msc.pde.krylov import Monitor, Vectors, cg, gmres
 from msc.pde.matfree import from_operator
 from msc.pde.multigrid import Multigrid
 from msc.runtime.progress import ResidualProgress
@@ -129,7 +129,8 @@ class IterativeSolver:
 
     def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
         method = cg if self.krylov == "cg" else gmres
-        x, history = method(self.apply, self._precondition, b, self.tol, self.maxiter, self.what, monitor=monitor)
+        vectors = Vectors(self.fine.threads)
+        x, history = method(self.apply, self._precondition, b, self.tol, self.maxiter, self.what, vectors, monitor)
         bnorm = float(np.linalg.norm(b))
         true = float(np.linalg.norm(b - self.apply(x))) / bnorm if bnorm else 0.0
         if true > self.tol:  # the recurrence drifted from the true residual: go on from x once
@@ -139,7 +140,7 @@ class IterativeSolver:
                                        history)
             r = b - self.apply(x)
             dx, more = method(self.apply, self._precondition, r, self.tol * bnorm / float(np.linalg.norm(r)),
-                              left, self.what, monitor=monitor)
+                              left, self.what, vectors, monitor)
             x += dx
             history += [h * true for h in more[1:]]
             true = float(np.linalg.norm(b - self.apply(x))) / bnorm

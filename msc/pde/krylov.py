@@ -9,17 +9,17 @@ definite A with a negative definite preconditioner (the signs cancel).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
-from scipy.linalg.blas import daxpy as axpy
 
 from msc.errors import ConvergenceError
+from msc.runtime import build_shared_library, load_library
 
 Apply = Callable[[np.ndarray], np.ndarray]
-
-
-Dot = Callable[[np.ndarray, np.ndarray], float]
 Monitor = Callable[[float], None]
 
 
@@ -27,8 +27,41 @@ def _ignore(_residual: float) -> None:
     pass
 
 
-def _local_dot(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.dot(a, b))
+@functools.lru_cache(maxsize=None)
+def _library() -> ctypes.CDLL:
+    lib = load_library(build_shared_library((Path(__file__).resolve().parent / "vectors.c").read_text(),
+                                            "msc_krylov_vectors"))
+    vec = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
+    long, double, int_ = ctypes.c_long, ctypes.c_double, ctypes.c_int
+    for name, restype, argtypes in (("vec_dot", double, [long, vec, vec, int_]),
+                                    ("vec_cg_update", double, [long, double, vec, vec, vec, vec, int_]),
+                                    ("vec_xpay", None, [long, vec, double, vec, int_])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+def _local(part: float) -> float:
+    return part
+
+
+class Vectors:
+    """The Krylov methods' vector operations, compiled and fused (vectors.c) on `threads` threads;
+    `total` sums a dot product's local part over MPI ranks (the identity in one process)."""
+
+    def __init__(self, threads: int, total: Callable[[float], float] = _local) -> None:
+        self.threads, self.total = threads, total
+
+    def dot(self, a: np.ndarray, b: np.ndarray) -> float:
+        return self.total(_library().vec_dot(a.size, a, b, self.threads))
+
+    def cg_update(self, alpha: float, x: np.ndarray, p: np.ndarray, r: np.ndarray, q: np.ndarray) -> float:
+        """x += alpha p, r -= alpha q, in one pass; returns r . r."""
+        return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
+
+    def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
+        """p = z + beta p, in place."""
+        _library().vec_xpay(p.size, z, beta, p, self.threads)
 
 
 def _fail(method: str, what: str, tol: float, history: list[float]) -> ConvergenceError:
@@ -39,11 +72,10 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
 
 
 def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
-       what: str, dot: Dot = _local_dot, monitor: Monitor = _ignore) -> tuple[np.ndarray, list[float]]:
-    """Preconditioned conjugate gradients from x = 0 (`dot`: a global sum over MPI ranks;
-    `monitor` sees each new relative residual)."""
+       what: str, vectors: Vectors, monitor: Monitor = _ignore) -> tuple[np.ndarray, list[float]]:
+    """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual)."""
     x = np.zeros_like(b)
-    bnorm = np.sqrt(dot(b, b))
+    bnorm = np.sqrt(vectors.dot(b, b))
     if bnorm == 0.0:
         return x, [0.0]
     bnorm = float(bnorm)
@@ -51,27 +83,25 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
     history = [1.0]
     z = precondition(r)
     p = z.copy()
-    rz = dot(r, z)
+    rz = vectors.dot(r, z)
     for _ in range(maxiter):
         q = apply(p)
-        alpha = rz / dot(p, q)
-        axpy(p, x, a=alpha)  # in place, no temporaries: x += alpha p, r -= alpha q
-        axpy(q, r, a=-alpha)
-        history.append(float(np.sqrt(dot(r, r)) / bnorm))
+        alpha = rz / vectors.dot(p, q)
+        history.append(float(np.sqrt(vectors.cg_update(alpha, x, p, r, q)) / bnorm))
         monitor(history[-1])
         if history[-1] <= tol:
             return x, history
         z = precondition(r)
-        rz_new = dot(r, z)
-        p *= rz_new / rz
-        p += z
+        rz_new = vectors.dot(r, z)
+        vectors.xpay(z, rz_new / rz, p)
         rz = rz_new
     raise _fail("CG", what, tol, history)
 
 
 def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int, what: str,
-          dot: Dot = _local_dot, monitor: Monitor = _ignore, restart: int = 30) -> tuple[np.ndarray, list[float]]:
+          vectors: Vectors, monitor: Monitor = _ignore, restart: int = 30) -> tuple[np.ndarray, list[float]]:
     """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations)."""
+    dot = vectors.dot
     x = np.zeros_like(b)
     bnorm = float(np.sqrt(dot(b, b)))
     if bnorm == 0.0:
