@@ -14,7 +14,8 @@ import pytest
 
 import msc
 from msc import x, y, z
-from msc.pde.coarsen import Axis1D, galerkin_axis, sparse_matrix
+from msc.pde.coarsen import Axis1D, diagonal, galerkin_axis, sparse_matrix, uniform_region
+from msc.pde.matfree import from_coefficients
 from msc.pde.transfer import Transfer
 
 
@@ -88,6 +89,63 @@ def test_compiled_transfers_match_explicit_matrices_on_buffer_views(periodic, sh
     assert np.allclose(fine.ravel(), before.ravel() + P @ coarse.ravel())
     with pytest.raises(ValueError, match="shape"):
         t.restrict(coarse, coarse, threads=1)
+
+
+def galerkin_hierarchy(ndim, n, periodic, levels):
+    """The coefficient stencils of the 2*ndim+1 point Laplacian's first coarse levels."""
+    coefs = {(0,) * ndim: np.asarray(-2.0 * ndim)}
+    for d in range(ndim):
+        for side in (-1, 1):
+            coefs[tuple(side if e == d else 0 for e in range(ndim))] = np.asarray(1.0)
+    shape, out = (n,) * ndim, []
+    for _ in range(levels):
+        axes = [Axis1D.of(m, periodic) for m in shape]
+        for d, ax in enumerate(axes):
+            coefs = galerkin_axis(coefs, shape, d, ax)
+            shape = tuple(ax.m if k == d else m for k, m in enumerate(shape))
+        out.append((dict(coefs), shape))
+    return out
+
+
+@pytest.mark.parametrize("ndim,n,shell", [(3, 32, 3), (3, 31, 0), (2, 20, 2), (2, 19, 0)])
+def test_uniform_region_of_galerkin_operators(ndim, n, shell):
+    """A constant operator's Galerkin coarse stencil is constant but next to the boundary: odd sizes
+    nowhere, even sizes on the last plane of each axis; variable coefficients have no such box."""
+    for coefs, shape in galerkin_hierarchy(ndim, n, False, 2):
+        region = uniform_region(coefs, shape, False)
+        assert region is not None and len(region.shell) == shell
+        covered = np.zeros(shape, int)
+        for lo, hi in (region.inside, *region.shell):
+            covered[tuple(slice(a, b) for a, b in zip(lo, hi))] += 1
+        assert np.all(covered == 1)  # the boxes tile the grid
+        inside = np.zeros(shape, bool)
+        inside[tuple(slice(a, b) for a, b in zip(*region.inside))] = True
+        for o, c in coefs.items():  # where x + o is off the grid, c_o(x) multiplies a zero: not compared
+            neighbour_on_grid = np.zeros(shape, bool)
+            neighbour_on_grid[tuple(slice(max(0, -k), m - max(0, k)) for k, m in zip(o, shape))] = True
+            here = inside & neighbour_on_grid
+            assert np.all(np.broadcast_to(c, shape)[here] == region.values[o])
+    noisy = {o: c * (1 + 0.1 * np.random.default_rng(1).random(shape)) for o, c in coefs.items()}
+    assert uniform_region(noisy, shape, False) is None
+
+
+@pytest.mark.parametrize("ndim,n,periodic", [(3, 16, False), (3, 15, False), (2, 22, False), (3, 12, True)])
+def test_coefficient_operators_match_their_matrix(ndim, n, periodic):
+    """from_coefficients (split into a constant box and its shell, constant everywhere, or fields)
+    applies the Galerkin operator's matrix: residual and one weighted Jacobi sweep."""
+    rng = np.random.default_rng(n)
+    for coefs, shape in galerkin_hierarchy(ndim, n, periodic, 2):
+        A = sparse_matrix(coefs, shape, periodic)
+        op = from_coefficients(coefs, shape, periodic, True, "openmp", 2)
+        w = 0.5 / diagonal(coefs, shape)
+        op.set_weight(w)
+        u, b = rng.random(shape), rng.random(shape)
+        op.u[...] = u
+        op.rhs[...] = b
+        expected = b.ravel() - A @ u.ravel()
+        assert np.allclose(op.residual().ravel(), expected, rtol=1e-12, atol=1e-12)
+        op.sweep(1)
+        assert np.allclose(op.u.ravel(), u.ravel() + np.broadcast_to(w, shape).ravel() * expected, rtol=1e-12)
 
 
 def laplacian(ndim, boundary="dirichlet", shift=0.0):

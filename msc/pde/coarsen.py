@@ -197,9 +197,60 @@ def is_symmetric(coefs: Coefficients, shape: tuple[int, ...], periodic: bool, rt
 
 def _shifted_view(full: np.ndarray, offset: tuple[int, ...], periodic: bool, shape: tuple[int, ...]) -> np.ndarray:
     """The coefficients at the points x whose neighbour x + offset is on the grid."""
-    if periodic:
-        return full
-    return full[tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))]
+    return full if periodic else full[_shifted(shape, offset)]
+
+
+Box = tuple[tuple[int, ...], tuple[int, ...]]  # lo, hi: the points lo[d] <= x_d < hi[d]
+
+
+@dataclass(frozen=True)
+class UniformRegion:
+    """Where a coefficient stencil is one constant stencil (`values`): the box `inside`; the
+    boxes of `shell` cover the rest of the grid (empty: the constant stencil holds everywhere)."""
+
+    values: dict[tuple[int, ...], float]
+    inside: Box
+    shell: tuple[Box, ...]
+
+
+def uniform_region(coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
+                   least: float = 0.5) -> UniformRegion | None:
+    """The box where every c_o(x) equals its value at the grid's centre (dirichlet: where x + o
+    is outside, c_o(x) multiplies a zero and is not compared), found by peeling the boundary plane
+    with the most differing points until none is left; None when it would cover less than `least`
+    of the grid. Galerkin operators of constant-coefficient operators differ only next to the
+    boundary (even sizes: the last coarse point's interpolation is cut short)."""
+    centre = tuple(n // 2 for n in shape)
+    values = {o: float(np.broadcast_to(c, shape)[centre]) for o, c in coefs.items()}
+    differs = np.zeros(shape, bool)
+    for o, c in coefs.items():
+        if np.ndim(c) and np.any(c != values[o]):
+            here = (...,) if periodic else _shifted(shape, o)
+            differs[here] |= np.broadcast_to(c, shape)[here] != values[o]
+    lo, hi = [0] * len(shape), list(shape)
+    shell: list[Box] = []
+    while True:
+        inside = differs[tuple(slice(a, b) for a, b in zip(lo, hi))]
+        if not inside.any():
+            return UniformRegion(values, (tuple(lo), tuple(hi)), tuple(shell))
+        counts = {(d, side): int(np.count_nonzero(np.take(inside, 0 if side == 0 else -1, axis=d)))
+                  for d in range(len(shape)) for side in (0, 1)}
+        d, side = max(counts, key=lambda k: counts[k])
+        plane_lo, plane_hi = list(lo), list(hi)
+        if side == 0:
+            plane_hi[d] = lo[d] + 1
+            lo[d] += 1
+        else:
+            plane_lo[d] = hi[d] - 1
+            hi[d] -= 1
+        shell.append((tuple(plane_lo), tuple(plane_hi)))
+        if np.prod([b - a for a, b in zip(lo, hi)]) < least * np.prod(shape):
+            return None
+
+
+def _shifted(shape: tuple[int, ...], offset: tuple[int, ...]) -> tuple[slice, ...]:
+    """The points x whose neighbour x + offset is on the (dirichlet) grid."""
+    return tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))
 
 
 def sparse_matrix(coefs: Coefficients, shape: tuple[int, ...], periodic: bool):  # type: ignore[no-untyped-def]

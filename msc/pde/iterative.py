@@ -104,6 +104,7 @@ class IterativeSolver:
                                        f"operator '{L.name}' is not one: use method='gmres'")
         self.krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads, smoother)
+        self._applied, self._preconditioned = np.empty(self.n), np.empty(self.n)
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -111,11 +112,12 @@ class IterativeSolver:
         return f"multigrid-{self.krylov}"
 
     def apply(self, v: np.ndarray) -> np.ndarray:
-        """A v on flat interior vectors."""
-        return self.fine.apply(v.reshape(self.n)).reshape(-1)
+        """A v on flat interior vectors (one buffer, reused: valid until the next call)."""
+        return self.fine.apply(v.reshape(self.n), self._applied).reshape(-1)
 
     def _precondition(self, r: np.ndarray) -> np.ndarray:
-        return self.mg.vcycle(r.reshape(self.n)).reshape(-1)
+        """One V-cycle for r (one buffer, reused: valid until the next call)."""
+        return self.mg.vcycle(r.reshape(self.n), self._preconditioned).reshape(-1)
 
     def solve(self, b: np.ndarray, progress: bool = False) -> tuple[np.ndarray, list[float]]:
         """x with ||b - A x|| <= tol ||b|| (checked on the true residual), and the residual history;

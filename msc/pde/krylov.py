@@ -1,7 +1,8 @@
 """Preconditioned Krylov methods on flat vectors: CG for symmetric definite operators, GMRES otherwise.
 
 Both take `apply(v) -> A v` and `precondition(r) -> ~A^-1 r` (a multigrid
-V-cycle) and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of
+V-cycle; each may return the same buffer every call: neither result is kept
+past the next call) and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of
 relative residuals is returned; a solve that does not reach `tol` within
 `maxiter` raises ConvergenceError carrying it. CG works unchanged for negative
 definite A with a negative definite preconditioner (the signs cancel).

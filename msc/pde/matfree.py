@@ -20,14 +20,17 @@ folded into b, so the kernels act as the linear part A.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from msc import ir
 from msc.ir.arguments import bind_arguments
+from msc.pde.coarsen import Box, uniform_region
 from msc.runtime.buffers import ghost_width, pack
+from msc.runtime.threads import default_threads
 from msc.stencil import Stencil
 
 if TYPE_CHECKING:
@@ -36,12 +39,30 @@ if TYPE_CHECKING:
 RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
 UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
 KINDS = ("apply", "residual", "jacobi", UNIFORM)
+INSIDE = "inside_"  # the kernels of a split operator's constant box (Interior)
 
 
 @lru_cache(maxsize=64)
-def _compiled(st: ir.StencilIR, target: str, threads: int | None) -> Any:
-    """A kernel per stencil, built once per process: a level's kernels are the same for every solve."""
-    return Stencil(None, stencil_ir=st).compile(target, threads=threads)
+def _compiled(st: ir.StencilIR, target: str, threads: int | None, box: bool) -> Any:
+    """A kernel per stencil, built once per process: a level's kernels are the same for every solve
+    (`box`: with the entry point that computes a box of the grid only)."""
+    if not box:
+        return Stencil(None, stencil_ir=st).compile(target, threads=threads)
+    from msc.codegen import get_target
+
+    return get_target(target).compile(Stencil(None, stencil_ir=st).poly(None), threads=threads, box=True)
+
+
+@dataclass(frozen=True)
+class Interior:
+    """A coefficient stencil split in two: on the box `inside` (interior coordinates) a constant
+    stencil `K`, its coefficients kernel parameters (`values`); the coefficient fields' stencil on
+    the boxes of `shell` only. Each step is one launch per box."""
+
+    K: ir.Expr
+    values: dict[str, float]
+    inside: Box
+    shell: tuple[Box, ...]
 
 
 def _read(name: str, offsets: tuple[int, ...], dt: int | None = 0) -> ir.FieldRead:
@@ -55,17 +76,43 @@ def _sum(terms: list[ir.Expr]) -> ir.Expr:
     return out
 
 
-class _Lazy:
-    """A kernel compiled when first used (a level needs one of the two Jacobi kernels)."""
+def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.FieldDecl, ...],
+             params: tuple[str, ...], boundary: str, loc: ir.SourceLoc | None) -> ir.StencilIR:
+    """The kernel of K of one kind (module docstring)."""
+    ndim = decls[0].ndim
+    zero = (0,) * ndim
+    v, b = _read(unknown, zero), _read(RHS, zero, None)
+    weight = ir.ParamRef(OMEGA) if kind == UNIFORM else _read(WEIGHT, zero, None)
+    expr = {"apply": K, "residual": ir.BinOp("-", b, K)}.get(kind) or \
+        ir.BinOp("+", v, ir.BinOp("*", weight, ir.BinOp("-", b, K)))
+    return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if kind == UNIFORM else ()),
+                        (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary)
 
-    def __init__(self, st: ir.StencilIR, target: str, threads: int | None) -> None:
-        self.ir, self._target, self._threads = st, target, threads
+
+def _padded(box: Box, ring: tuple[int, ...]) -> Box:
+    """A box of interior coordinates in the buffers' (the ring added)."""
+    lo, hi = box
+    return tuple(a + r for a, r in zip(lo, ring)), tuple(b + r for b, r in zip(hi, ring))
+
+
+class _Lazy:
+    """A kernel built when first used (a level runs some of its kinds only)."""
+
+    def __init__(self, make: Callable[[], ir.StencilIR], target: str, threads: int | None, box: bool) -> None:
+        self._make, self._target, self._threads, self._box = make, target, threads, box
+        self._ir: ir.StencilIR | None = None
         self._kernel: Any = None
+
+    @property
+    def ir(self) -> ir.StencilIR:
+        if self._ir is None:
+            self._ir = self._make()
+        return self._ir
 
     @property
     def kernel(self) -> Any:
         if self._kernel is None:
-            self._kernel = _compiled(self.ir, self._target, self._threads)
+            self._kernel = _compiled(self.ir, self._target, self._threads, self._box)
         return self._kernel
 
 
@@ -78,33 +125,29 @@ class CompiledOperator:
     def __init__(self, name: str, K: ir.Expr, unknown: str, ndim: int, boundary: str,
                  inputs: Mapping[str, Any], fields: tuple[str, ...], params: tuple[str, ...],
                  shape: tuple[int, ...], ring: tuple[int, ...], target: str, threads: int | None,
-                 loc: ir.SourceLoc | None) -> None:
+                 loc: ir.SourceLoc | None, interior: Interior | None = None) -> None:
         self.unknown = unknown
-        decls = [ir.FieldDecl(unknown, ndim, "float64", window=1, written=True)]
-        decls += [ir.FieldDecl(f, ndim, "float64", window=0, written=False) for f in (RHS, WEIGHT, *fields)]
-        v = _read(unknown, (0,) * ndim)
-        zero = (0,) * ndim
-        b, w = _read(RHS, zero, None), _read(WEIGHT, zero, None)
-        exprs = {"apply": K, "residual": ir.BinOp("-", b, K),
-                 "jacobi": ir.BinOp("+", v, ir.BinOp("*", w, ir.BinOp("-", b, K))),
-                 "jacobi_uniform": ir.BinOp("+", v, ir.BinOp("*", ir.ParamRef(OMEGA), ir.BinOp("-", b, K)))}
-        self.kernels = {}
-        for kind in KINDS:
-            st = ir.StencilIR(f"{name}_{kind}", ndim, tuple(decls), params + ((OMEGA,) if kind == UNIFORM else ()),
-                              (ir.Statement(unknown, exprs[kind], loc or ir.SourceLoc("<msc>", 0)),),
-                              boundary=boundary)
-            self.kernels[kind] = _Lazy(st, target, threads)
+        decls = (ir.FieldDecl(unknown, ndim, "float64", window=1, written=True),
+                 *(ir.FieldDecl(f, ndim, "float64", window=0, written=False) for f in (RHS, WEIGHT, *fields)))
+        self.kernels = {kind: _Lazy(partial(_stencil, kind, name, K, unknown, decls, params, boundary, loc),
+                                    target, threads, interior is not None) for kind in KINDS}
+        if interior is not None:
+            self.kernels.update({INSIDE + kind: _Lazy(partial(_stencil, kind, f"{name}_inside", interior.K, unknown,
+                                                              decls[:3], tuple(interior.values), boundary, loc),
+                                                      target, threads, True) for kind in KINDS if kind != "jacobi"})
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
         arrays = {unknown: np.zeros(full), RHS: np.zeros(full), WEIGHT: np.zeros(full), **inputs}
-        first = self.kernels["apply"].kernel
-        args = bind_arguments(first.ir, 0, arrays)
-        self._buffers = pack(first.ir, args)
-        self._threads = first._threads_of(threads)
-        self._scalars = args.scalars
+        first = self.kernels["apply"].ir
+        args = bind_arguments(first, 0, arrays)
+        self._buffers = pack(first, args)
+        self._threads = threads or default_threads()
+        self._scalars = {**args.scalars, **(interior.values if interior else {})}
+        self._interior = None if interior is None else _padded(interior.inside, ring)
+        self._shell = () if interior is None else tuple(_padded(box, ring) for box in interior.shell)
         self._extents = self._buffers[unknown].shape[-ndim:]
         self._calls: dict[str, list[Any]] = {}
         self._smoother = "jacobi"
-        g = ghost_width(first.ir)
+        g = ghost_width(first)
         self._ghosts = g if any(g) else None
         self.n = tuple(shape)
         self._inner = tuple(slice(gd + rd, gd + rd + nd) for gd, rd, nd in zip(g, ring, shape))
@@ -134,20 +177,38 @@ class CompiledOperator:
         self.rhs[...] = b if self.shift is None else b + self.shift
 
     def set_weight(self, w: np.ndarray | float) -> None:
-        """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter)."""
+        """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter; the same
+        inside a split operator's constant box, where w is constant too)."""
+        if self._interior is not None:
+            self._scalars[OMEGA] = float(np.broadcast_to(w, self.n)[tuple(n // 2 for n in self.n)])
+        elif np.ndim(w) == 0:
+            self._scalars[OMEGA] = float(w)
+        self._calls.clear()  # the parameters are in the calls
         if np.ndim(w) == 0:
             self._smoother = UNIFORM
-            self._scalars[OMEGA] = float(w)
-            self._calls.pop(UNIFORM, None)
         else:
             self._smoother = "jacobi"
             self._buffers[WEIGHT][self._inner] = w
 
     def _run(self, kind: str, steps: int) -> None:
+        if self._interior is None:
+            self._launch(kind, self.step, steps)
+            return
+        inside = INSIDE + (UNIFORM if kind in ("jacobi", UNIFORM) else kind)
+        for t in range(self.step, self.step + steps):
+            self._launch(inside, t, 1, self._interior)
+            for box in self._shell:
+                self._launch(kind, t, 1, box)
+
+    def _launch(self, kind: str, t0: int, steps: int, box: Box | None = None) -> None:
+        kernel = self.kernels[kind].kernel
         call = self._calls.get(kind)
         if call is None:
-            call = self._calls[kind] = self.kernels[kind].kernel.arguments(self._buffers, self._scalars, self._extents)
-        self.kernels[kind].kernel.advance(call, self.step, steps, self._threads)
+            call = self._calls[kind] = kernel.arguments(self._buffers, self._scalars, self._extents)
+        if box is None:
+            kernel.advance(call, t0, steps, self._threads)
+        else:
+            kernel.advance_box(call, *box, t0, steps, self._threads)
 
     def padded(self, step: int) -> np.ndarray:
         """The whole buffer slot of level `step` (ring or ghost cells included)."""
@@ -173,12 +234,16 @@ class CompiledOperator:
         self._run("residual", 1)
         return self.slot(self.step + 1)
 
-    def apply(self, v: np.ndarray) -> np.ndarray:
-        """A v (a fresh array); overwrites u."""
+    def apply(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """A v (into `out` if given, else a fresh array); overwrites u."""
         self.u[...] = v
         self._refresh()
         self._run("apply", 1)
-        out = self.slot(self.step + 1).copy()
+        result = self.slot(self.step + 1)
+        if out is None:
+            out = result.copy()
+        else:
+            out[...] = result
         if self.shift is not None:
             out -= self.shift
         return out
@@ -236,18 +301,26 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
     """The coefficient stencil sum_o c_o(x) v(x+o) on a grid of `shape` unknowns.
 
     When the operator is symmetric (c_{-o}(x) = c_o(x-o)), only the offsets o >= 0
-    (lexicographically) are stored and c_{-o} is read shifted: half the coefficient traffic."""
+    (lexicographically) are stored and c_{-o} is read shifted: half the coefficient traffic.
+    Where the coefficients are one constant stencil (coarsen.uniform_region) they are kernel
+    parameters, not fields: everywhere, or (dirichlet) inside a box, the fields' stencil running
+    on the boundary planes around it only (Interior)."""
     ndim = len(shape)
     zero = (0,) * ndim
     kept = sorted(o for o in coefs if not symmetric or o >= zero)
     names = tuple(f"mg_c{k}" for k in range(len(kept)))
-    terms: list[ir.Expr] = []
-    for name, o in zip(names, kept):
-        terms.append(ir.BinOp("*", _read(name, zero, None), _read("v", o)))
-        if symmetric and o != zero:
-            minus = tuple(-d for d in o)
-            terms.append(ir.BinOp("*", _read(name, minus, None), _read("v", minus)))
     ring = (0,) * ndim if periodic else tuple(max(abs(o[d]) for o in coefs) for d in range(ndim))
+    boundary = "periodic" if periodic else "dirichlet"
+    tag = f"mg_stencil{ndim}d_{len(kept)}{'s' if symmetric else ''}"
+    region = uniform_region(coefs, shape, periodic)
+    if region is not None and not region.shell:
+        values = {name: region.values[o] for name, o in zip(names, kept)}
+        return CompiledOperator(f"{tag}_uniform", _coefficient_sum(names, kept, symmetric, ir.ParamRef), "v", ndim,
+                                boundary, values, (), names, shape, ring, target, threads, None)
+    interior = None
+    if region is not None and not periodic:
+        interior = Interior(_coefficient_sum(names, kept, symmetric, ir.ParamRef),
+                            {name: region.values[o] for name, o in zip(names, kept)}, region.inside, region.shell)
     full = tuple(s + 2 * r for s, r in zip(shape, ring))
     inner = tuple(slice(r, r + s) for r, s in zip(ring, shape))
     arrays = {}
@@ -255,6 +328,21 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
         a = np.zeros(full)
         a[inner] = np.broadcast_to(coefs[o], shape)
         arrays[name] = a
-    tag = f"mg_stencil{ndim}d_{len(kept)}{'s' if symmetric else ''}"
-    return CompiledOperator(tag, _sum(terms), "v", ndim, "periodic" if periodic else "dirichlet", arrays, names, (),
-                            shape, ring, target, threads, None)
+    field = lambda name: _read(name, zero, None)  # noqa: E731
+    return CompiledOperator(tag, _coefficient_sum(names, kept, symmetric, field), "v", ndim, boundary, arrays, names,
+                            (), shape, ring, target, threads, None, interior)
+
+
+def _coefficient_sum(names: tuple[str, ...], offsets: list[tuple[int, ...]], symmetric: bool,
+                     coefficient: Callable[[str], ir.Expr]) -> ir.Expr:
+    """sum_o c_o v(x+o), c_o read by `coefficient(name)` (a field read at x, or a parameter); symmetric:
+    c_{-o}(x) = c_o(x-o) read shifted (a field read at -o; a parameter is the same everywhere)."""
+    terms: list[ir.Expr] = []
+    for name, o in zip(names, offsets):
+        terms.append(ir.BinOp("*", coefficient(name), _read("v", o)))
+        if symmetric and any(o):
+            minus = tuple(-d for d in o)
+            c = coefficient(name)
+            mirrored = _read(name, minus, None) if isinstance(c, ir.FieldRead) else c
+            terms.append(ir.BinOp("*", mirrored, _read("v", minus)))
+    return _sum(terms)

@@ -98,13 +98,19 @@ class Multigrid:
     def shapes(self) -> list[tuple[int, ...]]:
         return [level.shape for level in self.levels]
 
-    def vcycle(self, b: np.ndarray) -> np.ndarray:
-        """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b (a fresh array)."""
+    def vcycle(self, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b (into `out` if given,
+        else a fresh array)."""
         first = self.levels[0]
         if first.op is None:
-            return self.coarse.solve(b.reshape(-1)).reshape(first.shape)
-        first.op.set_rhs(b)
-        return self._cycle(0).copy()
+            x = self.coarse.solve(b.reshape(-1)).reshape(first.shape)
+        else:
+            first.op.set_rhs(b)
+            x = self._cycle(0)
+        if out is None:
+            return x.copy()
+        out[...] = x
+        return out
 
     def _cycle(self, k: int) -> np.ndarray:
         """The V-cycle from level k down, for the right-hand side already in level k's buffers."""
