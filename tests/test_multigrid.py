@@ -130,10 +130,14 @@ def test_uniform_region_of_galerkin_operators(ndim, n, shell):
 
 
 @pytest.mark.parametrize("ndim,n,periodic", [(3, 16, False), (3, 15, False), (2, 22, False), (3, 12, True)])
-def test_coefficient_operators_match_their_matrix(ndim, n, periodic):
+def test_coefficient_operators_match_their_matrix(ndim, n, periodic, monkeypatch):
     """from_coefficients (split into a constant box and its shell, constant everywhere, or fields)
     applies the Galerkin operator's matrix: residual and one weighted Jacobi sweep."""
+    from msc.pde import matfree
+
+    monkeypatch.setattr(matfree, "SPLIT_LEAST", 0)  # small grids split too
     rng = np.random.default_rng(n)
+    forms = set()
     for coefs, shape in galerkin_hierarchy(ndim, n, periodic, 2):
         A = sparse_matrix(coefs, shape, periodic)
         op = from_coefficients(coefs, shape, periodic, True, "openmp", 2)
@@ -146,6 +150,9 @@ def test_coefficient_operators_match_their_matrix(ndim, n, periodic):
         assert np.allclose(op.residual().ravel(), expected, rtol=1e-12, atol=1e-12)
         op.sweep(1)
         assert np.allclose(op.u.ravel(), u.ravel() + np.broadcast_to(w, shape).ravel() * expected, rtol=1e-12)
+        forms.add("split" if op._interior is not None else "fields" if "mg_c0" in op._buffers else "constant")
+    assert forms == {(3, 16, False): {"split", "fields"}, (3, 15, False): {"constant"},
+                     (2, 22, False): {"split"}, (3, 12, True): {"constant"}}[ndim, n, periodic]
 
 
 def laplacian(ndim, boundary="dirichlet", shift=0.0):
@@ -313,3 +320,30 @@ def test_progress_shows_the_residual_falling(capsys):
     check_residual(L, u, np.ones((40, 40)), 1e-8, h=0.1)
     msc.solve(L, np.ones((40, 40)), h=0.1, method="cg")
     assert capsys.readouterr().err == ""  # silent unless asked
+
+
+@pytest.mark.parametrize("shape", [(7,), (5, 9), (4, 6, 11)])
+def test_compiled_vector_operations_match_numpy(shape):
+    """The solvers' fused vector updates, and copies between flat vectors and buffer views."""
+    from msc.pde.vectors import Vectors, gather, scatter
+
+    rng = np.random.default_rng(sum(shape))
+    x, p, r, q, z = (rng.random(int(np.prod(shape))) for _ in range(5))
+    v = Vectors(threads=2)
+    assert np.isclose(v.dot(p, q), p @ q)
+    x1, r1 = x + 0.3 * p, r - 0.3 * q
+    assert np.isclose(v.cg_update(0.3, x, p, r, q), r1 @ r1) and np.allclose(x, x1) and np.allclose(r, r1)
+    p1 = z + 0.7 * p
+    v.xpay(z, 0.7, p)
+    assert np.allclose(p, p1)
+    buffer = rng.random(tuple(n + 2 for n in shape))
+    view = buffer[tuple(slice(1, 1 + n) for n in shape)]
+    flat = np.empty(view.size)
+    gather(view, flat, threads=2)
+    assert np.array_equal(flat, view.ravel())
+    around = buffer.copy()
+    scatter(x, view, threads=2)
+    around[tuple(slice(1, 1 + n) for n in shape)] = x.reshape(shape)
+    assert np.array_equal(buffer, around)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gather(view, np.empty((view.size, 2))[:, 0], threads=1)

@@ -29,10 +29,11 @@ from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble, coefficient_stencil
 from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_ratio, is_symmetric
 from msc.pde.iterative import SolveInfo, check_scalar
-from msc.pde.krylov import Vectors, cg, gmres
+from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
 from msc.pde.multigrid import Level, Multigrid, smooth
 from msc.pde.problem import checked_problem
+from msc.pde.vectors import Vectors
 from msc.runtime.distributed import _collectively
 from msc.runtime.halo import Grid, HaloExchanger
 from msc.runtime.progress import ResidualProgress

@@ -19,9 +19,10 @@ import numpy as np
 from msc.errors import ConvergenceError, StencilArgumentError
 from msc.pde.assemble import coefficient_stencil
 from msc.pde.coarsen import diagonal, is_symmetric
-from msc.pde.krylov import Monitor, Vectors, cg, gmres
+from msc.pde.krylov import Monitor, cg, gmres
 from msc.pde.matfree import from_operator
 from msc.pde.multigrid import Multigrid
+from msc.pde.vectors import Vectors
 from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
 

@@ -10,15 +10,12 @@ definite A with a negative definite preconditioner (the signs cancel).
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 from msc.errors import ConvergenceError
-from msc.runtime import build_shared_library, load_library
+from msc.pde.vectors import Vectors
 
 Apply = Callable[[np.ndarray], np.ndarray]
 Monitor = Callable[[float], None]
@@ -26,43 +23,6 @@ Monitor = Callable[[float], None]
 
 def _ignore(_residual: float) -> None:
     pass
-
-
-@functools.lru_cache(maxsize=None)
-def _library() -> ctypes.CDLL:
-    lib = load_library(build_shared_library((Path(__file__).resolve().parent / "vectors.c").read_text(),
-                                            "msc_krylov_vectors"))
-    vec = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
-    long, double, int_ = ctypes.c_long, ctypes.c_double, ctypes.c_int
-    for name, restype, argtypes in (("vec_dot", double, [long, vec, vec, int_]),
-                                    ("vec_cg_update", double, [long, double, vec, vec, vec, vec, int_]),
-                                    ("vec_xpay", None, [long, vec, double, vec, int_])):
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return lib
-
-
-def _local(part: float) -> float:
-    return part
-
-
-class Vectors:
-    """The Krylov methods' vector operations, compiled and fused (vectors.c) on `threads` threads;
-    `total` sums a dot product's local part over MPI ranks (the identity in one process)."""
-
-    def __init__(self, threads: int, total: Callable[[float], float] = _local) -> None:
-        self.threads, self.total = threads, total
-
-    def dot(self, a: np.ndarray, b: np.ndarray) -> float:
-        return self.total(_library().vec_dot(a.size, a, b, self.threads))
-
-    def cg_update(self, alpha: float, x: np.ndarray, p: np.ndarray, r: np.ndarray, q: np.ndarray) -> float:
-        """x += alpha p, r -= alpha q, in one pass; returns r . r."""
-        return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
-
-    def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
-        """p = z + beta p, in place."""
-        _library().vec_xpay(p.size, z, beta, p, self.threads)
 
 
 def _fail(method: str, what: str, tol: float, history: list[float]) -> ConvergenceError:

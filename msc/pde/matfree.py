@@ -29,6 +29,7 @@ import numpy as np
 from msc import ir
 from msc.ir.arguments import bind_arguments
 from msc.pde.coarsen import Box, uniform_region
+from msc.pde.vectors import gather, scatter
 from msc.runtime.buffers import ghost_width, pack
 from msc.runtime.threads import default_threads
 from msc.stencil import Stencil
@@ -40,6 +41,7 @@ RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
 UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
 KINDS = ("apply", "residual", "jacobi", UNIFORM)
 INSIDE = "inside_"  # the kernels of a split operator's constant box (Interior)
+SPLIT_LEAST = 65536  # points: below, one launch of the fields' kernel beat 4 launches per sweep (16^3 and 32^3)
 
 
 @lru_cache(maxsize=64)
@@ -174,7 +176,7 @@ class CompiledOperator:
         return self._buffers[RHS][self._inner]
 
     def set_rhs(self, b: np.ndarray) -> None:
-        self.rhs[...] = b if self.shift is None else b + self.shift
+        scatter(b if self.shift is None else b + self.shift, self.rhs, self._threads)
 
     def set_weight(self, w: np.ndarray | float) -> None:
         """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter; the same
@@ -236,14 +238,11 @@ class CompiledOperator:
 
     def apply(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """A v (into `out` if given, else a fresh array); overwrites u."""
-        self.u[...] = v
+        scatter(v, self.u, self._threads)
         self._refresh()
         self._run("apply", 1)
-        result = self.slot(self.step + 1)
-        if out is None:
-            out = result.copy()
-        else:
-            out[...] = result
+        out = np.empty(self.n) if out is None else out
+        gather(self.slot(self.step + 1), out, self._threads)
         if self.shift is not None:
             out -= self.shift
         return out
@@ -303,8 +302,8 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
     When the operator is symmetric (c_{-o}(x) = c_o(x-o)), only the offsets o >= 0
     (lexicographically) are stored and c_{-o} is read shifted: half the coefficient traffic.
     Where the coefficients are one constant stencil (coarsen.uniform_region) they are kernel
-    parameters, not fields: everywhere, or (dirichlet) inside a box, the fields' stencil running
-    on the boundary planes around it only (Interior)."""
+    parameters, not fields: everywhere, or (dirichlet, grids of SPLIT_LEAST points or more) inside a
+    box, the fields' stencil running on the boundary planes around it only (Interior)."""
     ndim = len(shape)
     zero = (0,) * ndim
     kept = sorted(o for o in coefs if not symmetric or o >= zero)
@@ -318,7 +317,7 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
         return CompiledOperator(f"{tag}_uniform", _coefficient_sum(names, kept, symmetric, ir.ParamRef), "v", ndim,
                                 boundary, values, (), names, shape, ring, target, threads, None)
     interior = None
-    if region is not None and not periodic:
+    if region is not None and not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
         interior = Interior(_coefficient_sum(names, kept, symmetric, ir.ParamRef),
                             {name: region.values[o] for name, o in zip(names, kept)}, region.inside, region.shell)
     full = tuple(s + 2 * r for s, r in zip(shape, ring))

@@ -24,6 +24,7 @@ from msc.pde.coarsen import Axis1D, Coefficients, diagonal, galerkin, gershgorin
 from msc.pde.direct import Factorization
 from msc.pde.matfree import CompiledOperator, from_coefficients
 from msc.pde.transfer import Transfer
+from msc.pde.vectors import gather
 
 COARSEST = 2000
 SMOOTHERS = ("jacobi", "chebyshev")
@@ -102,14 +103,12 @@ class Multigrid:
         """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b (into `out` if given,
         else a fresh array)."""
         first = self.levels[0]
+        out = np.empty(first.shape) if out is None else out
         if first.op is None:
-            x = self.coarse.solve(b.reshape(-1)).reshape(first.shape)
+            out[...] = self.coarse.solve(b.reshape(-1)).reshape(first.shape)
         else:
             first.op.set_rhs(b)
-            x = self._cycle(0)
-        if out is None:
-            return x.copy()
-        out[...] = x
+            gather(self._cycle(0), out, first.op.threads)
         return out
 
     def _cycle(self, k: int) -> np.ndarray:

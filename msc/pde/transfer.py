@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from msc.pde.coarsen import Axis1D
+from msc.pde.vectors import layout
 from msc.runtime import build_shared_library, load_library
-
-ITEM = 8  # float64 bytes
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,13 +51,6 @@ def _contiguous(tables: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]
             for a, dt in ((index, np.int64), (weight, np.float64))]
 
 
-def _strides(a: np.ndarray, ndim: int) -> np.ndarray:
-    """The strides of the outer axes, in elements (the last axis must be contiguous)."""
-    if a.dtype != np.float64 or any(s % ITEM for s in a.strides) or (a.shape[-1] > 1 and a.strides[-1] != ITEM):
-        raise ValueError("grid transfers need float64 arrays, contiguous along their last axis")
-    return np.array((0,) * (3 - ndim) + tuple(s // ITEM for s in a.strides[:-1]), np.int64)
-
-
 class Transfer:
     """P and R between a grid of `shape` and the grid its `axes` coarsen it to (None: kept)."""
 
@@ -81,7 +73,7 @@ class Transfer:
         """out = R fine (out: the coarse grid's array, a view may be given); returns out."""
         self._check(fine, self.fine, "the fine array")
         self._check(out, self.coarse, "the coarse array")
-        _library().mg_restrict(*_arrays(fine, _strides(fine, self.ndim), out, _strides(out, self.ndim), self._m),
+        _library().mg_restrict(*_arrays(fine, layout(fine)[1], out, layout(out)[1], self._m),
                                ctypes.c_long(self.fine[-1]), *_arrays(*self._restrict), ctypes.c_int(threads))
         return out
 
@@ -89,7 +81,7 @@ class Transfer:
         """into += P coarse (into: the fine grid's array, a view may be given)."""
         self._check(coarse, self.coarse, "the coarse array")
         self._check(into, self.fine, "the fine array")
-        _library().mg_prolong_add(*_arrays(coarse, _strides(coarse, self.ndim), into, _strides(into, self.ndim),
+        _library().mg_prolong_add(*_arrays(coarse, layout(coarse)[1], into, layout(into)[1],
                                            self._n), ctypes.c_long(self.coarse[-1]), *_arrays(*self._prolong),
                                   ctypes.c_int(threads))
 

@@ -1,6 +1,7 @@
-/* The Krylov methods' vector operations on contiguous float64 vectors, fused and threaded (OpenMP):
- * each is one pass over its vectors. Dot products return this process's part (summed over MPI
- * ranks by the caller). */
+/* Vector operations of the iterative solvers on float64 vectors, fused and threaded (OpenMP): each is
+ * one pass over its vectors. Dot products return this process's part (summed over MPI ranks by the
+ * caller). A view is a 3D array inside a kernel buffer: its shape, the strides of its two outer axes
+ * in elements, its last axis contiguous. */
 
 double vec_dot(long n, const double *restrict a, const double *restrict b, int nthreads)
 {
@@ -32,4 +33,32 @@ void vec_xpay(long n, const double *restrict z, double beta, double *restrict p,
 #pragma omp parallel for simd schedule(static) num_threads(nthreads)
     for (long i = 0; i < n; i++)
         p[i] = z[i] + beta * p[i];
+}
+
+/* flat = view (row by row). */
+void vec_gather(const double *view, const long *shape, const long *strides, double *restrict flat, int nthreads)
+{
+    const long n1 = shape[1], n2 = shape[2];
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < n1; j++) {
+            const double *restrict row = view + i * strides[0] + j * strides[1];
+            double *restrict out = flat + (i * n1 + j) * n2;
+            for (long k = 0; k < n2; k++)
+                out[k] = row[k];
+        }
+}
+
+/* view = flat (row by row). */
+void vec_scatter(const double *restrict flat, double *view, const long *shape, const long *strides, int nthreads)
+{
+    const long n1 = shape[1], n2 = shape[2];
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < n1; j++) {
+            double *restrict row = view + i * strides[0] + j * strides[1];
+            const double *restrict in = flat + (i * n1 + j) * n2;
+            for (long k = 0; k < n2; k++)
+                row[k] = in[k];
+        }
 }

@@ -1,0 +1,85 @@
+"""The iterative solvers' vector operations, compiled (vectors.c, OpenMP): the Krylov methods' fused
+updates and dot products, and copies between flat vectors and views into kernel buffers."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from msc.runtime import build_shared_library, load_library
+
+ITEM = 8  # float64 bytes
+
+
+@functools.lru_cache(maxsize=None)
+def _library() -> ctypes.CDLL:
+    lib = load_library(build_shared_library((Path(__file__).resolve().parent / "vectors.c").read_text(),
+                                            "msc_pde_vectors"))
+    vec = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
+    long, double, int_, ptr = ctypes.c_long, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
+    for name, restype, argtypes in (("vec_dot", double, [long, vec, vec, int_]),
+                                    ("vec_cg_update", double, [long, double, vec, vec, vec, vec, int_]),
+                                    ("vec_xpay", None, [long, vec, double, vec, int_]),
+                                    ("vec_gather", None, [ptr, ptr, ptr, vec, int_]),
+                                    ("vec_scatter", None, [vec, ptr, ptr, ptr, int_])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+def layout(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A float64 array of 1-3 dimensions, contiguous along its last axis, as a 3D view: its shape
+    and the strides of its two outer axes in elements (unit axes in front)."""
+    if a.dtype != np.float64 or a.ndim > 3 or any(s % ITEM for s in a.strides) or \
+            (a.shape[-1] > 1 and a.strides[-1] != ITEM):
+        raise ValueError("need a float64 array of at most 3 dimensions, contiguous along its last axis")
+    front = 3 - a.ndim
+    shape = np.array((1,) * front + a.shape, np.int64)
+    strides = np.array((0,) * front + tuple(s // ITEM for s in a.strides), np.int64)[:2]
+    return shape, strides
+
+
+def _local(part: float) -> float:
+    return part
+
+
+class Vectors:
+    """Vector operations on `threads` threads; `total` sums a dot product's local part over MPI
+    ranks (the identity in one process)."""
+
+    def __init__(self, threads: int, total: Callable[[float], float] = _local) -> None:
+        self.threads, self.total = threads, total
+
+    def dot(self, a: np.ndarray, b: np.ndarray) -> float:
+        return self.total(_library().vec_dot(a.size, a, b, self.threads))
+
+    def cg_update(self, alpha: float, x: np.ndarray, p: np.ndarray, r: np.ndarray, q: np.ndarray) -> float:
+        """x += alpha p, r -= alpha q, in one pass; returns r . r."""
+        return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
+
+    def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
+        """p = z + beta p, in place."""
+        _library().vec_xpay(p.size, z, beta, p, self.threads)
+
+
+def _flat(a: np.ndarray, view: np.ndarray) -> np.ndarray:
+    if not a.flags.c_contiguous or a.size != view.size or a.dtype != np.float64:
+        raise ValueError(f"need a C-contiguous float64 array of {view.size} values, got {a.dtype} {a.shape}")
+    return a.reshape(-1)
+
+
+def gather(view: np.ndarray, flat: np.ndarray, threads: int) -> None:
+    """flat (C-contiguous, the view's size) = view."""
+    shape, strides = layout(view)
+    flat = _flat(flat, view)
+    _library().vec_gather(view.ctypes.data, shape.ctypes.data, strides.ctypes.data, flat, threads)
+
+
+def scatter(flat: np.ndarray, view: np.ndarray, threads: int) -> None:
+    """view = flat (C-contiguous, the view's size)."""
+    shape, strides = layout(view)
+    _library().vec_scatter(_flat(np.ascontiguousarray(flat, np.float64), view), view.ctypes.data, shape.ctypes.data, strides.ctypes.data, threads)
