@@ -107,6 +107,37 @@ def galerkin_hierarchy(ndim, n, periodic, levels):
     return out
 
 
+@pytest.mark.parametrize("ndim,sizes", [(2, (40, 47)), (2, (64, 64)), (3, (41, 41, 41)), (3, (50, 40, 33))])
+@pytest.mark.parametrize("radius", [1, 2])
+def test_galerkin_through_a_proxy_grid_equals_the_product(ndim, sizes, radius):
+    """Constant (and anisotropic) operators coarsen through a small grid of the same point classes;
+    every level equals the axis-by-axis product on the whole grid (to rounding). Radius 2 differs on
+    two boundary points per side: the proxy notices and the whole grid is used."""
+    from msc.pde.coarsen import _by_proxy, galerkin
+
+    coefs = {(0,) * ndim: np.asarray(-2.0 * ndim - 0.5)}
+    for d in range(ndim):
+        for r in range(1, radius + 1):
+            for side in (-r, r):
+                coefs[tuple(side if e == d else 0 for e in range(ndim))] = np.asarray((1.0 + 0.3 * d) / r)
+    shape, proxied = tuple(sizes), 0
+    while min(shape) > 8:
+        axes = [Axis1D.of(n, False) for n in shape]
+        proxied += _by_proxy(coefs, shape, axes) is not None
+        fast, fast_shape = galerkin(coefs, shape, axes)
+        slow, slow_shape = coefs, shape
+        for d, ax in enumerate(axes):
+            slow = galerkin_axis(slow, slow_shape, d, ax)
+            slow_shape = tuple(ax.m if k == d else m for k, m in enumerate(slow_shape))
+        assert fast_shape == slow_shape and set(fast) == set(slow)
+        scale = np.abs(slow[(0,) * ndim]).max()
+        for o in slow:
+            assert np.allclose(np.broadcast_to(fast[o], fast_shape), np.broadcast_to(slow[o], slow_shape),
+                               rtol=0, atol=1e-13 * scale)
+        coefs, shape = slow, slow_shape
+    assert (proxied > 0) == (radius == 1)
+
+
 @pytest.mark.parametrize("ndim,n,shell", [(3, 32, 3), (3, 31, 0), (2, 20, 2), (2, 19, 0)])
 def test_uniform_region_of_galerkin_operators(ndim, n, shell):
     """A constant operator's Galerkin coarse stencil is constant but next to the boundary: odd sizes

@@ -91,39 +91,52 @@ def along_axis(axis: int, ndim: int, sl: slice) -> tuple[slice, ...]:
 def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Axis1D) -> Coefficients:
     """R A P along one axis (the other axes untouched): the coarse coefficient stencil.
 
-    The 1D weights of each coarse offset are summed before they multiply a coefficient array,
-    over the fine points too where the coefficient is constant along the axis."""
+    The 1D weights of each coarse offset are found once per offset along the axis and summed
+    before they multiply a coefficient array, over the fine points too where the coefficient is
+    constant along the axis."""
     ndim = len(shape)
     out: Coefficients = {}
-    support, columns = ax.support(), ax.columns()
-    rows = np.arange(ax.m)
     products: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # c constant along the axis
+    weights = {a: _axis_weights(ax, a) for a in {offset[axis] for offset in coefs}}
     for offset, c in coefs.items():
-        a = offset[axis]
-        varies = np.ndim(c) == ndim and np.shape(c)[axis] != 1
-        constant: dict[int, np.ndarray] = {}  # coarse step -> weights, for c constant along the axis
-        for x, w1 in support:
-            y = x + a
-            inside = np.ones(ax.m, bool) if ax.periodic else (y >= 0) & (y < ax.n)
-            y = y % ax.n
-            weights = constant if not varies else {}
-            for j, w2 in columns:
-                weight = w1 * w2[y] * inside
-                s = j[y] - rows
-                if ax.periodic:
-                    s = (s + ax.m // 2) % ax.m - ax.m // 2
-                for step in np.unique(s[weight != 0]):
-                    w = np.where(s == step, weight, 0.0)
-                    weights[int(step)] = weights[int(step)] + w if int(step) in weights else w
-            if varies:
+        key = lambda step: offset[:axis] + (step,) + offset[axis + 1:]  # noqa: E731
+        if np.ndim(c) == ndim and np.shape(c)[axis] != 1:  # c varies along the axis
+            for x, by_step in weights[offset[axis]]:
                 at_x = np.take(c, x, axis=axis)
-                for step, w in weights.items():
-                    _accumulate(out, offset[:axis] + (step,) + offset[axis + 1:], at_x * _along(w, axis, ndim))
-        for step, w in constant.items():
-            products.setdefault(offset[:axis] + (step,) + offset[axis + 1:], []).append((np.asarray(c), w))
-    for key, terms in products.items():
-        _accumulate(out, key, _outer_sum(terms, axis, ndim))
+                for step, w in by_step.items():
+                    _accumulate(out, key(step), at_x * _along(w, axis, ndim))
+            continue
+        summed: dict[int, np.ndarray] = {}
+        for _, by_step in weights[offset[axis]]:
+            for step, w in by_step.items():
+                summed[step] = summed[step] + w if step in summed else w
+        for step, w in summed.items():
+            products.setdefault(key(step), []).append((np.asarray(c), w))
+    for k, terms in products.items():
+        _accumulate(out, k, _outer_sum(terms, axis, ndim))
     return {k: v for k, v in out.items() if np.any(v != 0)}
+
+
+def _axis_weights(ax: Axis1D, a: int) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
+    """For a fine offset `a` along the axis: per fine support point x of the coarse rows, the
+    weights of (R A P) by coarse step (the coarse offset), each an array over the coarse rows."""
+    rows = np.arange(ax.m)
+    out = []
+    for x, w1 in ax.support():
+        y = x + a
+        inside = np.ones(ax.m, bool) if ax.periodic else (y >= 0) & (y < ax.n)
+        y = y % ax.n
+        by_step: dict[int, np.ndarray] = {}
+        for j, w2 in ax.columns():
+            weight = w1 * w2[y] * inside
+            s = j[y] - rows
+            if ax.periodic:
+                s = (s + ax.m // 2) % ax.m - ax.m // 2
+            for step in np.unique(s[weight != 0]).tolist():
+                w = np.where(s == step, weight, 0.0)
+                by_step[step] = by_step[step] + w if step in by_step else w
+        out.append((x, by_step))
+    return out
 
 
 def _outer_sum(terms: list[tuple[np.ndarray, np.ndarray]], axis: int, ndim: int) -> np.ndarray:
@@ -149,12 +162,79 @@ def _accumulate(out: Coefficients, key: tuple[int, ...], term: np.ndarray) -> No
 
 def galerkin(coefs: Coefficients, shape: tuple[int, ...],
              axes: list[Axis1D | None]) -> tuple[Coefficients, tuple[int, ...]]:
-    """R A P over every axis that has a transfer (None: the axis is kept), and the coarse grid."""
+    """R A P over every axis that has a transfer (None: the axis is kept), and the coarse grid
+    (through a small proxy grid where the coefficients allow: `_by_proxy`)."""
+    proxy = _by_proxy(coefs, shape, axes)
+    if proxy is not None:
+        return proxy
     for d, ax in enumerate(axes):
         if ax is not None:
             coefs = galerkin_axis(coefs, shape, d, ax)
             shape = shape[:d] + (ax.m,) + shape[d + 1:]
     return coefs, shape
+
+
+def _classes(n: int) -> np.ndarray:
+    """The class of each point of a dirichlet axis: 0 the first, 1 inside, 2 the last."""
+    out = np.ones(n, np.int64)
+    out[0], out[-1] = 0, 2
+    return out
+
+
+def _expand(compact: Coefficients, shape: tuple[int, ...]) -> Coefficients:
+    """Coefficients given per class (3 values per axis) as arrays over the grid `shape`."""
+    out = {}
+    for o, c in compact.items():
+        for d, n in enumerate(shape):
+            c = np.take(c, _classes(n), axis=d)
+        out[o] = c
+    return out
+
+
+def _compact(coefs: Coefficients, shape: tuple[int, ...]) -> Coefficients | None:
+    """The coefficients per class (first, inside, last point of each axis), or None when some
+    coefficient varies among the inside points or is not given over the whole grid."""
+    ndim = len(shape)
+    picks = [np.array([0, n // 2, n - 1]) for n in shape]
+    out: Coefficients = {}
+    for o, c in coefs.items():
+        if np.ndim(c) == 0:
+            out[o] = np.full((3,) * ndim, float(c))
+            continue
+        full = np.broadcast_to(c, shape)
+        compact = full[np.ix_(*picks)]
+        if not np.array_equal(_expand({o: compact}, shape)[o], full):
+            return None
+        out[o] = compact
+    return out
+
+
+def _by_proxy(coefs: Coefficients, shape: tuple[int, ...],
+              axes: list[Axis1D | None]) -> tuple[Coefficients, tuple[int, ...]] | None:
+    """R A P of a dirichlet operator whose coefficients depend on each axis only through the
+    class of the point (first, inside, last; constant coefficients and their Galerkin levels),
+    computed on a proxy grid of the same classes and parities, small enough to cost nothing, and
+    expanded; None when that does not apply (periodic, a kept axis, a short axis, varying
+    coefficients) or when the proxy's coarse coefficients are not per class themselves."""
+    if any(ax is None or ax.periodic for ax in axes):
+        return None
+    radius = max(max(abs(k) for k in o) for o in coefs)
+    least = 2 * (4 + 2 * radius)
+    if any(n < 2 * least for n in shape):
+        return None
+    compact = _compact(coefs, shape)
+    if compact is None:
+        return None
+    proxy_shape = tuple(least + n % 2 for n in shape)
+    proxy, coarse_proxy = _expand(compact, proxy_shape), proxy_shape
+    for d, n in enumerate(proxy_shape):
+        proxy = galerkin_axis(proxy, coarse_proxy, d, Axis1D.of(n, False))
+        coarse_proxy = coarse_proxy[:d] + (n // 2,) + coarse_proxy[d + 1:]
+    coarse_compact = _compact(proxy, coarse_proxy)
+    if coarse_compact is None:
+        return None
+    coarse = tuple(ax.m for ax in axes)  # type: ignore[union-attr]
+    return _expand(coarse_compact, coarse), coarse
 
 
 def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
