@@ -181,7 +181,7 @@ def test_coefficient_operators_match_their_matrix(ndim, n, periodic, monkeypatch
         assert np.allclose(op.residual().ravel(), expected, rtol=1e-12, atol=1e-12)
         op.sweep(1)
         assert np.allclose(op.u.ravel(), u.ravel() + np.broadcast_to(w, shape).ravel() * expected, rtol=1e-12)
-        forms.add("split" if op._interior is not None else "fields" if "mg_c0" in op._buffers else "constant")
+        forms.add("split" if op._inside is not None else "fields" if "mg_c0" in op._buffers else "constant")
     assert forms == {(3, 16, False): {"split", "fields"}, (3, 15, False): {"constant"},
                      (2, 22, False): {"split"}, (3, 12, True): {"constant"}}[ndim, n, periodic]
 

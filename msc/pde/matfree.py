@@ -12,9 +12,12 @@ openmp by default, each when first used):
 
 K is either an msc.Operator's expression, scaled (alpha*v + beta*L(v), the
 implicit step's I - theta*dt*L included) or a coefficient stencil
-sum_o c_o v(x+o) (msc.pde.coarsen; the coarse levels of multigrid). The
-operator's constant part (a source term in L) is measured once, K(0), and
-folded into b, so the kernels act as the linear part A.
+sum_o c_o v(x+o) (msc.pde.coarsen; the coarse levels of multigrid), whose
+coefficients are fields, or kernel parameters where they are one constant
+stencil: everywhere, or in a box while the fields' kernels run on the planes
+around it (`Interior`, ADR 0050). The operator's constant part (a source
+term in L) is measured once, K(0), and folded into b, so the kernels act as
+the linear part A.
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ class CompiledOperator:
         self._buffers = pack(first, args)
         self._threads = threads or default_threads()
         self._scalars = {**args.scalars, **(interior.values if interior else {})}
-        self._interior = None if interior is None else _padded(interior.inside, ring)
+        self._inside = None if interior is None else _padded(interior.inside, ring)
         self._shell = () if interior is None else tuple(_padded(box, ring) for box in interior.shell)
         self._extents = self._buffers[unknown].shape[-ndim:]
         self._calls: dict[str, list[Any]] = {}
@@ -181,7 +184,7 @@ class CompiledOperator:
     def set_weight(self, w: np.ndarray | float) -> None:
         """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter; the same
         inside a split operator's constant box, where w is constant too)."""
-        if self._interior is not None:
+        if self._inside is not None:
             self._scalars[OMEGA] = float(np.broadcast_to(w, self.n)[tuple(n // 2 for n in self.n)])
         elif np.ndim(w) == 0:
             self._scalars[OMEGA] = float(w)
@@ -193,12 +196,12 @@ class CompiledOperator:
             self._buffers[WEIGHT][self._inner] = w
 
     def _run(self, kind: str, steps: int) -> None:
-        if self._interior is None:
+        if self._inside is None:
             self._launch(kind, self.step, steps)
             return
         inside = INSIDE + (UNIFORM if kind in ("jacobi", UNIFORM) else kind)
         for t in range(self.step, self.step + steps):
-            self._launch(inside, t, 1, self._interior)
+            self._launch(inside, t, 1, self._inside)
             for box in self._shell:
                 self._launch(kind, t, 1, box)
 

@@ -3,8 +3,9 @@
 Level 0 is the operator itself, applied matrix-free by compiled stencils
 (msc.pde.matfree). Each coarser level halves every axis that still has room
 (msc.pde.coarsen: odd and even sizes, dirichlet and periodic); its operator is
-the Galerkin product R A P, kept as a coefficient stencil and compiled too. The
-coarsest level (at most COARSEST unknowns, or when no axis can halve) is
+the Galerkin product R A P, kept as a coefficient stencil and compiled too; R
+and P are compiled as well (msc.pde.transfer) and move values between the
+levels' kernel buffers directly. The coarsest level (at most COARSEST unknowns, or when no axis can halve) is
 assembled from its coefficients and factored (swCholesky when SPD). Smoothing
 is weighted Jacobi, omega = 4 / (3 rho) with rho a Gershgorin bound on the
 spectral radius of D^-1 A per level (2/3 for the Laplacian): `sweeps` sweeps
