@@ -1,6 +1,6 @@
 """Build and run athread programs with the project's athread emulator.
 
-The emulator (msc/runtime/athread/: athread.h, slave.h, crts.h, athread_emu.c)
+The emulator (msc/runtime/athread/: athread.h, slave.h, crts.h, simd.h, athread_emu.c)
 runs the 64 CPEs of one Sunway core group as pthreads on the host and
 enforces the LDM capacity and DMA rules of the chip; the Makefile beside it
 builds the same sources for real Sunway hardware, or with `EMULATE=1` for

@@ -39,7 +39,6 @@ from msc.codegen import kernel_ir as k
 from msc.codegen import register_node
 from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
-from msc.codegen.printers.c import CPrinter
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, lower
@@ -60,12 +59,13 @@ from msc.targets.sunway.athread_plan import (
     slave_kernels,
 )
 from msc.targets.sunway.chips import DEFAULT_CHIP, NAME, Chip, as_chip
+from msc.targets.sunway.simd import SimdPrinter, simd_values
 from msc.targets.templates_env import render
 from msc.tune.tuner import AutoKernel, Estimate
 from msc.version import __version__
 
 # The emulator's files, copied into an emitted tree for `make EMULATE=1`.
-EMULATOR_FILES = ("athread_emu.h", "athread.h", "slave.h", "crts.h", "athread_emu.c")
+EMULATOR_FILES = ("athread_emu.h", "athread.h", "slave.h", "crts.h", "simd.h", "athread_emu.c")
 
 
 class SunwayPlatform(ctarget.Platform):
@@ -139,9 +139,10 @@ class AthreadTarget:
         stencil = poly.ir
         itemsize = _itemsize(stencil)
         unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
-        printer = CPrinter(stencil.dtype)
+        printer = SimdPrinter(stencil.dtype)
         levels = _all_levels(stencil)
         common = dict(ctarget.stencil_values(stencil), chip=chip.name, slave_header=chip.slave_header,
+                      simd=simd_values(chip.name, stencil.dtype),
                       schedule=str(lowered.schedule))
         params = [param_name(p) for p in stencil.params]
         suffix = f"_{tag}" if tag else ""
@@ -296,7 +297,7 @@ def _run_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
     return out
 
 
-def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dict[int, int], itemsize: int,
+def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
            suffix: str) -> dict[str, Any]:
     """What the slave template needs for one statement: buffers (offsets into
     one LDM block, in elements; `size` per slot: a streamed tile's row, else the
@@ -326,7 +327,7 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: CPrinter, unroll: dic
     return dict(values, reach=tk.reach, ring=tk.ring, pointers=pointers, body=printer.lines(block, 4))
 
 
-def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], itemsize: int,
+def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
                suffix: str) -> dict[str, Any]:
     """What the templates need for a time tile: the LDM arrays (offsets in
     elements of one block), each statement's compute as C lines (a 2D one:
@@ -361,7 +362,7 @@ def _time_tile(tt: TimeTileKernel, printer: CPrinter, unroll: dict[int, int], it
                 streamed=False)
 
 
-def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: CPrinter, unroll: dict[int, int],
+def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: SimdPrinter, unroll: dict[int, int],
                         itemsize: int) -> dict[str, Any]:
     """What the template needs for a 2D time tile streamed along x (TimeTileKernel.rings): per field its
     rings' offsets and lengths, per statement the row pointers of its reads (ring j + dt + window - 1 of a
@@ -412,7 +413,7 @@ def compute_time_tile_row(st: ir.Statement, unroll: dict[int, int]) -> tuple[k.B
         index = f"(i1 {'+' if dy >= 0 else '-'} {abs(dy)} - b1)" if dy else "(i1 - b1)"
         loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
     node = k.Assign(k.Ref("r_out", "(i1 - b1)", k.Space.LOCAL), st.expr, tuple(loads), st.target, ("x", "i1"))
-    loop = k.Loop("i1", "lo1", "i1 < hi1", k.Block((node,)), dim=1, unroll=unroll.get(1, 0))
+    loop = k.Loop("i1", "lo1", "i1 < hi1", k.Block((node,)), dim=1, unroll=unroll.get(1, 0), vector=True)
     return k.Block((loop,)), dict(sorted(rows.items()))
 
 
@@ -435,7 +436,8 @@ def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.
                             loads, st.target, tuple(coords))
     for d in reversed(range(ndim)):
         body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0),
+                               vector=d == ndim - 1),))
     assert isinstance(node, k.Block)
     return node
 
@@ -466,7 +468,8 @@ def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Bl
                             tk.statement.target, tuple(coords))
     for d in reversed(range(1, ndim)):
         body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0),
+                               vector=d == ndim - 1),))
     assert isinstance(node, k.Block)
     return node, dict(sorted(rows.items()))
 
@@ -493,7 +496,8 @@ def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
                             tk.statement.target, tuple(coords))
     for d in reversed(range(ndim)):
         body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0)),))
+        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0),
+                               vector=d == ndim - 1),))
     assert isinstance(node, k.Block)
     return node
 
