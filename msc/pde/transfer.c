@@ -8,9 +8,31 @@
 
 #include <stdlib.h>
 
-/* c[I] = sum over a, b, e < 3 of w0[a][I0] w1[b][I1] w2[e][I2] f[i0[a][I0], i1[b][I1], i2[e][I2]];
- * table k of axis d holds m[d] entries (k * m[d] + I). Per coarse row, the up to 9 fine rows are
- * first summed with their weights (contiguous, vectorised), then restricted along the row. */
+/* sum[y] = the sum over a, b < k of w0[a][I0] w1[b][I1] base[i0[a][I0], i1[b][I1], y] for y < n: the rows an
+ * output row combines, weighted (table k' of axis d holds n_d entries: k' * n_d + I). */
+static void weighted_rows(double *restrict sum, long n, int k, const double *base, const long *strides,
+                          const long *i0, const double *w0, long n0, long I0,
+                          const long *i1, const double *w1, long n1, long I1)
+{
+    for (long y = 0; y < n; y++)
+        sum[y] = 0.0;
+    for (int a = 0; a < k; a++) {
+        const double wa = w0[a * n0 + I0];
+        if (wa == 0.0)
+            continue;
+        for (int b = 0; b < k; b++) {
+            const double w = wa * w1[b * n1 + I1];
+            if (w == 0.0)
+                continue;
+            const double *restrict row = base + i0[a * n0 + I0] * strides[0] + i1[b * n1 + I1] * strides[1];
+            for (long y = 0; y < n; y++)
+                sum[y] += w * row[y];
+        }
+    }
+}
+
+/* c[I] = sum over a, b, e < 3 of w0[a][I0] w1[b][I1] w2[e][I2] f[i0[a][I0], i1[b][I1], i2[e][I2]]:
+ * per coarse row, its up to 9 fine rows summed with their weights, then restricted along the row. */
 void mg_restrict(const double *f, const long *fs, double *c, const long *cs, const long *m, long n2,
                  const long *i0, const double *w0, const long *i1, const double *w1,
                  const long *i2, const double *w2, int nthreads)
@@ -22,21 +44,7 @@ void mg_restrict(const double *f, const long *fs, double *c, const long *cs, con
 #pragma omp for collapse(2) schedule(static)
         for (long I0 = 0; I0 < m0; I0++) {
             for (long I1 = 0; I1 < m1; I1++) {
-                for (long y = 0; y < n2; y++)
-                    sum[y] = 0.0;
-                for (int a = 0; a < 3; a++) {
-                    const double wa = w0[a * m0 + I0];
-                    if (wa == 0.0)
-                        continue;
-                    for (int b = 0; b < 3; b++) {
-                        const double w = wa * w1[b * m1 + I1];
-                        if (w == 0.0)
-                            continue;
-                        const double *restrict row = f + i0[a * m0 + I0] * fs[0] + i1[b * m1 + I1] * fs[1];
-                        for (long y = 0; y < n2; y++)
-                            sum[y] += w * row[y];
-                    }
-                }
+                weighted_rows(sum, n2, 3, f, fs, i0, w0, m0, I0, i1, w1, m1, I1);
                 double *restrict out = c + I0 * cs[0] + I1 * cs[1];
                 for (long I2 = 0; I2 < m2; I2++)
                     out[I2] = w2[I2] * sum[i2[I2]] + w2[m2 + I2] * sum[i2[m2 + I2]]
@@ -47,9 +55,8 @@ void mg_restrict(const double *f, const long *fs, double *c, const long *cs, con
     }
 }
 
-/* f[y] += sum over a, b, e < 2 of w0[a][y0] w1[b][y1] w2[e][y2] c[j0[a][y0], j1[b][y1], j2[e][y2]];
- * table k of axis d holds n[d] entries (k * n[d] + y). Per fine row, the up to 4 coarse rows are
- * first summed with their weights, then interpolated along the row. */
+/* f[y] += sum over a, b, e < 2 of w0[a][y0] w1[b][y1] w2[e][y2] c[j0[a][y0], j1[b][y1], j2[e][y2]]:
+ * per fine row, its up to 4 coarse rows summed with their weights, then interpolated along the row. */
 void mg_prolong_add(const double *c, const long *cs, double *f, const long *fs, const long *n, long m2,
                     const long *j0, const double *w0, const long *j1, const double *w1,
                     const long *j2, const double *w2, int nthreads)
@@ -61,21 +68,7 @@ void mg_prolong_add(const double *c, const long *cs, double *f, const long *fs, 
 #pragma omp for collapse(2) schedule(static)
         for (long y0 = 0; y0 < n0; y0++) {
             for (long y1 = 0; y1 < n1; y1++) {
-                for (long I = 0; I < m2; I++)
-                    sum[I] = 0.0;
-                for (int a = 0; a < 2; a++) {
-                    const double wa = w0[a * n0 + y0];
-                    if (wa == 0.0)
-                        continue;
-                    for (int b = 0; b < 2; b++) {
-                        const double w = wa * w1[b * n1 + y1];
-                        if (w == 0.0)
-                            continue;
-                        const double *restrict row = c + j0[a * n0 + y0] * cs[0] + j1[b * n1 + y1] * cs[1];
-                        for (long I = 0; I < m2; I++)
-                            sum[I] += w * row[I];
-                    }
-                }
+                weighted_rows(sum, m2, 2, c, cs, j0, w0, n0, y0, j1, w1, n1, y1);
                 double *restrict out = f + y0 * fs[0] + y1 * fs[1];
                 for (long y2 = 0; y2 < n2; y2++)
                     out[y2] += w2[y2] * sum[j2[y2]] + w2[n2 + y2] * sum[j2[n2 + y2]];
