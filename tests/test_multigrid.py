@@ -163,7 +163,7 @@ def test_uniform_region_of_galerkin_operators(ndim, n, shell):
 @pytest.mark.parametrize("ndim,n,periodic", [(3, 16, False), (3, 15, False), (2, 22, False), (3, 12, True)])
 def test_coefficient_operators_match_their_matrix(ndim, n, periodic, monkeypatch):
     """from_coefficients (split into a constant box and its shell, constant everywhere, or fields)
-    applies the Galerkin operator's matrix: residual and one weighted Jacobi sweep."""
+    applies the Galerkin operator's matrix: residual, one weighted Jacobi sweep, and two from zero."""
     from msc.pde import matfree
 
     monkeypatch.setattr(matfree, "SPLIT_LEAST", 0)  # small grids split too
@@ -180,7 +180,11 @@ def test_coefficient_operators_match_their_matrix(ndim, n, periodic, monkeypatch
         expected = b.ravel() - A @ u.ravel()
         assert np.allclose(op.residual().ravel(), expected, rtol=1e-12, atol=1e-12)
         op.sweep(1)
-        assert np.allclose(op.u.ravel(), u.ravel() + np.broadcast_to(w, shape).ravel() * expected, rtol=1e-12)
+        weights = np.broadcast_to(w, shape).ravel()
+        assert np.allclose(op.u.ravel(), u.ravel() + weights * expected, rtol=1e-12)
+        op.sweep_from_zero(2)  # u = 0, then two sweeps; the first reads no u
+        first = weights * b.ravel()
+        assert np.allclose(op.u.ravel(), first + weights * (b.ravel() - A @ first), rtol=1e-12)
         forms.add("split" if op._inside is not None else "fields" if "mg_c0" in op._buffers else "constant")
     assert forms == {(3, 16, False): {"split", "fields"}, (3, 15, False): {"constant"},
                      (2, 22, False): {"split"}, (3, 12, True): {"constant"}}[ndim, n, periodic]
@@ -378,3 +382,19 @@ def test_compiled_vector_operations_match_numpy(shape):
     assert np.array_equal(buffer, around)
     with pytest.raises(ValueError, match="C-contiguous"):
         gather(view, np.empty((view.size, 2))[:, 0], threads=1)
+
+
+def test_an_operator_with_a_source_term_solves_as_the_direct_solve_does():
+    """L(u) = A u + g with g != 0: the constant part is folded into b, and the V-cycle's first sweep
+    from zero (which otherwise reads only b) must not count it twice."""
+    @msc.operator(name="lap_source")
+    def lap(u, h):
+        return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 + 3.0
+
+    n = 40
+    rhs = np.random.default_rng(5).random((n, n))
+    direct = msc.solve(lap, rhs, shape=(n + 2, n + 2), h=1.0 / (n + 1), method="direct")
+    mg, info = msc.solve(lap, rhs, shape=(n + 2, n + 2), h=1.0 / (n + 1), method="multigrid", tol=1e-11,
+                         full_output=True)
+    assert np.allclose(mg, direct, rtol=0, atol=1e-8 * np.abs(direct).max())
+    assert info.iterations <= 12

@@ -9,6 +9,7 @@ openmp by default, each when first used):
     jacobi    v[t+1] = v + w * (b - K(v))  (w = weight / diagonal; `sweeps` steps in one call)
     jacobi    v[t+1] = v + omega * (b - K(v))  (the same with one weight for every point:
                                                a parameter, so no weight field is streamed)
+    first     v[t+1] = w * b  (or omega * b: the first sweep from v = 0, reading no v)
 
 K is either an msc.Operator's expression, scaled (alpha*v + beta*L(v), the
 implicit step's I - theta*dt*L included) or a coefficient stencil
@@ -42,7 +43,9 @@ if TYPE_CHECKING:
 
 RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
 UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
-KINDS = ("apply", "residual", "jacobi", UNIFORM)
+FIRST, FIRST_UNIFORM = "first", "first_uniform"  # the first Jacobi sweep from u = 0: v[t+1] = w b
+KINDS = ("apply", "residual", "jacobi", UNIFORM, FIRST, FIRST_UNIFORM)
+UNIFORM_OF = {"jacobi": UNIFORM, UNIFORM: UNIFORM, FIRST: FIRST_UNIFORM, FIRST_UNIFORM: FIRST_UNIFORM}
 INSIDE = "inside_"  # the kernels of a split operator's constant box (Interior)
 SPLIT_LEAST = 65536  # points: below, one launch of the fields' kernel beat 4 launches per sweep (16^3 and 32^3)
 
@@ -87,10 +90,12 @@ def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.Fie
     ndim = decls[0].ndim
     zero = (0,) * ndim
     v, b = _read(unknown, zero), _read(RHS, zero, None)
-    weight = ir.ParamRef(OMEGA) if kind == UNIFORM else _read(WEIGHT, zero, None)
-    expr = {"apply": K, "residual": ir.BinOp("-", b, K)}.get(kind) or \
+    uniform = kind in (UNIFORM, FIRST_UNIFORM)
+    weight = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
+    expr = {"apply": K, "residual": ir.BinOp("-", b, K), FIRST: ir.BinOp("*", weight, b),
+            FIRST_UNIFORM: ir.BinOp("*", weight, b)}.get(kind) or \
         ir.BinOp("+", v, ir.BinOp("*", weight, ir.BinOp("-", b, K)))
-    return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if kind == UNIFORM else ()),
+    return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if uniform else ()),
                         (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary)
 
 
@@ -139,7 +144,8 @@ class CompiledOperator:
         if interior is not None:
             self.kernels.update({INSIDE + kind: _Lazy(partial(_stencil, kind, f"{name}_inside", interior.K, unknown,
                                                               decls[:3], tuple(interior.values), boundary, loc),
-                                                      target, threads, True) for kind in KINDS if kind != "jacobi"})
+                                                      target, threads, True)
+                                 for kind in ("apply", "residual", UNIFORM, FIRST_UNIFORM)})
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
         arrays = {unknown: np.zeros(full), RHS: np.zeros(full), WEIGHT: np.zeros(full), **inputs}
         first = self.kernels["apply"].ir
@@ -199,7 +205,7 @@ class CompiledOperator:
         if self._inside is None:
             self._launch(kind, self.step, steps)
             return
-        inside = INSIDE + (UNIFORM if kind in ("jacobi", UNIFORM) else kind)
+        inside = INSIDE + UNIFORM_OF.get(kind, kind)
         for t in range(self.step, self.step + steps):
             self._launch(inside, t, 1, self._inside)
             for box in self._shell:
@@ -232,6 +238,18 @@ class CompiledOperator:
         self._refresh()
         self._run(self._smoother, sweeps)
         self.step += sweeps
+
+    def sweep_from_zero(self, sweeps: int) -> None:
+        """u = 0, then `sweeps` weighted-Jacobi sweeps: the first is w b, which reads no u (with a
+        constant part K(0) folded into b, a plain sweep from u = 0 takes it out again)."""
+        if self.shift is not None:
+            self.u[...] = 0.0
+            self.sweep(sweeps)
+            return
+        self._run(FIRST if self._smoother == "jacobi" else FIRST_UNIFORM, 1)
+        self.step += 1
+        if sweeps > 1:
+            self.sweep(sweeps - 1)
 
     def residual(self) -> np.ndarray:
         """b - A u (a view, valid until the next kernel call); u is kept."""

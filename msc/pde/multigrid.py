@@ -117,8 +117,11 @@ class Multigrid:
         level, below = self.levels[k], self.levels[k + 1]
         op, transfer = level.op, level.transfer
         assert op is not None and transfer is not None
-        op.u[...] = 0.0
-        smooth(level, self.smoother, self.sweeps)
+        if self.smoother == "jacobi":
+            op.sweep_from_zero(self.sweeps)
+        else:
+            op.u[...] = 0.0
+            smooth(level, self.smoother, self.sweeps)
         r = op.residual()
         if below.op is None:
             e = self.coarse.solve(transfer.restrict(r, np.empty(below.shape), op.threads).reshape(-1))
