@@ -154,6 +154,21 @@ MUTANTS = [
     Mutant("multi-right-hand-side solve skips a tail of one column", "msc/solvers/supernodal.c",
            "        if (q0 < r) forward_tail(c0, cb,", "        if (q0 + 1 < r) forward_tail(c0, cb,",
            ("tests/solvers/test_cholesky_grids.py::test_many_right_hand_sides",)),
+    Mutant("multigrid restriction drops a fine row's third neighbour", "msc/pde/transfer.c",
+           "                              + w2[2 * m2 + I2] * sum[i2[2 * m2 + I2]];", ";",
+           ("tests/test_multigrid.py::test_compiled_transfers_match_explicit_matrices_on_buffer_views",)),
+    Mutant("split coefficient operator skips its boundary planes", "msc/pde/matfree.py",
+           "            for box in self._shell:\n                self._launch(kind, t, 1, box)\n", "",
+           ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
+    Mutant("Galerkin proxy taken without checking its coarse classes", "msc/pde/coarsen.py",
+           "    coarse_compact = _compact(proxy, coarse_proxy)\n    if coarse_compact is None:\n        return None\n",
+           "    coarse_compact = _compact(proxy, coarse_proxy) or {o: np.asarray(c)[(slice(0, 3),) * len(shape)]"
+           " for o, c in proxy.items()}\n",
+           ("tests/test_multigrid.py::test_galerkin_through_a_proxy_grid_equals_the_product",)),
+    Mutant("CPE vector loop leaves its last points undone", "msc/targets/sunway/simd.py",
+           "                *super()._loop(replace(loop, init=None), depth + 1), f\"{pad}}}\"]",
+           "                f\"{pad}}}\"]",
+           ("tests/test_athread_simd.py::test_rows_of_any_length_match_the_reference",)),
 ]
 
 
