@@ -22,6 +22,9 @@ interiors; --quick: 200^2 and 24^3):
   (smoothed aggregation + CG, setup included), CHOLMOD and msc's direct
   solve up to --peer-max / --direct-max.
 
+- auto (--auto-only): msc.solve's direct and multigrid methods on 3D and 2D
+  Poisson problems around method="auto"'s thresholds.
+
 Every solution is checked by its residual. Peers run only when importable;
 the missing ones are listed. Timings are the minimum of --repeat runs.
 
@@ -44,6 +47,8 @@ parser.add_argument("--spsolve-timeout", type=float, default=600,
 parser.add_argument("--multigrid", default="64,128,256", help="3D Poisson sizes n (n^3 unknowns) for the multigrid cases")
 parser.add_argument("--multigrid-only", action="store_true", help="run the multigrid cases only")
 parser.add_argument("--peer-max", type=int, default=128, help="largest n pyamg is run at")
+parser.add_argument("--auto-only", action="store_true",
+                    help="only time direct against multigrid around method='auto''s thresholds")
 parser.add_argument("--direct-max", type=int, default=64, help="largest n msc's direct solve and CHOLMOD are run at")
 ARGS = parser.parse_args()
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -283,6 +288,30 @@ def run_multigrid(n: int, peers: dict[str, bool]) -> dict[str, Any]:
     return out
 
 
+AUTO_SIZES = {3: (16, 20, 24, 28, 32), 2: (128, 192, 256, 384, 512)}
+
+
+def run_auto() -> list[dict[str, Any]]:
+    """msc.solve's direct and multigrid methods on the same Poisson problems around method='auto''s
+    thresholds (msc.pde.steps.AUTO_DIRECT_LIMIT), warm kernels, best of --repeat."""
+    out = []
+    for dim, sizes in AUTO_SIZES.items():
+        L = lap3 if dim == 3 else lap2
+        for n in sizes:
+            f = np.random.default_rng(0).random((n,) * dim)
+            shape, h = (n + 2,) * dim, 1.0 / (n + 1)
+            A, times, residuals = kron_assembly(n, dim, h), {}, {}
+            for method in ("direct", "multigrid"):
+                msc.solve(L, f, shape=shape, h=h, method=method)  # kernels compiled, memory paged in
+                u, times[method] = best(lambda: msc.solve(L, f, shape=shape, h=h, method=method))
+                residuals[method] = rel_residual(A, u[(slice(1, -1),) * dim].reshape(-1), f.reshape(-1))
+            out.append({"dim": dim, "n": n, "unknowns": n**dim, "direct_s": times["direct"],
+                        "multigrid_s": times["multigrid"], "residuals": residuals})
+            print(f"auto {dim}D {n}^{dim}: direct {times['direct']:.3f} s, multigrid {times['multigrid']:.3f} s "
+                  f"(residuals {residuals['direct']:.1e}, {residuals['multigrid']:.1e})")
+    return out
+
+
 def main() -> int:
     peers = {"cholmod": importable("sksparse"), "pardiso": importable("pypardiso"), "pyamg": importable("pyamg")}
     missing = [k for k, ok in peers.items() if not ok]
@@ -292,6 +321,11 @@ def main() -> int:
     data = {"benchmark": "pde", "threads": ARGS.threads, "repeat": ARGS.repeat, "steps": ARGS.steps,
             "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "peers_missing": missing, "cases": [], "multigrid": []}
+    if ARGS.auto_only:
+        data["auto"] = run_auto()
+        atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))
+        print(f"wrote {ARGS.json}")
+        return 0
     for name, L, n, dim in [] if ARGS.multigrid_only else cases:
         data["cases"].append(run_case(name, L, n, dim, peers))
         atomic_write_text(Path(ARGS.json), json.dumps(data, indent=2))  # kept after each case

@@ -97,7 +97,7 @@ def run_pde_demo(size: int = 256, picture: str | Path = "msc_demo_poisson.png", 
     ring[:, 0] = 1.0                                                      # one warm edge
     say(f"msc demo, part 2: Poisson problem -div(k grad u) = f, {size}x{size} grid, variable k")
     start = time.perf_counter()
-    u, info = msc.solve(diffusion, -source[1:-1, 1:-1], k=k, h=h, u=ring, full_output=True)
+    u, info = msc.solve(diffusion, -source[1:-1, 1:-1], k=k, h=h, u=ring, method="direct", full_output=True)
     seconds = time.perf_counter() - start
     A, g = diffusion.matrix(shape=u.shape, k=k, h=h, u=ring)
     residual = A @ u[1:-1, 1:-1].ravel() + g + source[1:-1, 1:-1].ravel()

@@ -34,7 +34,10 @@ from msc.stencil import Stencil
 
 EXPLICIT_METHODS = ("euler", "rk2", "rk4")
 IMPLICIT_METHODS = ("backward_euler", "crank_nicolson")
-AUTO_DIRECT_LIMIT = {1: 10**7, 2: 200_000, 3: 30_000}  # unknowns; measured by benchmarks/pde.py (docs/pde.md)
+#: unknowns up to which method="auto" solves directly: where direct still takes a few hundredths of a second
+#: and multigrid gains little (benchmarks/pde.py --auto-only; docs/pde.md). Direct is exact and takes any
+#: operator; multigrid takes over where it is several times faster.
+AUTO_DIRECT_LIMIT = {1: 10**7, 2: 40_000, 3: 10_000}
 
 
 def _check_method(caller: str, method: Any, methods: tuple[str, ...]) -> None:
