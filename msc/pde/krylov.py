@@ -78,17 +78,17 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
         cs, sn = np.zeros(m), np.zeros(m)
         g = np.zeros(m + 1)
         g[0] = beta
-        V[0] = r / beta
+        vectors.scale(1.0 / beta, r, V[0])
         k = 0
         for k in range(m):
-            Z[k] = precondition(V[k])
+            vectors.scale(1.0, precondition(V[k]), Z[k])
             w = apply(Z[k])
-            for i in range(k + 1):  # modified Gram-Schmidt
+            for i in range(k + 1):  # modified Gram-Schmidt, in place
                 H[i, k] = dot(V[i], w)
-                w -= H[i, k] * V[i]
+                vectors.axpy(-H[i, k], V[i], w)
             H[k + 1, k] = np.sqrt(dot(w, w))
             if H[k + 1, k] != 0.0:
-                V[k + 1] = w / H[k + 1, k]
+                vectors.scale(1.0 / H[k + 1, k], w, V[k + 1])
             for i in range(k):
                 H[i, k], H[i + 1, k] = cs[i] * H[i, k] + sn[i] * H[i + 1, k], -sn[i] * H[i, k] + cs[i] * H[i + 1, k]
             denom = np.hypot(H[k, k], H[k + 1, k])

@@ -35,6 +35,22 @@ void vec_xpay(long n, const double *restrict z, double beta, double *restrict p,
         p[i] = z[i] + beta * p[i];
 }
 
+/* y += a x (GMRES's Gram-Schmidt). */
+void vec_axpy(long n, double a, const double *restrict x, double *restrict y, int nthreads)
+{
+#pragma omp parallel for simd schedule(static) num_threads(nthreads)
+    for (long i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* out = a x (a copy when a is 1). */
+void vec_scale(long n, double a, const double *restrict x, double *restrict out, int nthreads)
+{
+#pragma omp parallel for simd schedule(static) num_threads(nthreads)
+    for (long i = 0; i < n; i++)
+        out[i] = a * x[i];
+}
+
 /* flat = view (row by row). */
 void vec_gather(const double *view, const long *shape, const long *strides, double *restrict flat, int nthreads)
 {

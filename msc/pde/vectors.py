@@ -24,6 +24,8 @@ def _library() -> ctypes.CDLL:
     for name, restype, argtypes in (("vec_dot", double, [long, vec, vec, int_]),
                                     ("vec_cg_update", double, [long, double, vec, vec, vec, vec, int_]),
                                     ("vec_xpay", None, [long, vec, double, vec, int_]),
+                                    ("vec_axpy", None, [long, double, vec, vec, int_]),
+                                    ("vec_scale", None, [long, double, vec, vec, int_]),
                                     ("vec_gather", None, [ptr, ptr, ptr, vec, int_]),
                                     ("vec_scatter", None, [vec, ptr, ptr, ptr, int_])):
         fn = getattr(lib, name)
@@ -64,6 +66,14 @@ class Vectors:
     def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
         """p = z + beta p, in place."""
         _library().vec_xpay(p.size, z, beta, p, self.threads)
+
+    def axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
+        """y += a x, in place."""
+        _library().vec_axpy(y.size, a, x, y, self.threads)
+
+    def scale(self, a: float, x: np.ndarray, out: np.ndarray) -> None:
+        """out = a x (a copy when a is 1)."""
+        _library().vec_scale(out.size, a, x, out, self.threads)
 
 
 def _flat(a: np.ndarray, view: np.ndarray) -> np.ndarray:
