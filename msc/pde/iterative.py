@@ -106,6 +106,7 @@ class IterativeSolver:
         self.krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads, smoother)
         self._applied, self._preconditioned = np.empty(self.n), np.empty(self.n)
+        self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -132,7 +133,7 @@ class IterativeSolver:
 
     def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
         method = cg if self.krylov == "cg" else gmres
-        vectors = Vectors(self.fine.threads)
+        vectors = self._vectors
         x, history = method(self.apply, self._precondition, b, self.tol, self.maxiter, self.what, vectors, monitor)
         bnorm = float(np.linalg.norm(b))
         true = float(np.linalg.norm(b - self.apply(x))) / bnorm if bnorm else 0.0

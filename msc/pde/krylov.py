@@ -72,8 +72,8 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
     while len(history) - 1 < maxiter:
         beta = float(np.sqrt(dot(r, r)))
         m = min(restart, maxiter - (len(history) - 1))
-        V = np.empty((m + 1, b.size))
-        Z = np.empty((m, b.size))
+        V = vectors.scratch("gmres basis", m + 1, b.size)
+        Z = vectors.scratch("gmres preconditioned basis", m, b.size)
         H = np.zeros((m + 1, m))
         cs, sn = np.zeros(m), np.zeros(m)
         g = np.zeros(m + 1)

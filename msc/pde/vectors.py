@@ -55,6 +55,15 @@ class Vectors:
 
     def __init__(self, threads: int, total: Callable[[float], float] = _local) -> None:
         self.threads, self.total = threads, total
+        self._scratch: dict[str, np.ndarray] = {}
+
+    def scratch(self, name: str, rows: int, n: int) -> np.ndarray:
+        """`rows` vectors of `n` values kept between calls (GMRES's bases: their memory is paged
+        in once per solver, not once per solve)."""
+        a = self._scratch.get(name)
+        if a is None or a.shape[0] < rows or a.shape[1] != n:
+            a = self._scratch[name] = np.empty((rows, n))
+        return a[:rows]
 
     def dot(self, a: np.ndarray, b: np.ndarray) -> float:
         return self.total(_library().vec_dot(a.size, a, b, self.threads))
