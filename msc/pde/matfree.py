@@ -34,7 +34,7 @@ from msc import ir
 from msc.ir.arguments import bind_arguments
 from msc.pde.coarsen import Box, uniform_region
 from msc.pde.vectors import gather, scatter
-from msc.runtime.buffers import ghost_width, pack
+from msc.runtime.buffers import aligned_empty, ghost_width, pack
 from msc.runtime.threads import default_threads
 from msc.stencil import Stencil
 
@@ -86,11 +86,13 @@ def _sum(terms: list[ir.Expr]) -> ir.Expr:
 
 def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.FieldDecl, ...],
              params: tuple[str, ...], boundary: str, loc: ir.SourceLoc | None) -> ir.StencilIR:
-    """The kernel of K of one kind (module docstring)."""
+    """The kernel of K of one kind (module docstring); the kinds with a weight field declare it."""
     ndim = decls[0].ndim
     zero = (0,) * ndim
     v, b = _read(unknown, zero), _read(RHS, zero, None)
     uniform = kind in (UNIFORM, FIRST_UNIFORM)
+    if kind in ("jacobi", FIRST):
+        decls = (*decls, ir.FieldDecl(WEIGHT, ndim, "float64", window=0, written=False))
     weight = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
     expr = {"apply": K, "residual": ir.BinOp("-", b, K), FIRST: ir.BinOp("*", weight, b),
             FIRST_UNIFORM: ir.BinOp("*", weight, b)}.get(kind) or \
@@ -138,16 +140,16 @@ class CompiledOperator:
                  loc: ir.SourceLoc | None, interior: Interior | None = None) -> None:
         self.unknown = unknown
         decls = (ir.FieldDecl(unknown, ndim, "float64", window=1, written=True),
-                 *(ir.FieldDecl(f, ndim, "float64", window=0, written=False) for f in (RHS, WEIGHT, *fields)))
+                 *(ir.FieldDecl(f, ndim, "float64", window=0, written=False) for f in (RHS, *fields)))
         self.kernels = {kind: _Lazy(partial(_stencil, kind, name, K, unknown, decls, params, boundary, loc),
                                     target, threads, interior is not None) for kind in KINDS}
         if interior is not None:
             self.kernels.update({INSIDE + kind: _Lazy(partial(_stencil, kind, f"{name}_inside", interior.K, unknown,
-                                                              decls[:3], tuple(interior.values), boundary, loc),
+                                                              decls[:2], tuple(interior.values), boundary, loc),
                                                       target, threads, True)
                                  for kind in ("apply", "residual", UNIFORM, FIRST_UNIFORM)})
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
-        arrays = {unknown: np.zeros(full), RHS: np.zeros(full), WEIGHT: np.zeros(full), **inputs}
+        arrays = {unknown: np.zeros(full), RHS: np.zeros(full), **inputs}  # a weight field only when set
         first = self.kernels["apply"].ir
         args = bind_arguments(first, 0, arrays)
         self._buffers = pack(first, args)
@@ -199,6 +201,9 @@ class CompiledOperator:
             self._smoother = UNIFORM
         else:
             self._smoother = "jacobi"
+            if WEIGHT not in self._buffers:
+                self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64")
+                self._buffers[WEIGHT][...] = 0.0
             self._buffers[WEIGHT][self._inner] = w
 
     def _run(self, kind: str, steps: int) -> None:
