@@ -122,6 +122,10 @@ class _Lazy:
         return self._ir
 
     @property
+    def built(self) -> bool:
+        return self._kernel is not None
+
+    @property
     def kernel(self) -> Any:
         if self._kernel is None:
             self._kernel = _compiled(self.ir, self._target, self._threads, self._box)
@@ -205,6 +209,15 @@ class CompiledOperator:
                 self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64")
                 self._buffers[WEIGHT][...] = 0.0
             self._buffers[WEIGHT][self._inner] = w
+
+    def unbuilt(self, kinds: tuple[str, ...]) -> list[_Lazy]:
+        """The kernels that running `kinds` needs and that are not built yet (a split operator's
+        inside kernels too); 'smoother' and 'first' stand for the current Jacobi kinds."""
+        chosen = {"smoother": self._smoother, "first": FIRST if self._smoother == "jacobi" else FIRST_UNIFORM}
+        names = [chosen.get(kind, kind) for kind in kinds]
+        if self._inside is not None:
+            names += [INSIDE + UNIFORM_OF.get(name, name) for name in names]
+        return [self.kernels[name] for name in names if not self.kernels[name].built]
 
     def _run(self, kind: str, steps: int) -> None:
         if self._inside is None:

@@ -15,8 +15,11 @@ as CG's preconditioner.
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +84,8 @@ class Multigrid:
         self.levels.append(Level(shape, None, []))
         self.coarse = Factorization()
         self.coarse.factor(sparse_matrix(coefs, shape, periodic), f"{what} (coarsest multigrid level)")
+        _build_side_by_side([lazy for k, level in enumerate(self.levels) if level.op is not None
+                             for lazy in level.op.unbuilt(("residual", "smoother", "first", "apply")[:3 + (k == 0)])])
         self.setup_s = time.perf_counter() - start
 
     @staticmethod
@@ -132,6 +137,18 @@ class Multigrid:
         transfer.prolong_add(e, op.u, op.threads)
         smooth(level, self.smoother, self.sweeps)
         return op.u
+
+
+def _build_side_by_side(kernels: list[Any]) -> None:
+    """Build kernels in parallel threads: the compilers run side by side (code generation takes its
+    turns); a kernel already in the kernel index just loads."""
+    workers = min(len(kernels), os.cpu_count() or 1)
+    if workers < 2:
+        for lazy in kernels:
+            lazy.kernel  # noqa: B018 (built for its side effect)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda lazy: lazy.kernel, kernels))
 
 
 def smooth(level: Level, smoother: str, sweeps: int, one_at_a_time: bool = False) -> None:
