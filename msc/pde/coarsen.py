@@ -181,14 +181,11 @@ def _classes(n: int) -> np.ndarray:
     return out
 
 
-def _expand(compact: Coefficients, shape: tuple[int, ...]) -> Coefficients:
-    """Coefficients given per class (3 values per axis) as arrays over the grid `shape`."""
-    out = {}
-    for o, c in compact.items():
-        for d, n in enumerate(shape):
-            c = np.take(c, _classes(n), axis=d)
-        out[o] = c
-    return out
+def _expand(compact: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A coefficient given per class (3 values per axis) as an array over the grid `shape`."""
+    for d, n in enumerate(shape):
+        compact = np.take(compact, _classes(n), axis=d)
+    return compact
 
 
 def _compact(coefs: Coefficients, shape: tuple[int, ...]) -> Coefficients | None:
@@ -203,7 +200,7 @@ def _compact(coefs: Coefficients, shape: tuple[int, ...]) -> Coefficients | None
             continue
         full = np.broadcast_to(c, shape)
         compact = full[np.ix_(*picks)]
-        if not np.array_equal(_expand({o: compact}, shape)[o], full):
+        if not np.array_equal(_expand(compact, shape), full):
             return None
         out[o] = compact
     return out
@@ -226,7 +223,7 @@ def _by_proxy(coefs: Coefficients, shape: tuple[int, ...],
     if compact is None:
         return None
     proxy_shape = tuple(least + n % 2 for n in shape)
-    proxy, coarse_proxy = _expand(compact, proxy_shape), proxy_shape
+    proxy, coarse_proxy = {o: _expand(c, proxy_shape) for o, c in compact.items()}, proxy_shape
     for d, n in enumerate(proxy_shape):
         proxy = galerkin_axis(proxy, coarse_proxy, d, Axis1D.of(n, False))
         coarse_proxy = coarse_proxy[:d] + (n // 2,) + coarse_proxy[d + 1:]
@@ -234,7 +231,7 @@ def _by_proxy(coefs: Coefficients, shape: tuple[int, ...],
     if coarse_compact is None:
         return None
     coarse = tuple(ax.m for ax in axes)  # type: ignore[union-attr]
-    return _expand(coarse_compact, coarse), coarse
+    return {o: _expand(c, coarse) for o, c in coarse_compact.items()}, coarse
 
 
 def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
@@ -268,8 +265,7 @@ def is_symmetric(coefs: Coefficients, shape: tuple[int, ...], periodic: bool, rt
             if np.max(np.abs(full - there)) > rtol * scale:
                 return False
             continue
-        here_sl = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))
-        there_sl = tuple(slice(max(0, o), n - max(0, -o)) for o, n in zip(offset, shape))
+        here_sl, there_sl = _shifted(shape, offset), _shifted(shape, tuple(-o for o in offset))
         if full[here_sl].size and np.max(np.abs(full[here_sl] - there[there_sl])) > rtol * scale:
             return False
     return True
@@ -348,8 +344,7 @@ def sparse_matrix(coefs: Coefficients, shape: tuple[int, ...], periodic: bool): 
             cols.append(target.ravel())
             vals.append(full.ravel())
             continue
-        here = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(offset, shape))
-        there = tuple(slice(max(0, o), n - max(0, -o)) for o, n in zip(offset, shape))
+        here, there = _shifted(shape, offset), _shifted(shape, tuple(-o for o in offset))
         rows.append(index[here].ravel())
         cols.append(index[there].ravel())
         vals.append(full[here].ravel())

@@ -45,7 +45,7 @@ RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
 UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
 FIRST, FIRST_UNIFORM = "first", "first_uniform"  # the first Jacobi sweep from u = 0: v[t+1] = w b
 KINDS = ("apply", "residual", "jacobi", UNIFORM, FIRST, FIRST_UNIFORM)
-UNIFORM_OF = {"jacobi": UNIFORM, UNIFORM: UNIFORM, FIRST: FIRST_UNIFORM, FIRST_UNIFORM: FIRST_UNIFORM}
+UNIFORM_OF = {"jacobi": UNIFORM, FIRST: FIRST_UNIFORM}  # a field-weight kind's kind with the weight a parameter
 INSIDE = "inside_"  # the kernels of a split operator's constant box (Interior)
 SPLIT_LEAST = 65536  # points: below, one launch of the fields' kernel beat 4 launches per sweep (16^3 and 32^3)
 
@@ -195,11 +195,8 @@ class CompiledOperator:
 
     def set_weight(self, w: np.ndarray | float) -> None:
         """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter; the same
-        inside a split operator's constant box, where w is constant too)."""
-        if self._inside is not None:
-            self._scalars[OMEGA] = float(np.broadcast_to(w, self.n)[tuple(n // 2 for n in self.n)])
-        elif np.ndim(w) == 0:
-            self._scalars[OMEGA] = float(w)
+        inside a split operator's constant box, where w is constant too: its value at the centre)."""
+        self._scalars[OMEGA] = float(np.broadcast_to(w, self.n)[tuple(n // 2 for n in self.n)])
         self._calls.clear()  # the parameters are in the calls
         if np.ndim(w) == 0:
             self._smoother = UNIFORM
@@ -210,13 +207,17 @@ class CompiledOperator:
                 self._buffers[WEIGHT][...] = 0.0
             self._buffers[WEIGHT][self._inner] = w
 
+    @property
+    def jacobi_kinds(self) -> tuple[str, str]:
+        """The kinds of `sweep` and of the first sweep from zero, for the weights set."""
+        return (self._smoother, FIRST if self._smoother == "jacobi" else FIRST_UNIFORM)
+
     def unbuilt(self, kinds: tuple[str, ...]) -> list[_Lazy]:
         """The kernels that running `kinds` needs and that are not built yet (a split operator's
-        inside kernels too); 'smoother' and 'first' stand for the current Jacobi kinds."""
-        chosen = {"smoother": self._smoother, "first": FIRST if self._smoother == "jacobi" else FIRST_UNIFORM}
-        names = [chosen.get(kind, kind) for kind in kinds]
+        inside kernels too)."""
+        names = list(kinds)
         if self._inside is not None:
-            names += [INSIDE + UNIFORM_OF.get(name, name) for name in names]
+            names += [INSIDE + UNIFORM_OF.get(name, name) for name in kinds]
         return [self.kernels[name] for name in names if not self.kernels[name].built]
 
     def _run(self, kind: str, steps: int) -> None:
@@ -264,7 +265,7 @@ class CompiledOperator:
             self.u[...] = 0.0
             self.sweep(sweeps)
             return
-        self._run(FIRST if self._smoother == "jacobi" else FIRST_UNIFORM, 1)
+        self._run(self.jacobi_kinds[1], 1)
         self.step += 1
         if sweeps > 1:
             self.sweep(sweeps - 1)
@@ -351,14 +352,15 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
     boundary = "periodic" if periodic else "dirichlet"
     tag = f"mg_stencil{ndim}d_{len(kept)}{'s' if symmetric else ''}"
     region = uniform_region(coefs, shape, periodic)
-    if region is not None and not region.shell:
-        values = {name: region.values[o] for name, o in zip(names, kept)}
-        return CompiledOperator(f"{tag}_uniform", _coefficient_sum(names, kept, symmetric, ir.ParamRef), "v", ndim,
-                                boundary, values, (), names, shape, ring, target, threads, None)
     interior = None
-    if region is not None and not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
-        interior = Interior(_coefficient_sum(names, kept, symmetric, ir.ParamRef),
-                            {name: region.values[o] for name, o in zip(names, kept)}, region.inside, region.shell)
+    if region is not None:
+        values = {name: region.values[o] for name, o in zip(names, kept)}
+        constant = _coefficient_sum(names, kept, symmetric, ir.ParamRef)
+        if not region.shell:
+            return CompiledOperator(f"{tag}_uniform", constant, "v", ndim, boundary, values, (), names, shape, ring,
+                                    target, threads, None)
+        if not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
+            interior = Interior(constant, values, region.inside, region.shell)
     full = tuple(s + 2 * r for s, r in zip(shape, ring))
     inner = tuple(slice(r, r + s) for r, s in zip(ring, shape))
     arrays = {}
@@ -377,10 +379,10 @@ def _coefficient_sum(names: tuple[str, ...], offsets: list[tuple[int, ...]], sym
     c_{-o}(x) = c_o(x-o) read shifted (a field read at -o; a parameter is the same everywhere)."""
     terms: list[ir.Expr] = []
     for name, o in zip(names, offsets):
-        terms.append(ir.BinOp("*", coefficient(name), _read("v", o)))
+        c = coefficient(name)
+        terms.append(ir.BinOp("*", c, _read("v", o)))
         if symmetric and any(o):
             minus = tuple(-d for d in o)
-            c = coefficient(name)
             mirrored = _read(name, minus, None) if isinstance(c, ir.FieldRead) else c
             terms.append(ir.BinOp("*", mirrored, _read("v", minus)))
     return _sum(terms)

@@ -5,19 +5,17 @@ Level 0 is the operator itself, applied matrix-free by compiled stencils
 (msc.pde.coarsen: odd and even sizes, dirichlet and periodic); its operator is
 the Galerkin product R A P, kept as a coefficient stencil and compiled too; R
 and P are compiled as well (msc.pde.transfer) and move values between the
-levels' kernel buffers directly. The coarsest level (at most COARSEST unknowns, or when no axis can halve) is
-assembled from its coefficients and factored (swCholesky when SPD). Smoothing
-is weighted Jacobi, omega = 4 / (3 rho) with rho a Gershgorin bound on the
-spectral radius of D^-1 A per level (2/3 for the Laplacian): `sweeps` sweeps
-before and after the coarse correction, so the V-cycle is symmetric and serves
-as CG's preconditioner.
+levels' kernel buffers directly. The coarsest level (at most COARSEST
+unknowns, or when no axis can halve) is assembled from its coefficients and
+factored (swCholesky when SPD). Smoothing is weighted Jacobi, omega = 4 / (3
+rho) with rho a Gershgorin bound on the spectral radius of D^-1 A per level
+(2/3 for the Laplacian): `sweeps` sweeps before and after the coarse
+correction, so the V-cycle is symmetric and serves as CG's preconditioner.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +27,7 @@ from msc.pde.direct import Factorization
 from msc.pde.matfree import CompiledOperator, from_coefficients
 from msc.pde.transfer import Transfer
 from msc.pde.vectors import gather
+from msc.runtime.build import side_by_side
 
 COARSEST = 2000
 SMOOTHERS = ("jacobi", "chebyshev")
@@ -84,9 +83,18 @@ class Multigrid:
         self.levels.append(Level(shape, None, []))
         self.coarse = Factorization()
         self.coarse.factor(sparse_matrix(coefs, shape, periodic), f"{what} (coarsest multigrid level)")
-        _build_side_by_side([lazy for k, level in enumerate(self.levels) if level.op is not None
-                             for lazy in level.op.unbuilt(("residual", "smoother", "first", "apply")[:3 + (k == 0)])])
+        side_by_side([lambda lazy=lazy: lazy.kernel for lazy in self._kernels_to_build()])
         self.setup_s = time.perf_counter() - start
+
+    def _kernels_to_build(self) -> list[Any]:
+        """The kernels the solve will run that are not built yet: each level's residual and (Jacobi)
+        smoothing kernels, and the fine level's operator (the Krylov method applies it)."""
+        out = []
+        for k, level in enumerate(self.levels):
+            if level.op is not None:
+                kinds = ("residual", *(level.op.jacobi_kinds if self.smoother == "jacobi" else ()))
+                out += level.op.unbuilt(kinds + (("apply",) if k == 0 else ()))
+        return out
 
     @staticmethod
     def _smoothing(level: Level, coefs: Coefficients, what: str) -> Level:
@@ -137,18 +145,6 @@ class Multigrid:
         transfer.prolong_add(e, op.u, op.threads)
         smooth(level, self.smoother, self.sweeps)
         return op.u
-
-
-def _build_side_by_side(kernels: list[Any]) -> None:
-    """Build kernels in parallel threads: the compilers run side by side (code generation takes its
-    turns); a kernel already in the kernel index just loads."""
-    workers = min(len(kernels), os.cpu_count() or 1)
-    if workers < 2:
-        for lazy in kernels:
-            lazy.kernel  # noqa: B018 (built for its side effect)
-        return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda lazy: lazy.kernel, kernels))
 
 
 def smooth(level: Level, smoother: str, sweeps: int, one_at_a_time: bool = False) -> None:

@@ -101,4 +101,5 @@ def gather(view: np.ndarray, flat: np.ndarray, threads: int) -> None:
 def scatter(flat: np.ndarray, view: np.ndarray, threads: int) -> None:
     """view = flat (C-contiguous, the view's size)."""
     shape, strides = layout(view)
-    _library().vec_scatter(_flat(np.ascontiguousarray(flat, np.float64), view), view.ctypes.data, shape.ctypes.data, strides.ctypes.data, threads)
+    flat = _flat(np.ascontiguousarray(flat, np.float64), view)
+    _library().vec_scatter(flat, view.ctypes.data, shape.ctypes.data, strides.ctypes.data, threads)

@@ -25,7 +25,8 @@ import shutil
 import subprocess
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from msc.errors import CacheWarning, CompileError, EmitError
@@ -105,6 +106,18 @@ def build_shared_library(
                                source_path=str(src), output=proc.stderr)
 
     return cached_build(cache_dir() / f"{name}-{key}.so", compile_into)
+
+
+def side_by_side(jobs: Sequence[Callable[[], object]]) -> bool:
+    """Run build `jobs` in parallel threads, at most one per core: the compilers (gcc, nvcc) run
+    side by side while code generation takes its turns. Returns False, running none of them,
+    where there are fewer than two jobs or cores (each is then built when first used)."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2:
+        return False
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda job: job(), jobs))
+    return True
 
 
 def cached_build(artifact: Path, make: Callable[[Path], None]) -> Path:

@@ -32,8 +32,8 @@ import os
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -45,7 +45,7 @@ from msc.errors import CacheWarning, MscError, NonFiniteWarning, ScheduleError
 from msc.ir.arguments import bind_arguments
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, lower, parse_schedule
-from msc.runtime.build import atomic_write_text, cache_dir, generator_fingerprint, host_identity
+from msc.runtime.build import atomic_write_text, cache_dir, generator_fingerprint, host_identity, side_by_side
 from msc.version import __version__
 
 if TYPE_CHECKING:
@@ -284,18 +284,13 @@ class AutoKernel:
         (gcc, nvcc) run in parallel while code generation takes its turns, and each
         timing then loads its kernel from the kernel index. A schedule that fails to
         build fails again, and is said, when it is timed."""
-        workers = min(len(schedules), os.cpu_count() or 1)
-        if workers < 2:
-            return
-
         def build(schedule: Schedule) -> None:
             try:
                 self._compile(schedule, schedule.threads or max_threads)
             except MscError:
                 pass
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(build, schedules))
+        side_by_side([partial(build, s) for s in schedules])
 
     def _started(self, schedule: Schedule, threads: int, inputs: dict[str, Any],
                  trial_steps: int) -> tuple[Any, Any, int]:
