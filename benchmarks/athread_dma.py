@@ -9,7 +9,8 @@ The schedule is the one the cost model chooses (`schedule="auto"`; its
 prediction is printed, and the model's own count of bytes, transfers and
 contiguous blocks is recorded beside the emulator's: they must agree). The
 mean block (DMA bytes / blocks) decides the DMA engine's bandwidth; the
-model's bandwidth for those blocks is recorded against its ceiling. These are
+model's bandwidth for those blocks is recorded against its ceiling, and so is the
+model's best single sweep (what a chosen time tile was weighed against). These are
 counts, not timings: the emulator runs on a CPU and has no notion of Sunway
 time. Every step of a spatial tile (every time tile of a temporal one) moves
 the same bytes, so one step (one time tile: `depth` steps) is counted by
@@ -33,6 +34,7 @@ from stencils import CASES, msc_stencil  # noqa: E402
 
 from msc.runtime.athread_emu import AthreadKernel  # noqa: E402
 from msc.targets.sunway.athread import PLATFORMS  # noqa: E402
+from msc.targets.sunway.athread_model import best_sweep  # noqa: E402
 from msc.targets.sunway.chips import CHIPS  # noqa: E402
 from msc.tune.tuner import model_choice  # noqa: E402
 
@@ -43,6 +45,7 @@ def measure(case: Any, chip: str, tiles: int) -> dict[str, Any]:
     # what compile(schedule="auto") chooses when it runs on this shape
     model = model_choice(stencil.poly(), shape, 1, PLATFORMS[chip]).estimate.detail
     print(model.describe(), flush=True)
+    sweep = best_sweep(stencil.ir, shape, chip)
     steps = max(model.schedule.time_depth, 1) * tiles
     kernel = stencil.compile(target="athread", schedule=model.schedule, chip=chip)
     assert isinstance(kernel, AthreadKernel)
@@ -58,6 +61,10 @@ def measure(case: Any, chip: str, tiles: int) -> dict[str, Any]:
         model_blocks_per_step=model.dma_blocks, model_dma_gb_s=model.dma_gb_s,
         model_ceiling_gb_s=CHIPS[chip].ceiling_gb_s, model_ms_per_step=model.step_s * 1e3,
         emulator_seconds=run.seconds,
+        # the model's best single sweep, which a chosen time tile beat (the model's figures, not the emulator's)
+        sweep_schedule=str(sweep.schedule), sweep_ms_per_step=sweep.step_s * 1e3,
+        sweep_bytes_per_point=sweep.bytes_per_point, sweep_mean_dma_block=sweep.mean_dma_block,
+        sweep_dma_gb_s=sweep.dma_gb_s,
     )
 
 

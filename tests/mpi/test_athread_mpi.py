@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(mpiexec() is None, reason="no 
     (40, "sw26010pro", None),  # three statements, an input field
     (7, "sw26010pro", msc.Schedule().time_tile(3, x=4)),  # deeper halos every 3 steps
     (42, "sw26010", msc.Schedule().tile(x=2, y=4)),  # 3D, two statements
-], ids=["2d-phases", "2d-three", "2d-time-tiled", "3d"])
+    (6, "sw26010pro", msc.Schedule().time_tile(2, x=3, y=4, z=16)),  # 3D, streamed time tiles, an input
+], ids=["2d-phases", "2d-three", "2d-time-tiled", "3d", "3d-time-tiled"])
 def test_emitted_athread_mpi_program_is_bitwise_one_rank(seed, chip, schedule, tmp_path):
     case = generate(seed)
     directory = tmp_path / "src"

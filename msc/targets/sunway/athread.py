@@ -121,7 +121,11 @@ class AthreadTarget:
         stencil = poly.ir
         platform = PLATFORMS[as_chip(chip).name]
         chip = platform.chip
-        sched = athread_schedule(as_schedule(schedule), stencil, chip)
+        asked = as_schedule(schedule)
+        if box and asked is not None and asked.time_depth:  # before the tiles: a box's stencil is one phase's
+            raise ScheduleError(f"target '{NAME}': a time tile computes whole blocks, not a box of one "
+                                f"(time_tile({asked.time_depth}, ...) needs a halo plan deeper than one step)")
+        sched = athread_schedule(asked, stencil, chip)
         # lowering checks the fields named and the dependences (a time tile: without its parallel loop, since
         # its tiles overlap and run side by side, not in the skewed wavefronts lowering builds)
         lowered = lower(replace(sched, parallel_loop=None) if sched.time_depth else sched, poly)
@@ -129,9 +133,6 @@ class AthreadTarget:
         kernels = slave_kernels(stencil, tuple(size for _, size in sched.tiles), sched.time_depth)
         for tk in kernels:
             ctarget.check_capacity(k.Kernel(tk.function, k.Block(tuple(tk.buffers()))), poly, lowered, platform, NAME)
-        if box and sched.time_depth:
-            raise ScheduleError(f"target '{NAME}': a time tile computes whole blocks, not a box of one "
-                                f"(time_tile({sched.time_depth}, ...) needs a halo plan deeper than one step)")
         return self._files(poly, lowered, kernels, chip, tag, box)
 
     def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: Chip, tag: str,
@@ -330,7 +331,7 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: 
 def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
                suffix: str) -> dict[str, Any]:
     """What the templates need for a time tile: the LDM arrays (offsets in
-    elements of one block), each statement's compute as C lines (a 2D one:
+    elements of one block), each statement's compute as C lines (a streamed one:
     `_streamed_time_tile`)."""
     stencil = tt.stencil
     arrays, offset = [], 0
@@ -364,7 +365,7 @@ def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int],
 
 def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: SimdPrinter, unroll: dict[int, int],
                         itemsize: int) -> dict[str, Any]:
-    """What the template needs for a 2D time tile streamed along x (TimeTileKernel.rings): per field its
+    """What the template needs for a time tile streamed along x (TimeTileKernel.rings): per field its
     rings' offsets and lengths, per statement the row pointers of its reads (ring j + dt + window - 1 of a
     written field at row x + dx), and the row's compute."""
     stencil = tt.stencil
@@ -385,7 +386,7 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: Sim
 
     statements = []
     for n, st in enumerate(stencil.statements):
-        block, rows = compute_time_tile_row(st, unroll)
+        block, rows = compute_time_tile_row(st, stencil.ndim, unroll)
         pointers = [f"const real *restrict {name} = {ring(a_name, dt, f'x + {dx}' if dx else 'x')};"
                     for name, (a_name, dt, dx) in rows.items()]
         target = by_field[field_name(st.target)]
@@ -396,25 +397,41 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: Sim
                                         f"{target['lengths'][target['window'] - 1]}, x)"
                                if st.target in tt.boundary_from_newest() else ring(st.target, 0, "x"),
                                body=printer.lines(block, 7)))
-    return dict(values, streamed=True, fields=fields, statements=statements, row=tt.extent()[1],
-                out_offset=rings[-1].offset + rings[-1].length * tt.extent()[1], bytes=tt.ldm_bytes(itemsize))
+    return dict(values, streamed=True, fields=fields, statements=statements, row=tt.row,
+                out_row=math.prod(tt.tile[1:]), out_offset=rings[-1].offset + rings[-1].length * tt.row,
+                bytes=tt.ldm_bytes(itemsize))
 
 
-def compute_time_tile_row(st: ir.Statement, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int | None,
-                                                                                                    int]]]:
-    """The kernel IR of one row x of a statement in a streamed 2D time tile: columns lo1 <= i1 < hi1 of the
-    output row r_out, each read from its level's row x + dx (pointer r_<array>_<dx>) at column i1 + dy; rows
-    hold the box's columns b1 <= i1 < b1 + w1. Also each row pointer's (field, dt, dx)."""
+def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[
+        str, int | None, int]]]:
+    """The kernel IR of one row (3D: plane) x of a statement in a streamed time tile: points lo_d <= i_d < hi_d
+    (d >= 1) of the output row r_out, each read from its level's row x + dx (pointer r_<array>_<dx>) at
+    i_d + offset_d; rows hold the box's points b_d <= i_d < b_d + w_d, packed. Also each row pointer's
+    (field, dt, dx)."""
+    coords = [f"i{d}" for d in range(ndim)]
+
+    def index(offsets: tuple[int, ...]) -> str:
+        out = ""
+        for d in range(1, ndim):
+            o = offsets[d]
+            term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
+            out = term if d == 1 else f"({out}) * w{d} + {term}"
+        return out
+
     loads, rows = [], {}
     for a in dict.fromkeys(st.reads):
-        dx, dy = a.offsets
+        dx = a.offsets[0]
         name = f"r_{array_name(a.name, a.dt)}_{'m' if dx < 0 else 'p'}{abs(dx)}"
         rows[name] = (a.name, a.dt, dx)
-        index = f"(i1 {'+' if dy >= 0 else '-'} {abs(dy)} - b1)" if dy else "(i1 - b1)"
-        loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
-    node = k.Assign(k.Ref("r_out", "(i1 - b1)", k.Space.LOCAL), st.expr, tuple(loads), st.target, ("x", "i1"))
-    loop = k.Loop("i1", "lo1", "i1 < hi1", k.Block((node,)), dim=1, unroll=unroll.get(1, 0), vector=True)
-    return k.Block((loop,)), dict(sorted(rows.items()))
+        loads.append((a, k.Ref(name, index(a.offsets), k.Space.LOCAL)))
+    node: k.Node = k.Assign(k.Ref("r_out", index((0,) * ndim), k.Space.LOCAL), st.expr, tuple(loads), st.target,
+                            ("x", *coords[1:]))
+    for d in reversed(range(1, ndim)):
+        body = node if isinstance(node, k.Block) else k.Block((node,))
+        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0),
+                               vector=d == ndim - 1),))
+    assert isinstance(node, k.Block)
+    return node, dict(sorted(rows.items()))
 
 
 def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:

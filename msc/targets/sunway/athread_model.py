@@ -8,7 +8,8 @@ issues them (the emulator's counters agree: tests/test_athread_target.py),
 and the step time is predicted as
 
     spatial tiles, per statement: max(DMA time, compute time) + the first tile's fetch
-    time tiles (single-buffered), per step: (DMA time + compute time) / depth
+    time tiles, per step: (max(DMA time, compute time) + each tile's first row) / depth
+                          (2D, 3D: streamed); (DMA time + compute time) / depth (1D: single-buffered)
     DMA time     = sum over the busiest CPE's transfers of bytes / (bandwidth(block) / 64)
                    + the busiest CPE's transfers x the per-transfer cost
     compute time = the busiest CPE's points (a time tile's redundant halo
@@ -205,7 +206,7 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, chip: Chi
     buffers = sum(f.window if f.written else 1 for f, _ in tt.arrays())  # the levels fetched
     levels_out = sum(f.window for f in tt.stencil.written_fields)
     get, put, tile_get, tile_put, fill = (Traffic(chip, itemsize, row) for _ in range(5))
-    streamed = tt.streamed  # (2D) a row at a time, each one contiguous block
+    streamed = tt.streamed  # (2D, 3D) a row (plane) at a time
     for box, times in _boxes(boxes):
         get.move(box, buffers * times, streamed=streamed)
     for box, times in _boxes(sizes):
@@ -238,8 +239,8 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
         t_dma = c.cpe_seconds + c.cpe_transfers * fixed
         work = sum(flops(st) for st in stencil.statements) / len(stencil.statements)
         t_compute = c.cpe_points * work / (chip.cpe_gflops * 1e9)
-        # streamed (2D): the next row's fetch overlaps this row's stages, after each tile's first row; else
-        # single-buffered: fetch, compute `depth` steps, write back
+        # streamed (2D, 3D): the next row's fetch overlaps this row's stages, after each tile's first row;
+        # else (1D) single-buffered: fetch, compute `depth` steps, write back
         t_step = (max(t_dma, t_compute) + c.fill_seconds + c.fill_transfers * fixed if tt.streamed
                   else t_dma + t_compute)
         return Prediction(full, chip, math.prod(n), c.get_bytes / depth, c.put_bytes / depth, c.transfers / depth,
@@ -282,6 +283,12 @@ def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) 
                 sizes = dict(zip(stencil.dims, tile))
                 out.append(Schedule().time_tile(depth, **sizes) if depth else Schedule().tile(**sizes))
     return out
+
+
+def best_sweep(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) -> Prediction:
+    """The model's best single sweep (spatial tile): what a time tile it chooses is weighed against."""
+    sweeps = (predict(stencil, shape, s, chip) for s in candidates(stencil, shape, chip) if not s.time_depth)
+    return min(sweeps, key=lambda p: (p.step_s, p.get_bytes + p.put_bytes, p.transfers))
 
 
 def estimate(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: Chip | str) -> Estimate:

@@ -5,6 +5,7 @@ completed with tile sizes that fit (`athread_schedule`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from msc import ir
@@ -123,8 +124,9 @@ class TimeTileKernel:
     (overlapped tiles: neighbours compute their shared halo twice), and
     writes the tile of the levels later steps read back into the other set
     of ring buffers (the MPE keeps two, so no CPE overwrites what another
-    still fetches). In 2D the box is streamed along x instead (`rings`): the
-    same stages, a row at a time, each level in flight a ring of rows."""
+    still fetches). In 2D and 3D the box is streamed along x instead
+    (`rings`): the same stages, a row (3D: a plane) at a time, each level in
+    flight a ring of rows."""
 
     stencil: ir.StencilIR
     tile: tuple[int, ...]
@@ -145,8 +147,13 @@ class TimeTileKernel:
 
     @property
     def streamed(self) -> bool:
-        """2D time tiles stream along x (`rings`); 1D and 3D ones hold whole boxes."""
-        return len(self.tile) == 2
+        """2D and 3D time tiles stream along x (`rings`); 1D ones hold whole boxes."""
+        return len(self.tile) > 1
+
+    @property
+    def row(self) -> int:
+        """Points of one ring row: a box's row (3D: plane) across the other dimensions, halos included."""
+        return math.prod(self.extent()[1:])
 
     @property
     def stages(self) -> int:
@@ -171,7 +178,7 @@ class TimeTileKernel:
                 for j in range(self.depth):
                     key = (a.name, j + a.dt + f.window - 1) if f.written else (a.name, None)
                     last_reader[key] = max(last_reader.get(key, -1), j * nst + n)
-        out, offset, row = [], 0, self.extent()[1]
+        out, offset, row = [], 0, self.row
         for f, _ in self.arrays():
             if not f.written:
                 levels: list[tuple[int | None, int]] = [(None, -1)]
@@ -196,9 +203,9 @@ class TimeTileKernel:
         if self.streamed:
             rings = self.rings()
             rows = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL,
-                             (sum(r.length for r in rings if r.field == f.name), self.extent()[1]), f.name)
+                             (sum(r.length for r in rings if r.field == f.name), *self.extent()[1:]), f.name)
                     for f, _ in self.arrays()]
-            return rows + [k.Buffer("l_out", k.Space.LOCAL, (2, self.tile[1]), f"{written} (output rows)")]
+            return rows + [k.Buffer("l_out", k.Space.LOCAL, (2, *self.tile[1:]), f"{written} (output rows)")]
         out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
         return out + [k.Buffer("l_out", k.Space.LOCAL, self.tile, f"{written} (output staging)")]
 
@@ -208,7 +215,7 @@ class TimeTileKernel:
 
 @dataclass(frozen=True)
 class Ring:
-    """Rows of one level of `field` in a streamed time tile: level k (t = step + k - window + 1; k < window are
+    """Rows (3D: planes) of one level of `field` in a streamed time tile: level k (t = step + k - window + 1; k < window are
     fetched, a row ahead of the stages; the others computed by stage (k - window) x statements + s) or, k None,
     an input. Row x of the box lives in row x mod `length`, `offset` elements into the LDM block. A ring holds
     the rows its last reading stage still needs when its producer writes a new one; the newest fetched level's
