@@ -377,23 +377,32 @@ def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(h
             k.last_run.get_bytes, k.last_run.put_bytes, k.last_run.transfers, k.last_run.dma_blocks), schedule
 
 
-def test_model_counts_a_3d_time_tile_as_the_emulator_does():
+@pytest.mark.parametrize("ndim", [1, 3])
+def test_model_counts_a_1d_or_3d_time_tile_as_the_emulator_does(ndim):
+    """A 1D time tile (boxes, two sets alternating) and a 3D one (streamed planes): partial tiles, two spawns."""
     from msc import t, x, y, z
     from msc.targets.sunway.athread_model import predict
 
-    @msc.stencil
-    def heat3d(u, alpha):
-        u[t + 1, x, y, z] = u[t, x, y, z] + alpha * (u[t, x - 1, y, z] + u[t, x + 1, y, z] + u[t, x, y - 1, z]
-                                                     + u[t, x, y + 1, z] + u[t, x, y, z - 1] + u[t, x, y, z + 1]
-                                                     - 6 * u[t, x, y, z])
+    if ndim == 3:
+        @msc.stencil
+        def heat(u, alpha):
+            u[t + 1, x, y, z] = u[t, x, y, z] + alpha * (u[t, x - 1, y, z] + u[t, x + 1, y, z] + u[t, x, y - 1, z]
+                                                       + u[t, x, y + 1, z] + u[t, x, y, z - 1] + u[t, x, y, z + 1]
+                                                       - 6 * u[t, x, y, z])
 
-    shape, steps = (10, 9, 14), 4  # interior 8 x 7 x 12: partial tiles in x and y, two full-depth spawns
-    schedule = msc.Schedule().time_tile(2, x=3, y=4, z=12)
+        shape, schedule = (10, 9, 14), msc.Schedule().time_tile(2, x=3, y=4, z=12)  # interior 8 x 7 x 12
+    else:
+        @msc.stencil
+        def heat(u, alpha):
+            u[t + 1, x] = u[t, x] + alpha * (u[t, x - 1] + u[t, x + 1] - 2 * u[t, x])
+
+        shape, schedule = (1000,), msc.Schedule().time_tile(2, x=7)  # 142 full tiles and one of 4 points
+    steps = 4
     u = np.random.default_rng(7).random(shape)
-    kernel = heat3d.compile(target="athread", schedule=schedule)
+    kernel = heat.compile(target="athread", schedule=schedule)
     result = kernel.run(steps=steps, u=u, alpha=0.1)
-    np.testing.assert_allclose(result["u"], heat3d.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
-    model = predict(heat3d.ir, shape, schedule, kernel.chip)
+    np.testing.assert_allclose(result["u"], heat.reference(steps=steps, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    model = predict(heat.ir, shape, schedule, kernel.chip)
     assert (model.get_bytes * steps, model.put_bytes * steps, model.transfers * steps, model.dma_blocks * steps) == (
         kernel.last_run.get_bytes, kernel.last_run.put_bytes, kernel.last_run.transfers, kernel.last_run.dma_blocks)
 

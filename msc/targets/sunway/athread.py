@@ -331,8 +331,8 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: 
 def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
                suffix: str) -> dict[str, Any]:
     """What the templates need for a time tile: the LDM arrays (offsets in
-    elements of one block), each statement's compute as C lines (a streamed one:
-    `_streamed_time_tile`)."""
+    elements of one set of box buffers, two of which alternate), each
+    statement's compute as C lines (a streamed one: `_streamed_time_tile`)."""
     stencil = tt.stencil
     arrays, offset = [], 0
     for f, n in tt.arrays():
@@ -358,8 +358,7 @@ def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int],
                                 f"((step + {dt + f.slots}) % {f.slots}) * W;")
         statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
                                body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
-    total = offset + math.prod(tt.tile)
-    return dict(values, statements=statements, out_offset=offset, bytes=total * itemsize,
+    return dict(values, statements=statements, set=offset, out_offset=2 * offset, bytes=tt.ldm_bytes(itemsize),
                 streamed=False)
 
 

@@ -8,8 +8,8 @@ issues them (the emulator's counters agree: tests/test_athread_target.py),
 and the step time is predicted as
 
     spatial tiles, per statement: max(DMA time, compute time) + the first tile's fetch
-    time tiles, per step: (max(DMA time, compute time) + each tile's first row) / depth
-                          (2D, 3D: streamed); (DMA time + compute time) / depth (1D: single-buffered)
+    time tiles, per step: (max(DMA time, compute time) + the fetch a CPE waits for) / depth
+                          (2D, 3D: streamed, each tile's first row; 1D: double-buffered, the first tile)
     DMA time     = sum over the busiest CPE's transfers of bytes / (bandwidth(block) / 64)
                    + the busiest CPE's transfers x the per-transfer cost
     compute time = the busiest CPE's points (a time tile's redundant halo
@@ -190,7 +190,8 @@ class Prediction:
 def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, chip: Chip, itemsize: int) -> Counts:
     """What one spawn of a time tile of full depth moves (the generated code's transfers: per tile, the
     clipped box of every level the first step reads and, per written field, its window of levels' tiles;
-    3D: per plane)."""
+    2D and 3D a row (plane) at a time). The fill a CPE waits for: streamed, each tile's first row; in 1D,
+    the first tile's box (the next ones are fetched while a tile computes)."""
     ndim = len(n)
     radius, halo = tt.stencil.radius, tt.halo()
     sizes = [_sizes(n[d], tt.tile[d]) for d in range(ndim)]
@@ -218,7 +219,8 @@ def time_tile_counts(tt: TimeTileKernel, n: tuple[int, ...], row: int, chip: Chi
     points = 0  # computed by one full tile (its region shrinks by the radius per statement)
     for c in range(1, tt.depth * nst + 1):
         points += math.prod(tt.tile[d] + 2 * (halo[d] - c * radius[d]) for d in range(ndim))
-    return _counts(get, put, (tile_get, tile_put), fill, tiles, points, math.ceil(tiles / athread_emu.CPES))
+    waits = math.ceil(tiles / athread_emu.CPES) if streamed else 1
+    return _counts(get, put, (tile_get, tile_put), fill, tiles, points, waits)
 
 
 def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: Chip | str) -> Prediction:
@@ -240,9 +242,8 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
         work = sum(flops(st) for st in stencil.statements) / len(stencil.statements)
         t_compute = c.cpe_points * work / (chip.cpe_gflops * 1e9)
         # streamed (2D, 3D): the next row's fetch overlaps this row's stages, after each tile's first row;
-        # else (1D) single-buffered: fetch, compute `depth` steps, write back
-        t_step = (max(t_dma, t_compute) + c.fill_seconds + c.fill_transfers * fixed if tt.streamed
-                  else t_dma + t_compute)
+        # 1D: the next tile's box is fetched while this one computes, after the first tile's
+        t_step = max(t_dma, t_compute) + c.fill_seconds + c.fill_transfers * fixed
         return Prediction(full, chip, math.prod(n), c.get_bytes / depth, c.put_bytes / depth, c.transfers / depth,
                           c.blocks / depth, c.seconds / depth, ldm, minimum, t_dma / depth, t_compute / depth,
                           t_step / depth)

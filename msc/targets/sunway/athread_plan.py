@@ -124,9 +124,10 @@ class TimeTileKernel:
     (overlapped tiles: neighbours compute their shared halo twice), and
     writes the tile of the levels later steps read back into the other set
     of ring buffers (the MPE keeps two, so no CPE overwrites what another
-    still fetches). In 2D and 3D the box is streamed along x instead
-    (`rings`): the same stages, a row (3D: a plane) at a time, each level in
-    flight a ring of rows."""
+    still fetches). In 1D two sets of box buffers alternate, the next tile's
+    box fetched while this one computes; in 2D and 3D the box is streamed
+    along x instead (`rings`): the same stages, a row (3D: a plane) at a
+    time, each level in flight a ring of rows."""
 
     stencil: ir.StencilIR
     tile: tuple[int, ...]
@@ -147,7 +148,7 @@ class TimeTileKernel:
 
     @property
     def streamed(self) -> bool:
-        """2D and 3D time tiles stream along x (`rings`); 1D ones hold whole boxes."""
+        """2D and 3D time tiles stream along x (`rings`); 1D ones hold whole boxes, two sets of them."""
         return len(self.tile) > 1
 
     @property
@@ -206,7 +207,8 @@ class TimeTileKernel:
                              (sum(r.length for r in rings if r.field == f.name), *self.extent()[1:]), f.name)
                     for f, _ in self.arrays()]
             return rows + [k.Buffer("l_out", k.Space.LOCAL, (2, *self.tile[1:]), f"{written} (output rows)")]
-        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (n, *self.extent()), f.name) for f, n in self.arrays()]
+        out = [k.Buffer(f"l_{field_name(f.name)}", k.Space.LOCAL, (2, n, *self.extent()), f"{f.name} (two sets)")
+               for f, n in self.arrays()]
         return out + [k.Buffer("l_out", k.Space.LOCAL, self.tile, f"{written} (output staging)")]
 
     def ldm_bytes(self, itemsize: int) -> int:
