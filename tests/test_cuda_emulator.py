@@ -235,6 +235,43 @@ def test_two_blocks_writing_one_byte_are_reported_in_reverse_order(faults):
     assert unknown.returncode != 0 and "MSC_CUDA_EMU_BLOCKS: 'sideways' is not forward or reverse" in unknown.stderr
 
 
+# tests/cuda/bounds.cu: each mode, what the emulator says, without and with counting (where every access is checked)
+BOUNDS = {1: ("shared array 'tile' of 512 bytes: byte 512 (outside it) was written",
+              "a store of 8 bytes at byte 512 of shared array 'tile', which has 512 bytes"),
+          2: ("shared array 'tile' of 512 bytes: byte -8 (outside it) was written",
+              "a store of 8 bytes at byte -8 of shared array 'tile', which has 512 bytes"),
+          3: (None, "a load of 8 bytes at byte 512 of shared array 'tile', which has 512 bytes"),
+          4: ("dynamic shared memory of 512 bytes: byte 512 (outside it) was written",
+              "a store of 8 bytes at byte 512 of the dynamic shared memory, which has 512 bytes"),
+          5: ("shared array 'big' of 49152 bytes takes the block's static shared memory to 49664 bytes",) * 2}
+
+
+@pytest.fixture(scope="module")
+def bounds(tmp_path_factory) -> dict[bool, Path]:
+    out = tmp_path_factory.mktemp("cuda")
+    return {counting: cuda_emu.build_program([DATA / "bounds.cu"], out / f"bounds{int(counting)}", counting=counting)
+            for counting in (False, True)}
+
+
+@pytest.mark.parametrize("counting", [False, True])
+@pytest.mark.parametrize("mode", [0, *sorted(BOUNDS)])
+def test_shared_accesses_outside_an_array_are_reported(bounds, mode, counting):
+    """Guard bands around each MSC_SHARED array and the dynamic shared memory: a write outside is reported
+    after the block; in counting builds any access, when it runs (naming the thread). A read outside
+    without counting reads the poison (NaN), so the result is wrong."""
+    done = run_faults(bounds[counting], mode)
+    if mode == 0:
+        assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+        return
+    said = BOUNDS[mode][counting]
+    if said is None:
+        assert done.returncode == 1 and "wrong: out[0] = " in done.stdout and "nan" in done.stdout, done
+        return
+    assert done.returncode != 0 and said in done.stderr, done.stderr
+    assert ("thread (0,0,0): " in done.stderr) == (counting or mode == 5)
+    assert "cudaGetLastError(): unspecified launch failure" in done.stderr
+
+
 @pytest.mark.parametrize(("offset", "stride", "load_sectors"), [(0, 1, 8), (1, 1, 9), (0, 2, 16), (0, 4, 32), (3, 0, 1)])
 def test_counters_model_coalescing(lib, offset, stride, load_sectors):
     """One warp loads 32 doubles (aligned, shifted by one, strided, all one) and stores

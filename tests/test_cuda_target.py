@@ -402,7 +402,7 @@ def test_shared_memory_staging_is_synchronised(reverse_blocks):
     source = get_target("cuda").source(heat.poly(), schedule)
     kernel = source[source.index("__global__ void __launch_bounds__(512) msc_run_k0"):]  # a 16 x 32 block
     kernel = kernel[:kernel.index("\n}\n")]
-    assert "__shared__ real cr_f_u_t0[612];" in kernel  # (16 + 2) x (32 + 2)
+    assert "MSC_SHARED(real, cr_f_u_t0, [612]);" in kernel  # (16 + 2) x (32 + 2)
     copy, compute = kernel.index("cr_f_u_t0[("), kernel.index("f_u_tp1[")
     assert copy < kernel.index("__syncthreads();", copy) < compute
     assert "<<<" not in source and "MSC_LAUNCH(msc_run_k0, dim3(" in source
@@ -566,7 +566,7 @@ def _shared_tile_cases() -> list[Any]:
 def test_time_tiles_in_shared_memory_match_reference(index, assert_matches, reverse_blocks):
     stencil, schedule, inputs, dtype = _shared_tile_cases()[index]
     source = get_target("cuda").source(stencil.poly(dtype), schedule)
-    shared = "__shared__ real msc_ring[" if stencil.ir.ndim > 1 else "__shared__ real msc_tt[2]"
+    shared = "MSC_SHARED(real, msc_ring, [" if stencil.ir.ndim > 1 else "MSC_SHARED(real, msc_tt, [2]"
     assert shared in source and "in shared memory" in source
     kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
     for steps in (9, 10):  # the newest level ends in either ring slot

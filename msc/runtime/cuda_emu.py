@@ -82,12 +82,14 @@ def build_shared(source: str, name: str) -> Path:
     return build.build_shared_library(source, name, cc=compiler(), flags=flags(shared=True), suffix=".cu")
 
 
-def build_program(sources: Iterable[Path], output: Path, *, defs: Iterable[str] = ()) -> Path:
-    """Compile and link .cu sources into the emulated program `output` (written whole or not at all)."""
+def build_program(sources: Iterable[Path], output: Path, *, defs: Iterable[str] = (), counting: bool = False) -> Path:
+    """Compile and link .cu sources into the emulated program `output` (written whole or not at all); with
+    `counting`, every load and store calls the emulator (its counters, and its bounds checks of shared arrays)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{output.name}-", dir=output.parent)
     os.close(fd)
-    command = [compiler(), *flags(shared=False), *(f"-D{d}" for d in defs), *map(str, sources), "-o", tmp]
+    command = [compiler(), *flags(shared=False), *(COUNTING_FLAGS if counting else ()), *(f"-D{d}" for d in defs),
+               *map(str, sources), "-o", tmp]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         os.unlink(tmp)

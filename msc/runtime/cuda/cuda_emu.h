@@ -17,7 +17,11 @@
  * Static __shared__ variables live in one linker section that is filled
  * with 0xff bytes (NaN for floating point) before every block, as is the
  * dynamic shared memory; a block that reads shared memory it did not write
- * sees NaN.
+ * sees NaN. Shared arrays declared with MSC_SHARED (as msc's generated code
+ * declares them) live in an arena, each between guard bands of 256 poisoned
+ * bytes, as does the dynamic shared memory: a byte of a guard band changed
+ * by a block stops the launch, naming the array (and, in counting builds,
+ * so does any load or store that reaches outside the array, when it runs).
  *
  * Block order. With MSC_CUDA_EMU_BLOCKS=reverse in the environment (read at
  * every launch; msc/runtime/cuda_emu.py: BLOCK_ORDER) a launch runs its blocks
@@ -43,7 +47,10 @@
  *   a warp collective that a lane of its mask never calls, lanes that call
  *   different collectives or pass different arguments to a wmma call, a mask
  *   that names lanes a partial warp lacks, a shuffle from a lane outside the
- *   mask; wmma pointers not 256-bit aligned or ldm not a multiple of 16 bytes.
+ *   mask; wmma pointers not 256-bit aligned or ldm not a multiple of 16 bytes;
+ *   a shared array's guard band written (any access outside an MSC_SHARED
+ *   array or the dynamic shared memory, in counting builds); MSC_SHARED
+ *   arrays of a block over 48 KiB.
  * Launch errors, as the runtime reports them (cudaGetLastError): more than
  * 1024 threads or a block dimension over its limit (InvalidConfiguration),
  * dynamic shared memory over the kernel's limit, 48 KiB unless raised by
@@ -69,8 +76,9 @@
  * Not modelled: timing, concurrency between blocks (they run in sequence;
  * reads of what another block of the launch writes see it or not by order),
  * memory spaces (host and device memory are the same; device pointers are
- * checked only by cudaMemcpy/cudaMemset/cudaFree), out-of-bounds accesses,
- * the static shared memory limit per kernel (nvcc checks it), registers.
+ * checked only by cudaMemcpy/cudaMemset/cudaFree), out-of-bounds accesses of
+ * global memory and of plain __shared__ variables, the static shared memory
+ * limit of plain __shared__ variables (nvcc checks it), registers.
  * nvcuda::wmma fragments hold their elements in a deliberately scrambled
  * order, so code that relies on the element order gives wrong results.
  */
@@ -212,6 +220,9 @@ constexpr int kDefaultSharedPerBlock = 48 * 1024;
 constexpr int kOptinSharedPerBlock = 227 * 1024;
 constexpr int kSharedPerSM = 228 * 1024;
 constexpr int kSMs = 132;
+/* guard bands: bytes of poison before and after each shared array (MSC_SHARED) and the dynamic shared memory */
+constexpr size_t kSharedGuard = 256;
+constexpr size_t kSharedArena = 4 << 20;  // room for a block's MSC_SHARED arrays and their guard bands
 
 enum class State { Ready, AtBarrier, AtWarp, Done };
 
@@ -236,6 +247,12 @@ struct WarpOp {  // the collective a warp's lanes are gathering at
     void* lane[32] = {};
 };
 
+struct SharedArray {  // one MSC_SHARED array of the running block
+    const char* name;
+    char* start;
+    size_t bytes;
+};
+
 struct Runtime {
     std::mutex launching;
     std::vector<Thread> threads;
@@ -250,6 +267,9 @@ struct Runtime {
     const char* kernel = "";
     char* dynamic_shared = nullptr;
     size_t dynamic_capacity = 0;
+    std::vector<char> arena = std::vector<char>(kSharedArena, (char)0xff);  // the MSC_SHARED arrays, poisoned
+    std::vector<SharedArray> arrays;  // the running block's, in the arena in order, each between guard bands
+    size_t arena_used = 0;            // bytes of the arena the running block's arrays reach
     bool faulted = false;
     std::string fault;
     cudaError_t last_error = cudaSuccess;    // cleared by cudaGetLastError
@@ -311,10 +331,46 @@ inline Counting& counting() {
     return c;
 }
 
-inline bool in_shared(const char* c) {
+inline bool in_arena(const char* c) {
     const Runtime& r = rt();
+    return c >= r.arena.data() && c < r.arena.data() + r.arena.size();
+}
+
+/* dynamic shared memory with its guard bands */
+inline bool in_dynamic(const char* c) {
+    const Runtime& r = rt();
+    return r.dynamic_shared != nullptr && c >= r.dynamic_shared - kSharedGuard &&
+           c < r.dynamic_shared + r.dynamic_capacity + kSharedGuard;
+}
+
+inline bool in_shared(const char* c) {
     if (__start_msc_cuda_shared != nullptr && c >= __start_msc_cuda_shared && c < __stop_msc_cuda_shared) return true;
-    return r.dynamic_shared != nullptr && c >= r.dynamic_shared && c < r.dynamic_shared + r.dynamic_capacity;
+    return in_arena(c) || in_dynamic(c);
+}
+
+[[noreturn]] inline void fault(const std::string& what);
+
+/* An access of `bytes` at c outside every shared array (in a guard band): a fault naming the array it missed. */
+inline void check_shared_bounds(const char* c, unsigned bytes, bool store) {
+    const Runtime& r = rt();
+    const char* what = store ? "a store of " : "a load of ";
+    if (in_dynamic(c)) {
+        if (c >= r.dynamic_shared && c + bytes <= r.dynamic_shared + r.dynamic_capacity) return;
+        const long long at = c - r.dynamic_shared;
+        fault(what + std::to_string(bytes) + " bytes at byte " + std::to_string(at) +
+              " of the dynamic shared memory, which has " + std::to_string(r.dynamic_capacity) + " bytes");
+    }
+    if (!in_arena(c)) return;
+    const SharedArray* nearest = nullptr;
+    long long distance = 0;
+    for (const SharedArray& a : r.arrays) {
+        if (c >= a.start && c + bytes <= a.start + a.bytes) return;
+        const long long d = c < a.start ? a.start - c : c - (a.start + a.bytes) + 1;
+        if (nearest == nullptr || d < distance) nearest = &a, distance = d;
+    }
+    if (nearest == nullptr) fault(what + std::to_string(bytes) + " bytes in shared memory no array holds");
+    fault(what + std::to_string(bytes) + " bytes at byte " + std::to_string(c - nearest->start) +
+          " of shared array '" + nearest->name + "', which has " + std::to_string(nearest->bytes) + " bytes");
 }
 
 inline Region* region_of(const char* c) {
@@ -341,6 +397,7 @@ inline void note_access(const void* p, unsigned bytes, bool store, const void* i
     Runtime& r = rt();
     const char* c = static_cast<const char*>(p);
     const bool shared = in_shared(c);
+    if (shared) check_shared_bounds(c, bytes, store);
     Region* region = shared ? nullptr : region_of(c);
     if (!shared && region == nullptr) return;  // a thread's stack, the emulator's own data
     Counting& n = counting();
@@ -461,6 +518,54 @@ inline void yield() {
 }
 
 inline void* dynamic_shared() { return rt().dynamic_shared; }
+
+/* MSC_SHARED: the running block's array `name` of `bytes` (every thread of the block gets the same one),
+ * between guard bands; the static shared memory of a block over 48 KiB is a fault, as nvcc refuses it. */
+inline void* shared_array(const char* name, size_t bytes) {
+    Runtime& r = rt();
+    size_t total = 0;
+    for (const SharedArray& a : r.arrays) {
+        if (strcmp(a.name, name) == 0) return a.start;
+        total += a.bytes;
+    }
+    if (total + bytes > (size_t)kDefaultSharedPerBlock)
+        fault("shared array '" + std::string(name) + "' of " + std::to_string(bytes) + " bytes takes the block's " +
+              "static shared memory to " + std::to_string(total + bytes) + " bytes, over the " +
+              std::to_string(kDefaultSharedPerBlock) + " a block may have");
+    const size_t at = (r.arena_used + kSharedGuard + 255) / 256 * 256;
+    if (at + bytes + kSharedGuard > r.arena.size())
+        fault("shared array '" + std::string(name) + "': the emulator's arena for shared arrays is full");
+    r.arrays.push_back(SharedArray{name, r.arena.data() + at, bytes});
+    r.arena_used = at + bytes;
+    return r.arena.data() + at;
+}
+
+/* The first byte of a guard band the running block changed, as a fault message, or "" */
+inline std::string guards_changed() {
+    const Runtime& r = rt();
+    auto changed = [](const char* from, size_t n) -> long long {
+        for (size_t i = 0; i < n; ++i)
+            if ((unsigned char)from[i] != 0xff) return (long long)i;
+        return -1;
+    };
+    for (const SharedArray& a : r.arrays) {
+        const size_t before = std::min<size_t>(kSharedGuard, (size_t)(a.start - r.arena.data()));
+        const long long low = changed(a.start - before, before), high = changed(a.start + a.bytes, kSharedGuard);
+        if (low >= 0 || high >= 0)
+            return "shared array '" + std::string(a.name) + "' of " + std::to_string(a.bytes) + " bytes: byte " +
+                   std::to_string(high >= 0 ? (long long)a.bytes + high : low - (long long)before) +
+                   " (outside it) was written";
+    }
+    if (r.dynamic_shared != nullptr) {
+        const long long low = changed(r.dynamic_shared - kSharedGuard, kSharedGuard);
+        const long long high = changed(r.dynamic_shared + r.dynamic_capacity, kSharedGuard);
+        if (low >= 0 || high >= 0)
+            return "dynamic shared memory of " + std::to_string(r.dynamic_capacity) + " bytes: byte " +
+                   std::to_string(high >= 0 ? (long long)r.dynamic_capacity + high : low - (long long)kSharedGuard) +
+                   " (outside it) was written";
+    }
+    return "";
+}
 
 inline unsigned threads_per_block() { return blockDim.x * blockDim.y * blockDim.z; }
 
@@ -588,7 +693,11 @@ inline void poison_shared() {
     Runtime& r = rt();
     if (__start_msc_cuda_shared != nullptr)
         memset(__start_msc_cuda_shared, 0xff, (size_t)(__stop_msc_cuda_shared - __start_msc_cuda_shared));
-    if (r.dynamic_shared != nullptr) memset(r.dynamic_shared, 0xff, r.dynamic_capacity);
+    if (r.dynamic_shared != nullptr)
+        memset(r.dynamic_shared - kSharedGuard, 0xff, r.dynamic_capacity + 2 * kSharedGuard);
+    memset(r.arena.data(), 0xff, std::min(r.arena.size(), r.arena_used + kSharedGuard));
+    r.arrays.clear();
+    r.arena_used = 0;
 }
 
 /* Run one block to completion; false after a fault. */
@@ -642,6 +751,12 @@ inline bool run_block() {
                 if (o.stack != nullptr) r.free_stacks.push_back(o.stack);
             return false;
         }
+    }
+    const std::string outside = guards_changed();
+    if (!outside.empty()) {
+        r.faulted = true;
+        r.fault = block_name() + ": " + outside;
+        return false;
     }
     count_block();
     return true;
@@ -744,9 +859,9 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
         return;
     }
     const std::function<void()> body = [&]() { kernel(args...); };
-    std::vector<char> dynamic(shared + 256);
+    std::vector<char> dynamic(shared + 256 + 2 * kSharedGuard);  // aligned to 256, between guard bands
     r.dynamic_capacity = shared;
-    r.dynamic_shared = shared ? dynamic.data() + (256 - (uintptr_t)dynamic.data() % 256) : nullptr;
+    r.dynamic_shared = shared ? dynamic.data() + kSharedGuard + (256 - (uintptr_t)dynamic.data() % 256) : nullptr;
     r.body = &body;
     r.kernel = name;
     r.faulted = false;

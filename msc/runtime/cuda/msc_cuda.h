@@ -18,7 +18,10 @@
  *   MSC_DYNAMIC_SHARED(type, name)
  *       declares the block's dynamic shared memory as `type name[]`
  *       (aligned to at least 128 bytes).
- * Static shared arrays are plain `__shared__ type name[N];` inside kernels.
+ *   MSC_SHARED(type, name, dims)
+ *       declares a static shared array `__shared__ type name dims` inside a
+ *       kernel (dims: `[N]`, `[N][M]`, ...); the emulator places it between
+ *       guard bands, so an access outside it is reported, not silent.
  */
 #ifndef MSC_CUDA_H
 #define MSC_CUDA_H
@@ -36,6 +39,8 @@
         MSC_CUDA_CHECK(cudaGetLastError());                                                  \
     } while (0)
 #define MSC_DYNAMIC_SHARED(type, name) type* const name = static_cast<type*>(::msc_emu::dynamic_shared())
+#define MSC_SHARED(type, name, dims) \
+    type(&name) dims = *static_cast<type(*) dims>(::msc_emu::shared_array(#name, sizeof(type dims)))
 #elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -45,6 +50,7 @@
         MSC_CUDA_CHECK(cudaGetLastError());                            \
     } while (0)
 #define MSC_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
+#define MSC_SHARED(type, name, dims) __shared__ type name dims
 #else
 #error "msc_cuda.h: compile with nvcc, or as C++17 with -DMSC_CUDA_EMULATE for the CPU emulator"
 #endif

@@ -34,6 +34,7 @@
         MSC_HIP_CHECK(hipGetLastError());                              \
     } while (0)
 #define MSC_DYNAMIC_SHARED(type, name) extern __shared__ __attribute__((aligned(128))) type name[]
+#define MSC_SHARED(type, name, dims) __shared__ type name dims
 #else
 #error "msc_hip.h: compile with hipcc, or as C++17 with -DMSC_CUDA_EMULATE for the CPU emulator"
 #endif

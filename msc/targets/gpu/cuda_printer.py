@@ -31,7 +31,7 @@ class CudaPrinter(CPrinter):
             const = "const " if node.kind == "const pointer" else ""
             return [f"{pad}{const}real *__restrict__ {node.name} = {node.init};"]
         if isinstance(node, k.Buffer) and node.space == k.Space.SHARED:
-            return [f"{pad}__shared__ real {node.name}[{node.points()}];"]
+            return [f"{pad}MSC_SHARED(real, {node.name}, [{node.points()}]);"]
         if isinstance(node, k.Copy) and k.Space.SHARED in (node.src.space, node.dst.space):
             return self._shared_copy(node, depth)
         if isinstance(node, k.Barrier):

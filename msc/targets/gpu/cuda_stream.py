@@ -203,7 +203,7 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
         lines += ["    MSC_DYNAMIC_SHARED(real, msc_shared);",
                   f"    real (*const {RING})[{slots}][{plane}] = reinterpret_cast<real (*)[{slots}][{plane}]>(msc_shared);"]
     else:
-        lines.append(f"    __shared__ real {RING}[{depth}][{slots}][{plane}];")
+        lines.append(f"    MSC_SHARED(real, {RING}, [{depth}][{slots}][{plane}]);")
     lines += [f"    const int l{d} = threadIdx.{axis[d]};" for d in inner]
     local = [f"l{d}" for d in inner]
     lines.append(f"    const int q = {linear_index(local, [str(n) for n in threads])};")

@@ -171,7 +171,7 @@ def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
         volume *= v
     lines = [(f"__global__ void __launch_bounds__({volume}) {name}(real *__restrict__ dst, const real *__restrict__ src, "
               f"{', '.join(params)}, const long steps)"), "{",
-             f"    __shared__ real {BUFFER}[2][{volume}];"]
+             f"    MSC_SHARED(real, {BUFFER}, [2][{volume}]);"]
     lines += [f"    const long l{d} = threadIdx.{axis[d]};" for d in range(ndim)]
     lines.append(f"    const long q = {linear_index(local, n)};")
     pad = "    "
