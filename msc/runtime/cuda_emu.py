@@ -62,10 +62,11 @@ def compiler() -> str:
 
 @functools.lru_cache(maxsize=1)
 def emulator_digest() -> str:
-    """SHA-256 prefix of the emulator's headers; it is one of the flags, so it keys the kernel cache."""
+    """SHA-256 prefix of the emulator's headers (msc_hip.h too: a HIP source includes it); it is one of the
+    flags, so it keys the kernel cache."""
     h = hashlib.sha256()
-    for name in HEADERS:
-        h.update((EMULATOR_DIR / name).read_bytes())
+    for path in sorted(EMULATOR_DIR.glob("*.h")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
