@@ -261,8 +261,11 @@ def test_auto_tuner_builds_every_candidate_side_by_side_before_timing(tmp_path, 
     assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
     first_timed = next(n for n, (_, main) in enumerate(calls) if main)
     prebuilt = {s for s, _ in calls[:first_timed]}
-    timed = {msc.poly.schedule.parse_schedule(t.schedule) for t in kernel.report.trials}
-    assert first_timed >= 2 and timed <= prebuilt | {s for s, main in calls if not main}
+    from msc.tune.tuner import TIMED
+
+    first_pass = {msc.poly.schedule.parse_schedule(t.schedule) for t in kernel.report.trials[:TIMED]}
+    # (a lone neighbour of the climb that follows is built when it is first timed)
+    assert first_timed >= 2 and first_pass <= prebuilt | {s for s, main in calls if not main}
 
 
 def test_auto_tuner_restarts_trials_in_the_buffers_of_dropped_ones(tmp_path, monkeypatch, assert_matches):
@@ -279,6 +282,62 @@ def test_auto_tuner_restarts_trials_in_the_buffers_of_dropped_ones(tmp_path, mon
     u0 = np.random.default_rng(5).random((34, 40))
     assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
     assert len(kernel.report.trials) > 4 and restarts
+
+
+def test_a_clearly_slower_finalist_stops_after_two_rounds(tmp_path, monkeypatch, assert_matches):
+    """The run-off times each finalist ROUNDS times, interleaved; one whose fastest timing after two rounds is
+    CLEARLY_SLOWER than the leader's slowest stops there (here: every 1-thread schedule takes 3x the time,
+    by a stand-in clock), and the choice is still the fast one."""
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    timings: list[msc.Schedule] = []
+
+    def timing(self, kernel, sim, steps):
+        timings.append(kernel.schedule)
+        return 3.0 if kernel.threads == 1 else 1.0 + 0.01 * (len(timings) % 3)
+
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
+    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
+    u0 = np.random.default_rng(6).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    one_thread = [t for t in kernel.report.trials if "with_threads(1)" in t.schedule]
+    assert one_thread and all(t.ms_per_step == 3.0 for t in one_thread)
+    assert kernel.report.schedule.threads == 2
+    runs = {s: timings.count(s) for s in set(timings)}
+    assert [n for s, n in runs.items() if s.threads == 1] == [2]  # a variant of the choice: two run-off rounds
+    assert max(runs.values()) >= 1 + tuner.ROUNDS
+
+
+def test_the_tuner_climbs_from_its_best_time_tile_to_faster_neighbours(tmp_path, monkeypatch, assert_matches):
+    """A stand-in model that ranks shallow, narrow time tiles best and a stand-in clock where deeper and wider
+    ones are faster: the first pass times the model's choice, then the climb moves through neighbours (the
+    depth or a tile size doubled) to a faster tile the first pass did not time, each one step from another."""
+    from msc.targets.cpu import model
+    from msc.tune import tuner
+    from msc.tune.tuner import Estimate
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+
+    def ms(s: msc.Schedule) -> float:
+        return 1.0 - (0.02 * s.time_depth + 0.001 * dict(s.tiles).get("x", 0) if s.time_depth else 0.0)
+
+    monkeypatch.setattr(model, "estimate", lambda poly, shape, s: Estimate(
+        1.0 + (s.time_depth + dict(s.tiles).get("x", 0) / 64 if s.time_depth else 99.0)))
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", lambda self, kernel, sim, steps: ms(kernel.schedule))
+    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
+    kernel.budget_s = 60.0
+    u0 = np.random.default_rng(7).random((66, 70))
+    assert_matches(kernel.run(steps=16, u=u0), heat.reference(steps=16, u=u0))
+    trials = [parse_schedule(t.schedule) for t in kernel.report.trials]
+    first_pass = trials[:tuner.TIMED]
+    start = min((s for s in first_pass if s.time_depth), key=ms)
+    chosen = kernel.report.schedule
+    tile = msc.Schedule().time_tile(chosen.time_depth, **dict(chosen.tiles))
+    assert tile not in first_pass and ms(tile) < ms(start)
+    climbed = [s for s in trials[len(first_pass):] if s.time_depth and not s.prefetch_distance and not s.threads]
+    assert tile in climbed
+    assert all(any(tuner._steps(a, [b]) == [b] for a in [start, *climbed]) for b in climbed)
 
 
 def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys, assert_matches):

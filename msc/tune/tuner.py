@@ -8,7 +8,9 @@ several depths and widths; then the platform's `refinements` of the
 winner: prefetching, thread counts) are compiled and timed on short runs of
 the real inputs within a time budget, with progress printed. A platform
 with a cost model (the CPU's: msc/targets/cpu/model.py) has only the
-default and the TIMED - 1 candidates it ranks best timed; each timing runs
+default and the TIMED - 1 candidates it ranks best timed (some of them time
+tiles), then the neighbours of the fastest time tile (deeper, shallower,
+wider, narrower) while one is faster (`_climb`); each timing runs
 whole time tiles for about SAMPLE_S seconds. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
@@ -32,7 +34,7 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -132,10 +134,37 @@ def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
     return sorted(items, key=prior)
 
 
+def _steps(tile: Schedule, space: list[Schedule]) -> list[Schedule]:
+    """The time tiles of `space` one step from `tile` (the same options and tiled dimensions; the depth or one
+    tile size doubled or halved), in the order the climb tries them: deeper, wider, narrower, shallower."""
+    sizes = dict(tile.tiles)
+    moves = [(2.0, None), *((2.0, d) for d in sizes), *((0.5, d) for d in sizes), (0.5, None)]
+    out = []
+    for factor, dim in moves:
+        depth = tile.time_depth * factor if dim is None else tile.time_depth
+        tiles = {d: n * factor if d == dim else n for d, n in sizes.items()}
+        for s in space:
+            if s.time_depth == depth and dict(s.tiles) == tiles and replace(s, time_depth=tile.time_depth,
+                                                                            tiles=tile.tiles) == tile:
+                out.append(s)
+    return out
+
+
 MAX_TRIAL_STEPS = 64
 FINALISTS = 3  # the fastest of the first pass timed again against each other (and the default)
 ROUNDS = 5  # interleaved timings of each finalist; the median decides
-TIMED = 8  # the candidates a platform with a cost model has timed: the default and the best it ranks
+#: a finalist whose fastest timing after two rounds is this much slower than the leader's slowest stops early:
+#: more rounds cannot make it win (a run-off of fewer threads often has one)
+CLEARLY_SLOWER = 1.25
+TIMED = 6  # the candidates a platform with a cost model has timed: the default and the best it ranks
+TIME_TILE_SLOTS = 2  # of those, at least this many time tiles (the model's best), where the space has them
+#: the climb from the best time tile timed (`_climb`): it starts when that tile is within CLIMB_WITHIN of the
+#: best schedule timed, moves to a neighbour CLIMB_GAIN faster (not to one a timing's noise makes faster),
+#: times at most CLIMB_TIMINGS neighbours, and stops when CLIMB_SHARE of the budget is spent
+CLIMB_WITHIN = 1.5
+CLIMB_GAIN = 1.03
+CLIMB_TIMINGS = 6
+CLIMB_SHARE = 0.4
 SAMPLE_S = 0.15  # a timing runs whole time tiles for at least this long (at most the trial's steps)
 
 
@@ -327,21 +356,60 @@ class AutoKernel:
 
     def _ranked(self, pool: list[Schedule], shape: tuple[int, ...], trial_steps: int) -> list[Schedule]:
         """The default and the TIMED - 1 candidates the platform's cost model ranks
-        best (ties keep the pool's order); the whole pool when it has no model."""
+        best (ties keep the pool's order), TIME_TILE_SLOTS of them time tiles where the
+        pool has them (a model that cannot tell tiles apart still has some timed, and the
+        climb starts from them); the whole pool when it has no model."""
         try:
             costs = {s: self.platform.cost(self.poly, shape, trial_steps, s).ms_per_step for s in pool}
         except (NotImplementedError, MscError):  # no model, or a candidate it cannot place: the pool in order
             return pool
-        best = sorted((s for s in pool if s != Schedule()), key=costs.__getitem__)[:TIMED - 1]
+        ranked = sorted((s for s in pool if s != Schedule()), key=costs.__getitem__)
+        tiles = [s for s in ranked if s.time_depth][:TIME_TILE_SLOTS]
+        best = [s for s in ranked if s not in tiles][:TIMED - 1 - len(tiles)]
+        best = sorted([*best, *tiles], key=ranked.index)
         self._say(f"the cost model of {self.platform.name} ranked {len(pool)} schedules; timing the default "
                   f"and the best {len(best)}")
         return [Schedule(), *best]
+
+    def _climb(self, space: list[Schedule], timed: dict[Schedule, float], max_threads: int, inputs: dict[str, Any],
+               trial_steps: int, trials: list[Trial], start: float) -> None:
+        """From the fastest time tile timed, if it is within CLIMB_WITHIN of the fastest schedule: time its
+        untimed neighbours in `space` (`_steps`: deeper first, then wider, narrower, shallower) and move to
+        the first that is CLIMB_GAIN faster, until none is, CLIMB_TIMINGS neighbours are timed or CLIMB_SHARE
+        of the budget is spent (the run-offs that follow time deep tiles in whole tiles).
+        A cost model ranks deep and large tiles by how it thinks they fit the caches; the climb measures them."""
+        here = min((s for s in timed if s.time_depth), key=timed.__getitem__, default=None)
+        if here is None or timed[here] > CLIMB_WITHIN * min(timed.values()):
+            return
+        budget = CLIMB_TIMINGS
+        while budget > 0:
+            near = [s for s in _steps(here, space) if s not in timed]
+            self._prebuild(near[:min(budget, os.cpu_count() or 1)], max_threads)  # the likeliest, side by side
+            moved = False
+            for schedule in near[:budget]:
+                if time.perf_counter() - start > CLIMB_SHARE * self.budget_s:
+                    return
+                budget -= 1
+                try:
+                    ms = self._time(schedule, max_threads, inputs, trial_steps, timed)
+                except MscError as e:
+                    self._say(f"climb: {schedule}: skipped ({str(e).splitlines()[0]})")
+                    continue
+                trials.append(Trial(str(schedule), ms))
+                self._say(f"climb from {here}: {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})")
+                if ms * CLIMB_GAIN < timed[here]:
+                    here, moved = schedule, True
+                    break
+            if not moved:
+                return
 
     def _runoff(self, schedules: list[Schedule], max_threads: int, inputs: dict[str, Any], trial_steps: int,
                 trials: list[Trial]) -> dict[Schedule, float]:
         """Median ms/step of each schedule that compiles (`threads` of its own, else
         `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
-        moment of the machine touches every schedule alike."""
+        moment of the machine touches every schedule alike; from the third round on
+        a schedule CLEARLY_SLOWER than the leader is no longer timed (its median is
+        of the rounds it ran)."""
         started = {}
         for schedule in schedules:
             try:
@@ -350,8 +418,16 @@ class AutoKernel:
             except MscError as e:  # e.g. no private innermost loop to prefetch in
                 self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
         samples: dict[Schedule, list[float]] = {s: [] for s in started}
-        for _ in range(ROUNDS):
-            for schedule, (kernel, sim, steps) in started.items():
+        running = dict(started)
+        for round_ in range(ROUNDS):
+            if round_ >= 2:
+                leader = min(running, key=lambda s: float(np.median(samples[s])))
+                slowest = max(samples[leader])
+                for schedule in [s for s in running if min(samples[s]) > CLEARLY_SLOWER * slowest]:
+                    self._say(f"{schedule}: stopped after {round_} rounds, {min(samples[schedule]):.3f} ms/step at "
+                              f"best against {leader}'s {slowest:.3f} at worst")
+                    del running[schedule]
+            for schedule, (kernel, sim, steps) in running.items():
                 samples[schedule].append(self._timing(kernel, sim, steps))
         medians = {s: float(np.median(v)) for s, v in samples.items()}
         for s, ms in medians.items():
@@ -366,7 +442,7 @@ class AutoKernel:
         pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps, self.platform))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
-        pool = self._ranked(pool, shape, trial_steps)
+        space, pool = pool, self._ranked(pool, shape, trial_steps)
         self._say(f"tuning '{self.ir.name}' for {'x'.join(map(str, shape))} on up to {max_threads} threads: "
                   f"{len(pool)} schedules, budget {self.budget_s:.0f} s")
         self._prebuild(pool, max_threads)
@@ -388,6 +464,7 @@ class AutoKernel:
                 trials.append(Trial(str(schedule), ms))
                 self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})", bar)
         assert trials
+        self._climb(space, timed, max_threads, inputs, trial_steps, trials, start)
         # a busy machine makes single timings noisy: the finalists and the default, again, interleaved
         finalists = _dedupe([Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]])
         medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials)
