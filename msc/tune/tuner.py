@@ -420,7 +420,7 @@ class AutoKernel:
         samples: dict[Schedule, list[float]] = {s: [] for s in started}
         running = dict(started)
         for round_ in range(ROUNDS):
-            if round_ >= 2:
+            if round_ >= 2 and running:
                 leader = min(running, key=lambda s: float(np.median(samples[s])))
                 slowest = max(samples[leader])
                 for schedule in [s for s in running if min(samples[s]) > CLEARLY_SLOWER * slowest]:
