@@ -94,9 +94,9 @@ def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.Fie
     if kind in ("jacobi", FIRST):
         decls = (*decls, ir.FieldDecl(WEIGHT, ndim, "float64", window=0, written=False))
     weight = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
-    expr = {"apply": K, "residual": ir.BinOp("-", b, K), FIRST: ir.BinOp("*", weight, b),
-            FIRST_UNIFORM: ir.BinOp("*", weight, b)}.get(kind) or \
-        ir.BinOp("+", v, ir.BinOp("*", weight, ir.BinOp("-", b, K)))
+    expr = {"apply": K, "residual": ir.BinOp("-", b, K)}.get(kind) or (
+        ir.BinOp("*", weight, b) if kind in (FIRST, FIRST_UNIFORM)
+        else ir.BinOp("+", v, ir.BinOp("*", weight, ir.BinOp("-", b, K))))
     return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if uniform else ()),
                         (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary)
 

@@ -350,15 +350,19 @@ inline bool in_shared(const char* c) {
 
 [[noreturn]] inline void fault(const std::string& what);
 
+/* "<access> at byte K of <what>, which has N bytes": an access outside a shared array, for its fault */
+inline std::string outside(const char* access, unsigned bytes, long long at, const std::string& what, size_t size) {
+    return std::string(access) + std::to_string(bytes) + " bytes at byte " + std::to_string(at) + " of " + what +
+           ", which has " + std::to_string(size) + " bytes";
+}
+
 /* An access of `bytes` at c outside every shared array (in a guard band): a fault naming the array it missed. */
 inline void check_shared_bounds(const char* c, unsigned bytes, bool store) {
     const Runtime& r = rt();
-    const char* what = store ? "a store of " : "a load of ";
+    const char* access = store ? "a store of " : "a load of ";
     if (in_dynamic(c)) {
         if (c >= r.dynamic_shared && c + bytes <= r.dynamic_shared + r.dynamic_capacity) return;
-        const long long at = c - r.dynamic_shared;
-        fault(what + std::to_string(bytes) + " bytes at byte " + std::to_string(at) +
-              " of the dynamic shared memory, which has " + std::to_string(r.dynamic_capacity) + " bytes");
+        fault(outside(access, bytes, c - r.dynamic_shared, "the dynamic shared memory", r.dynamic_capacity));
     }
     if (!in_arena(c)) return;
     const SharedArray* nearest = nullptr;
@@ -368,9 +372,9 @@ inline void check_shared_bounds(const char* c, unsigned bytes, bool store) {
         const long long d = c < a.start ? a.start - c : c - (a.start + a.bytes) + 1;
         if (nearest == nullptr || d < distance) nearest = &a, distance = d;
     }
-    if (nearest == nullptr) fault(what + std::to_string(bytes) + " bytes in shared memory no array holds");
-    fault(what + std::to_string(bytes) + " bytes at byte " + std::to_string(c - nearest->start) +
-          " of shared array '" + nearest->name + "', which has " + std::to_string(nearest->bytes) + " bytes");
+    if (nearest == nullptr) fault(access + std::to_string(bytes) + " bytes in shared memory no array holds");
+    fault(outside(access, bytes, c - nearest->start, "shared array '" + std::string(nearest->name) + "'",
+                  nearest->bytes));
 }
 
 inline Region* region_of(const char* c) {
@@ -540,31 +544,30 @@ inline void* shared_array(const char* name, size_t bytes) {
     return r.arena.data() + at;
 }
 
-/* The first byte of a guard band the running block changed, as a fault message, or "" */
-inline std::string guards_changed() {
-    const Runtime& r = rt();
+/* "<what> of N bytes: byte K (outside it) was written", K the first byte of its guard bands (`before`
+ * bytes below `start`, kSharedGuard above the `bytes` from it) that is not poison, the upper band first; or "" */
+inline std::string guard_written(const std::string& what, const char* start, size_t bytes, size_t before) {
     auto changed = [](const char* from, size_t n) -> long long {
         for (size_t i = 0; i < n; ++i)
             if ((unsigned char)from[i] != 0xff) return (long long)i;
         return -1;
     };
+    const long long high = changed(start + bytes, kSharedGuard), low = changed(start - before, before);
+    if (high < 0 && low < 0) return "";
+    return what + " of " + std::to_string(bytes) + " bytes: byte " +
+           std::to_string(high >= 0 ? (long long)bytes + high : low - (long long)before) + " (outside it) was written";
+}
+
+/* The first byte of a guard band the running block changed, as a fault message, or "" */
+inline std::string guards_changed() {
+    const Runtime& r = rt();
     for (const SharedArray& a : r.arrays) {
         const size_t before = std::min<size_t>(kSharedGuard, (size_t)(a.start - r.arena.data()));
-        const long long low = changed(a.start - before, before), high = changed(a.start + a.bytes, kSharedGuard);
-        if (low >= 0 || high >= 0)
-            return "shared array '" + std::string(a.name) + "' of " + std::to_string(a.bytes) + " bytes: byte " +
-                   std::to_string(high >= 0 ? (long long)a.bytes + high : low - (long long)before) +
-                   " (outside it) was written";
+        const std::string said = guard_written("shared array '" + std::string(a.name) + "'", a.start, a.bytes, before);
+        if (!said.empty()) return said;
     }
-    if (r.dynamic_shared != nullptr) {
-        const long long low = changed(r.dynamic_shared - kSharedGuard, kSharedGuard);
-        const long long high = changed(r.dynamic_shared + r.dynamic_capacity, kSharedGuard);
-        if (low >= 0 || high >= 0)
-            return "dynamic shared memory of " + std::to_string(r.dynamic_capacity) + " bytes: byte " +
-                   std::to_string(high >= 0 ? (long long)r.dynamic_capacity + high : low - (long long)kSharedGuard) +
-                   " (outside it) was written";
-    }
-    return "";
+    if (r.dynamic_shared == nullptr) return "";
+    return guard_written("dynamic shared memory", r.dynamic_shared, r.dynamic_capacity, kSharedGuard);
 }
 
 inline unsigned threads_per_block() { return blockDim.x * blockDim.y * blockDim.z; }
@@ -752,10 +755,10 @@ inline bool run_block() {
             return false;
         }
     }
-    const std::string outside = guards_changed();
-    if (!outside.empty()) {
+    const std::string written = guards_changed();
+    if (!written.empty()) {
         r.faulted = true;
-        r.fault = block_name() + ": " + outside;
+        r.fault = block_name() + ": " + written;
         return false;
     }
     count_block();

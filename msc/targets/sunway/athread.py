@@ -401,6 +401,30 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: Sim
                 bytes=tt.ldm_bytes(itemsize))
 
 
+def _box_index(coords: list[str], offsets: tuple[int, ...], first: int) -> str:
+    """Row-major index of point coords + offsets (dimensions `first` on) in a packed box whose dimension d
+    holds b_d <= i_d < b_d + w_d."""
+    out = ""
+    for d in range(first, len(coords)):
+        o = offsets[d]
+        term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
+        out = term if d == first else f"({out}) * w{d} + {term}"
+    return out
+
+
+def _loop_nest(node: k.Assign, coords: list[str], first: int, lo: str, hi: str, unroll: dict[int, int]) -> k.Block:
+    """`node` inside loops over dimensions `first` on (coords[d] from lo to hi, formatted with d), the
+    innermost marked for vectors."""
+    ndim = len(coords)
+    nest: k.Node = node
+    for d in reversed(range(first, ndim)):
+        body = nest if isinstance(nest, k.Block) else k.Block((nest,))
+        nest = k.Block((k.Loop(coords[d], lo.format(d=d), f"{coords[d]} < {hi.format(d=d)}", body, dim=d,
+                               unroll=unroll.get(d, 0), vector=d == ndim - 1),))
+    assert isinstance(nest, k.Block)
+    return nest
+
+
 def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[
         str, int | None, int]]]:
     """The kernel IR of one row (3D: plane) x of a statement in a streamed time tile: points lo_d <= i_d < hi_d
@@ -408,54 +432,26 @@ def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -
     i_d + offset_d; rows hold the box's points b_d <= i_d < b_d + w_d, packed. Also each row pointer's
     (field, dt, dx)."""
     coords = [f"i{d}" for d in range(ndim)]
-
-    def index(offsets: tuple[int, ...]) -> str:
-        out = ""
-        for d in range(1, ndim):
-            o = offsets[d]
-            term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
-            out = term if d == 1 else f"({out}) * w{d} + {term}"
-        return out
-
     loads, rows = [], {}
     for a in dict.fromkeys(st.reads):
         dx = a.offsets[0]
         name = f"r_{array_name(a.name, a.dt)}_{'m' if dx < 0 else 'p'}{abs(dx)}"
         rows[name] = (a.name, a.dt, dx)
-        loads.append((a, k.Ref(name, index(a.offsets), k.Space.LOCAL)))
-    node: k.Node = k.Assign(k.Ref("r_out", index((0,) * ndim), k.Space.LOCAL), st.expr, tuple(loads), st.target,
-                            ("x", *coords[1:]))
-    for d in reversed(range(1, ndim)):
-        body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0),
-                               vector=d == ndim - 1),))
-    assert isinstance(node, k.Block)
-    return node, dict(sorted(rows.items()))
+        loads.append((a, k.Ref(name, _box_index(coords, a.offsets, 1), k.Space.LOCAL)))
+    node = k.Assign(k.Ref("r_out", _box_index(coords, (0,) * ndim, 1), k.Space.LOCAL), st.expr, tuple(loads),
+                    st.target, ("x", *coords[1:]))
+    return _loop_nest(node, coords, 1, "lo{d}", "hi{d}", unroll), dict(sorted(rows.items()))
 
 
 def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:
     """The kernel IR of one statement on the region lo_d <= i_d < hi_d of a time tile's LDM block,
     whose arrays hold the box b_d <= i_d < b_d + w_d (global coordinates i)."""
     coords = [f"i{d}" for d in range(ndim)]
-
-    def index(offsets: tuple[int, ...]) -> str:
-        out = ""
-        for d in range(ndim):
-            o = offsets[d]
-            term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
-            out = term if d == 0 else f"({out}) * w{d} + {term}"
-        return out
-
-    loads = tuple((a, k.Ref(f"v_{array_name(a.name, a.dt)}", index(a.offsets), k.Space.LOCAL))
+    loads = tuple((a, k.Ref(f"v_{array_name(a.name, a.dt)}", _box_index(coords, a.offsets, 0), k.Space.LOCAL))
                   for a in dict.fromkeys(st.reads))
-    node: k.Node = k.Assign(k.Ref(f"v_{level_name(st.target, 1)}", index((0,) * ndim), k.Space.LOCAL), st.expr,
-                            loads, st.target, tuple(coords))
-    for d in reversed(range(ndim)):
-        body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], f"lo{d}", f"{coords[d]} < hi{d}", body, dim=d, unroll=unroll.get(d, 0),
-                               vector=d == ndim - 1),))
-    assert isinstance(node, k.Block)
-    return node
+    node = k.Assign(k.Ref(f"v_{level_name(st.target, 1)}", _box_index(coords, (0,) * ndim, 0), k.Space.LOCAL),
+                    st.expr, loads, st.target, tuple(coords))
+    return _loop_nest(node, coords, 0, "lo{d}", "hi{d}", unroll)
 
 
 def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int]]]:
@@ -480,14 +476,9 @@ def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Bl
     out_index = coords[1]
     for d in range(2, ndim):
         out_index = f"({out_index}) * h{d} + {coords[d]}"
-    node: k.Node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
+    node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
                             tk.statement.target, tuple(coords))
-    for d in reversed(range(1, ndim)):
-        body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0),
-                               vector=d == ndim - 1),))
-    assert isinstance(node, k.Block)
-    return node, dict(sorted(rows.items()))
+    return _loop_nest(node, coords, 1, "0", "h{d}", unroll), dict(sorted(rows.items()))
 
 
 def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
@@ -508,14 +499,9 @@ def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
     out_index = coords[0]
     for d in range(1, ndim):
         out_index = f"({out_index}) * h{d} + {coords[d]}"
-    node: k.Node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
+    node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
                             tk.statement.target, tuple(coords))
-    for d in reversed(range(ndim)):
-        body = node if isinstance(node, k.Block) else k.Block((node,))
-        node = k.Block((k.Loop(coords[d], "0", f"{coords[d]} < h{d}", body, dim=d, unroll=unroll.get(d, 0),
-                               vector=d == ndim - 1),))
-    assert isinstance(node, k.Block)
-    return node
+    return _loop_nest(node, coords, 0, "0", "h{d}", unroll)
 
 
 register_node(NAME, AthreadTarget)

@@ -217,11 +217,11 @@ class TimeTileKernel:
 
 @dataclass(frozen=True)
 class Ring:
-    """Rows (3D: planes) of one level of `field` in a streamed time tile: level k (t = step + k - window + 1; k < window are
-    fetched, a row ahead of the stages; the others computed by stage (k - window) x statements + s) or, k None,
-    an input. Row x of the box lives in row x mod `length`, `offset` elements into the LDM block. A ring holds
-    the rows its last reading stage still needs when its producer writes a new one; the newest fetched level's
-    also the rows every stage copies its boundary ring from."""
+    """Rows (3D: planes) of one level of `field` in a streamed time tile: level k (t = step + k - window + 1;
+    k < window are fetched, a row ahead of the stages; the others computed by stage (k - window) x statements
+    + s) or, k None, an input. Row x of the box lives in row x mod `length`, `offset` elements into the LDM
+    block. A ring holds the rows its last reading stage still needs when its producer writes a new one; the
+    newest fetched level's also the rows every stage copies its boundary ring from."""
 
     field: str
     k: int | None
