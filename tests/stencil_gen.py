@@ -91,8 +91,12 @@ def _index(ndim: int, offs: tuple[int, ...]) -> str:
 
 
 def generate(seed: int, *, ndim: int | None = None, boundary: str | None = None, shape: str | None = None,
-             dtype: str | None = None, coeff: bool | None = None) -> GeneratedCase:
-    """The case of `seed`; keywords fix a choice the seed would otherwise make."""
+             dtype: str | None = None, coeff: bool | None = None, classes: int = 0) -> GeneratedCase:
+    """The case of `seed`; keywords fix a choice the seed would otherwise make.
+    `classes` > 0: each statement reads its own field at every offset of the
+    box of that radius, weighed by the offset's class (the absolute leading
+    offsets, sorted, and the last one), as a box stencil with weights by
+    distance is (what msc/codegen/row_sums.py sums by rows)."""
     rng = random.Random(seed)
     ndim = ndim or rng.randint(1, 3)
     radius = rng.randint(1, 4)
@@ -112,11 +116,19 @@ def generate(seed: int, *, ndim: int | None = None, boundary: str | None = None,
         for src in written:
             lookback = range(0, -levels, -1) if src == target or rng.random() < 0.5 else [0]
             for dt in lookback:
-                for offs in _offsets(rng, ndim, radius, shape) if rng.random() < 0.7 or src == target else [(0,) * ndim]:
+                offsets = _offsets(rng, ndim, radius, shape) if rng.random() < 0.7 or src == target else [(0,) * ndim]
+                if classes and src == target:
+                    offsets = list(itertools.product(range(-classes, classes + 1), repeat=ndim))
+                for offs in offsets:
                     terms.append((src, f"t{dt:+d}" if dt else "t", offs))
             if written.index(src) < k and rng.random() < 0.7:  # read what an earlier statement wrote
                 terms.append((src, "t+1", rng.choice(_offsets(rng, ndim, radius, shape))))
-        weights = [rng.uniform(0.05, 1) for _ in terms]
+        if classes:
+            by_class: dict[tuple[Any, ...], float] = {}
+            weights = [by_class.setdefault((src, lvl, tuple(sorted(map(abs, offs[:-1]))), offs[-1]),
+                                           rng.uniform(0.05, 1)) for src, lvl, offs in terms]
+        else:
+            weights = [rng.uniform(0.05, 1) for _ in terms]
         scale = 1 / sum(weights)  # an average: the reads' range bounds it
         reads = [f"{src}[{lvl}, {_index(ndim, offs)}]" for src, lvl, offs in terms]
         expr = " + ".join(f"{w * scale!r} * {r}" for w, r in zip(weights, reads))

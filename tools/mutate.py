@@ -186,6 +186,14 @@ MUTANTS = [
            "                *super()._loop(replace(loop, init=None), depth + 1), f\"{pad}}}\"]",
            "                f\"{pad}}}\"]",
            ("tests/test_athread_simd.py::test_rows_of_any_length_match_the_reference",)),
+    Mutant("row sums stop one point short of a strip's last point", "msc/codegen/row_sums.py",
+           "{_plus(end, high)})", "{_plus(end, high - 1)})", ("tests/test_row_sums.py",)),
+    Mutant("row sums cover a strip without its right halo", "msc/codegen/row_sums.py",
+           "{_plus(STRIP, ROW_STRIP + high)}", "{_plus(STRIP, ROW_STRIP)}", ("tests/test_row_sums.py",)),
+    Mutant("row sums group rows by their shifts alone", "msc/codegen/row_sums.py",
+           "alike[(level, tuple(sorted(shifts, key=lambda s: s[0])))].append(row)",
+           "alike[(level, tuple((s, shifts[0][1]) for s, _ in sorted(shifts, key=lambda s: s[0])))].append(row)",
+           ("tests/test_row_sums.py",)),
 ]
 
 

@@ -34,5 +34,9 @@ class _Flops(ir.Visitor[int]):
         return 1 + self.visit(e.cond) + self.visit(e.then) + self.visit(e.otherwise)
 
 
+def expr_flops(e: ir.Expr) -> int:
+    return _Flops().visit(e)
+
+
 def flops(statement: ir.Statement) -> int:
-    return _Flops().visit(statement.expr)
+    return expr_flops(statement.expr)

@@ -10,14 +10,15 @@ Per step, the largest of
            bandwidth of the cache level that holds a tile's working set (per
            core: L2, or the core's share of L3; CACHE_SPEEDUP times memory's),
            or memory's when none does;
-  compute  flops per point x points / (cores x CORE_GFLOPS).
+  compute  flops per point (after row sums: msc/codegen/row_sums.py) x points
+           / (cores x CORE_GFLOPS).
 """
 
 from __future__ import annotations
 
 import math
 
-from msc.ir.counts import flops
+from msc.codegen.row_sums import summed_flops
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule
 from msc.runtime.threads import usable_cores
@@ -37,7 +38,7 @@ def estimate(poly: PolyIR, shape: tuple[int, ...], schedule: Schedule) -> Estima
     writes = len(stencil.statements) * (1 if schedule.streaming else 2)
     sweep = points * (levels + writes) * itemsize
     bandwidth, cores = memory_bandwidth(), usable_cores()
-    compute = points * sum(flops(st) for st in stencil.statements) / (cores * CORE_GFLOPS * 1e9)
+    compute = points * sum(summed_flops(st) for st in stencil.statements) / (cores * CORE_GFLOPS * 1e9)
     memory = sweep / bandwidth
     cache = 0.0
     if schedule.time_depth:

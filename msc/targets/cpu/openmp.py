@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from msc import ir
 from msc.codegen import kernel_ir as k
 from msc.codegen import register_node
+from msc.codegen.row_sums import row_sums
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule
 from msc.targets import ctarget
@@ -85,6 +86,9 @@ class CPUPlatform(ctarget.Platform):
         return model.estimate(poly, shape, schedule)
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
+        rows = x86.row_dim(poly, schedule)
+        if rows is not None:
+            kernel = row_sums(kernel, rows)
         kernel, lines = x86.line_stores(kernel, poly, schedule)
         if schedule.schedule.streaming:
             kernel = x86.stream_fences(kernel)

@@ -25,20 +25,14 @@ LINE_BUFFER = "msc_line"
 LINE_BASE = "msc_base"
 
 
-def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
-    """The loop written in whole aligned cache lines: the innermost one, when
-    it runs along the last (unit-stride) dimension, is not shared among
-    threads or unrolled, and carries no dependence; for a large stencil
-    (LARGE_READS) only when asked for. stream_stores() and prefetch() need
-    it and say which condition fails."""
+def _row_loop(poly: PolyIR, lowered: LoweredSchedule) -> tuple[int, str | None]:
+    """The innermost loop, and why it is not a private row loop (None: it is
+    one): running along the last (unit-stride) dimension, not shared among
+    threads or unrolled, and carrying no dependence."""
     stencil = poly.ir
     last = stencil.dims[-1]
     innermost = max(k_ for k_, n in enumerate(lowered.names) if n)
-    needs = [name for name, on in (("stream_stores", lowered.schedule.streaming),
-                                   ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
     problem = None
-    if not needs and max(len(s.reads) for s in stencil.statements) >= LARGE_READS:
-        return None  # a large stencil is compute-bound: one copy of its statement compiles much faster
     if lowered.names[innermost] != last:
         problem = (f"the innermost loop runs along {lowered.names[innermost]!r}, but whole cache lines "
                    f"run only along the last dimension {last!r}; keep {last!r} innermost")
@@ -49,6 +43,24 @@ def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
         problem = f"loop {last!r} is unrolled; it already runs in whole cache lines"
     elif innermost not in lowered.parallel_dims:
         problem = f"loop {last!r} carries the dependence {carried_example(poly, lowered, innermost)}"
+    return innermost, problem
+
+
+def row_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
+    """The schedule dimension of the private row loop (`_row_loop`), if there is one."""
+    innermost, problem = _row_loop(poly, lowered)
+    return innermost if problem is None else None
+
+
+def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
+    """The loop written in whole aligned cache lines: the private row loop
+    (`_row_loop`); for a large stencil (LARGE_READS) only when asked for.
+    stream_stores() and prefetch() need it and say which condition fails."""
+    needs = [name for name, on in (("stream_stores", lowered.schedule.streaming),
+                                   ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
+    if not needs and max(len(s.reads) for s in poly.ir.statements) >= LARGE_READS:
+        return None  # a large stencil is compute-bound: one copy of its statement compiles much faster
+    innermost, problem = _row_loop(poly, lowered)
     if problem is None:
         return innermost
     if needs:
