@@ -75,6 +75,16 @@ def test_tuner_table_is_the_committed_run():
         assert all(figure in line for figure in figures), (row["stencil"], figures, line)
 
 
+def test_full_size_stencil_tables_are_the_committed_run():
+    """docs/benchmarks.md's full-size stencil tables are benchmarks/report.py's rendering of
+    benchmarks/results/stencils-full.json."""
+    report = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"),
+                             str(ROOT / "benchmarks" / "results" / "stencils-full.json")],
+                            capture_output=True, text=True, check=True)
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert report.stdout.strip() in text
+
+
 def test_readme_says_what_the_test_command_runs_and_skips():
     text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     for words in ('-m "not slow"', "marked `slow`", "MSC_MATRICES", "skipped"):
