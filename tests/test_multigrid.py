@@ -295,6 +295,8 @@ def test_bad_arguments_and_systems_are_refused():
         msc.solve(L, rhs, h=0.1, method="cg", tol=0)
     with pytest.raises(msc.StencilArgumentError, match="maxiter must be"):
         msc.solve(L, rhs, h=0.1, method="cg", maxiter=0)
+    with pytest.raises(msc.StencilArgumentError, match="blocks=True needs comm="):
+        msc.solve(L, rhs, h=0.1, method="multigrid", blocks=True)
 
     @msc.operator
     def pair(a, b):

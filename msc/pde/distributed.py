@@ -10,7 +10,12 @@ the factored coarsest) runs as in one process, and scatters back to each rank
 the slab of the correction it interpolates from. Krylov dot products are
 global sums (allreduce), so every rank takes the same steps and the result
 differs from one process only by rounding. Inputs are given on rank 0 (None
-elsewhere); rank 0 gets the solution, the other ranks None.
+elsewhere); rank 0 gets the solution, the other ranks None. With
+`blocks=True` each rank gives its own blocks instead (`owned_block` says
+which: the right-hand side over the block, every array over the block
+padded by the operator's radius) and gets its block of the solution; the
+setup still gathers the blocks on rank 0, which builds the coarse levels
+from the global coefficients.
 
 Supported: scalar operators, dirichlet (any size) and periodic with even
 sizes; every axis must halve (at least 3 points, 6 periodic).
@@ -35,7 +40,7 @@ from msc.pde.multigrid import Level, Multigrid, smooth
 from msc.pde.problem import checked_problem
 from msc.pde.vectors import Vectors
 from msc.runtime.distributed import _collectively
-from msc.runtime.halo import Grid, HaloExchanger
+from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
 
@@ -291,21 +296,90 @@ class DistributedMultigrid:
         self.grid.close()
 
 
+def _grid(L: Operator, comm: Any, shape: tuple[int, ...], dims: Any) -> Grid:
+    return _collectively(comm, lambda: Grid(comm, L.interior_shape(shape), L.ir.boundary == "periodic", dims))
+
+
+def owned_block(L: Operator, comm: Any, shape: tuple[int, ...], dims: Any = None) -> tuple[slice, ...]:
+    """This rank's block of the interior under msc.solve(..., comm=comm, blocks=True): slices of the
+    global interior (`shape` is the global array's, ring included for dirichlet). Collective."""
+    grid = _grid(L, comm, tuple(int(n) for n in shape), dims)
+    try:
+        return tuple(slice(s, s + c) for s, c in zip(grid.start, grid.count))
+    finally:
+        grid.close()
+
+
+def _gather_blocks(L: Operator, comm: Any, shape: tuple[int, ...] | None, dims: Any, rhs: Any,
+                   inputs: Mapping[str, Any], what: str) -> tuple[Any, dict[str, Any]]:
+    """The global right-hand side and arrays on rank 0 (None elsewhere), from each rank's blocks: `rhs`
+    of the rank's interior block, each array of that block padded by the operator's radius."""
+    def known() -> tuple[int, ...]:
+        if shape is None:
+            raise DistributedError(f"{what}: blocks=True needs the global array's shape= on every rank")
+        return tuple(int(n) for n in shape)
+
+    shape = _collectively(comm, known)
+    grid = _grid(L, comm, shape, dims)
+    r = L.radius
+    periodic = L.ir.boundary == "periodic"
+    count, padded = grid.count, tuple(c + 2 * rd for c, rd in zip(grid.count, r))
+    arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+
+    def check() -> dict[str, np.ndarray]:
+        out = {"rhs": np.asarray(rhs, float) if rhs is not None else None}
+        if out["rhs"] is None or out["rhs"].shape != count:
+            got = None if out["rhs"] is None else out["rhs"].shape
+            raise StencilArgumentError(f"{what}: rhs must be this rank's interior block of shape {count} "
+                                       f"(msc.pde.distributed.owned_block), got {got}")
+        for k, v in arrays.items():
+            out[k] = np.asarray(v, float)
+            if out[k].shape != padded:
+                raise StencilArgumentError(f"{what}: {k} must be this rank's block padded by the radius {r}, of "
+                                           f"shape {padded}, got {out[k].shape}")
+        return out
+
+    try:
+        mine = _collectively(comm, check)
+        pieces = comm.gather((grid.start, mine), root=0)
+    finally:
+        grid.close()
+    scalars = {k: v for k, v in inputs.items() if k not in arrays}
+    if comm.rank != 0:
+        return None, {**scalars, **{k: None for k in arrays}}
+    assert pieces is not None
+    n = L.interior_shape(shape)
+    rhs_global = np.zeros(n)
+    globals_ = {k: np.zeros(shape) for k in arrays}
+    for start, blocks in pieces:
+        rhs_global[tuple(slice(s, s + c) for s, c in zip(start, blocks["rhs"].shape))] = blocks["rhs"]
+        for k in arrays:
+            block = blocks[k]
+            if periodic:  # the ring wraps: a block's own points only
+                inner = block[tuple(slice(rd, p - rd) for rd, p in zip(r, block.shape))]
+                globals_[k][tuple(slice(s, s + c) for s, c in zip(start, inner.shape))] = inner
+            else:  # block and ring: a plain slice of the array (rings of neighbours agree)
+                globals_[k][tuple(slice(s, s + p) for s, p in zip(start, block.shape))] = block
+    return rhs_global, {**scalars, **globals_}
+
+
 def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] | None, method: str, tol: float,
                       maxiter: int | None, smoother: str, full_output: bool, dims: Any, progress: bool,
-                      inputs: Mapping[str, Any]) -> Any:
+                      inputs: Mapping[str, Any], blocks: bool = False) -> Any:
     """msc.solve(..., comm=comm): see the module docstring."""
     what = f"msc.solve with operator '{L.name}'"
     if method in ("auto", "direct"):
         method = "multigrid"  # over ranks the direct solve is not offered: auto means multigrid
     t0 = time.perf_counter()
+    if blocks:
+        rhs, inputs = _gather_blocks(L, comm, shape, dims, rhs, inputs, what)
     mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims, smoother=smoother)
     try:
         t1 = time.perf_counter()
         block, history = mg.solve(progress)
         t2 = time.perf_counter()
         ring = inputs.get(L.ir.unknowns[0]) if comm.rank == 0 else None
-        u = mg.gather(block, ring)
+        u = block if blocks else mg.gather(block, ring)
         cycles = max(len(history) - 1, 1)
         info = SolveInfo(mg.krylov, f"multigrid-{mg.krylov}", len(history) - 1, history,
                          [tuple(mg.n)] + (mg.coarse.shapes if mg.coarse else []), setup_s=t1 - t0, solve_s=t2 - t1,
@@ -314,7 +388,7 @@ def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] |
                          gather_bytes_per_iteration=comm.bcast(mg.transfer_bytes, root=0) / cycles)
     finally:
         mg.close()
-    if comm.rank != 0:
+    if comm.rank != 0 and not blocks:
         return (None, info) if full_output else None
     return (u, info) if full_output else u
 

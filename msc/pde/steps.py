@@ -279,7 +279,7 @@ def auto_method(L: Operator, shape: tuple[int, ...]) -> str:
 
 def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_output: bool = False,
           method: str = "auto", tol: float = 1e-8, maxiter: int | None = None, smoother: str = "jacobi",
-          progress: bool = False, comm: Any = None, dims: Any = None, **inputs: Any) -> Any:
+          progress: bool = False, comm: Any = None, dims: Any = None, blocks: bool = False, **inputs: Any) -> Any:
     """Solve L(u) = rhs for the interior unknowns; returns the whole array (a dict for a system).
 
     `rhs` has the interior's shape (a dict by field for a system); the ring comes from the
@@ -291,15 +291,18 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     'chebyshev' (degree 2 in D^-1 A); `progress=True` shows the residual falling on stderr.
     full_output=True also returns a SolveInfo (method, solver,
     iterations, residuals, levels, times). With an mpi4py communicator `comm`: multigrid over
-    its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0
-    (msc.pde.distributed)."""
+    its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0; with
+    `blocks=True` and the global `shape` on every rank, each rank gives its own blocks and gets its
+    block of the solution (msc.pde.distributed.owned_block)."""
     what = f"msc.solve with operator '{L.name}'"
     check_method(what, method, tol, maxiter)
     if comm is not None:
         from msc.pde.distributed import solve_distributed
 
         return solve_distributed(L, rhs, comm, shape, method, tol, maxiter, smoother, full_output, dims, progress,
-                                 inputs)
+                                 inputs, blocks)
+    if blocks:
+        raise StencilArgumentError(f"{what}: blocks=True needs comm= (an MPI communicator)")
     shape, rhs_flat = checked_problem(L, rhs, inputs, shape)
     if method == "auto":
         method = auto_method(L, shape)
