@@ -340,6 +340,28 @@ def test_the_tuner_climbs_from_its_best_time_tile_to_faster_neighbours(tmp_path,
     assert all(any(tuner._steps(a, [b]) == [b] for a in [start, *climbed]) for b in climbed)
 
 
+def test_the_climb_reaches_a_tile_four_times_as_deep_past_a_slower_one(tmp_path, monkeypatch, assert_matches):
+    """A stand-in clock where tiles twice as deep as the model's choice are slower and four times as deep
+    faster (as heat2d 4096^2 timed on a 2-core machine): the climb still reaches the deep tile."""
+    from msc.targets.cpu import model
+    from msc.tune import tuner
+    from msc.tune.tuner import Estimate
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    clock = {4: 1.0, 8: 1.2, 16: 0.5}
+    monkeypatch.setattr(model, "estimate", lambda poly, shape, s: Estimate(
+        1.0 + (s.time_depth + dict(s.tiles).get("x", 0) / 64 if s.time_depth else 99.0)))
+    monkeypatch.setattr(tuner.AutoKernel, "_timing",
+                        lambda self, kernel, sim, steps: clock.get(kernel.schedule.time_depth, 2.0))
+    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
+    kernel.budget_s = 60.0
+    u0 = np.random.default_rng(7).random((66, 70))
+    assert_matches(kernel.run(steps=16, u=u0), heat.reference(steps=16, u=u0))
+    first_pass = [parse_schedule(t.schedule) for t in kernel.report.trials[:tuner.TIMED]]
+    assert 16 not in {s.time_depth for s in first_pass} and 8 in {s.time_depth for s in first_pass}
+    assert kernel.report.schedule.time_depth == 16
+
+
 def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys, assert_matches):
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
     u0 = np.random.default_rng(3).random((66, 70))

@@ -13,10 +13,12 @@ box3d27p's 27 loads and 53 flops per point become 8 row loads and 6 adds
 into two sums, then 9 loads and 12 flops. The row is cut into strips of
 ROW_STRIP points so that the sums stay in the first-level cache.
 
-The order of additions changes (floating-point results may differ from the
-user's order in the last bits, as any reassociation). The pass applies only
-where it saves a quarter of the accesses, and only to statements that are linear with constant
-coefficients (scalar parameters and literals) in the rows it groups.
+The order of additions changes, so results may differ from the user's
+order in the last bits, as with any reassociation. The pass applies only
+where it saves a quarter of the accesses (MOST_ACCESSES), and only to the
+summands of a statement that are linear, with constant coefficients
+(literals and scalar parameters), in reads straight from the arrays (ADR
+0053).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from msc.codegen.lower import global_index
 from msc.ir.counts import expr_flops
 from msc.ir.linear import NonLinearError, linear_form
 
-ROW_STRIP = 512  # points per strip: two sums of 64-byte-aligned doubles fill 8 KiB of the L1 cache
-# where it leaves more of the accesses (measured: box2d9p, 8 of 9, ran 1.3x slower when memory-bound), it does not pay
+ROW_STRIP = 512  # points per strip: two sums of doubles fill 8 KiB of the L1 cache
+# the accesses (loads and stores per point) the pass may leave: box2d9p's 8 of 9 ran 1.3x slower when memory-bound
 MOST_ACCESSES = 0.75
 STRIP = "msc_strip"
 BUFFER = "msc_rowsum"
@@ -85,6 +87,7 @@ def _summands(e: ir.Expr) -> list[ir.Expr]:
 
 
 def _constant(e: ir.Expr) -> bool:
+    """Free of field reads: the same at every point."""
     return not any(isinstance(n, ir.FieldRead) for n in ir.walk(e))
 
 
@@ -102,6 +105,8 @@ def _row_ref(ref: k.Ref, read: ir.FieldRead, coords: tuple[str, ...]) -> k.Ref |
 
 @dataclass(frozen=True)
 class _Grouping:
+    """A statement as row sums: the groups summed into buffers, the reads weighed directly, the rest."""
+
     groups: tuple[_Group, ...]
     direct: tuple[tuple[ir.Expr, ir.FieldRead], ...]  # (coefficient, read) weighed directly
     rest: tuple[ir.Expr, ...]  # summands of the expression outside the linear form

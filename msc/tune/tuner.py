@@ -136,9 +136,10 @@ def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
 
 def _steps(tile: Schedule, space: list[Schedule]) -> list[Schedule]:
     """The time tiles of `space` one step from `tile` (the same options and tiled dimensions; the depth or one
-    tile size doubled or halved), in the order the climb tries them: deeper, wider, narrower, shallower."""
+    tile size doubled or halved; the depth also quadrupled: a tile twice as deep can time slower where one four
+    times as deep is faster), in the order the climb tries them: deeper, wider, narrower, shallower."""
     sizes = dict(tile.tiles)
-    moves = [(2.0, None), *((2.0, d) for d in sizes), *((0.5, d) for d in sizes), (0.5, None)]
+    moves = [(2.0, None), (4.0, None), *((2.0, d) for d in sizes), *((0.5, d) for d in sizes), (0.5, None)]
     out = []
     for factor, dim in moves:
         depth = tile.time_depth * factor if dim is None else tile.time_depth
