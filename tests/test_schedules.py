@@ -309,6 +309,50 @@ def test_a_clearly_slower_finalist_stops_after_two_rounds(tmp_path, monkeypatch,
     assert max(runs.values()) >= 1 + tuner.ROUNDS
 
 
+def test_a_run_off_of_tied_finalists_ends_after_three_rounds(tmp_path, monkeypatch, assert_matches):
+    """Finalists whose medians are all within TIED of each other (a stand-in clock times every schedule
+    alike) are timed three rounds, not ROUNDS: more rounds would pick among them by noise."""
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    timings: list[msc.Schedule] = []
+
+    def timing(self, kernel, sim, steps):
+        timings.append(kernel.schedule)
+        return 1.0
+
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
+    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
+    u0 = np.random.default_rng(6).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    runs = {s: timings.count(s) for s in set(timings)}
+    assert tuner.ROUNDS > 3 and max(runs.values()) == 1 + 3 + 3  # first pass, the finalists', the refinements'
+
+
+def test_a_decided_run_off_ends_after_three_rounds(tmp_path, monkeypatch, assert_matches):
+    """A run-off whose leader was the fastest in every one of three rounds ends there (a stand-in clock with 10%
+    of noise: narrow, shallow time tiles fastest, prefetching and one thread slower)."""
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    timings: list[msc.Schedule] = []
+    rng = np.random.default_rng(1)
+
+    def timing(self, kernel, sim, steps):
+        timings.append(kernel.schedule)
+        s = kernel.schedule
+        penalty = 0.05 * s.time_depth + 0.02 * dict(s.tiles).get("x", 0) + 0.3 * bool(s.prefetch_distance)
+        return (0.5 if s.time_depth else 1.0) * (1 + 0.1 * rng.random()) + penalty + 0.3 * (kernel.threads == 1)
+
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
+    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
+    u0 = np.random.default_rng(6).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    runs = {s: timings.count(s) for s in set(timings)}
+    assert kernel.report.schedule.time_depth and tuner.ROUNDS > 3
+    assert max(runs.values()) == 1 + 3 + 3  # first pass, the finalists' run-off, the refinements'
+
+
 def test_the_tuner_climbs_from_its_best_time_tile_to_faster_neighbours(tmp_path, monkeypatch, assert_matches):
     """A stand-in model that ranks shallow, narrow time tiles best and a stand-in clock where deeper and wider
     ones are faster: the first pass times the model's choice, then the climb moves through neighbours (the

@@ -157,6 +157,10 @@ ROUNDS = 5  # interleaved timings of each finalist; the median decides
 #: a finalist whose fastest timing after two rounds is this much slower than the leader's slowest stops early:
 #: more rounds cannot make it win (a run-off of fewer threads often has one)
 CLEARLY_SLOWER = 1.25
+#: after three rounds the run-off ends when it is decided (the leader's slowest timing beats every other's
+#: fastest) or tied (the medians all within TIED of each other): more rounds would change nothing, or pick by
+#: noise (prefetch distances of one deep time tile often tie)
+TIED = 1.02
 TIMED = 6  # the candidates a platform with a cost model has timed: the default and the best it ranks
 TIME_TILE_SLOTS = 2  # of those, at least this many time tiles (the model's best), where the space has them
 #: the climb from the best time tile timed (`_climb`): it starts when that tile is within CLIMB_WITHIN of the
@@ -410,7 +414,7 @@ class AutoKernel:
         `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
         moment of the machine touches every schedule alike; from the third round on
         a schedule CLEARLY_SLOWER than the leader is no longer timed (its median is
-        of the rounds it ran)."""
+        of the rounds it ran), and after three rounds the run-off ends when it is decided or TIED."""
         started = {}
         for schedule in schedules:
             try:
@@ -428,12 +432,20 @@ class AutoKernel:
                     self._say(f"{schedule}: stopped after {round_} rounds, {min(samples[schedule]):.3f} ms/step at "
                               f"best against {leader}'s {slowest:.3f} at worst")
                     del running[schedule]
+                medians = [float(np.median(samples[s])) for s in running]
+                rivals = [min(samples[s]) for s in running if s != leader]
+                if round_ >= 3 and max(medians) <= TIED * min(medians):
+                    self._say(f"tied within {TIED:.2f}x after {round_} rounds: {', '.join(map(str, running))}")
+                    break
+                if round_ >= 3 and max(samples[leader]) < min(rivals, default=math.inf):
+                    self._say(f"decided after {round_} rounds: {leader} was the fastest in every round")
+                    break
             for schedule, (kernel, sim, steps) in running.items():
                 samples[schedule].append(self._timing(kernel, sim, steps))
         medians = {s: float(np.median(v)) for s, v in samples.items()}
         for s, ms in medians.items():
             trials.append(Trial(str(s), ms))
-        self._say(f"again, interleaved, median of {ROUNDS}: "
+        self._say(f"again, interleaved, median of at most {ROUNDS}: "
                   + ", ".join(f"{s}: {ms:.3f}" for s, ms in sorted(medians.items(), key=lambda p: p[1])))
         return medians
 
