@@ -72,20 +72,6 @@ def _sum(terms: list[ir.Expr]) -> ir.Expr:
     return ir.BinOp("+", _sum(terms[:mid]), _sum(terms[mid:]))
 
 
-def _summands(e: ir.Expr) -> list[ir.Expr]:
-    """The terms of the sum `e` (a difference's right-hand terms negated), left to right."""
-    out: list[ir.Expr] = []
-    stack: list[tuple[bool, ir.Expr]] = [(False, e)]
-    while stack:
-        negate, node = stack.pop()
-        if isinstance(node, ir.BinOp) and node.op in ("+", "-"):
-            stack.append((negate != (node.op == "-"), node.rhs))
-            stack.append((negate, node.lhs))
-        else:
-            out.append(ir.Neg(node) if negate else node)
-    return out
-
-
 def _constant(e: ir.Expr) -> bool:
     """Free of field reads: the same at every point."""
     return not any(isinstance(n, ir.FieldRead) for n in ir.walk(e))
@@ -132,7 +118,7 @@ def _grouping(rhs: ir.Expr, unknown: set[str]) -> _Grouping | None:
     or None where that would not save a quarter of the accesses."""
     terms: dict[tuple[str, int | None, tuple[int, ...]], ir.Expr] = {}
     rest: list[ir.Expr] = []
-    for summand in _summands(rhs):
+    for summand in ir.summands(rhs):
         try:
             form = linear_form(summand, unknown)
         except NonLinearError:

@@ -281,6 +281,14 @@ def _rebuild_chain(e: Expr, kind: str, done: dict[int, Expr]) -> Expr:
     return _with_children(e, [_rebuild_chain(e.lhs, kind, done), _rebuild_chain(e.rhs, kind, done)])
 
 
+def summands(e: Expr) -> list[Expr]:
+    """The terms of the sum or difference `e`, left to right, the subtracted ones negated (`[e]` when `e`
+    is neither)."""
+    if _chain(e) != "+-":
+        return [e]
+    return [t if sign > 0 else Neg(t) for sign, t in _terms(e)]
+
+
 def reads_of(e: Expr) -> list[FieldRead]:
     return [n for n in walk(e) if isinstance(n, FieldRead)]
 

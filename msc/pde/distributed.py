@@ -326,18 +326,17 @@ def _gather_blocks(L: Operator, comm: Any, shape: tuple[int, ...] | None, dims: 
     count, padded = grid.count, tuple(c + 2 * rd for c, rd in zip(grid.count, r))
     arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
 
-    def check() -> dict[str, np.ndarray]:
-        out = {"rhs": np.asarray(rhs, float) if rhs is not None else None}
-        if out["rhs"] is None or out["rhs"].shape != count:
-            got = None if out["rhs"] is None else out["rhs"].shape
+    def check() -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        b = None if rhs is None else np.asarray(rhs, float)
+        if b is None or b.shape != count:
             raise StencilArgumentError(f"{what}: rhs must be this rank's interior block of shape {count} "
-                                       f"(msc.pde.distributed.owned_block), got {got}")
-        for k, v in arrays.items():
-            out[k] = np.asarray(v, float)
-            if out[k].shape != padded:
+                                       f"(msc.pde.distributed.owned_block), got {None if b is None else b.shape}")
+        out = {k: np.asarray(v, float) for k, v in arrays.items()}
+        for k, v in out.items():
+            if v.shape != padded:
                 raise StencilArgumentError(f"{what}: {k} must be this rank's block padded by the radius {r}, of "
-                                           f"shape {padded}, got {out[k].shape}")
-        return out
+                                           f"shape {padded}, got {v.shape}")
+        return b, out
 
     try:
         mine = _collectively(comm, check)
@@ -351,10 +350,9 @@ def _gather_blocks(L: Operator, comm: Any, shape: tuple[int, ...] | None, dims: 
     n = L.interior_shape(shape)
     rhs_global = np.zeros(n)
     globals_ = {k: np.zeros(shape) for k in arrays}
-    for start, blocks in pieces:
-        rhs_global[tuple(slice(s, s + c) for s, c in zip(start, blocks["rhs"].shape))] = blocks["rhs"]
-        for k in arrays:
-            block = blocks[k]
+    for start, (b, blocks) in pieces:
+        rhs_global[tuple(slice(s, s + c) for s, c in zip(start, b.shape))] = b
+        for k, block in blocks.items():
             if periodic:  # the ring wraps: a block's own points only
                 inner = block[tuple(slice(rd, p - rd) for rd, p in zip(r, block.shape))]
                 globals_[k][tuple(slice(s, s + c) for s, c in zip(start, inner.shape))] = inner

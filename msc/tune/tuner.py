@@ -9,8 +9,8 @@ winner: prefetching, thread counts) are compiled and timed on short runs of
 the real inputs within a time budget, with progress printed. A platform
 with a cost model (the CPU's: msc/targets/cpu/model.py) has only the
 default and the TIMED - 1 candidates it ranks best timed (some of them time
-tiles), then the neighbours of the fastest time tile (deeper, shallower,
-wider, narrower) while one is faster (`_climb`); each timing runs
+tiles), then the neighbours of the fastest time tile (deeper, wider,
+narrower, shallower) while one is faster (`_climb`); each timing runs
 whole time tiles for about SAMPLE_S seconds. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
@@ -425,21 +425,8 @@ class AutoKernel:
         samples: dict[Schedule, list[float]] = {s: [] for s in started}
         running = dict(started)
         for round_ in range(ROUNDS):
-            if round_ >= 2 and running:
-                leader = min(running, key=lambda s: float(np.median(samples[s])))
-                slowest = max(samples[leader])
-                for schedule in [s for s in running if min(samples[s]) > CLEARLY_SLOWER * slowest]:
-                    self._say(f"{schedule}: stopped after {round_} rounds, {min(samples[schedule]):.3f} ms/step at "
-                              f"best against {leader}'s {slowest:.3f} at worst")
-                    del running[schedule]
-                medians = [float(np.median(samples[s])) for s in running]
-                rivals = [min(samples[s]) for s in running if s != leader]
-                if round_ >= 3 and max(medians) <= TIED * min(medians):
-                    self._say(f"tied within {TIED:.2f}x after {round_} rounds: {', '.join(map(str, running))}")
-                    break
-                if round_ >= 3 and max(samples[leader]) < min(rivals, default=math.inf):
-                    self._say(f"decided after {round_} rounds: {leader} was the fastest in every round")
-                    break
+            if round_ >= 2 and running and self._settled(samples, running, round_):
+                break
             for schedule, (kernel, sim, steps) in running.items():
                 samples[schedule].append(self._timing(kernel, sim, steps))
         medians = {s: float(np.median(v)) for s, v in samples.items()}
@@ -448,6 +435,26 @@ class AutoKernel:
         self._say(f"again, interleaved, median of at most {ROUNDS}: "
                   + ", ".join(f"{s}: {ms:.3f}" for s, ms in sorted(medians.items(), key=lambda p: p[1])))
         return medians
+
+    def _settled(self, samples: dict[Schedule, list[float]], running: dict[Schedule, Any], rounds: int) -> bool:
+        """After `rounds` rounds of a run-off: drop from `running` the schedules CLEARLY_SLOWER than the
+        leader; from three rounds on, whether the run-off is decided or TIED."""
+        leader = min(running, key=lambda s: float(np.median(samples[s])))
+        slowest = max(samples[leader])
+        for schedule in [s for s in running if min(samples[s]) > CLEARLY_SLOWER * slowest]:
+            self._say(f"{schedule}: stopped after {rounds} rounds, {min(samples[schedule]):.3f} ms/step at "
+                      f"best against {leader}'s {slowest:.3f} at worst")
+            del running[schedule]
+        if rounds < 3:
+            return False
+        medians = [float(np.median(samples[s])) for s in running]
+        if max(medians) <= TIED * min(medians):
+            self._say(f"tied within {TIED:.2f}x after {rounds} rounds: {', '.join(map(str, running))}")
+            return True
+        if slowest < min((min(samples[s]) for s in running if s != leader), default=math.inf):
+            self._say(f"decided after {rounds} rounds: {leader} was the fastest in every round")
+            return True
+        return False
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()

@@ -25,10 +25,11 @@ LINE_BUFFER = "msc_line"
 LINE_BASE = "msc_base"
 
 
-def _row_loop(poly: PolyIR, lowered: LoweredSchedule) -> tuple[int, str | None]:
+def _row_loop(poly: PolyIR, lowered: LoweredSchedule, explain: bool) -> tuple[int, str | None]:
     """The innermost loop, and why it is not a private row loop (None: it is
     one): running along the last (unit-stride) dimension, not shared among
-    threads or unrolled, and carrying no dependence."""
+    threads or unrolled, and carrying no dependence. `explain`: name the
+    dependence carried (isl work only a message needs)."""
     stencil = poly.ir
     last = stencil.dims[-1]
     innermost = max(k_ for k_, n in enumerate(lowered.names) if n)
@@ -42,13 +43,14 @@ def _row_loop(poly: PolyIR, lowered: LoweredSchedule) -> tuple[int, str | None]:
     elif innermost in lowered.unroll:
         problem = f"loop {last!r} is unrolled; it already runs in whole cache lines"
     elif innermost not in lowered.parallel_dims:
-        problem = f"loop {last!r} carries the dependence {carried_example(poly, lowered, innermost)}"
+        example = carried_example(poly, lowered, innermost) if explain else "of a statement"
+        problem = f"loop {last!r} carries the dependence {example}"
     return innermost, problem
 
 
 def row_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
     """The schedule dimension of the private row loop (`_row_loop`), if there is one."""
-    innermost, problem = _row_loop(poly, lowered)
+    innermost, problem = _row_loop(poly, lowered, explain=False)
     return innermost if problem is None else None
 
 
@@ -60,7 +62,7 @@ def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
                                    ("prefetch", lowered.schedule.prefetch_distance > 0)) if on]
     if not needs and max(len(s.reads) for s in poly.ir.statements) >= LARGE_READS:
         return None  # a large stencil is compute-bound: one copy of its statement compiles much faster
-    innermost, problem = _row_loop(poly, lowered)
+    innermost, problem = _row_loop(poly, lowered, explain=bool(needs))
     if problem is None:
         return innermost
     if needs:
