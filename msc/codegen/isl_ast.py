@@ -1,11 +1,13 @@
-"""isl AST expressions as integer-expression text (the syntax C, CUDA C++
-and Sunway C share), and the helpers that text relies on."""
+"""Reading isl ASTs: their expressions as the kernel IR's integer expressions,
+and the statements below a node."""
 
 from __future__ import annotations
 
 import islpy as isl
 
-_BINARY_OPS = {
+from msc.codegen import index as ix
+
+_OPS = {
     isl.ast_expr_op_type.add: "+",
     isl.ast_expr_op_type.sub: "-",
     isl.ast_expr_op_type.mul: "*",
@@ -23,42 +25,27 @@ _BINARY_OPS = {
     isl.ast_expr_op_type.ge: ">=",
     isl.ast_expr_op_type.gt: ">",
 }
-
-def int_helpers(qualifier: str = "static inline") -> str:
-    """The integer helpers the printed expressions rely on (every generated file
-    includes them), declared with `qualifier` (a GPU's: callable on host and device)."""
-    return (f"{qualifier} long msc_imin(long a, long b) {{ return a < b ? a : b; }}\n"
-            f"{qualifier} long msc_imax(long a, long b) {{ return a > b ? a : b; }}\n"
-            f"{qualifier} long msc_floord(long a, long b) {{ return a >= 0 ? a / b : -((-a + b - 1) / b); }}\n")
+_FUNCTIONS = {isl.ast_expr_op_type.min: ix.min_, isl.ast_expr_op_type.max: ix.max_,
+              isl.ast_expr_op_type.fdiv_q: ix.floordiv}
 
 
-def c_of(e: isl.AstExpr, top: bool = False, rename: dict[str, str] | None = None) -> str:
-    """C source of an isl AST expression (`top`: no parentheses around it,
-    as OpenMP wants for a loop's controlling predicate; `rename`: C text to
-    print in place of some identifiers)."""
+def index_of(e: isl.AstExpr) -> ix.Expr:
+    """The integer expression of an isl AST expression."""
     kind = e.get_type()
     if kind == isl.ast_expr_type.id:
-        name = e.id_get_id().get_name()
-        return rename.get(name, name) if rename else name
+        return ix.Var(e.id_get_id().get_name())
     if kind == isl.ast_expr_type.int:
-        return str(e.int_get_val().to_python())
+        return ix.Lit(e.int_get_val().to_python())
     op = e.op_get_type()
-    args = [c_of(e.op_get_arg(i), rename=rename) for i in range(e.op_get_n_arg())]
-    if op in _BINARY_OPS:
-        text = f"{args[0]} {_BINARY_OPS[op]} {args[1]}"
-        return text if top else f"({text})"
+    args = [index_of(e.op_get_arg(i)) for i in range(e.op_get_n_arg())]
+    if op in _OPS:
+        return ix.Op(_OPS[op], args[0], args[1])
     if op == isl.ast_expr_op_type.minus:
-        return f"(-{args[0]})"
-    if op in (isl.ast_expr_op_type.min, isl.ast_expr_op_type.max):
-        fn = "msc_imin" if op == isl.ast_expr_op_type.min else "msc_imax"
-        out = args[0]
-        for a in args[1:]:
-            out = f"{fn}({out}, {a})"
-        return out
-    if op == isl.ast_expr_op_type.fdiv_q:
-        return f"msc_floord({args[0]}, {args[1]})"
+        return ix.Neg(args[0])
+    if op in _FUNCTIONS:
+        return _FUNCTIONS[op](*args)
     if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
-        return f"({args[0]} ? {args[1]} : {args[2]})"
+        return ix.Select(*args)
     raise NotImplementedError(f"isl AST operation {op} is not supported")
 
 

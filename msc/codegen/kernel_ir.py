@@ -9,19 +9,19 @@ parallel, vector or unrolled, a buffer lives in a memory space with a shape,
 a copy moves a region between memories. What a target does with a loop is
 its `mapping`, which only the target's passes set and only its printer reads.
 
-Integer expressions (loop bounds, array indices) are kept as text in the
-syntax shared by every language the project prints (C, CUDA C++, Sunway C);
-arithmetic on values is StencilIR (`msc.ir.Expr`), printed by each language.
+Integer expressions (loop bounds and conditions, array indices, addresses)
+are typed trees (`msc/codegen/index.py`); arithmetic on values is StencilIR
+(`msc.ir.Expr`). Each language's printer prints both.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable, Iterator, Union
 
 from msc import ir
+from msc.codegen import index as ix
 
 
 class Space(Enum):
@@ -33,28 +33,29 @@ class Space(Enum):
     LOCAL = "local"  # a core's scratchpad, reached by DMA (Sunway LDM)
 
 
-def rename(text: str, name: str, new: str) -> str:
-    """`text` with the identifier `name` replaced by `new`."""
-    return re.sub(rf"\b{re.escape(name)}\b", new, text)
-
-
 @dataclass(frozen=True)
 class Ref:
-    """Element `index` (a linear integer expression) of array `array` in `space`."""
+    """Element `index` of array `array` in `space`."""
 
     array: str
-    index: str
+    index: ix.Expr
     space: Space = Space.GLOBAL
 
-    def renamed(self, name: str, new: str) -> Ref:
-        return replace(self, index=rename(self.index, name, new))
+    def substituted(self, values: dict[str, ix.Expr]) -> Ref:
+        return replace(self, index=ix.substitute(self.index, values))
 
 
 @dataclass(frozen=True)
-class Address:
-    """The address of an element, as a call argument."""
+class Address(ix.Expr):
+    """The address of an element (a call argument); its operand is the element's index."""
 
     ref: Ref
+
+    def operands(self) -> tuple[ix.Expr, ...]:
+        return (self.ref.index,)
+
+    def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> ix.Expr:
+        return Address(replace(self.ref, index=fn(self.ref.index)))
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Assign:
     rhs: ir.Expr
     loads: tuple[tuple[ir.FieldRead, Ref], ...]
     field: str
-    coords: tuple[str, ...]
+    coords: tuple[ix.Expr, ...]
 
     def load(self, read: ir.FieldRead) -> Ref:
         return dict(self.loads)[read]
@@ -79,11 +80,12 @@ DECL_KINDS = ("index", "pointer", "const pointer")
 
 @dataclass(frozen=True)
 class Decl:
-    """A variable: an integer `index`, or a (const) restrict pointer to the values."""
+    """A variable: an integer `index`, or a (const) restrict pointer to the values
+    (`init` is then an array's name plus an offset)."""
 
     name: str
     kind: str
-    init: str
+    init: ix.Expr
     const: bool = True
 
     def __post_init__(self) -> None:
@@ -98,7 +100,7 @@ class Buffer:
 
     name: str
     space: Space
-    shape: tuple[int | str, ...]
+    shape: tuple[int | ix.Expr, ...]
     field: str | None = None
     align: int = 0
 
@@ -120,7 +122,7 @@ class Copy:
     dst: Ref
     src: Ref
     iterators: tuple[str, ...]
-    region: tuple[tuple[str, str], ...]
+    region: tuple[tuple[ix.Expr, ix.Expr], ...]
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class Call:
     """A call of a runtime helper, as a statement."""
 
     func: str
-    args: tuple[str | Address, ...] = ()
+    args: tuple[ix.Expr, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,16 +152,16 @@ class Block:
 class Loop:
     """for (iterator = init; cond; iterator += step). `init` None: the loop
     continues from the iterator's current value (declared before it).
-    `degenerate`: isl proved it runs once, at `init`. `dim` is the schedule
+    `degenerate`: isl proved it runs once, at `init` (`cond` is then None). `dim` is the schedule
     dimension it runs over. `parallel`: its iterations are shared among the
     workers; `vector`: its iterations may run in SIMD lanes; `unroll`: a
     factor. `mapping` is the target's decision for it (set by its passes)."""
 
     iterator: str
-    init: str | None
-    cond: str
+    init: ix.Expr | None
+    cond: ix.Expr | None
     body: Block
-    step: str = "1"
+    step: ix.Expr = ix.Lit(1)
     dim: int | None = None
     degenerate: bool = False
     parallel: bool = False
@@ -170,7 +172,7 @@ class Loop:
 
 @dataclass(frozen=True)
 class If:
-    cond: str
+    cond: ix.Expr
     then: Block
     otherwise: Block | None = None
 

@@ -11,14 +11,15 @@ hardware, and everything printed, belongs to the targets.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import islpy as isl
 
 from msc import ir
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.isl_ast import c_of, user_statements
+from msc.codegen.isl_ast import index_of, user_statements
 from msc.poly import PolyIR, PolyStatement
 from msc.poly.schedule import LARGE_READS, LoweredSchedule
 
@@ -48,9 +49,9 @@ def array_name(name: str, dt: int | None) -> str:
     return field_name(name) if dt is None else level_name(name, dt)
 
 
-def ring_slot(step: str, dt: int, slots: int) -> str:
+def ring_slot(step: ix.Expr, dt: int, slots: int) -> ix.Expr:
     """The ring-buffer slot of level t+dt at step `step` of a run starting at t0."""
-    return f"((t0 + {step} + {dt + slots}) % {slots})"
+    return (ix.Var("t0") + step + (dt + slots)) % slots
 
 
 def read_cache(name: str, dt: int | None) -> str:
@@ -68,6 +69,7 @@ def staged_buffer(name: str) -> str:
 
 STAGED_LEVEL = "msc_l"  # the local level a time tile's copy-in is at
 STAGED_STEP = "msc_s"  # the step a time tile's copy-out is at
+LEVEL_POINTS = ix.Var("V")  # points of one ring-buffer slot
 
 
 def levels_used(stencil: ir.StencilIR, name: str) -> set[int]:
@@ -77,22 +79,28 @@ def levels_used(stencil: ir.StencilIR, name: str) -> set[int]:
     return levels
 
 
-def global_index(coords: list[str] | tuple[str, ...], offsets: tuple[int, ...]) -> str:
+def extent(d: int) -> ix.Var:
+    """The padded array's extent P<d> in dimension d."""
+    return ix.Var(f"P{d}")
+
+
+def global_index(coords: Sequence[ix.Expr], offsets: tuple[int, ...]) -> ix.Expr:
     """Row-major index of the point `coords` + `offsets` in a padded array of extents P0, P1, ..."""
-    terms = [f"{c} + {o}" if o > 0 else f"{c} - {-o}" if o < 0 else c for c, o in zip(coords, offsets)]
-    index = terms[0]
-    for d in range(1, len(terms)):
-        index = f"({index}) * P{d} + {terms[d]}"
-    return index
+    return ix.linear(coords, [extent(d) for d in range(len(coords))], offsets)
+
+
+def slot_index(slot: ix.Expr, coords: Sequence[ix.Expr]) -> ix.Expr:
+    """Index of the point `coords` of ring-buffer slot `slot`, in the buffer of all slots."""
+    return slot * LEVEL_POINTS + global_index(coords, (0,) * len(coords))
 
 
 def _statement_name(node: isl.AstNode) -> str:
     return str(node.user_get_expr().op_get_arg(0).id_get_id().get_name())
 
 
-def _instance(node: isl.AstNode) -> list[str]:
+def _instance(node: isl.AstNode) -> list[ix.Expr]:
     call = node.user_get_expr()
-    return [c_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
+    return [index_of(call.op_get_arg(i)) for i in range(1, call.op_get_n_arg())]
 
 
 @dataclass
@@ -103,7 +111,7 @@ class _Lowering:
     _loops: list[int] = field(default_factory=list)
     _iterators: dict[int, str] = field(default_factory=dict)
     _rows: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)  # (level array, leading offsets) -> row
-    _row_coord: str = ""  # the last coordinate, which row pointers are indexed by
+    _row_coord: ix.Expr = ix.Lit(0)  # the last coordinate, which row pointers are indexed by
     _footprints: dict[tuple[str, int | None, str], Margins] = field(default_factory=dict)
 
     @property
@@ -131,7 +139,7 @@ class _Lowering:
             return k.Block((loop, k.Barrier()) if shared else (loop,))
         if kind == isl.ast_node_type.if_:
             other = self.node(node.if_get_else_node()) if node.if_has_else_node() else None
-            return k.Block((k.If(c_of(node.if_get_cond()), self.node(node.if_get_then_node()), other),))
+            return k.Block((k.If(index_of(node.if_get_cond()), self.node(node.if_get_then_node()), other),))
         if kind == isl.ast_node_type.user:
             return k.Block(self.statement(_statement_name(node), _instance(node)))
         if kind == isl.ast_node_type.mark:
@@ -161,14 +169,15 @@ class _Lowering:
         self._loops.pop()
         epilogue = self._loop_epilogue(dim, inside)
         sched = self.schedule
+        degenerate = bool(node.for_is_degenerate())
         return k.Loop(
             iterator=it,
-            init=c_of(node.for_get_init()),
-            cond="" if node.for_is_degenerate() else c_of(node.for_get_cond(), top=True),
-            step="1" if node.for_is_degenerate() else c_of(node.for_get_inc()),
+            init=index_of(node.for_get_init()),
+            cond=None if degenerate else index_of(node.for_get_cond()),
+            step=ix.Lit(1) if degenerate else index_of(node.for_get_inc()),
             body=k.Block((*prologue, *body, *epilogue)),
             dim=dim,
-            degenerate=bool(node.for_is_degenerate()),
+            degenerate=degenerate,
             parallel=dim == sched.parallel_dim,
             vector=dim == sched.vector_dim,
             unroll=sched.unroll.get(dim, 0),
@@ -176,7 +185,7 @@ class _Lowering:
 
     # -- statements -----------------------------------------------------------
 
-    def statement(self, name: str, args: list[str]) -> tuple[k.Node, ...]:
+    def statement(self, name: str, args: list[ix.Expr]) -> tuple[k.Node, ...]:
         st = self._statement(name)
         body: k.Node = self._wrap_call(st) if st.stmt is None else self._assignment(st, args[0], args[1:])
         if self.schedule.time_dim in self._loops:
@@ -184,7 +193,7 @@ class _Lowering:
         # isl fixed the time step without a loop over it: set up the levels here
         return (k.Block((*self._level_pointers(args[0]), body), scoped=True),)
 
-    def _assignment(self, st: PolyStatement, step: str, coords: list[str]) -> k.Assign:
+    def _assignment(self, st: PolyStatement, step: ix.Expr, coords: list[ix.Expr]) -> k.Assign:
         """The statement at the point `coords` of time step `step`."""
         assert st.stmt is not None
         sched = self.schedule.schedule
@@ -217,11 +226,11 @@ class _Lowering:
         return k.Assign(lhs, st.stmt.expr, tuple(loads.items()), st.target, tuple(coords))
 
     def _wrap_call(self, st: PolyStatement) -> k.Call:
-        n = ["1"] * (3 - self.ir.ndim) + [f"P{d}" for d in range(self.ir.ndim)]
-        r = ["0"] * (3 - self.ir.ndim) + [str(v) for v in self.ir.radius]
-        return k.Call("msc_wrap", (level_name(st.target, 1), *n, *r))
+        n: list[ix.Expr] = [ix.Lit(1)] * (3 - self.ir.ndim) + [extent(d) for d in range(self.ir.ndim)]
+        r = [ix.Lit(v) for v in (0,) * (3 - self.ir.ndim) + self.ir.radius]
+        return k.Call("msc_wrap", (ix.Var(level_name(st.target, 1)), *n, *r))
 
-    def _row_pointers(self, name: str, args: list[str], iterator: str) -> list[k.Decl]:
+    def _row_pointers(self, name: str, args: list[ix.Expr], iterator: str) -> list[k.Decl]:
         """For a statement with many reads (LARGE_READS or more) whose
         innermost loop runs along the last dimension only, inside the time
         loop (which sets up the level pointers): one pointer per row it reads
@@ -230,7 +239,7 @@ class _Lowering:
         induction-variable pass takes seconds to minutes."""
         st = self._statement(name)
         coords = args[1:]
-        moving = [re.search(rf"\b{iterator}\b", c) is not None for c in coords]
+        moving = [iterator in ix.variables(c) for c in coords]
         if (st.stmt is None or self.ir.ndim == 1 or len(st.stmt.reads) < LARGE_READS
                 or self.schedule.time_dim not in self._loops or moving != [False] * (self.ir.ndim - 1) + [True]):
             return []
@@ -241,12 +250,12 @@ class _Lowering:
             if a.name in self.schedule.schedule.cached_reads or key in self._rows:
                 continue
             row = self._rows[key] = f"msc_row{len(self._rows)}"
-            start = global_index(coords[:-1] + ["0"], a.offsets[:-1] + (0,))
-            decls.append(k.Decl(row, "const pointer", f"{ptr} + {start}"))
+            start = global_index(coords[:-1] + [ix.Lit(0)], a.offsets[:-1] + (0,))
+            decls.append(k.Decl(row, "const pointer", ix.Var(ptr) + start))
         self._row_coord = coords[-1]
         return decls
 
-    def _level_pointers(self, step: str) -> list[k.Decl]:
+    def _level_pointers(self, step: ix.Expr) -> list[k.Decl]:
         """Restrict pointers to every level used at time step `step`."""
         decls = []
         staged = self._staged_fields()
@@ -256,7 +265,7 @@ class _Lowering:
             for dt in sorted(levels_used(self.ir, f.name), reverse=True):
                 kind = "pointer" if dt == 1 else "const pointer"
                 slot = ring_slot(step, dt, f.slots)
-                decls.append(k.Decl(level_name(f.name, dt), kind, f"{field_name(f.name)}_buf + {slot} * V"))
+                decls.append(k.Decl(level_name(f.name, dt), kind, ix.Var(f"{field_name(f.name)}_buf") + slot * LEVEL_POINTS))
         return decls
 
     # -- loops: per-step pointers, cache copies -----------------------------
@@ -264,7 +273,7 @@ class _Lowering:
     def _loop_prologue(self, dim: int, iterator: str, statements: set[str]) -> list[k.Node]:
         self._iterators[dim] = iterator
         if dim == self.schedule.time_dim:
-            return list(self._level_pointers(iterator))
+            return list(self._level_pointers(ix.Var(iterator)))
         if dim != max(self.schedule.tiles, default=-1):
             return []
         if self._staged_fields():
@@ -272,7 +281,7 @@ class _Lowering:
         out: list[k.Node] = []
         zero = (0,) * self.ir.ndim
         for name, dt in self._cached_levels(statements):
-            src = k.Ref(array_name(name, dt), global_index(self._copy_iterators(), zero))
+            src = k.Ref(array_name(name, dt), global_index(self._copy_coords(), zero))
             margins = self._margins(name, dt, "read")
             dst = k.Ref(read_cache(name, dt), self._cache_index(margins), k.Space.STACK)
             out.append(self._copy(dst, src, margins, True))
@@ -286,7 +295,7 @@ class _Lowering:
             zero = (0,) * self.ir.ndim
             for st in self.poly.statements:
                 if st.name in statements and st.target in self.schedule.schedule.cached_writes:
-                    dst = k.Ref(level_name(st.target, 1), global_index(self._copy_iterators(), zero))
+                    dst = k.Ref(level_name(st.target, 1), global_index(self._copy_coords(), zero))
                     margins = self._margins(st.target, 1, "write")
                     src = k.Ref(write_cache(st.target), self._cache_index(margins), k.Space.STACK)
                     out.append(self._copy(dst, src, margins, False))
@@ -294,11 +303,11 @@ class _Lowering:
 
     # -- cache_read / cache_write: tile buffers -------------------------------
 
-    def _tile(self, d: int) -> tuple[str, int]:
-        """(origin expression, size) of the current tile in space dimension d."""
+    def _tile(self, d: int) -> tuple[ix.Expr, int]:
+        """(origin, size) of the current tile in space dimension d."""
         dim = next(t for t, (dd, _) in self.schedule.tiles.items() if dd == d)
         size = self.schedule.tiles[dim][1]
-        return f"({size} * {self._iterators[dim]})", size
+        return size * ix.Var(self._iterators[dim]), size
 
     def _tile_sizes(self) -> list[int]:
         sizes = dict(self.schedule.tiles.values())
@@ -333,32 +342,39 @@ class _Lowering:
                                           for (lo, hi), o, size in zip(bounds, origin, sizes))
         return self._footprints[key]
 
-    def _tile_index(self, coords: list[str], offsets: tuple[int, ...], margins: Margins) -> str:
+    def _tile_index(self, coords: Sequence[ix.Expr], offsets: tuple[int, ...], margins: Margins) -> ix.Expr:
         """Index of the point coords + offsets in a tile buffer whose footprint reaches `margins` beyond the tile."""
-        index = ""
+        terms, extents = [], []
         for d, (c, o, (lo, hi)) in enumerate(zip(coords, offsets, margins)):
             origin, size = self._tile(d)
-            term = f"({c} - {origin} + {o - lo})"
-            index = term if d == 0 else f"({index}) * {size + hi - lo} + {term}"
-        return index
+            terms.append(c - origin + (o - lo))
+            extents.append(size + hi - lo)
+        return ix.linear(terms, extents)
 
     def _copy_iterators(self) -> list[str]:
         return [f"a{d}" for d in range(self.ir.ndim)]
+
+    def _copy_coords(self) -> list[ix.Expr]:
+        return [ix.Var(it) for it in self._copy_iterators()]
 
     def _copy(self, dst: k.Ref, src: k.Ref, margins: Margins, read: bool) -> k.Copy:
         """A copy over the tile's footprint (read: clipped to the array; written: to the computed points)."""
         region = []
         for d, (lo, hi) in enumerate(margins):
             origin, size = self._tile(d)
-            first, last = (f"L{d}", f"H{d}") if self.box else (str(self.ir.radius[d]), f"P{d} - {self.ir.radius[d]}")
-            below = f"{origin} - {-lo}" if lo <= 0 else f"{origin} + {lo}"
-            start = origin if lo == 0 else f"{origin} {_plus(lo)}"
-            region.append((f"msc_imax(0, {below})", f"msc_imin(P{d}, {origin} + {size + hi})") if read else
-                          (f"msc_imax({first}, {start})", f"msc_imin({last}, {origin} + {size + hi})"))
+            first, last = self._computed(d)
+            end = ix.min_(extent(d) if read else last, origin + (size + hi))
+            region.append((ix.max_(0 if read else first, origin + lo), end))
         return k.Copy(dst, src, tuple(self._copy_iterators()), tuple(region))
 
-    def _cache_index(self, margins: Margins) -> str:
-        return self._tile_index(self._copy_iterators(), (0,) * self.ir.ndim, margins)
+    def _computed(self, d: int) -> tuple[ix.Expr, ix.Expr]:
+        """The first and the end of the computed points in space dimension d (a box's, or the domain's)."""
+        if self.box:
+            return ix.Var(f"{BOX_BOUNDS[0]}{d}"), ix.Var(f"{BOX_BOUNDS[1]}{d}")
+        return ix.Lit(self.ir.radius[d]), extent(d) - self.ir.radius[d]
+
+    def _cache_index(self, margins: Margins) -> ix.Expr:
+        return self._tile_index(self._copy_coords(), (0,) * self.ir.ndim, margins)
 
     def buffers(self) -> list[k.Buffer]:
         """The cache buffers, one per worker, each a tile's footprint: in each level read, in each field written."""
@@ -420,71 +436,72 @@ class _Lowering:
                       for size, r, a, b in zip(sizes, radius, lo, hi))
         return dt_min, depth + dt_max - dt_min, rel, width
 
-    def _first_step(self) -> str:
+    def _first_step(self) -> ix.Expr:
         """tau0: the first step of the current time tile."""
-        wave = self._iterators[self.schedule.names.index("wave")]
-        tiles = " - ".join(self._iterators[dim] for dim in sorted(self.schedule.tiles))
-        return f"({self.schedule.schedule.time_depth} * ({wave} - {tiles}))"
+        tiles = ix.Var(self._iterators[self.schedule.names.index("wave")])
+        for dim in sorted(self.schedule.tiles):
+            tiles = tiles - ix.Var(self._iterators[dim])
+        return self.schedule.schedule.time_depth * tiles
 
-    def _skewed_origin(self, d: int) -> str:
+    def _skewed_origin(self, d: int) -> ix.Expr:
         """o_d: where statement 0's points of the current time tile start at its first step."""
-        dim = next(t for t, (dd, _) in self.schedule.tiles.items() if dd == d)
-        size = self.schedule.tiles[dim][1]
-        return f"({size} * {self._iterators[dim]} - {len(self.ir.statements) * self.ir.radius[d]} * {self._first_step()})"
+        origin, _ = self._tile(d)
+        return origin - len(self.ir.statements) * self.ir.radius[d] * self._first_step()
 
-    def _band_index(self, name: str, level: str | None, coords: list[str], shifts: list[str]) -> str:
+    def _band_index(self, name: str, level: ix.Expr | None, coords: Sequence[ix.Expr],
+                    shifts: Sequence[tuple[ix.Expr, ...]]) -> ix.Expr:
         """Index in the staged buffer of `name`: local level `level` (None: a
-        time-invariant field), point coords[d] - o_d + shifts[d] in each dimension."""
-        width = self._band(name)[3]
-        index = level or ""
+        time-invariant field), point coords[d] - o_d + (the sum of shifts[d]) in each dimension."""
+        terms = []
         for d, (c, shift) in enumerate(zip(coords, shifts)):
-            term = f"({c} - {self._skewed_origin(d)} + {shift})"
-            index = term if not index else f"({index}) * {width[d]} + {term}"
-        return index
+            term = c - self._skewed_origin(d)
+            for s in shift:
+                term = term + s
+            terms.append(term)
+        width = self._band(name)[3]
+        return ix.linear(terms, width) if level is None else ix.linear([level, *terms], (0, *width))
 
-    def _staged_ref(self, name: str, dt: int | None, t: str, coords: list[str], offsets: tuple[int, ...]) -> k.Ref:
+    def _staged_ref(self, name: str, dt: int | None, t: ix.Expr, coords: Sequence[ix.Expr],
+                    offsets: tuple[int, ...]) -> k.Ref:
         """The element of level t+dt at coords + offsets in the staged buffer of `name`."""
         dt_min, _, rel, _ = self._band(name)
         tau0, nst = self._first_step(), len(self.ir.statements)
         if dt_min is None or dt is None:
-            shifts = [f"{o - m}" for o, m in zip(offsets, rel)]
+            shifts = [(ix.Lit(o - m),) for o, m in zip(offsets, rel)]
             return k.Ref(staged_buffer(name), self._band_index(name, None, coords, shifts), k.Space.STACK)
-        shifts = [f"{nst * r} * ({t} - {tau0}) {_plus(o + nst * r * dt - m)}" for o, r, m in zip(offsets, self.ir.radius, rel)]
-        level = f"({t} + {dt - dt_min} - {tau0})"
+        shifts = [(nst * r * (t - tau0), ix.Lit(o + nst * r * dt - m)) for o, r, m in zip(offsets, self.ir.radius, rel)]
+        level = t + (dt - dt_min) - tau0
         return k.Ref(staged_buffer(name), self._band_index(name, level, coords, shifts), k.Space.STACK)
 
     def _stage_in(self) -> list[k.Node]:
         """Copy every level's band of each staged field in, before the tile's first step."""
         out: list[k.Node] = []
-        tau0, nst, its = self._first_step(), len(self.ir.statements), self._copy_iterators()
+        tau0, nst, its = self._first_step(), len(self.ir.statements), self._copy_coords()
         for name in self._staged_fields():
             dt_min, levels, rel, width = self._band(name)
-            region = []
             if dt_min is None:
-                shifts = [f"{-m}" for m in rel]
-                for d, (m, w) in enumerate(zip(rel, width)):
-                    region.append((f"msc_imax(0, {self._skewed_origin(d)} {_plus(m)})",
-                                   f"msc_imin(P{d}, {self._skewed_origin(d)} {_plus(m + w)})"))
+                shifts = [(ix.Lit(-m),) for m in rel]
+                region = tuple((ix.max_(0, self._skewed_origin(d) + m), ix.min_(extent(d), self._skewed_origin(d) + (m + w)))
+                               for d, (m, w) in enumerate(zip(rel, width)))
                 src = k.Ref(field_name(name), global_index(its, (0,) * self.ir.ndim))
                 dst = k.Ref(staged_buffer(name), self._band_index(name, None, its, shifts), k.Space.STACK)
-                out.append(k.Copy(dst, src, tuple(its), tuple(region)))
+                out.append(k.Copy(dst, src, tuple(self._copy_iterators()), region))
                 continue
-            lv = STAGED_LEVEL
-            shifts = [f"{nst * r} * ({lv} {_plus(dt_min)}) {_plus(-m)}" for r, m in zip(self.ir.radius, rel)]
-            for d, (r, m, w) in enumerate(zip(self.ir.radius, rel, width)):
-                start = f"{self._skewed_origin(d)} - {nst * r} * ({lv} {_plus(dt_min)}) {_plus(m)}"
-                region.append((f"msc_imax(0, {start})", f"msc_imin(P{d}, {start} + {w})"))
+            lv = ix.Var(STAGED_LEVEL)
+            shifts = [(nst * r * (lv + dt_min), ix.Lit(-m)) for r, m in zip(self.ir.radius, rel)]
+            starts = [self._skewed_origin(d) - nst * r * (lv + dt_min) + m for d, (r, m) in enumerate(zip(self.ir.radius, rel))]
+            region = tuple((ix.max_(0, start), ix.min_(extent(d), start + w)) for d, (start, w) in enumerate(zip(starts, width)))
             slots = self.ir.field(name).slots
-            src = k.Ref(f"{field_name(name)}_buf", f"{ring_slot(f'{tau0} + {lv}', dt_min, slots)} * V + "
-                                                    f"{global_index(its, (0,) * self.ir.ndim)}")
+            src = k.Ref(f"{field_name(name)}_buf", slot_index(ring_slot(tau0 + lv, dt_min, slots), its))
             dst = k.Ref(staged_buffer(name), self._band_index(name, lv, its, shifts), k.Space.STACK)
-            out.append(k.Loop(lv, "0", f"{lv} < {levels}", k.Block((k.Copy(dst, src, tuple(its), tuple(region)),))))
+            copy = k.Copy(dst, src, tuple(self._copy_iterators()), region)
+            out.append(k.Loop(STAGED_LEVEL, ix.Lit(0), lv.lt(levels), k.Block((copy,))))
         return out
 
     def _stage_out(self) -> list[k.Node]:
         """Copy out, step by step and statement by statement, the points the tile computed."""
-        tau0, nst, its = self._first_step(), len(self.ir.statements), self._copy_iterators()
-        step = STAGED_STEP
+        tau0, nst, its = self._first_step(), len(self.ir.statements), self._copy_coords()
+        step = ix.Var(STAGED_STEP)
         copies: list[k.Node] = []
         for st in self.poly.statements:
             if st.target not in self._staged_fields():
@@ -493,19 +510,17 @@ class _Lowering:
             assert dt_min is not None
             region = []
             for d, r in enumerate(self.ir.radius):
-                first, last = (f"L{d}", f"H{d}") if self.box else (str(r), f"P{d} - {r}")
-                start = f"{self._skewed_origin(d)} - {nst * r} * ({step} - {tau0}) {_plus(-st.index * r)}"
-                size = self._tile_sizes()[d]
-                region.append((f"msc_imax({first}, {start})", f"msc_imin({last}, {start} + {size})"))
-            shifts = [f"{nst * r} * ({step} + 1 - {tau0}) {_plus(-m)}" for r, m in zip(self.ir.radius, rel)]
-            src = k.Ref(staged_buffer(st.target), self._band_index(st.target, f"({step} + {1 - dt_min} - {tau0})", its, shifts),
+                first, last = self._computed(d)
+                start = self._skewed_origin(d) - nst * r * (step - tau0) - st.index * r
+                region.append((ix.max_(first, start), ix.min_(last, start + self._tile_sizes()[d])))
+            shifts = [(nst * r * (step + 1 - tau0), ix.Lit(-m)) for r, m in zip(self.ir.radius, rel)]
+            src = k.Ref(staged_buffer(st.target), self._band_index(st.target, step + (1 - dt_min) - tau0, its, shifts),
                         k.Space.STACK)
             slots = self.ir.field(st.target).slots
-            dst = k.Ref(f"{field_name(st.target)}_buf", f"{ring_slot(step, 1, slots)} * V + "
-                                                        f"{global_index(its, (0,) * self.ir.ndim)}")
-            copies.append(k.Copy(dst, src, tuple(its), tuple(region)))
+            dst = k.Ref(f"{field_name(st.target)}_buf", slot_index(ring_slot(step, 1, slots), its))
+            copies.append(k.Copy(dst, src, tuple(self._copy_iterators()), tuple(region)))
         depth = self.schedule.schedule.time_depth
-        return [k.Loop(step, tau0, f"{step} < msc_imin(T, {tau0} + {depth})", k.Block(tuple(copies)))]
+        return [k.Loop(STAGED_STEP, tau0, step.lt(ix.min_(ix.Var("T"), tau0 + depth)), k.Block(tuple(copies)))]
 
     def _cached_levels(self, statements: set[str] | None) -> list[tuple[str, int | None]]:
         levels = set()
@@ -513,11 +528,6 @@ class _Lowering:
             if st.stmt is not None and (statements is None or st.name in statements):
                 levels |= {(a.name, a.dt) for a in st.stmt.reads if a.name in self.schedule.schedule.cached_reads}
         return sorted(levels, key=lambda v: (v[0], v[1] if v[1] is not None else -99))
-
-
-def _plus(n: int) -> str:
-    """`+ n` or `- |n|`, to follow a term."""
-    return f"+ {n}" if n >= 0 else f"- {-n}"
 
 
 def box_domain(poly: PolyIR) -> isl.UnionSet:

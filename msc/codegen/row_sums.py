@@ -23,11 +23,11 @@ summands of a statement that are linear, with constant coefficients
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from msc import ir
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import global_index
 from msc.ir.counts import expr_flops
@@ -60,10 +60,6 @@ class _Group:
         return max(s for s, _ in self.shifts)
 
 
-def _plus(text: str, n: int) -> str:
-    return text if n == 0 else f"{text} + {n}" if n > 0 else f"{text} - {-n}"
-
-
 def _sum(terms: list[ir.Expr]) -> ir.Expr:
     """A balanced sum (short dependence chains)."""
     if len(terms) == 1:
@@ -77,7 +73,7 @@ def _constant(e: ir.Expr) -> bool:
     return not any(isinstance(n, ir.FieldRead) for n in ir.walk(e))
 
 
-def _row_ref(ref: k.Ref, read: ir.FieldRead, coords: tuple[str, ...]) -> k.Ref | None:
+def _row_ref(ref: k.Ref, read: ir.FieldRead, coords: tuple[ix.Expr, ...]) -> k.Ref | None:
     """The element of `read`'s row at shift 0, when `ref` addresses a global
     array directly (a full index, or a row pointer plus the shift)."""
     if ref.space != k.Space.GLOBAL:
@@ -169,18 +165,19 @@ def summed_flops(statement: ir.Statement) -> int:
     return expr_flops(statement.expr) if grouping is None else grouping.flops()
 
 
-def _end(loop: k.Loop) -> str | None:
+def _end(loop: k.Loop) -> ix.Expr | None:
     """The loop's end (its first point not run), from a condition `it < end` or `it <= last`."""
-    m = re.fullmatch(rf"\s*{re.escape(loop.iterator)}\s*(<=|<)\s*(.+?)\s*", loop.cond)
-    if m is None or re.search(rf"\b{re.escape(loop.iterator)}\b", m.group(2)):
+    cond = loop.cond
+    if not (isinstance(cond, ix.Op) and cond.op in ("<", "<=") and cond.lhs == ix.Var(loop.iterator)
+            and loop.iterator not in ix.variables(cond.rhs)):
         return None
-    return m.group(2) if m.group(1) == "<" else f"({m.group(2)}) + 1"
+    return cond.rhs if cond.op == "<" else cond.rhs + 1
 
 
 def _strip(loop: k.Loop, st: k.Assign, grouping: _Grouping, rows: dict[tuple[Level, tuple[int, ...]], k.Ref],
-           end: str) -> k.Block:
+           end: ix.Expr) -> k.Block:
     """`loop` cut into strips; per strip, each group's sums, then the points from them."""
-    it = loop.iterator
+    it, strip = ix.Var(loop.iterator), ix.Var(STRIP)
     assert loop.init is not None
     buffers: list[k.Node] = []
     sums: dict[tuple[int, int], list[k.Node]] = defaultdict(list)  # by the range of points summed
@@ -190,21 +187,21 @@ def _strip(loop: k.Loop, st: k.Assign, grouping: _Grouping, rows: dict[tuple[Lev
         buffers.append(k.Buffer(buffer, k.Space.STACK, (ROW_STRIP + group.high - group.low,), align=64))
         name, dt = group.level
         row_reads = [ir.FieldRead(name, dt, row + (0,)) for row in group.rows]
-        at = f"{it} - ({_plus(STRIP, group.low)})"
+        at = it - (strip + group.low)
         sums[(group.low, group.high)].append(k.Assign(
             k.Ref(buffer, at, k.Space.STACK), _sum(list(row_reads)),
             tuple((r, rows[(group.level, r.offsets[:-1])]) for r in row_reads), st.field, st.coords))
         for shift, _ in group.shifts:
-            loads[ir.FieldRead(buffer, None, (shift,))] = k.Ref(buffer, _plus(at, shift), k.Space.STACK)
+            loads[ir.FieldRead(buffer, None, (shift,))] = k.Ref(buffer, at + shift, k.Space.STACK)
     # the sums at every point some point of the strip reads them
-    sum_loops = [k.Loop(it, _plus(STRIP, low), f"{it} < msc_imin({_plus(STRIP, ROW_STRIP + high)}, {_plus(end, high)})",
+    sum_loops = [k.Loop(loop.iterator, strip + low, it.lt(ix.min_(strip + (ROW_STRIP + high), end + high)),
                         k.Block(tuple(assigns)), vector=True) for (low, high), assigns in sums.items()]
     rhs = grouping.point()
     used = set(ir.reads_of(rhs))
     loads.update((read, ref) for read, ref in st.loads if read in used)
-    points = replace(loop, init=STRIP, cond=f"{it} < msc_imin({_plus(STRIP, ROW_STRIP)}, {end})",
+    points = replace(loop, init=strip, cond=it.lt(ix.min_(strip + ROW_STRIP, end)),
                      body=k.Block((replace(st, rhs=rhs, loads=tuple(loads.items())),)))
-    strips = k.Loop(STRIP, loop.init, f"{STRIP} < {end}", k.Block((*sum_loops, points)), step=str(ROW_STRIP))
+    strips = k.Loop(STRIP, loop.init, strip.lt(end), k.Block((*sum_loops, points)), step=ix.Lit(ROW_STRIP))
     return k.Block((*buffers, strips), scoped=True)
 
 
@@ -214,11 +211,11 @@ def row_sums(kernel: k.Kernel, dim: int) -> k.Kernel:
     dependences) whose body is one statement planned by `_plan` computed from row sums."""
 
     def rewrite(node: k.Node) -> k.Node:
-        if not (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == "1"
+        if not (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == ix.Lit(1)
                 and node.init is not None and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)):
             return node
         st = node.body.body[0]
-        if st.coords[-1] != node.iterator or any(k.rename(c, node.iterator, "") != c for c in st.coords[:-1]):
+        if st.coords[-1] != ix.Var(node.iterator) or any(node.iterator in ix.variables(c) for c in st.coords[:-1]):
             return node
         end = _end(node)
         plan = None if end is None else _plan(st)

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 from msc import ir
 from msc.codegen import check_schedule_options
 from msc.codegen import kernel_ir as k
-from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import field_name, lower_kernel, param_name
-from msc.codegen.printers.c import C_TYPES, CPrinter
+from msc.codegen.printers.c import C_TYPES, CPrinter, int_helpers
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import param_name
 from msc.codegen.printers.cexpr import c_expr
@@ -15,13 +16,72 @@ from msc.codegen.printers.cexpr import c_expr
 C_TYPES = {"float64": "double", "float32": "float"}
 INDENT = "    "
 
+# C's precedence of each integer operation (higher binds tighter)
+ATOM, UNARY, ADDITIVE, SELECT = 16, 14, 12, 3
+_PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": ADDITIVE, "-": ADDITIVE, "<": 10, "<=": 10, ">": 10, ">=": 10,
+               "==": 9, "&&": 5, "||": 4}
+_FUNCTIONS = {"min": "msc_imin", "max": "msc_imax", "floordiv": "msc_floord"}  # the helpers of `int_helpers`
+
+
+def int_helpers(qualifier: str = "static inline") -> str:
+    """The integer helpers printed expressions rely on (every generated file
+    includes them), declared with `qualifier` (a GPU's: callable on host and device)."""
+    return (f"{qualifier} long msc_imin(long a, long b) {{ return a < b ? a : b; }}\n"
+            f"{qualifier} long msc_imax(long a, long b) {{ return a > b ? a : b; }}\n"
+            f"{qualifier} long msc_floord(long a, long b) {{ return a >= 0 ? a / b : -((-a + b - 1) / b); }}\n")
+
+
+def _precedence(e: ix.Expr) -> int:
+    if isinstance(e, ix.Op):
+        return _PRECEDENCE[e.op]
+    if isinstance(e, (ix.Neg, ix.Not, ix.Cast, k.Address)) or (isinstance(e, ix.Lit) and e.value < 0):
+        return UNARY
+    return SELECT if isinstance(e, ix.Select) else ATOM
+
+
+def c_int(e: ix.Expr, within: int = 0) -> str:
+    """C source of an integer expression, parenthesised where the operations
+    around it (of precedence `within`) would bind tighter. Parentheses keep
+    the tree's shape, and set off a comparison or connective inside another."""
+    text = _c_int(e)
+    return f"({text})" if _precedence(e) < within else text
+
+
+def _set_off(outer: str, inner: str) -> bool:
+    """Whether C compilers ask for parentheses around `inner` inside `outer`: a
+    comparison in a comparison, `&&` in `||` (or the reverse)."""
+    return ((outer in ix.COMPARISONS and inner in ix.COMPARISONS)
+            or (outer in ix.LOGICAL and inner in ix.LOGICAL and inner != outer))
+
+
+def _c_int(e: ix.Expr) -> str:
+    if isinstance(e, ix.Var):
+        return e.name
+    if isinstance(e, ix.Lit):
+        return str(e.value)
+    if isinstance(e, ix.Op):
+        p = _PRECEDENCE[e.op]
+
+        def side(o: ix.Expr, tighter: int) -> str:
+            if isinstance(o, ix.Op) and _set_off(e.op, o.op):
+                return f"({_c_int(o)})"
+            return c_int(o, tighter)
+        return f"{side(e.lhs, p)} {e.op} {side(e.rhs, p + 1)}"
+    if isinstance(e, (ix.Neg, ix.Not)):
+        return f"{'-' if isinstance(e, ix.Neg) else '!'}{c_int(e.operand, UNARY + 1)}"
+    if isinstance(e, ix.Cast):
+        return f"({e.to}){c_int(e.operand, UNARY + 1)}"
+    if isinstance(e, ix.Call):
+        return f"{_FUNCTIONS.get(e.func, e.func)}({', '.join(c_int(a) for a in e.args)})"
+    if isinstance(e, ix.Select):
+        return f"{c_int(e.cond, SELECT + 1)} ? {c_int(e.then, SELECT + 1)} : {c_int(e.otherwise, SELECT + 1)}"
+    if isinstance(e, k.Address):
+        return f"&{c_ref(e.ref)}"
+    raise TypeError(f"not an integer expression: {e!r}")
+
 
 def c_ref(ref: k.Ref) -> str:
-    return f"{ref.array}[{ref.index}]"
-
-
-def _arg(a: str | k.Address) -> str:
-    return a if isinstance(a, str) else f"&{c_ref(a.ref)}"
+    return f"{ref.array}[{c_int(ref.index)}]"
 
 
 @dataclass(frozen=True)
@@ -40,7 +100,7 @@ class CPrinter:
         if isinstance(node, k.Loop):
             return self._loop(node, depth)
         if isinstance(node, k.If):
-            out = [f"{pad}if ({node.cond}) {{", *self.lines(node.then, depth + 1)]
+            out = [f"{pad}if ({c_int(node.cond)}) {{", *self.lines(node.then, depth + 1)]
             if node.otherwise is not None:
                 out += [f"{pad}}} else {{", *self.lines(node.otherwise, depth + 1)]
             return out + [f"{pad}}}"]
@@ -50,21 +110,22 @@ class CPrinter:
             return [f"{pad}{c_ref(node.lhs)} = {rhs};"]
         if isinstance(node, k.Decl):
             if node.kind == "index":
-                return [f"{pad}{'const ' if node.const else ''}long {node.name} = {node.init};"]
+                return [f"{pad}{'const ' if node.const else ''}long {node.name} = {c_int(node.init)};"]
             const = "const " if node.kind == "const pointer" else ""
-            return [f"{pad}{const}real *restrict {node.name} = {node.init};"]
+            return [f"{pad}{const}real *restrict {node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Buffer):
             points = node.points()
-            size = str(points) if points is not None else " * ".join(map(str, node.shape))
+            size = str(points) if points is not None else " * ".join(
+                str(n) if isinstance(n, int) else c_int(n, ATOM) for n in node.shape)
             align = f"_Alignas({node.align}) " if node.align else ""
             return [f"{pad}{align}real {node.name}[{size}];"]
         if isinstance(node, k.Copy):
             out = []
             for d, (it, (lo, hi)) in enumerate(zip(node.iterators, node.region)):
-                out.append(f"{pad}{INDENT * d}for (long {it} = {lo}; {it} < {hi}; {it}++)")
+                out.append(f"{pad}{INDENT * d}for (long {it} = {c_int(lo)}; {it} < {c_int(hi, 11)}; {it}++)")
             return out + [f"{pad}{INDENT * len(node.iterators)}{c_ref(node.dst)} = {c_ref(node.src)};"]
         if isinstance(node, k.Call):
-            return [f"{pad}{node.func}({', '.join(_arg(a) for a in node.args)});"]
+            return [f"{pad}{node.func}({', '.join(c_int(a) for a in node.args)});"]
         if isinstance(node, k.Barrier):
             raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
         raise TypeError(f"not a kernel IR node: {node!r}")
@@ -79,10 +140,12 @@ class CPrinter:
         pad = INDENT * depth
         body = self.lines(loop.body, depth + 1)
         if loop.degenerate:
-            return [f"{pad}{{", f"{pad}{INDENT}const long {loop.iterator} = {loop.init};", *body, f"{pad}}}"]
+            assert loop.init is not None
+            return [f"{pad}{{", f"{pad}{INDENT}const long {loop.iterator} = {c_int(loop.init)};", *body, f"{pad}}}"]
         head = [f"{pad}#pragma GCC unroll {loop.unroll}"] if loop.unroll else []
         if loop.mapping:
             head.append(f"{pad}#pragma {loop.mapping}")
-        init = "" if loop.init is None else f"long {loop.iterator} = {loop.init}"
-        step = f"{loop.iterator}++" if loop.step == "1" else f"{loop.iterator} += {loop.step}"
-        return [*head, f"{pad}for ({init}; {loop.cond}; {step}) {{", *body, f"{pad}}}"]
+        assert loop.cond is not None
+        init = "" if loop.init is None else f"long {loop.iterator} = {c_int(loop.init)}"
+        step = f"{loop.iterator}++" if loop.step == ix.Lit(1) else f"{loop.iterator} += {c_int(loop.step)}"
+        return [*head, f"{pad}for ({init}; {c_int(loop.cond)}; {step}) {{", *body, f"{pad}}}"]

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import array_name, global_index
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LARGE_READS, LoweredSchedule, carried_example
 
-LINE = "MSC_LINE"  # points per 64-byte line
+LINE = ix.Var("MSC_LINE")  # points per 64-byte line
 LINE_BUFFER = "msc_line"
 LINE_BASE = "msc_base"
 
@@ -70,11 +71,7 @@ def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
     return None
 
 
-def _address(ref: k.Ref) -> str:
-    return f"&{ref.array}[{ref.index}]"
-
-
-def _prefetches(st: k.Assign, base: tuple[str, ...], distance: int) -> list[k.Node]:
+def _prefetches(st: k.Assign, base: tuple[ix.Expr, ...], distance: int) -> list[k.Node]:
     """For each field level the statement reads from memory, its leading
     access (the largest offset, furthest ahead in row-major order), `distance` points ahead."""
     if not distance:
@@ -84,29 +81,30 @@ def _prefetches(st: k.Assign, base: tuple[str, ...], distance: int) -> list[k.No
         if ref.space == k.Space.GLOBAL:
             key = (read.name, read.dt)
             leading[key] = max(leading.get(key, read.offsets), read.offsets)
-    return [k.Call("__builtin_prefetch", (k.Address(k.Ref(array_name(f, dt), f"{global_index(base, offsets)} + {distance}")),))
+    return [k.Call("__builtin_prefetch", (k.Address(k.Ref(array_name(f, dt), global_index(base, offsets) + distance)),))
             for (f, dt), offsets in leading.items()]
 
 
 def _in_lines(loop: k.Loop, distance: int) -> k.Node:
     st = loop.body.body[0]
-    assert isinstance(st, k.Assign) and loop.init is not None
-    it = loop.iterator
-    base = tuple(k.rename(c, it, LINE_BASE) for c in st.coords)
-    into_line = replace(st, lhs=k.Ref(LINE_BUFFER, f"{it} - {LINE_BASE}", k.Space.STACK))
-    last = k.rename(loop.cond, it, f"({it} + {LINE} - 1)")
+    assert isinstance(st, k.Assign) and loop.init is not None and loop.cond is not None
+    it, base_point = ix.Var(loop.iterator), ix.Var(LINE_BASE)
+    at_base = {loop.iterator: base_point}
+    base = tuple(ix.substitute(c, at_base) for c in st.coords)
+    into_line = replace(st, lhs=k.Ref(LINE_BUFFER, it - base_point, k.Space.STACK))
+    last = ix.substitute(loop.cond, {loop.iterator: it + LINE - 1})
     scalar = k.Block((st,))
     return k.Block((
-        k.Decl(it, "index", loop.init, const=False),
-        k.Loop(it, None, f"{loop.cond} && !msc_line_aligned({_address(st.lhs)})", scalar),
-        k.Loop(it, None, last, k.Block((
+        k.Decl(loop.iterator, "index", loop.init, const=False),
+        k.Loop(loop.iterator, None, loop.cond.and_(ix.Call("msc_line_aligned", (k.Address(st.lhs),)).not_()), scalar),
+        k.Loop(loop.iterator, None, last, k.Block((
             k.Buffer(LINE_BUFFER, k.Space.STACK, (LINE,), align=64),
             k.Decl(LINE_BASE, "index", it),
             *_prefetches(st, base, distance),
-            k.Loop(it, LINE_BASE, f"{it} < {LINE_BASE} + {LINE}", k.Block((into_line,)), vector=True),
-            k.Call("msc_put_line", (k.Address(st.lhs.renamed(it, LINE_BASE)), LINE_BUFFER)),
+            k.Loop(loop.iterator, base_point, it.lt(base_point + LINE), k.Block((into_line,)), vector=True),
+            k.Call("msc_put_line", (k.Address(st.lhs.substituted(at_base)), ix.Var(LINE_BUFFER))),
         )), step=LINE),
-        k.Loop(it, None, loop.cond, scalar),
+        k.Loop(loop.iterator, None, loop.cond, scalar),
     ), scoped=True)
 
 
@@ -119,7 +117,7 @@ def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tup
     distance = lowered.schedule.prefetch_distance
 
     def rewrite(node: k.Node) -> k.Node:
-        if (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == "1"
+        if (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == ix.Lit(1)
                 and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)
                 and node.body.body[0].lhs.space == k.Space.GLOBAL):
             return _in_lines(node, distance)

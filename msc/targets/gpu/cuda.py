@@ -27,9 +27,10 @@ from typing import Any, ClassVar
 
 from msc import ir
 from msc.codegen import check_schedule_options, register
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import field_name, lower_kernel, param_name
+from msc.codegen.printers.c import int_helpers
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops
@@ -190,13 +191,16 @@ class CudaTarget(ctarget.CTarget):
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
             printed.append(dict(name=launch.name, source="", body=body, threads=math.prod(launch.block),
                                 parameters=[_parameter(t, v) for t, v in used]))
-            grid = f"dim3({', '.join(launch.grid)})"
-            block = f"dim3({', '.join(map(str, launch.block))})"
-            calls[launch.name] = k.Call(mapping.LAUNCH, (launch.name, grid, block, "0", *(v for _, v in used)))
+            grid = ix.Call("dim3", launch.grid)
+            block = ix.Call("dim3", tuple(ix.Lit(b) for b in launch.block))
+            calls[launch.name] = k.Call(mapping.LAUNCH, (ix.Var(launch.name), grid, block, ix.Lit(0),
+                                                         *(ix.Var(v) for _, v in used)))
 
         def fill(node: k.Node) -> k.Node:
             if isinstance(node, k.Call) and node.func == mapping.LAUNCH and len(node.args) == 1:
-                return calls[str(node.args[0])]
+                launched = node.args[0]
+                assert isinstance(launched, ix.Var)
+                return calls[launched.name]
             return node
 
         host = k.transform_kernel(host, fill)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
+from msc.codegen.lower import extent
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule
@@ -34,7 +36,7 @@ AXES = ("x", "y", "z")
 MAX_THREADS = 1024  # threads per block, every CUDA device since compute capability 2.0
 MAX_GRID_YZ = 65535
 LAUNCH = "MSC_LAUNCH"  # a host Call of this name launches the Launch named by its first argument
-FIRST_THREAD = "threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0"
+FIRST_THREAD = ix.Var("threadIdx.x").eq(0).and_(ix.Var("threadIdx.y").eq(0)).and_(ix.Var("threadIdx.z").eq(0))
 # threads along a mapped point loop the tile does not bound: innermost, others
 UNTILED_THREADS = (32, 4)
 GLOBAL_BLOCK = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}  # block of a global mapping, x first
@@ -42,13 +44,13 @@ GLOBAL_BLOCK = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}  # block of a global mappi
 
 @dataclass(frozen=True)
 class Launch:
-    """One `__global__` function: `body` runs on the device; `grid` (host C
-    expressions) and `block` are its launch geometry, x first; `scope` the
+    """One `__global__` function: `body` runs on the device; `grid` (blocks, computed
+    on the host) and `block` (threads) are its launch geometry, x first; `scope` the
     variables in scope at the launch site (type, name), its parameters when used."""
 
     name: str
     body: k.Block
-    grid: tuple[str, ...]
+    grid: tuple[ix.Expr, ...]
     block: tuple[int, ...]
     scope: tuple[tuple[str, str], ...]
 
@@ -160,7 +162,7 @@ class _Split:
     def _serial(self, node: k.Node, scope: list[tuple[str, str]]) -> k.Node:
         """Work with no loop to share (a schedule without a parallel loop): one device thread."""
         self._check_device(node)
-        return self._add(k.Block((node,)), ("1",), (1,), scope)
+        return self._add(k.Block((node,)), (ix.Lit(1),), (1,), scope)
 
     def _launch(self, loop: k.Loop, scope: list[tuple[str, str]]) -> k.Node:
         ir = self.poly.ir
@@ -170,7 +172,7 @@ class _Split:
             inside = k.Block(tuple(self._block(n) for n in body.body))
             mapped = self._mapped(chain, decls, inside, "block")
             block = _widest(self._sizes) or (1,)
-            grid = tuple(f"msc_blocks(P{self._space_dim(c)}, {self._tile_size(self._space_dim(c))}, {MAX_GRID_YZ if a else 0})"
+            grid = tuple(_blocks(self._space_dim(c), self._tile_size(self._space_dim(c)), a)
                          for a, c in enumerate(reversed(chain)))
         else:
             if self.schedule.schedule.cached_reads or self.schedule.schedule.cached_writes:
@@ -182,16 +184,16 @@ class _Split:
             self._check_device(body)
             mapped = self._mapped(chain, decls, body, "global")
             block = GLOBAL_BLOCK[len(chain)]
-            grid = tuple(f"msc_blocks(P{self._space_dim(c)}, {b}, {MAX_GRID_YZ if a else 0})"
-                         for a, (c, b) in enumerate(zip(reversed(chain), block)))
+            grid = tuple(_blocks(self._space_dim(c), b, a) for a, (c, b) in enumerate(zip(reversed(chain), block)))
         return self._add(k.Block((mapped,)), grid, block, scope)
 
-    def _add(self, body: k.Block, grid: tuple[str, ...], block: tuple[int, ...], scope: list[tuple[str, str]]) -> k.Node:
+    def _add(self, body: k.Block, grid: tuple[ix.Expr, ...], block: tuple[int, ...],
+             scope: list[tuple[str, str]]) -> k.Node:
         arrays = _arrays(body)
         shared = tuple(replace(b, space=k.Space.SHARED) for name, b in self.buffers.items() if name in arrays)
         name = f"{self.entry}_k{len(self.launches)}"
         self.launches.append(Launch(name, k.Block((*shared, *body.body)), grid, block, tuple(scope)))
-        return k.Call(LAUNCH, (name,))
+        return k.Call(LAUNCH, (ix.Var(name),))
 
     def _check_device(self, node: k.Node) -> None:
         for n in k.walk(node):
@@ -242,6 +244,12 @@ class _Split:
             other = k.Block((self._block(node.otherwise),)) if node.otherwise is not None else None
             return replace(node, then=k.Block((self._block(node.then),)), otherwise=other)
         return node
+
+
+def _blocks(d: int, per_block: int | None, axis: int) -> ix.Expr:
+    """Blocks along space dimension d for `per_block` points each, on grid axis `axis` (y and z are limited)."""
+    assert per_block is not None, f"no tile size in dimension {d}"
+    return ix.Call("msc_blocks", (extent(d), ix.Lit(per_block), ix.Lit(MAX_GRID_YZ if axis else 0)))
 
 
 def _widest(sizes: list[list[int]]) -> tuple[int, ...]:

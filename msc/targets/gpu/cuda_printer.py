@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.printers.c import INDENT, CPrinter, c_ref
+from msc.codegen.printers.c import ADDITIVE, INDENT, CPrinter, c_int, c_ref
 from msc.targets.gpu.cuda_pass import LAUNCH
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
@@ -29,7 +30,7 @@ class CudaPrinter(CPrinter):
         pad = INDENT * depth
         if isinstance(node, k.Decl) and node.kind != "index":
             const = "const " if node.kind == "const pointer" else ""
-            return [f"{pad}{const}real *__restrict__ {node.name} = {node.init};"]
+            return [f"{pad}{const}real *__restrict__ {node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Buffer) and node.space == k.Space.SHARED:
             return [f"{pad}MSC_SHARED(real, {node.name}, [{node.points()}]);"]
         if isinstance(node, k.Copy) and k.Space.SHARED in (node.src.space, node.dst.space):
@@ -37,7 +38,7 @@ class CudaPrinter(CPrinter):
         if isinstance(node, k.Barrier):
             return [f"{pad}__syncthreads();"]
         if isinstance(node, k.Call) and node.func == LAUNCH:
-            return [f"{pad}{LAUNCH}({', '.join(str(a) for a in node.args)});"]
+            return [f"{pad}{LAUNCH}({', '.join(c_int(a) for a in node.args)});"]
         if isinstance(node, k.Call):  # a host helper that launches kernels returns their status
             call = super().lines(node)[0].rstrip(";")
             return [f"{pad}if (const int msc_status = {call}) return msc_status;"]
@@ -65,23 +66,24 @@ class CudaPrinter(CPrinter):
             return [f"{pad}#pragma unroll {loop.unroll}", *plain[1:]]
         kind, axis = loop.mapping.split(".")
         pad = INDENT * depth
-        it, step = loop.iterator, loop.step
-        scale = "" if step == "1" else f" * {step}"
+        assert loop.init is not None and loop.cond is not None
+        it, cond, unit = loop.iterator, c_int(loop.cond), loop.step == ix.Lit(1)
+        scale = "" if unit else f" * {c_int(loop.step, ADDITIVE + 2)}"
         stride = f"{_STRIDE[kind].format(a=axis)}{scale}"
-        if (kind, axis, step) == ("global", "x", "1"):  # warps start on a multiple of 32 points
-            start = f"msc_floord({loop.init}, {WARP}) * {WARP} + {_START[kind].format(a=axis)}"
-            return [f"{pad}for (long {it} = {start}; {loop.cond}; {it} += {stride}) {{",
-                    f"{pad}{INDENT}if ({it} < {loop.init}) continue;",
+        if (kind, axis, unit) == ("global", "x", True):  # warps start on a multiple of 32 points
+            start = f"{c_int(ix.floordiv(loop.init, WARP) * WARP)} + {_START[kind].format(a=axis)}"
+            return [f"{pad}for (long {it} = {start}; {cond}; {it} += {stride}) {{",
+                    f"{pad}{INDENT}if ({c_int(ix.Var(it).lt(loop.init))}) continue;",
                     *self.lines(loop.body, depth + 1), f"{pad}}}"]
-        start = f"{loop.init} + {_START[kind].format(a=axis)}{scale}"
-        return [f"{pad}for (long {it} = {start}; {loop.cond}; {it} += {stride}) {{",
+        start = f"{c_int(loop.init, ADDITIVE)} + {_START[kind].format(a=axis)}{scale}"
+        return [f"{pad}for (long {it} = {start}; {cond}; {it} += {stride}) {{",
                 *self.lines(loop.body, depth + 1), f"{pad}}}"]
 
     def _shared_copy(self, copy: k.Copy, depth: int) -> list[str]:
         """The box copied point by point, the points dealt out to the block's threads."""
         pad, inner = INDENT * depth, INDENT * (depth + 1)
         n = len(copy.iterators)
-        extents = [f"msc_imax(0, ({hi}) - ({lo}))" for lo, hi in copy.region]
+        extents = [c_int(ix.max_(0, hi - lo)) for lo, hi in copy.region]
         out = [f"{pad}{{"]
         out += [f"{inner}const long msc_n{d} = {e};" for d, e in enumerate(extents)]
         total = " * ".join(f"msc_n{d}" for d in range(n))
@@ -90,7 +92,7 @@ class CudaPrinter(CPrinter):
         for d in reversed(range(n)):
             it, (lo, _) = copy.iterators[d], copy.region[d]
             value = f"{rest} % msc_n{d}" if d else rest
-            out.append(f"{inner}{INDENT}const long {it} = {lo} + {value};")
+            out.append(f"{inner}{INDENT}const long {it} = {c_int(lo, ADDITIVE)} + {value};")
             rest = f"{rest} / msc_n{d}" if d else rest
         out.append(f"{inner}{INDENT}{c_ref(copy.dst)} = {c_ref(copy.src)};")
         return out + [f"{inner}}}", f"{pad}}}"]

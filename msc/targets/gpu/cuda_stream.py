@@ -29,9 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Sequence
 
 from msc import ir
+from msc.codegen import index as ix
 from msc.codegen.lower import field_name, param_name
+from msc.codegen.printers.c import c_int
 from msc.codegen.printers.cexpr import c_expr
 from msc.ir.linear import NonLinearError, linear_form
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
@@ -165,15 +168,15 @@ def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
     return terms, form.constant
 
 
-def linear_index(terms: list[str], extents: list[str]) -> str:
-    index = terms[0]
-    for term, extent in zip(terms[1:], extents[1:]):
-        index = f"({index}) * {extent} + {term}"
-    return index
+def linear_index(coords: Sequence[str], extents: Sequence[int | str], offsets: Sequence[int] | None = None) -> str:
+    """The row-major index (`ix.linear`) of the point `coords` (+ `offsets`) in an array of
+    `extents` (sizes, or the names of variables holding them), as C."""
+    return c_int(ix.linear([ix.Var(c) for c in coords], [e if isinstance(e, int) else ix.Var(e) for e in extents],
+                           offsets))
 
 
 def _plus(c: str, o: int) -> str:
-    return f"{c} + {o}" if o > 0 else f"{c} - {-o}" if o < 0 else c
+    return c_int(ix.Var(c) + o)
 
 
 def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
@@ -191,9 +194,8 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
     def access(read: ir.FieldRead, stage: int) -> str:
         if read.name == statement.target:
             shift = plan.shift(read.offsets[1:])
-            return f"{RING}[{stage - 1}][({_plus('p', read.offsets[0])}) % {slots}][{_plus('q', shift)}]"
-        coords = [_plus(c, o) for c, o in zip(glob, read.offsets)]
-        return f"{field_name(read.name)}[{linear_index(coords, extents)}]"
+            return f"{RING}[{stage - 1}][{c_int((ix.Var('p') + read.offsets[0]) % slots)}][{_plus('q', shift)}]"
+        return f"{field_name(read.name)}[{linear_index(glob, extents, read.offsets)}]"
 
     inputs = [f"const real *__restrict__ {field_name(f.name)}" for f in st.fields if f.time_invariant]
     params = inputs + [f"const real {param_name(p)}" for p in st.params] + [f"const long {e}" for e in extents]
@@ -206,7 +208,7 @@ def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
         lines.append(f"    MSC_SHARED(real, {RING}, [{depth}][{slots}][{plane}]);")
     lines += [f"    const int l{d} = threadIdx.{axis[d]};" for d in inner]
     local = [f"l{d}" for d in inner]
-    lines.append(f"    const int q = {linear_index(local, [str(n) for n in threads])};")
+    lines.append(f"    const int q = {linear_index(local, threads)};")
     lines.append(f"    const long plane = {' * '.join(extents[1:])};")
     pad = "    "
     sizes = [plan.chunk, *plan.tile]

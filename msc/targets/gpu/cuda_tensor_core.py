@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from msc import ir
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as kir
-from msc.codegen.lower import array_name, level_name, param_name
+from msc.codegen.lower import array_name, extent, level_name, param_name
 from msc.codegen.printers.cexpr import c_expr
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
@@ -403,7 +404,7 @@ def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> Cu
     pointers = [level_name(assign.field, 1), *(array_name(*source) for source in kernel.sources)]
     missing = sorted(set(pointers) - {name for _, name in launch.scope})
     assert not missing, f"launch {launch.name} has no level pointers {missing} in scope"
-    args = (*pointers,
-            *(f"(double){param_name(p)}" for p in stencil.params),
-            *(f"(int)(P{d} - {2 * r})" for d, r in enumerate(stencil.radius)))
+    args = (*(ix.Var(p) for p in pointers),
+            *(ix.Cast("double", ix.Var(param_name(p))) for p in stencil.params),
+            *(ix.Cast("int", extent(d) - 2 * r) for d, r in enumerate(stencil.radius)))
     return CustomLaunch(kernel.code, kir.Call(f"{kernel.name}_launch", args))

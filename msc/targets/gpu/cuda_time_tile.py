@@ -154,13 +154,10 @@ def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
     glob = [f"g{d}" for d in range(ndim)]
     extents = [f"P{d}" for d in range(ndim)]
 
-    def shifted(coords: list[str], offsets: tuple[int, ...]) -> list[str]:
-        return [f"{c} + {o}" if o > 0 else f"{c} - {-o}" if o < 0 else c for c, o in zip(coords, offsets)]
-
     def access(read: ir.FieldRead) -> str:
         if read.name == statement.target:
-            return f"a[{linear_index(shifted(local, read.offsets), n)}]"
-        return f"{field_name(read.name)}[{linear_index(shifted(glob, read.offsets), extents)}]"
+            return f"a[{linear_index(local, plan.region, read.offsets)}]"
+        return f"{field_name(read.name)}[{linear_index(glob, extents, read.offsets)}]"
 
     expr = c_expr(statement.expr, st.dtype, access, param_name)
     inputs = [f"const real *__restrict__ {field_name(f.name)}" for f in st.fields if f.time_invariant]
@@ -173,7 +170,7 @@ def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
               f"{', '.join(params)}, const long steps)"), "{",
              f"    MSC_SHARED(real, {BUFFER}, [2][{volume}]);"]
     lines += [f"    const long l{d} = threadIdx.{axis[d]};" for d in range(ndim)]
-    lines.append(f"    const long q = {linear_index(local, n)};")
+    lines.append(f"    const long q = {linear_index(local, plan.region)};")
     pad = "    "
     for d in range(ndim):  # every tile of the grid, block-stride (uniform in the block)
         tiles = f"(P{d} + {plan.tile[d] - 1}) / {plan.tile[d]}"

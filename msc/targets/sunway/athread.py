@@ -32,13 +32,14 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from msc import ir
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen import register_node
-from msc.codegen.isl_ast import int_helpers
 from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
+from msc.codegen.printers.c import ATOM, c_int, int_helpers
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, lower
@@ -273,7 +274,7 @@ def _all_levels(stencil: ir.StencilIR) -> list[dict[str, Any]]:
             continue
         for dt in sorted(levels_used(stencil, f.name), reverse=True):
             out.append(dict(member=level_name(f.name, dt), const=dt != 1, field=field_name(f.name), dt=dt,
-                            slot=ring_slot("t", dt, f.slots)))
+                            slot=c_int(ring_slot(ix.Var("t"), dt, f.slots), ATOM)))
     return out
 
 
@@ -401,28 +402,40 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: Sim
                 bytes=tt.ldm_bytes(itemsize))
 
 
-def _box_index(coords: list[str], offsets: tuple[int, ...], first: int) -> str:
+def _box_index(coords: list[ix.Var], offsets: tuple[int, ...], first: int) -> ix.Expr:
     """Row-major index of point coords + offsets (dimensions `first` on) in a packed box whose dimension d
     holds b_d <= i_d < b_d + w_d."""
-    out = ""
-    for d in range(first, len(coords)):
-        o = offsets[d]
-        term = f"({coords[d]} {'+' if o >= 0 else '-'} {abs(o)} - b{d})" if o else f"({coords[d]} - b{d})"
-        out = term if d == first else f"({out}) * w{d} + {term}"
-    return out
+    dims = range(first, len(coords))
+    return ix.linear([coords[d] + offsets[d] - ix.Var(f"b{d}") for d in dims], [ix.Var(f"w{d}") for d in dims])
 
 
-def _loop_nest(node: k.Assign, coords: list[str], first: int, lo: str, hi: str, unroll: dict[int, int]) -> k.Block:
-    """`node` inside loops over dimensions `first` on (coords[d] from lo to hi, formatted with d), the
+def _loop_nest(node: k.Assign, coords: list[ix.Var], first: int, bounds: Callable[[int], tuple[ix.Expr, ix.Expr]],
+               unroll: dict[int, int]) -> k.Block:
+    """`node` inside loops over dimensions `first` on (coords[d] over [bounds(d)[0], bounds(d)[1])), the
     innermost marked for vectors."""
     ndim = len(coords)
     nest: k.Node = node
     for d in reversed(range(first, ndim)):
         body = nest if isinstance(nest, k.Block) else k.Block((nest,))
-        nest = k.Block((k.Loop(coords[d], lo.format(d=d), f"{coords[d]} < {hi.format(d=d)}", body, dim=d,
+        lo, hi = bounds(d)
+        nest = k.Block((k.Loop(coords[d].name, lo, coords[d].lt(hi), body, dim=d,
                                unroll=unroll.get(d, 0), vector=d == ndim - 1),))
     assert isinstance(nest, k.Block)
     return nest
+
+
+def _coords(ndim: int) -> list[ix.Var]:
+    return [ix.Var(f"i{d}") for d in range(ndim)]
+
+
+def _region(d: int) -> tuple[ix.Expr, ix.Expr]:
+    """The points lo_d <= i_d < hi_d a time tile computes."""
+    return ix.Var(f"lo{d}"), ix.Var(f"hi{d}")
+
+
+def _packed(d: int) -> tuple[ix.Expr, ix.Expr]:
+    """Every point 0 <= i_d < h_d of a packed output tile."""
+    return ix.Lit(0), ix.Var(f"h{d}")
 
 
 def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[
@@ -431,7 +444,7 @@ def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -
     (d >= 1) of the output row r_out, each read from its level's row x + dx (pointer r_<array>_<dx>) at
     i_d + offset_d; rows hold the box's points b_d <= i_d < b_d + w_d, packed. Also each row pointer's
     (field, dt, dx)."""
-    coords = [f"i{d}" for d in range(ndim)]
+    coords = _coords(ndim)
     loads, rows = [], {}
     for a in dict.fromkeys(st.reads):
         dx = a.offsets[0]
@@ -439,19 +452,40 @@ def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -
         rows[name] = (a.name, a.dt, dx)
         loads.append((a, k.Ref(name, _box_index(coords, a.offsets, 1), k.Space.LOCAL)))
     node = k.Assign(k.Ref("r_out", _box_index(coords, (0,) * ndim, 1), k.Space.LOCAL), st.expr, tuple(loads),
-                    st.target, ("x", *coords[1:]))
-    return _loop_nest(node, coords, 1, "lo{d}", "hi{d}", unroll), dict(sorted(rows.items()))
+                    st.target, (ix.Var("x"), *coords[1:]))
+    return _loop_nest(node, coords, 1, _region, unroll), dict(sorted(rows.items()))
 
 
 def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:
     """The kernel IR of one statement on the region lo_d <= i_d < hi_d of a time tile's LDM block,
     whose arrays hold the box b_d <= i_d < b_d + w_d (global coordinates i)."""
-    coords = [f"i{d}" for d in range(ndim)]
+    coords = _coords(ndim)
     loads = tuple((a, k.Ref(f"v_{array_name(a.name, a.dt)}", _box_index(coords, a.offsets, 0), k.Space.LOCAL))
                   for a in dict.fromkeys(st.reads))
     node = k.Assign(k.Ref(f"v_{level_name(st.target, 1)}", _box_index(coords, (0,) * ndim, 0), k.Space.LOCAL),
                     st.expr, loads, st.target, tuple(coords))
-    return _loop_nest(node, coords, 0, "lo{d}", "hi{d}", unroll)
+    return _loop_nest(node, coords, 0, _region, unroll)
+
+
+def _tile_assign(tk: TileKernel, coords: list[ix.Var], first: int) -> tuple[k.Assign, dict[str, tuple[str, int]]]:
+    """A tile's statement at point i over dimensions `first` on, all in LDM: level L read at i + offset -
+    L.lo in its packed buffer l_L (row extents e_L_d) or, from dimension 1 on, through the row pointer
+    r_L_q of the stream's step q = offset_0 - L.lo_0; the packed output l_out (extents h_d). Also each row
+    pointer's (array, q)."""
+    by_array = {lv.array: lv for lv in tk.levels}
+    dims = range(first, len(coords))
+    loads, rows = [], {}
+    for a in dict.fromkeys(tk.statement.reads):
+        lv = by_array[array_name(a.name, a.dt)]
+        index = ix.linear([coords[d] + (a.offsets[d] - lv.lo[d]) for d in dims], [ix.Var(f"e_{lv.array}_{d}") for d in dims])
+        name = f"l_{lv.array}"
+        if first:
+            step = a.offsets[0] - lv.lo[0]
+            name = f"r_{lv.array}_{step}"
+            rows[name] = (lv.array, step)
+        loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
+    out = k.Ref("l_out", ix.linear([coords[d] for d in dims], [ix.Var(f"h{d}") for d in dims]), k.Space.LOCAL)
+    return k.Assign(out, tk.statement.expr, tuple(loads), tk.statement.target, tuple(coords)), rows
 
 
 def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int]]]:
@@ -459,49 +493,18 @@ def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Bl
     level L at offset o from its row pointer r_L_q (q = o_0 - L.lo_0: the step of the stream that brought the
     row), at i + o - L.lo in the row's packed box (extents e_L_d), and writes the packed output row (extents h_d).
     Also each row pointer's (array, q)."""
-    coords = [f"i{d}" for d in range(ndim)]
-    loads, rows = [], {}
-    by_array = {lv.array: lv for lv in tk.levels}
-    for a in dict.fromkeys(tk.statement.reads):
-        lv = by_array[array_name(a.name, a.dt)]
-        step = a.offsets[0] - lv.lo[0]
-        name = f"r_{lv.array}_{step}"
-        rows[name] = (lv.array, step)
-        index = ""
-        for d in range(1, ndim):
-            shift = a.offsets[d] - lv.lo[d]
-            term = f"({coords[d]} + {shift})" if shift else coords[d]
-            index = term if d == 1 else f"({index}) * e_{lv.array}_{d} + {term}"
-        loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
-    out_index = coords[1]
-    for d in range(2, ndim):
-        out_index = f"({out_index}) * h{d} + {coords[d]}"
-    node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
-                            tk.statement.target, tuple(coords))
-    return _loop_nest(node, coords, 1, "0", "h{d}", unroll), dict(sorted(rows.items()))
+    coords = _coords(ndim)
+    node, rows = _tile_assign(tk, coords, 1)
+    return _loop_nest(node, coords, 1, _packed, unroll), dict(sorted(rows.items()))
 
 
 def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
     """The kernel IR of one tile's compute, all in LDM: point i (0 <= i_d < h_d)
     reads level L at i + offset - L.lo in its packed buffer (row extents e_L_d)
     and writes the packed output tile (extents h_d)."""
-    coords = [f"i{d}" for d in range(ndim)]
-    loads = []
-    by_array = {lv.array: lv for lv in tk.levels}
-    for a in dict.fromkeys(tk.statement.reads):
-        lv = by_array[array_name(a.name, a.dt)]
-        index = ""
-        for d in range(ndim):
-            shift = a.offsets[d] - lv.lo[d]
-            term = f"({coords[d]} + {shift})" if shift else coords[d]
-            index = term if d == 0 else f"({index}) * e_{lv.array}_{d} + {term}"
-        loads.append((a, k.Ref(f"l_{lv.array}", index, k.Space.LOCAL)))
-    out_index = coords[0]
-    for d in range(1, ndim):
-        out_index = f"({out_index}) * h{d} + {coords[d]}"
-    node = k.Assign(k.Ref("l_out", out_index, k.Space.LOCAL), tk.statement.expr, tuple(loads),
-                            tk.statement.target, tuple(coords))
-    return _loop_nest(node, coords, 0, "0", "h{d}", unroll)
+    coords = _coords(ndim)
+    node, _ = _tile_assign(tk, coords, 0)
+    return _loop_nest(node, coords, 0, _packed, unroll)
 
 
 register_node(NAME, AthreadTarget)

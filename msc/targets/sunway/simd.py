@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from msc import ir
+from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import param_name
-from msc.codegen.printers.c import INDENT, CPrinter, c_ref
+from msc.codegen.printers.c import INDENT, CPrinter, c_int, c_ref
 from msc.codegen.printers.cexpr import c_literal
 
 LANES = {"sw26010": 4, "sw26010pro": 8}  # 64-bit lanes: 256- and 512-bit vectors
@@ -81,8 +82,10 @@ class SimdPrinter(CPrinter):
     def _vector_loop(self, loop: k.Loop, depth: int) -> list[str] | None:
         it = loop.iterator
         body = loop.body.body
-        if loop.degenerate or loop.init is None or loop.step != "1" or not loop.cond.startswith(f"{it} < ") \
-                or len(body) != 1 or not isinstance(body[0], k.Assign):
+        cond = loop.cond
+        if loop.degenerate or loop.init is None or loop.step != ix.Lit(1) or len(body) != 1 \
+                or not isinstance(body[0], k.Assign) \
+                or not (isinstance(cond, ix.Op) and cond.op == "<" and cond.lhs == ix.Var(it)):
             return None
         node = body[0]
         loads = dict(node.loads)
@@ -94,10 +97,10 @@ class SimdPrinter(CPrinter):
         except _Scalar:
             return None
         pad, pad1, pad2 = (INDENT * (depth + n) for n in range(3))
-        bound = loop.cond[len(f"{it} < "):]
-        return [f"{pad}{{", f"{pad1}long {it} = {loop.init};",
+        vectors_left = (ix.Var(it) + ix.Var("MSC_VLEN")).le(cond.rhs)
+        return [f"{pad}{{", f"{pad1}long {it} = {c_int(loop.init)};",
                 *(f"{pad1}const realv {name} = msc_vset({scalar});" for scalar, name in broadcasts.items()),
-                f"{pad1}for (; {it} + MSC_VLEN <= {bound}; {it} += MSC_VLEN) {{",
+                f"{pad1}for (; {c_int(vectors_left)}; {it} += MSC_VLEN) {{",
                 *(f"{pad2}realv {name};" for name in names.values()),
                 *(f"{pad2}simd_loadu({names[read]}, &{c_ref(ref)});" for read, ref in loads.items()),
                 f"{pad2}simd_storeu({expr}, &{c_ref(node.lhs)});", f"{pad1}}}",
