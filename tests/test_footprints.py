@@ -137,4 +137,4 @@ def test_one_sided_reads_stage_a_one_sided_footprint():
 
     source = msc.codegen.get_target("openmp").source(upwind.poly(), msc.Schedule().tile(x=8, y=8).cache_read("u"))
     assert "real cr_f_u_t0[90];" in source  # (8 + 2) x (8 + 1), not (8 + 4) x (8 + 2)
-    assert "msc_imin(P0, (8 * c2) + 8)" in source and "msc_imax(0, (8 * c2) - 2)" in source
+    assert "msc_imin(P0, 8 * c2 + 8)" in source and "msc_imax(0, 8 * c2 - 2)" in source
