@@ -284,10 +284,11 @@ def test_auto_tuner_restarts_trials_in_the_buffers_of_dropped_ones(tmp_path, mon
     assert len(kernel.report.trials) > 4 and restarts
 
 
-def test_a_clearly_slower_finalist_stops_after_two_rounds(tmp_path, monkeypatch, assert_matches):
-    """The run-off times each finalist ROUNDS times, interleaved; one whose fastest timing after two rounds is
-    CLEARLY_SLOWER than the leader's slowest stops there (here: every 1-thread schedule takes 3x the time,
-    by a stand-in clock), and the choice is still the fast one."""
+@pytest.mark.parametrize("slower, rounds", [(3.0, 1), (1.3, 2)])
+def test_a_clearly_slower_finalist_stops_early(tmp_path, monkeypatch, assert_matches, slower, rounds):
+    """The run-off times each finalist ROUNDS times, interleaved; one whose fastest timing is FAR_SLOWER
+    than the leader's slowest after one round, or CLEARLY_SLOWER after two, stops there (here: every
+    1-thread schedule takes 3x or 1.3x the time, by a stand-in clock), and the choice is still the fast one."""
     from msc.tune import tuner
 
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
@@ -295,17 +296,17 @@ def test_a_clearly_slower_finalist_stops_after_two_rounds(tmp_path, monkeypatch,
 
     def timing(self, kernel, sim, steps):
         timings.append(kernel.schedule)
-        return 3.0 if kernel.threads == 1 else 1.0 + 0.01 * (len(timings) % 3)
+        return slower if kernel.threads == 1 else 1.0 + 0.01 * (len(timings) % 3)
 
     monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
     kernel = heat.compile(target="openmp", schedule="auto", threads=2)
     u0 = np.random.default_rng(6).random((34, 40))
     assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
     one_thread = [t for t in kernel.report.trials if "with_threads(1)" in t.schedule]
-    assert one_thread and all(t.ms_per_step == 3.0 for t in one_thread)
+    assert one_thread and all(t.ms_per_step == slower for t in one_thread)
     assert kernel.report.schedule.threads == 2
     runs = {s: timings.count(s) for s in set(timings)}
-    assert [n for s, n in runs.items() if s.threads == 1] == [2]  # a variant of the choice: two run-off rounds
+    assert [n for s, n in runs.items() if s.threads == 1] == [rounds]  # a variant of the choice
     assert max(runs.values()) >= 1 + tuner.ROUNDS
 
 

@@ -11,11 +11,12 @@ with a cost model (the CPU's: msc/targets/cpu/model.py) has only the
 default and the TIMED - 1 candidates it ranks best timed (some of them time
 tiles), then the neighbours of the fastest time tile (deeper, wider,
 narrower, shallower) while one is faster (`_climb`); each timing runs
-whole time tiles for about SAMPLE_S seconds. A platform
+whole time tiles for about SAMPLE_S seconds, after one warm-up step. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
 finalists (the fastest few, and the default) are timed again in interleaved
-rounds and the one with the best median wins; its prefetching and
+rounds (one far or clearly slower stops after one or two) and the one with
+the best median wins; its prefetching and
 thread-count variants are decided the same way.
 Every target tunes here: the CPU measures, a GPU measures on a device, and
 the Sunway platforms (no chip at hand) and the GPU under its emulator rank by
@@ -155,8 +156,9 @@ MAX_TRIAL_STEPS = 64
 FINALISTS = 3  # the fastest of the first pass timed again against each other (and the default)
 ROUNDS = 5  # interleaved timings of each finalist; the median decides
 #: a finalist whose fastest timing after two rounds is this much slower than the leader's slowest stops early:
-#: more rounds cannot make it win (a run-off of fewer threads often has one)
+#: more rounds cannot make it win (a run-off of fewer threads often has one); after one round, one FAR_SLOWER
 CLEARLY_SLOWER = 1.25
+FAR_SLOWER = 1.5
 #: after three rounds the run-off ends when it is decided (the leader's slowest timing beats every other's
 #: fastest) or tied (the medians all within TIED of each other): more rounds would change nothing, or pick by
 #: noise (prefetch distances of one deep time tile often tie)
@@ -330,14 +332,16 @@ class AutoKernel:
                  trial_steps: int) -> tuple[Any, Any, int]:
         """The kernel of `schedule`, a simulation of it on the inputs (copied in
         once: its timings advance it) and the steps of one timing: whole time
-        tiles, enough for SAMPLE_S seconds at the speed of a first advance (which
-        also pages in and starts threads), at most the trial's steps."""
+        tiles, enough for SAMPLE_S seconds at the speed of a first step (which
+        also pages in and starts threads: one step touches every level), at most
+        the trial's steps. (The first step is one step, not a whole deep tile:
+        a tile of 16 or 32 steps of a 256^3 grid took as long as the timing.)"""
         kernel = self._compile(schedule, threads)
         spare = self._spare.pop() if self._spare and hasattr(kernel, "restart") else None
         sim = kernel.start(**inputs) if spare is None else kernel.restart(spare, **inputs)
         whole = max(1, schedule.time_depth)
-        sim.advance(whole)
-        per_step = max(kernel.last_run.seconds, 1e-9) / whole
+        sim.advance(1)
+        per_step = max(kernel.last_run.seconds, 1e-9)
         steps = max(whole, min(trial_steps, math.ceil(SAMPLE_S / per_step)))
         return kernel, sim, -(-steps // whole) * whole
 
@@ -425,7 +429,7 @@ class AutoKernel:
         samples: dict[Schedule, list[float]] = {s: [] for s in started}
         running = dict(started)
         for round_ in range(ROUNDS):
-            if round_ >= 2 and running and self._settled(samples, running, round_):
+            if round_ >= 1 and running and self._settled(samples, running, round_):
                 break
             for schedule, (kernel, sim, steps) in running.items():
                 samples[schedule].append(self._timing(kernel, sim, steps))
@@ -438,10 +442,11 @@ class AutoKernel:
 
     def _settled(self, samples: dict[Schedule, list[float]], running: dict[Schedule, Any], rounds: int) -> bool:
         """After `rounds` rounds of a run-off: drop from `running` the schedules CLEARLY_SLOWER than the
-        leader; from three rounds on, whether the run-off is decided or TIED."""
+        leader (FAR_SLOWER after one round); from three rounds on, whether the run-off is decided or TIED."""
         leader = min(running, key=lambda s: float(np.median(samples[s])))
         slowest = max(samples[leader])
-        for schedule in [s for s in running if min(samples[s]) > CLEARLY_SLOWER * slowest]:
+        slower = FAR_SLOWER if rounds == 1 else CLEARLY_SLOWER
+        for schedule in [s for s in running if min(samples[s]) > slower * slowest]:
             self._say(f"{schedule}: stopped after {rounds} rounds, {min(samples[schedule]):.3f} ms/step at "
                       f"best against {leader}'s {slowest:.3f} at worst")
             del running[schedule]
