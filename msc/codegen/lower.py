@@ -37,6 +37,11 @@ def param_name(name: str) -> str:
     return f"p_{name}"
 
 
+def ring_buffer(name: str) -> str:
+    """The buffer of every ring slot of written field `name`."""
+    return f"{field_name(name)}_buf"
+
+
 def level_name(name: str, dt: int) -> str:
     """Name of the pointer to level t+dt of field `name`."""
     if dt == 0:
@@ -265,7 +270,7 @@ class _Lowering:
             for dt in sorted(levels_used(self.ir, f.name), reverse=True):
                 kind = "pointer" if dt == 1 else "const pointer"
                 slot = ring_slot(step, dt, f.slots)
-                decls.append(k.Decl(level_name(f.name, dt), kind, ix.Var(f"{field_name(f.name)}_buf") + slot * LEVEL_POINTS))
+                decls.append(k.Decl(level_name(f.name, dt), kind, ix.Var(ring_buffer(f.name)) + slot * LEVEL_POINTS))
         return decls
 
     # -- loops: per-step pointers, cache copies -----------------------------
@@ -492,7 +497,7 @@ class _Lowering:
             starts = [self._skewed_origin(d) - nst * r * (lv + dt_min) + m for d, (r, m) in enumerate(zip(self.ir.radius, rel))]
             region = tuple((ix.max_(0, start), ix.min_(extent(d), start + w)) for d, (start, w) in enumerate(zip(starts, width)))
             slots = self.ir.field(name).slots
-            src = k.Ref(f"{field_name(name)}_buf", slot_index(ring_slot(tau0 + lv, dt_min, slots), its))
+            src = k.Ref(ring_buffer(name), slot_index(ring_slot(tau0 + lv, dt_min, slots), its))
             dst = k.Ref(staged_buffer(name), self._band_index(name, lv, its, shifts), k.Space.STACK)
             copy = k.Copy(dst, src, tuple(self._copy_iterators()), region)
             out.append(k.Loop(STAGED_LEVEL, ix.Lit(0), lv.lt(levels), k.Block((copy,))))
@@ -517,7 +522,7 @@ class _Lowering:
             src = k.Ref(staged_buffer(st.target), self._band_index(st.target, step + (1 - dt_min) - tau0, its, shifts),
                         k.Space.STACK)
             slots = self.ir.field(st.target).slots
-            dst = k.Ref(f"{field_name(st.target)}_buf", slot_index(ring_slot(step, 1, slots), its))
+            dst = k.Ref(ring_buffer(st.target), slot_index(ring_slot(step, 1, slots), its))
             copies.append(k.Copy(dst, src, tuple(self._copy_iterators()), tuple(region)))
         depth = self.schedule.schedule.time_depth
         return [k.Loop(STAGED_STEP, tau0, step.lt(ix.min_(ix.Var("T"), tau0 + depth)), k.Block(tuple(copies)))]

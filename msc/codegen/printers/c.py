@@ -17,9 +17,9 @@ C_TYPES = {"float64": "double", "float32": "float"}
 INDENT = "    "
 
 # C's precedence of each integer operation (higher binds tighter)
-ATOM, UNARY, ADDITIVE, SELECT = 16, 14, 12, 3
-_PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": ADDITIVE, "-": ADDITIVE, "<": 10, "<=": 10, ">": 10, ">=": 10,
-               "==": 9, "&&": 5, "||": 4}
+ATOM, UNARY, MULTIPLICATIVE, ADDITIVE, RELATIONAL, SELECT = 16, 14, 13, 12, 10, 3
+_PRECEDENCE = {"*": MULTIPLICATIVE, "/": MULTIPLICATIVE, "%": MULTIPLICATIVE, "+": ADDITIVE, "-": ADDITIVE,
+               "<": RELATIONAL, "<=": RELATIONAL, ">": RELATIONAL, ">=": RELATIONAL, "==": 9, "&&": 5, "||": 4}
 _FUNCTIONS = {"min": "msc_imin", "max": "msc_imax", "floordiv": "msc_floord"}  # the helpers of `int_helpers`
 
 
@@ -122,7 +122,7 @@ class CPrinter:
         if isinstance(node, k.Copy):
             out = []
             for d, (it, (lo, hi)) in enumerate(zip(node.iterators, node.region)):
-                out.append(f"{pad}{INDENT * d}for (long {it} = {c_int(lo)}; {it} < {c_int(hi, 11)}; {it}++)")
+                out.append(f"{pad}{INDENT * d}for (long {it} = {c_int(lo)}; {it} < {c_int(hi, RELATIONAL + 1)}; {it}++)")
             return out + [f"{pad}{INDENT * len(node.iterators)}{c_ref(node.dst)} = {c_ref(node.src)};"]
         if isinstance(node, k.Call):
             return [f"{pad}{node.func}({', '.join(c_int(a) for a in node.args)});"]

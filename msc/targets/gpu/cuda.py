@@ -29,7 +29,7 @@ from msc import ir
 from msc.codegen import check_schedule_options, register
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.lower import field_name, lower_kernel, param_name
+from msc.codegen.lower import field_name, lower_kernel, param_name, ring_buffer
 from msc.codegen.printers.c import int_helpers
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
@@ -113,7 +113,7 @@ def _entry_scope(stencil: ir.StencilIR, box: bool) -> list[tuple[str, str]]:
 
 
 def _pointer(f: ir.FieldDecl) -> str:
-    return f"{field_name(f.name)}_buf" if f.written else field_name(f.name)
+    return ring_buffer(f.name) if f.written else field_name(f.name)
 
 
 def _parameter(ctype: str, name: str) -> str:

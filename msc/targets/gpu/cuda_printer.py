@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.printers.c import ADDITIVE, INDENT, CPrinter, c_int, c_ref
+from msc.codegen.printers.c import ADDITIVE, INDENT, MULTIPLICATIVE, CPrinter, c_int, c_ref
 from msc.targets.gpu.cuda_pass import LAUNCH
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
@@ -68,7 +68,7 @@ class CudaPrinter(CPrinter):
         pad = INDENT * depth
         assert loop.init is not None and loop.cond is not None
         it, cond, unit = loop.iterator, c_int(loop.cond), loop.step == ix.Lit(1)
-        scale = "" if unit else f" * {c_int(loop.step, ADDITIVE + 2)}"
+        scale = "" if unit else f" * {c_int(loop.step, MULTIPLICATIVE + 1)}"
         stride = f"{_STRIDE[kind].format(a=axis)}{scale}"
         if (kind, axis, unit) == ("global", "x", True):  # warps start on a multiple of 32 points
             start = f"{c_int(ix.floordiv(loop.init, WARP) * WARP)} + {_START[kind].format(a=axis)}"

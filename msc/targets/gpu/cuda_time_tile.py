@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from msc import ir
-from msc.codegen.lower import field_name, param_name
+from msc.codegen.lower import field_name, param_name, ring_buffer
 from msc.codegen.printers.cexpr import c_expr
 from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
 from msc.targets.gpu import cuda_stream as stream
@@ -210,7 +210,7 @@ def host_body(plan: SharedTimeTile | StreamedTile, kernel: str, args: list[str])
     """The time loop: one launch per `depth` steps between the two ring slots,
     then the newest level moved to the slot the ring convention gives it (when the
     number of launches leaves it in the other)."""
-    buf = f"{field_name(plan.stencil.statements[0].target)}_buf"
+    buf = ring_buffer(plan.stencil.statements[0].target)
     grid, block, shared = plan.grid(), plan.block(), plan.dynamic_shared
     opt_in = [(f"MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                f"{shared}));")] if shared else []

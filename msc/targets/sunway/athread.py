@@ -38,7 +38,7 @@ from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen import register_node
-from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_slot
+from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_buffer, ring_slot
 from msc.codegen.printers.c import ATOM, c_int, int_helpers
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
@@ -279,7 +279,7 @@ def _all_levels(stencil: ir.StencilIR) -> list[dict[str, Any]]:
 
 
 def _host_fields(stencil: ir.StencilIR) -> list[dict[str, Any]]:
-    return [dict(buffer=f"{field_name(f.name)}_buf" if f.written else field_name(f.name),
+    return [dict(buffer=ring_buffer(f.name) if f.written else field_name(f.name),
                  slots=f.slots if f.written else 1) for f in stencil.fields]
 
 
