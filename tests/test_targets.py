@@ -104,6 +104,28 @@ def test_kernel_ir_orders_workers_with_barriers_each_target_implements():
 
 
 
+def test_gpu_launches_are_kernel_ir_nodes_only_a_gpu_printer_prints():
+    from msc.codegen import index as ix
+    from msc.codegen import kernel_ir as k
+    from msc.codegen.lower import lower_kernel
+    from msc.codegen.printers.c import CPrinter
+    from msc.poly.schedule import lower
+    from msc.targets.gpu import cuda_pass
+    from msc.targets.gpu.cuda_printer import CudaPrinter
+
+    st = generate(3).stencil
+    poly = st.poly()
+    schedule = lower(msc.Schedule().tile(x=8).parallel("x_tile"), poly)
+    host, functions = cuda_pass.split(lower_kernel(poly, schedule, "msc_run"), poly, schedule, [("long", "T")])
+    launches = [n for n in k.walk(host.body) if isinstance(n, k.Launch)]
+    assert [n.name for n in launches] == [f.name for f in functions] and len(launches) == len(st.ir.statements)
+    assert all(n.grid == f.grid and n.block == f.block for n, f in zip(launches, functions))
+    with pytest.raises(TypeError, match="only a GPU printer prints launches"):
+        CPrinter(st.ir.dtype).lines(host.body)
+    line = CudaPrinter(st.ir.dtype).lines(k.Launch("f", (ix.Lit(4), ix.Var("n")), (32, 8), (ix.Var("a"),)))
+    assert line == ["MSC_LAUNCH(f, dim3(4, n), dim3(32, 8), 0, a);"]
+
+
 def test_an_option_the_target_lacks_is_named(tmp_path):
     case = generate(0)
     with pytest.raises(TargetError, match="target 'openmp' has no compile option 'emulat'"):

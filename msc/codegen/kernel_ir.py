@@ -134,6 +134,19 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """Device code started from the host: the device function `name` on a grid of `grid`
+    blocks of `block` threads each (x first), with `shared_bytes` of dynamic shared memory,
+    called with `args` (set once the target knows which variables its body uses)."""
+
+    name: str
+    grid: tuple[ix.Expr, ...]
+    block: tuple[int, ...]
+    args: tuple[ix.Expr, ...] = ()
+    shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Barrier:
     """Every worker waits here until all have arrived (what one wrote before
     it, all may read after it). A target's passes remove the barriers its
@@ -177,7 +190,7 @@ class If:
     otherwise: Block | None = None
 
 
-Node = Union[Block, Loop, If, Assign, Decl, Buffer, Copy, Call, Barrier]
+Node = Union[Block, Loop, If, Assign, Decl, Buffer, Copy, Call, Launch, Barrier]
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,8 @@ class CPrinter:
             return [f"{pad}{node.func}({', '.join(c_int(a) for a in node.args)});"]
         if isinstance(node, k.Barrier):
             raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
+        if isinstance(node, k.Launch):
+            raise TypeError(f"a launch of {node.name} is left in the kernel IR: only a GPU printer prints launches")
         raise TypeError(f"not a kernel IR node: {node!r}")
 
     def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:

@@ -74,7 +74,8 @@ class GPUPlatform(ctarget.Platform):
     def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return {name: _host_copy(value) for name, value in inputs.items()}  # device arrays are run in place
 
-    def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule, launch: mapping.Launch) -> CustomLaunch | None:
+    def custom_launch(self, poly: PolyIR, schedule: LoweredSchedule,
+                      launch: mapping.DeviceFunction) -> CustomLaunch | None:
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
         if schedule.schedule.tensor_core_precision is None:
             return None
@@ -191,16 +192,10 @@ class CudaTarget(ctarget.CTarget):
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
             printed.append(dict(name=launch.name, source="", body=body, threads=math.prod(launch.block),
                                 parameters=[_parameter(t, v) for t, v in used]))
-            grid = ix.Call("dim3", launch.grid)
-            block = ix.Call("dim3", tuple(ix.Lit(b) for b in launch.block))
-            calls[launch.name] = k.Call(mapping.LAUNCH, (ix.Var(launch.name), grid, block, ix.Lit(0),
-                                                         *(ix.Var(v) for _, v in used)))
+            calls[launch.name] = k.Launch(launch.name, launch.grid, launch.block, tuple(ix.Var(v) for _, v in used))
 
         def fill(node: k.Node) -> k.Node:
-            if isinstance(node, k.Call) and node.func == mapping.LAUNCH and len(node.args) == 1:
-                launched = node.args[0]
-                assert isinstance(launched, ix.Var)
-                return calls[launched.name]
+            return calls[node.name] if isinstance(node, k.Launch) else node
             return node
 
         host = k.transform_kernel(host, fill)

@@ -35,7 +35,6 @@ from msc.poly.schedule import LoweredSchedule
 AXES = ("x", "y", "z")
 MAX_THREADS = 1024  # threads per block, every CUDA device since compute capability 2.0
 MAX_GRID_YZ = 65535
-LAUNCH = "MSC_LAUNCH"  # a host Call of this name launches the Launch named by its first argument
 FIRST_THREAD = ix.Var("threadIdx.x").eq(0).and_(ix.Var("threadIdx.y").eq(0)).and_(ix.Var("threadIdx.z").eq(0))
 # threads along a mapped point loop the tile does not bound: innermost, others
 UNTILED_THREADS = (32, 4)
@@ -43,10 +42,11 @@ GLOBAL_BLOCK = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}  # block of a global mappi
 
 
 @dataclass(frozen=True)
-class Launch:
+class DeviceFunction:
     """One `__global__` function: `body` runs on the device; `grid` (blocks, computed
     on the host) and `block` (threads) are its launch geometry, x first; `scope` the
-    variables in scope at the launch site (type, name), its parameters when used."""
+    variables in scope at its launch (a `k.Launch` in the host code; type, name), its
+    parameters when used."""
 
     name: str
     body: k.Block
@@ -67,7 +67,7 @@ def _has_parallel(node: k.Node) -> bool:
 class CustomLaunch:
     """Device code another generator writes for one launch: `source` (its
     `__global__` functions) replaces the launch's, `call` (host statements)
-    its MSC_LAUNCH."""
+    its `k.Launch`."""
 
     source: str
     call: k.Node
@@ -79,7 +79,7 @@ class _Split:
     schedule: LoweredSchedule
     entry: str
     buffers: dict[str, k.Buffer]
-    launches: list[Launch]
+    launches: list[DeviceFunction]
     _sizes: list[list[int]] = field(default_factory=list)  # threads per axis of each nest of the current block
 
     # -- what a loop iterates -------------------------------------------------
@@ -192,8 +192,8 @@ class _Split:
         arrays = _arrays(body)
         shared = tuple(replace(b, space=k.Space.SHARED) for name, b in self.buffers.items() if name in arrays)
         name = f"{self.entry}_k{len(self.launches)}"
-        self.launches.append(Launch(name, k.Block((*shared, *body.body)), grid, block, tuple(scope)))
-        return k.Call(LAUNCH, (ix.Var(name),))
+        self.launches.append(DeviceFunction(name, k.Block((*shared, *body.body)), grid, block, tuple(scope)))
+        return k.Launch(name, grid, block)
 
     def _check_device(self, node: k.Node) -> None:
         for n in k.walk(node):
@@ -289,7 +289,7 @@ def _to_shared(node: k.Node) -> k.Node:
 
 
 def split(kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule,
-          scope: list[tuple[str, str]]) -> tuple[k.Kernel, list[Launch]]:
+          scope: list[tuple[str, str]]) -> tuple[k.Kernel, list[DeviceFunction]]:
     """The host part of `kernel` (launching the device parts by name) and its launches;
     `scope`: the entry point's own variables (type, name)."""
     kernel = k.transform_kernel(kernel, _to_shared)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.printers.c import ADDITIVE, INDENT, MULTIPLICATIVE, CPrinter, c_int, c_ref
-from msc.targets.gpu.cuda_pass import LAUNCH
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
 _START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
@@ -37,8 +36,10 @@ class CudaPrinter(CPrinter):
             return self._shared_copy(node, depth)
         if isinstance(node, k.Barrier):
             return [f"{pad}__syncthreads();"]
-        if isinstance(node, k.Call) and node.func == LAUNCH:
-            return [f"{pad}{LAUNCH}({', '.join(c_int(a) for a in node.args)});"]
+        if isinstance(node, k.Launch):
+            grid, block = ", ".join(map(c_int, node.grid)), ", ".join(map(str, node.block))
+            args = "".join(f", {c_int(a)}" for a in node.args)
+            return [f"{pad}MSC_LAUNCH({node.name}, dim3({grid}), dim3({block}), {node.shared_bytes}{args});"]
         if isinstance(node, k.Call):  # a host helper that launches kernels returns their status
             call = super().lines(node)[0].rstrip(";")
             return [f"{pad}if (const int msc_status = {call}) return msc_status;"]

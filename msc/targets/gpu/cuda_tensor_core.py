@@ -43,7 +43,7 @@ from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule
 from msc.runtime import build, cuda_emu
-from msc.targets.gpu.cuda_pass import CustomLaunch, Launch
+from msc.targets.gpu.cuda_pass import CustomLaunch, DeviceFunction
 from msc.targets.gpu.tensor_core import Source, TensorCorePlan, tensor_core_plan
 
 ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
@@ -371,7 +371,7 @@ def build_emulated(kernels: Sequence[TensorCoreKernel], name: str) -> ctypes.CDL
 
 ROUNDED = {"tf32": 10, "fp16": 10}  # mantissa bits of the precisions that round float64 operands
 
-def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: Launch) -> CustomLaunch | None:
+def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: DeviceFunction) -> CustomLaunch | None:
     """Under `Schedule().tensor_cores(precision)`, the tensor-core kernel of the statement that
     `launch` computes (the CUDA target's `GPUPlatform.custom_launch`); None without tensor cores,
     and for the box entry msc_run_box (a sub-box of the domain: the plain kernel computes it)."""
