@@ -20,7 +20,7 @@ INDENT = "    "
 ATOM, UNARY, MULTIPLICATIVE, ADDITIVE, RELATIONAL, SELECT = 16, 14, 13, 12, 10, 3
 _PRECEDENCE = {"*": MULTIPLICATIVE, "/": MULTIPLICATIVE, "%": MULTIPLICATIVE, "+": ADDITIVE, "-": ADDITIVE,
                "<": RELATIONAL, "<=": RELATIONAL, ">": RELATIONAL, ">=": RELATIONAL, "==": 9, "&&": 5, "||": 4}
-_FUNCTIONS = {"min": "msc_imin", "max": "msc_imax", "floordiv": "msc_floord"}  # the helpers of `int_helpers`
+_FUNCTIONS = dict(zip(ix.FUNCTIONS, ("msc_imin", "msc_imax", "msc_floord")))  # the helpers of `int_helpers`
 
 
 def int_helpers(qualifier: str = "static inline") -> str:
