@@ -416,9 +416,10 @@ class AutoKernel:
                 trials: list[Trial]) -> dict[Schedule, float]:
         """Median ms/step of each schedule that compiles (`threads` of its own, else
         `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
-        moment of the machine touches every schedule alike; from the third round on
-        a schedule CLEARLY_SLOWER than the leader is no longer timed (its median is
-        of the rounds it ran), and after three rounds the run-off ends when it is decided or TIED."""
+        moment of the machine touches every schedule alike; a schedule FAR_SLOWER than
+        the leader after one round, or CLEARLY_SLOWER after two, is no longer timed (its
+        median is of the rounds it ran), and after three rounds the run-off ends when it
+        is decided or TIED (`_settled`)."""
         started = {}
         for schedule in schedules:
             try:
