@@ -10,7 +10,9 @@ under the default, tiled, time-tiled, streaming-store and prefetch schedules
 random legal schedule each, as OpenMP C; and the emitted trees of every
 emitting target (openmp, openmp+mpi, serial+mpi, cuda, hip, athread on both
 chips, athread+mpi) for the four benchmark stencils and every fourth
-generated stencil, default and time-tiled, under OUT_DIR/trees/.
+generated stencil, default and time-tiled (and, for cuda and hip, with
+the target's own time tiles in shared memory and with tensor cores),
+under OUT_DIR/trees/.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ def main() -> None:
 
 TREES = {"openmp": {}, "openmp+mpi": {}, "serial+mpi": {}, "cuda": {}, "hip": {},
          "athread": {"chip": "sw26010pro"}, "athread-sw26010": {"chip": "sw26010"}, "athread+mpi": {}}
+KINDS = {"default": None, "time_tile": msc.Schedule().time_tile(2, x=8)}
+# the GPU family's own kernels besides: time tiles in shared memory (the target's default tile) and tensor cores
+GPU_KINDS = {"shared_time_tile": msc.Schedule().time_tile(3), "tensor_cores": msc.Schedule().tensor_cores("fp64")}
 
 
 def trees(out: Path) -> None:
@@ -78,7 +83,7 @@ def trees(out: Path) -> None:
     for label, options in TREES.items():
         target = label.split("-")[0]
         for name, st, dtype in stencils:
-            for kind, schedule in (("default", None), ("time_tile", msc.Schedule().time_tile(2, x=8))):
+            for kind, schedule in {**KINDS, **(GPU_KINDS if target in ("cuda", "hip") else {})}.items():
                 where = out / label / f"{name}-{kind}"
                 try:
                     st.emit(target, where, dtype=dtype, schedule=schedule, **options)

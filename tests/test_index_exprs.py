@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import index_of
@@ -53,6 +54,9 @@ def test_substitute_reaches_into_addresses_and_calls():
     (ix.min_(a, b, c), "msc_imin(msc_imin(a, b), c)"),
     (ix.floordiv(a - 1, 8), "msc_floord(a - 1, 8)"),
     (ix.Cast("int", a - 2), "(int)(a - 2)"),
+    ((a + 1) & 1, "(a + 1) & 1"),
+    ((a & 1).eq(0), "(a & 1) == 0"),
+    (a.ne(b & 1), "a != (b & 1)"),
 ])
 def test_printing_keeps_the_tree_and_only_needed_parentheses(e, text):
     assert c_int(e) == text
@@ -70,7 +74,7 @@ def _random_tree(rng: random.Random, depth: int) -> ix.Expr:
         return ix.Select(*(_random_tree(rng, depth - 1) for _ in range(3)))
     if kind == 3:
         return ix.Call(rng.choice(["min", "max"]), (_random_tree(rng, depth - 1), _random_tree(rng, depth - 1)))
-    op = rng.choice(["+", "-", "*", "<", "<=", "==", ">=", ">", "&&", "||"])
+    op = rng.choice(["+", "-", "*", "&", "<", "<=", "==", "!=", ">=", ">", "&&", "||"])
     return ix.Op(op, _random_tree(rng, depth - 1), _random_tree(rng, depth - 1))
 
 
@@ -90,9 +94,24 @@ def _value(e: ix.Expr, env: dict[str, int]) -> int:
         return (min if e.func == "min" else max)(_value(x, env) for x in e.args)
     assert isinstance(e, ix.Op)
     x, y = _value(e.lhs, env), _value(e.rhs, env)
-    ops = {"+": x + y, "-": x - y, "*": x * y, "<": x < y, "<=": x <= y, "==": x == y, ">=": x >= y, ">": x > y,
-           "&&": bool(x) and bool(y), "||": bool(x) or bool(y)}
+    ops = {"+": x + y, "-": x - y, "*": x * y, "&": x & y, "<": x < y, "<=": x <= y, "==": x == y, "!=": x != y,
+           ">=": x >= y, ">": x > y, "&&": bool(x) and bool(y), "||": bool(x) or bool(y)}
     return int(ops[e.op])
+
+
+def test_values_are_leaves_of_the_same_trees():
+    """An element's value and a stencil expression (with its reads bound) sit in trees
+    beside integers; a stencil expression is parenthesised as C's precedence needs."""
+    read = ir.FieldRead("u", 0, (1,))
+    ring = k.Ref("ring", a + 1, k.Space.SHARED, rows=(ix.Lit(2), b & 1))
+    weighted = k.Compute(ir.BinOp("*", ir.Const(0.25), read), ((read, k.Load(ring)),), "float64")
+    assert c_int(ix.Op("+", weighted, k.Compute(ir.Const(-0.5), (), "float64"))) == "(0.25 * ring[2][b & 1][a + 1]) + -0.5"
+    assert c_int(ix.Op("*", k.Compute(ir.Const(-0.5), (), "float32"), c)) == "-0.5f * c"
+    chosen = ix.Select(a.lt(b), k.Compute(read, ((read, ix.Var("v") + 1),), "float64"), ix.Cast("real", ix.Lit(0)))
+    assert c_int(ix.Op("*", chosen, c)) == "(a < b ? v + 1 : (real)0) * c"
+    assert c_int(ix.Op("*", k.Compute(read, ((read, ix.Var("v") + 1),), "float64"), c)) == "(v + 1) * c"
+    assert ix.variables(weighted) == {"a", "b"}
+    assert c_int(ix.substitute(weighted, {"a": c})) == "(0.25 * ring[2][b & 1][c + 1])"
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

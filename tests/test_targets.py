@@ -14,6 +14,7 @@ from test_schedules import random_schedule
 
 import msc
 from msc.codegen import get_target, target_names
+from msc.codegen import index as ix
 from msc.errors import ScheduleError, TargetError
 from msc.poly.schedule import TARGET_OPTIONS
 
@@ -124,6 +125,42 @@ def test_gpu_launches_are_kernel_ir_nodes_only_a_gpu_printer_prints():
         CPrinter(st.ir.dtype).lines(host.body)
     line = CudaPrinter(st.ir.dtype).lines(k.Launch("f", (ix.Lit(4), ix.Var("n")), (32, 8), (ix.Var("a"),)))
     assert line == ["MSC_LAUNCH(f, dim3(4, n), dim3(32, 8), 0, a);"]
+
+
+def test_gpu_time_tiles_are_kernel_ir_the_gpu_printer_prints():
+    """The shared-memory time tiles (streamed in 2D and 3D, boxes in 1D) are built as
+    kernel IR, device function and host loop alike, with no source text: values in
+    shared rings, the stencil's expression bound to its loads, barriers, a launch per
+    `depth` steps and the device copy that puts the newest level in its slot."""
+    from msc.codegen import kernel_ir as k
+    from msc.codegen.printers.c import CPrinter
+    from msc.poly.schedule import lower
+    from msc.targets.gpu import cuda_time_tile
+    from msc.targets.gpu.cuda_printer import CudaPrinter
+
+    for seed in (8, 9):  # 1D (a box), 2D (streamed)
+        st = generate(seed).stencil
+        schedule = lower(msc.Schedule().time_tile(3, **get_target("cuda").platform.default_time_tile(st.ir, 3)),
+                         st.poly())
+        plan = cuda_time_tile.shared_time_tile(st.ir, schedule)
+        assert plan is not None and plan.depth == 3
+        function = cuda_time_tile.device_function(plan, "f")
+        nodes = list(k.walk(function.body))
+        shared = [n for n in nodes if isinstance(n, k.Buffer) and n.space == k.Space.SHARED]
+        assert len(shared) == 1 and shared[0].rows >= 1
+        assert any(isinstance(n, k.Barrier) for n in nodes)
+        assert any(isinstance(n, k.Store) and n.ref.array == "dst" for n in nodes)
+        computes = [e for n in nodes if isinstance(n, (k.Store, k.Set)) for e in ix.walk(n.value)
+                    if isinstance(e, k.Compute)]
+        assert computes and all(e.expr == st.ir.statements[0].expr for e in computes)
+        host = cuda_time_tile.host_loop(plan, function)
+        launches = [n for n in k.walk(host) if isinstance(n, k.Launch)]
+        assert len(launches) == 1 and len(launches[0].args) == len(function.scope)
+        assert any(isinstance(n, k.DeviceCopy) for n in k.walk(host))
+        with pytest.raises(TypeError, match="only a GPU printer prints launches"):
+            CPrinter(st.ir.dtype).lines(host)
+        text = "\n".join(CudaPrinter(st.ir.dtype).lines(host))
+        assert "MSC_LAUNCH(f, dim3(" in text and "cudaMemcpyDeviceToDevice" in text
 
 
 def test_an_option_the_target_lacks_is_named(tmp_path):

@@ -3,10 +3,13 @@ indices, addresses and launch geometry, as typed trees (no source text).
 
 Python's operators build them (`Var("c0") * 16 + 2`; an int becomes a
 literal, adding 0 or multiplying by 1 folds away, adding a negative literal
-subtracts). Comparisons and logic are methods (`lt`, `le`, `eq`, `and_`,
-`not_`), since `==` keeps its Python meaning (structural equality). `min_`,
-`max_` and `floordiv` are the functions isl's ASTs use; `Call` names any
-other helper the printed code defines. `linear` is the one row-major
+subtracts; `&` is the bitwise and of a ring slot). Comparisons and logic
+are methods (`lt`, `le`, `ge`, `eq`, `ne`, `and_`, `not_`), since `==`
+keeps its Python meaning (structural equality). `min_`, `max_` and
+`floordiv` are the functions isl's ASTs use; `Call` names any other helper
+the printed code defines. The kernel IR adds value-typed leaves (an
+element's value, a stencil expression), so that a select or a sum of
+values is a tree too. `linear` is the one row-major
 linearisation every lowering uses. Printers turn the trees into text
 (`msc/codegen/printers/cexpr.py`, `c_int`).
 """
@@ -17,7 +20,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterator, Sequence, Union
 
 ARITHMETIC = ("+", "-", "*", "/", "%")  # C's integer semantics: / truncates, % takes the dividend's sign
-COMPARISONS = ("<", "<=", "==", ">=", ">")
+BITWISE = ("&",)  # a ring slot of two: `j & 1`
+COMPARISONS = ("<", "<=", "==", "!=", ">=", ">")
 LOGICAL = ("&&", "||")
 FUNCTIONS = ("min", "max", "floordiv")  # floordiv(a, b): the floor of a / b for b > 0
 
@@ -70,8 +74,17 @@ class Expr:
     def le(self, other: Expr | int) -> Expr:
         return Op("<=", self, lift(other))
 
+    def ge(self, other: Expr | int) -> Expr:
+        return Op(">=", self, lift(other))
+
     def eq(self, other: Expr | int) -> Expr:
         return Op("==", self, lift(other))
+
+    def ne(self, other: Expr | int) -> Expr:
+        return Op("!=", self, lift(other))
+
+    def __and__(self, other: Expr | int) -> Expr:
+        return Op("&", self, lift(other))
 
     def and_(self, other: Expr) -> Expr:
         return Op("&&", self, other)
@@ -98,14 +111,14 @@ class Lit(Expr):
 
 @dataclass(frozen=True)
 class Op(Expr):
-    """`lhs op rhs`: arithmetic, a comparison or a logical connective."""
+    """`lhs op rhs`: arithmetic, a bitwise and, a comparison or a logical connective."""
 
     op: str
     lhs: Expr
     rhs: Expr
 
     def __post_init__(self) -> None:
-        if self.op not in ARITHMETIC + COMPARISONS + LOGICAL:
+        if self.op not in ARITHMETIC + BITWISE + COMPARISONS + LOGICAL:
             raise ValueError(f"not an integer operation: {self.op!r}")
 
 

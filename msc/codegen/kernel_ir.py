@@ -35,27 +35,65 @@ class Space(Enum):
 
 @dataclass(frozen=True)
 class Ref:
-    """Element `index` of array `array` in `space`."""
+    """Element `index` of array `array` in `space`; `rows`: the leading subscripts
+    of a buffer of several dimensions (`array[rows...][index]`)."""
 
     array: str
     index: ix.Expr
     space: Space = Space.GLOBAL
+    rows: tuple[ix.Expr, ...] = ()
 
     def substituted(self, values: dict[str, ix.Expr]) -> Ref:
-        return replace(self, index=ix.substitute(self.index, values))
+        return replace(self, index=ix.substitute(self.index, values),
+                       rows=tuple(ix.substitute(r, values) for r in self.rows))
+
+    def operands(self) -> tuple[ix.Expr, ...]:
+        return (*self.rows, self.index)
+
+    def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> Ref:
+        return replace(self, index=fn(self.index), rows=tuple(fn(r) for r in self.rows))
 
 
 @dataclass(frozen=True)
 class Address(ix.Expr):
-    """The address of an element (a call argument); its operand is the element's index."""
+    """The address of an element (a call argument, a pointer's start)."""
 
     ref: Ref
 
     def operands(self) -> tuple[ix.Expr, ...]:
-        return (self.ref.index,)
+        return self.ref.operands()
 
     def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> ix.Expr:
-        return Address(replace(self.ref, index=fn(self.ref.index)))
+        return Address(self.ref.with_operands(fn))
+
+
+@dataclass(frozen=True)
+class Load(ix.Expr):
+    """The value of an element (a value-typed leaf)."""
+
+    ref: Ref
+
+    def operands(self) -> tuple[ix.Expr, ...]:
+        return self.ref.operands()
+
+    def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> ix.Expr:
+        return Load(self.ref.with_operands(fn))
+
+
+@dataclass(frozen=True)
+class Compute(ix.Expr):
+    """A stencil expression's value (a value-typed leaf): `expr` of `dtype`, each of
+    its field reads the value `loads` binds it to (an element's, a variable's)."""
+
+    expr: ir.Expr
+    loads: tuple[tuple[ir.FieldRead, ix.Expr], ...]
+    dtype: str
+
+    def operands(self) -> tuple[ix.Expr, ...]:
+        return tuple(v for _, v in self.loads)
+
+    def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> ix.Expr:
+        return replace(self, loads=tuple((read, fn(v)) for read, v in self.loads))
 
 
 @dataclass(frozen=True)
@@ -75,18 +113,21 @@ class Assign:
         return dict(self.loads)[read]
 
 
-DECL_KINDS = ("index", "pointer", "const pointer")
+DECL_KINDS = ("index", "int", "flag", "value", "pointer", "const pointer")
 
 
 @dataclass(frozen=True)
 class Decl:
-    """A variable: an integer `index`, or a (const) restrict pointer to the values
-    (`init` is then an array's name plus an offset)."""
+    """A variable: an integer (`index`, a 64-bit one; `int`, 32 bits), a truth value
+    (`flag`), a value of the stencil's type (`value`), or a (const) pointer to values
+    (`init` is then an array's name plus an offset, or an element's address), which
+    `restrict` says no other pointer reaches. `const`: it is never set again."""
 
     name: str
     kind: str
     init: ix.Expr
     const: bool = True
+    restrict: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in DECL_KINDS:
@@ -96,13 +137,15 @@ class Decl:
 @dataclass(frozen=True)
 class Buffer:
     """A buffer of values in `space`, of `shape` points (per dimension),
-    holding values of `field` (None: a scratch buffer)."""
+    holding values of `field` (None: a scratch buffer). Its refs subscript
+    the first `rows` dimensions (`Ref.rows`) and index the rest as one."""
 
     name: str
     space: Space
     shape: tuple[int | ix.Expr, ...]
     field: str | None = None
     align: int = 0
+    rows: int = 0
 
     def points(self) -> int | None:
         """Points it holds, when its shape is known at compile time."""
@@ -123,6 +166,34 @@ class Copy:
     src: Ref
     iterators: tuple[str, ...]
     region: tuple[tuple[ix.Expr, ix.Expr], ...]
+
+
+@dataclass(frozen=True)
+class Store:
+    """Element `ref` = `value` (a value-typed expression)."""
+
+    ref: Ref
+    value: ix.Expr
+
+
+@dataclass(frozen=True)
+class Set:
+    """A variable declared before takes `value` (`op` "+=": adds it)."""
+
+    name: str
+    value: ix.Expr
+    op: str = "="
+
+    def __post_init__(self) -> None:
+        if self.op not in ("=", "+="):
+            raise ValueError(f"Set {self.name}: op must be '=' or '+=', got {self.op!r}")
+
+
+@dataclass(frozen=True)
+class Comment:
+    """A note for the reader of the printed code."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -147,6 +218,24 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class SharedLimit:
+    """From here on, device function `name` may be launched with `shared_bytes` of
+    dynamic shared memory (beyond what a device allows without asking)."""
+
+    name: str
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """Host code copies `count` values from `src` to `dst`, both in the device's memory."""
+
+    dst: ix.Expr
+    src: ix.Expr
+    count: ix.Expr
+
+
+@dataclass(frozen=True)
 class Barrier:
     """Every worker waits here until all have arrived (what one wrote before
     it, all may read after it). A target's passes remove the barriers its
@@ -163,7 +252,8 @@ class Block:
 
 @dataclass(frozen=True)
 class Loop:
-    """for (iterator = init; cond; iterator += step). `init` None: the loop
+    """for (iterator = init; cond; iterator += step), the iterator of integer `kind`
+    ("index" or "int", as `Decl`). `init` None: the loop
     continues from the iterator's current value (declared before it).
     `degenerate`: isl proved it runs once, at `init` (`cond` is then None). `dim` is the schedule
     dimension it runs over. `parallel`: its iterations are shared among the
@@ -181,6 +271,7 @@ class Loop:
     vector: bool = False
     unroll: int = 0
     mapping: str | None = None
+    kind: str = "index"
 
 
 @dataclass(frozen=True)
@@ -190,7 +281,8 @@ class If:
     otherwise: Block | None = None
 
 
-Node = Union[Block, Loop, If, Assign, Decl, Buffer, Copy, Call, Launch, Barrier]
+Node = Union[Block, Loop, If, Assign, Store, Set, Comment, Decl, Buffer, Copy, Call, Launch, SharedLimit, DeviceCopy,
+             Barrier]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import param_name
@@ -19,7 +20,8 @@ INDENT = "    "
 # C's precedence of each integer operation (higher binds tighter)
 ATOM, UNARY, MULTIPLICATIVE, ADDITIVE, RELATIONAL, SELECT = 16, 14, 13, 12, 10, 3
 _PRECEDENCE = {"*": MULTIPLICATIVE, "/": MULTIPLICATIVE, "%": MULTIPLICATIVE, "+": ADDITIVE, "-": ADDITIVE,
-               "<": RELATIONAL, "<=": RELATIONAL, ">": RELATIONAL, ">=": RELATIONAL, "==": 9, "&&": 5, "||": 4}
+               "<": RELATIONAL, "<=": RELATIONAL, ">": RELATIONAL, ">=": RELATIONAL, "==": 9, "!=": 9, "&": 8,
+               "&&": 5, "||": 4}
 _FUNCTIONS = dict(zip(ix.FUNCTIONS, ("msc_imin", "msc_imax", "msc_floord")))  # the helpers of `int_helpers`
 
 
@@ -34,13 +36,17 @@ def int_helpers(qualifier: str = "static inline") -> str:
 def _precedence(e: ix.Expr) -> int:
     if isinstance(e, ix.Op):
         return _PRECEDENCE[e.op]
+    if isinstance(e, k.Compute):  # printed by `c_expr`, which parenthesises all but a read, a literal and a call
+        if isinstance(e.expr, ir.FieldRead):
+            return _precedence(dict(e.loads)[e.expr])
+        return UNARY if isinstance(e.expr, ir.Const) and e.expr.value < 0 else ATOM
     if isinstance(e, (ix.Neg, ix.Not, ix.Cast, k.Address)) or (isinstance(e, ix.Lit) and e.value < 0):
         return UNARY
     return SELECT if isinstance(e, ix.Select) else ATOM
 
 
 def c_int(e: ix.Expr, within: int = 0) -> str:
-    """C source of an integer expression, parenthesised where the operations
+    """C source of an integer (or value) expression, parenthesised where the operations
     around it (of precedence `within`) would bind tighter. Parentheses keep
     the tree's shape, and set off a comparison or connective inside another."""
     text = _c_int(e)
@@ -49,9 +55,11 @@ def c_int(e: ix.Expr, within: int = 0) -> str:
 
 def _set_off(outer: str, inner: str) -> bool:
     """Whether C compilers ask for parentheses around `inner` inside `outer`: a
-    comparison in a comparison, `&&` in `||` (or the reverse)."""
+    comparison in a comparison, `&&` in `||` (or the reverse), arithmetic or a
+    comparison in a bitwise and."""
     return ((outer in ix.COMPARISONS and inner in ix.COMPARISONS)
-            or (outer in ix.LOGICAL and inner in ix.LOGICAL and inner != outer))
+            or (outer in ix.LOGICAL and inner in ix.LOGICAL and inner != outer)
+            or (outer in ix.BITWISE and inner in ix.ARITHMETIC + ix.COMPARISONS))
 
 
 def _c_int(e: ix.Expr) -> str:
@@ -77,19 +85,25 @@ def _c_int(e: ix.Expr) -> str:
         return f"{c_int(e.cond, SELECT + 1)} ? {c_int(e.then, SELECT + 1)} : {c_int(e.otherwise, SELECT + 1)}"
     if isinstance(e, k.Address):
         return f"&{c_ref(e.ref)}"
+    if isinstance(e, k.Load):
+        return c_ref(e.ref)
+    if isinstance(e, k.Compute):
+        loads = dict(e.loads)
+        return c_expr(e.expr, e.dtype, lambda read: c_int(loads[read]), param_name)
     raise TypeError(f"not an integer expression: {e!r}")
 
 
 def c_ref(ref: k.Ref) -> str:
-    return f"{ref.array}[{c_int(ref.index)}]"
+    return f"{ref.array}{''.join(f'[{c_int(r)}]' for r in ref.rows)}[{c_int(ref.index)}]"
 
 
 @dataclass(frozen=True)
 class CPrinter:
-    """Prints with values of type `real` (typedef'd by the file) of `dtype`;
-    `param` names a scalar parameter."""
+    """Prints with values of type `real` (typedef'd by the file) of `dtype`."""
 
     dtype: str
+    restrict = "restrict"  # how the language says that no other pointer reaches a pointer's values
+    types = {"index": "long", "int": "int", "flag": "_Bool", "value": "real"}  # of a Decl's (or Loop's) kind
 
     def lines(self, node: k.Node, depth: int = 0) -> list[str]:
         pad = INDENT * depth
@@ -108,11 +122,18 @@ class CPrinter:
             loads = dict(node.loads)
             rhs = c_expr(node.rhs, self.dtype, lambda a: c_ref(loads[a]), param_name)
             return [f"{pad}{c_ref(node.lhs)} = {rhs};"]
+        if isinstance(node, k.Store):
+            return [f"{pad}{c_ref(node.ref)} = {c_int(node.value)};"]
+        if isinstance(node, k.Set):
+            return [f"{pad}{node.name} {node.op} {c_int(node.value)};"]
+        if isinstance(node, k.Comment):
+            return [f"{pad}/* {node.text} */"]
         if isinstance(node, k.Decl):
-            if node.kind == "index":
-                return [f"{pad}{'const ' if node.const else ''}long {node.name} = {c_int(node.init)};"]
+            if node.kind in self.types:
+                return [f"{pad}{'const ' if node.const else ''}{self.types[node.kind]} {node.name} = {c_int(node.init)};"]
             const = "const " if node.kind == "const pointer" else ""
-            return [f"{pad}{const}real *restrict {node.name} = {c_int(node.init)};"]
+            restrict = f"{self.restrict} " if node.restrict else ""
+            return [f"{pad}{const}real *{restrict}{node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Buffer):
             points = node.points()
             size = str(points) if points is not None else " * ".join(
@@ -128,8 +149,9 @@ class CPrinter:
             return [f"{pad}{node.func}({', '.join(c_int(a) for a in node.args)});"]
         if isinstance(node, k.Barrier):
             raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
-        if isinstance(node, k.Launch):
-            raise TypeError(f"a launch of {node.name} is left in the kernel IR: only a GPU printer prints launches")
+        if isinstance(node, (k.Launch, k.SharedLimit, k.DeviceCopy)):
+            raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a GPU printer prints launches "
+                            "and their host calls")
         raise TypeError(f"not a kernel IR node: {node!r}")
 
     def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
@@ -143,11 +165,12 @@ class CPrinter:
         body = self.lines(loop.body, depth + 1)
         if loop.degenerate:
             assert loop.init is not None
-            return [f"{pad}{{", f"{pad}{INDENT}const long {loop.iterator} = {c_int(loop.init)};", *body, f"{pad}}}"]
+            return [f"{pad}{{", f"{pad}{INDENT}const {self.types[loop.kind]} {loop.iterator} = {c_int(loop.init)};",
+                    *body, f"{pad}}}"]
         head = [f"{pad}#pragma GCC unroll {loop.unroll}"] if loop.unroll else []
         if loop.mapping:
             head.append(f"{pad}#pragma {loop.mapping}")
         assert loop.cond is not None
-        init = "" if loop.init is None else f"long {loop.iterator} = {c_int(loop.init)}"
+        init = "" if loop.init is None else f"{self.types[loop.kind]} {loop.iterator} = {c_int(loop.init)}"
         step = f"{loop.iterator}++" if loop.step == ix.Lit(1) else f"{loop.iterator} += {c_int(loop.step)}"
         return [*head, f"{pad}for ({init}; {c_int(loop.cond)}; {step}) {{", *body, f"{pad}}}"]

@@ -85,6 +85,12 @@
 #ifndef MSC_CUDA_EMU_H
 #define MSC_CUDA_EMU_H
 
+/* The source line a diagnostic names (a barrier's, a shuffle's); tools/same_machine_code.py
+ * defines it as 0, so that code moved to other lines compiles to the same machine code. */
+#ifndef MSC_EMU_LINE
+#define MSC_EMU_LINE __builtin_LINE()
+#endif
+
 #if !defined(__cplusplus) || __cplusplus < 201703L
 #error "cuda_emu.h needs C++17 (g++ -std=c++17)"
 #endif
@@ -928,7 +934,7 @@ inline cudaError_t check_copy(const char* call, void* dst, const void* src, size
 
 /* ---------------------------------------------------------- device code */
 
-inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = MSC_EMU_LINE) {
     msc_emu::block_barrier(file, line);
 }
 
@@ -969,14 +975,14 @@ inline int lane_id() { return (int)(rt().current % 32); }
 
 template <class T>
 T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize, const char* file = __builtin_FILE(),
-              int line = __builtin_LINE()) {
+              int line = MSC_EMU_LINE) {
     const int lane = msc_emu::lane_id(), base = lane / width * width;
     return msc_emu::shuffle("__shfl_sync", mask, var, base + ((src_lane % width + width) % width), width, file, line);
 }
 
 template <class T>
 T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize, const char* file = __builtin_FILE(),
-                 int line = __builtin_LINE()) {
+                 int line = MSC_EMU_LINE) {
     const int lane = msc_emu::lane_id(), base = lane / width * width;
     const int src = lane - (int)delta;
     return msc_emu::shuffle("__shfl_up_sync", mask, var, src >= base ? src : -1, width, file, line);
@@ -984,7 +990,7 @@ T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize, con
 
 template <class T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize, const char* file = __builtin_FILE(),
-                   int line = __builtin_LINE()) {
+                   int line = MSC_EMU_LINE) {
     const int lane = msc_emu::lane_id(), base = lane / width * width;
     const int src = lane + (int)delta;
     return msc_emu::shuffle("__shfl_down_sync", mask, var, src < base + width ? src : -1, width, file, line);
@@ -992,7 +998,7 @@ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize, c
 
 template <class T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize, const char* file = __builtin_FILE(),
-                  int line = __builtin_LINE()) {
+                  int line = MSC_EMU_LINE) {
     const int lane = msc_emu::lane_id(), base = lane / width * width;
     const int src = lane ^ lane_mask;  // later groups are out of reach: the own value
     return msc_emu::shuffle("__shfl_xor_sync", mask, var, src < base + width ? src : -1, width, file, line);
@@ -1020,22 +1026,22 @@ inline unsigned vote(const char* name, unsigned mask, int predicate, const char*
 }  // namespace msc_emu
 
 inline unsigned __ballot_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
-                              int line = __builtin_LINE()) {
+                              int line = MSC_EMU_LINE) {
     return msc_emu::vote("__ballot_sync", mask, predicate, file, line);
 }
 
 inline int __all_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
-                      int line = __builtin_LINE()) {
+                      int line = MSC_EMU_LINE) {
     return msc_emu::vote("__all_sync", mask, predicate, file, line) == mask;
 }
 
 inline int __any_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
-                      int line = __builtin_LINE()) {
+                      int line = MSC_EMU_LINE) {
     return msc_emu::vote("__any_sync", mask, predicate, file, line) != 0;
 }
 
 inline void __syncwarp(unsigned mask = 0xffffffffu, const char* file = __builtin_FILE(),
-                       int line = __builtin_LINE()) {
+                       int line = MSC_EMU_LINE) {
     msc_emu::vote("__syncwarp", mask, 0, file, line);
 }
 
@@ -1458,7 +1464,7 @@ inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, typename fragment<Use
 template <class Use, int M, int N, int K, class T, class L>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f,
                              const typename fragment<Use, M, N, K, T, L>::element_type* p, unsigned ldm,
-                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+                             const char* file = __builtin_FILE(), int line = MSC_EMU_LINE) {
     static_assert(!std::is_same_v<L, void>, "an accumulator's load_matrix_sync takes a layout_t");
     detail::memory_op<Use, M, N, K, T, L, false>("load_matrix_sync", &f, p, ldm, std::is_same_v<L, col_major>, file,
                                                  line);
@@ -1466,14 +1472,14 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f,
 
 template <int M, int N, int K, class T>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ldm, layout_t layout,
-                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+                             const char* file = __builtin_FILE(), int line = MSC_EMU_LINE) {
     detail::memory_op<accumulator, M, N, K, T, void, false>("load_matrix_sync", &f, p, ldm, layout == mem_col_major,
                                                             file, line);
 }
 
 template <int M, int N, int K, class T>
 inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t layout,
-                              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+                              const char* file = __builtin_FILE(), int line = MSC_EMU_LINE) {
     detail::memory_op<accumulator, M, N, K, T, void, true>("store_matrix_sync",
                                                            const_cast<fragment<accumulator, M, N, K, T>*>(&f), p, ldm,
                                                            layout == mem_col_major, file, line);
@@ -1482,7 +1488,7 @@ inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, 
 template <int M, int N, int K, class T, class LA, class LB, class Acc>
 inline void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
                      const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, Acc>& c,
-                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+                     const char* file = __builtin_FILE(), int line = MSC_EMU_LINE) {
     typedef detail::MmaRequest<fragment<matrix_a, M, N, K, T, LA>, fragment<matrix_b, M, N, K, T, LB>,
                                fragment<accumulator, M, N, K, Acc>, fragment<accumulator, M, N, K, Acc>>
         Q;

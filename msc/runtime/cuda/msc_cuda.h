@@ -55,11 +55,17 @@
 #error "msc_cuda.h: compile with nvcc, or as C++17 with -DMSC_CUDA_EMULATE for the CPU emulator"
 #endif
 
+/* Where a failed call is reported: file, line and the call's text (tools/same_machine_code.py
+ * defines it away, so that code moved to other lines compiles to the same machine code). */
+#ifndef MSC_ERROR_SITE
+#define MSC_ERROR_SITE(call) __FILE__, __LINE__, #call
+#endif
+
 #define MSC_CUDA_CHECK(call)                                                                  \
     do {                                                                                      \
         cudaError_t msc_cuda_err_ = (call);                                                   \
         if (msc_cuda_err_ != cudaSuccess) {                                                   \
-            fprintf(stderr, "msc: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+            fprintf(stderr, "msc: CUDA error at %s:%d: %s: %s\n", MSC_ERROR_SITE(call),       \
                     cudaGetErrorString(msc_cuda_err_));                                       \
             return (int)msc_cuda_err_;                                                        \
         }                                                                                     \

@@ -39,11 +39,17 @@
 #error "msc_hip.h: compile with hipcc, or as C++17 with -DMSC_CUDA_EMULATE for the CPU emulator"
 #endif
 
+/* Where a failed call is reported: file, line and the call's text (tools/same_machine_code.py
+ * defines it away, so that code moved to other lines compiles to the same machine code). */
+#ifndef MSC_ERROR_SITE
+#define MSC_ERROR_SITE(call) __FILE__, __LINE__, #call
+#endif
+
 #define MSC_HIP_CHECK(call)                                                                  \
     do {                                                                                     \
         hipError_t msc_hip_err_ = (call);                                                    \
         if (msc_hip_err_ != hipSuccess) {                                                    \
-            fprintf(stderr, "msc: HIP error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+            fprintf(stderr, "msc: HIP error at %s:%d: %s: %s\n", MSC_ERROR_SITE(call),       \
                     hipGetErrorString(msc_hip_err_));                                        \
             return (int)msc_hip_err_;                                                        \
         }                                                                                    \

@@ -23,7 +23,7 @@ import ctypes
 import math
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from msc import ir
 from msc.codegen import check_schedule_options, register
@@ -47,7 +47,6 @@ from msc.targets.templates_env import render
 from msc.tune.tuner import AutoKernel, Estimate
 
 NAME = "cuda"
-SHARED_BYTES = 48 << 10  # static __shared__ memory per block on every CUDA device since compute capability 2.0
 DEVICE_FUNCTION = "__host__ __device__ inline"  # how device code declares a helper the host may call too
 NVCC = "nvcc"
 NVCC_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC")
@@ -60,7 +59,7 @@ class GPUPlatform(ctarget.Platform):
 
     name = "NVIDIA GPU (CUDA)"
     kernel_template = "cuda_kernel.cu.j2"
-    capacity: ClassVar[dict[k.Space, int]] = {k.Space.SHARED: SHARED_BYTES}
+    capacity: ClassVar[dict[k.Space, int]] = {k.Space.SHARED: mapping.STATIC_SHARED}
     tunes = True
 
     def tuning_space(self, poly: PolyIR, shape: tuple[int, ...], steps: int) -> list[Schedule]:
@@ -124,6 +123,13 @@ def _parameter(ctype: str, name: str) -> str:
     return f"const {ctype} {name}"
 
 
+def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, str]],
+             printer: CudaPrinter) -> dict[str, object]:
+    """A device function for the kernel template: its name, body lines, threads per block and `parameters`."""
+    return dict(name=function.name, source="", body=printer.lines(function.body), threads=math.prod(function.block),
+                parameters=[_parameter(t, v) for t, v in parameters])
+
+
 def cuda_parameters(stencil: ir.StencilIR, box: bool) -> list[str]:
     return [p.replace("*restrict ", "*__restrict__ ") for p in ctarget.signature(stencil).c_parameters(box)]
 
@@ -167,8 +173,9 @@ class CudaTarget(ctarget.CTarget):
         entry = dict(name=name, parameters=parameters, preamble=preamble, arguments=arguments, device_arguments=device)
         tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
         if tiled is not None:
-            source, args = time_tile.kernel_source(tiled, f"{name}_tt")
-            return dict(entry, launches=[dict(source=source)], body=time_tile.host_body(tiled, f"{name}_tt", args))
+            function = time_tile.device_function(tiled, f"{name}_tt")
+            return dict(entry, launches=[_printed(function, function.scope, printer)],
+                        body=printer.lines(time_tile.host_loop(tiled, function)))
         kernel = lower_kernel(poly, schedule, name, box)
         why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
         try:
@@ -187,16 +194,13 @@ class CudaTarget(ctarget.CTarget):
                 calls[launch.name] = custom.call
                 printed.append(dict(source=custom.source))
                 continue
-            body = printer.lines(launch.body)
-            text = "\n".join(body)
+            text = "\n".join(printer.lines(launch.body))
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
-            printed.append(dict(name=launch.name, source="", body=body, threads=math.prod(launch.block),
-                                parameters=[_parameter(t, v) for t, v in used]))
+            printed.append(_printed(launch, used, printer))
             calls[launch.name] = k.Launch(launch.name, launch.grid, launch.block, tuple(ix.Var(v) for _, v in used))
 
         def fill(node: k.Node) -> k.Node:
             return calls[node.name] if isinstance(node, k.Launch) else node
-            return node
 
         host = k.transform_kernel(host, fill)
         body = printer.lines(host.body)

@@ -34,6 +34,8 @@ from msc.poly.schedule import LoweredSchedule
 
 AXES = ("x", "y", "z")
 MAX_THREADS = 1024  # threads per block, every CUDA device since compute capability 2.0
+STATIC_SHARED = 48 << 10  # static shared memory of a block on every CUDA device since compute capability 2.0;
+# beyond it, a launch asks for dynamic shared memory
 MAX_GRID_YZ = 65535
 FIRST_THREAD = ix.Var("threadIdx.x").eq(0).and_(ix.Var("threadIdx.y").eq(0)).and_(ix.Var("threadIdx.z").eq(0))
 # threads along a mapped point loop the tile does not bound: innermost, others

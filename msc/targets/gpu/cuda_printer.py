@@ -6,12 +6,14 @@ host helpers (the periodic wrap) whose error status is passed on."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.printers.c import ADDITIVE, INDENT, MULTIPLICATIVE, CPrinter, c_int, c_ref
+from msc.targets.gpu.cuda_pass import STATIC_SHARED
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
 _START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
@@ -25,13 +27,13 @@ BLOCK_SIZE = "(long)(blockDim.x * blockDim.y * blockDim.z)"
 
 @dataclass(frozen=True)
 class CudaPrinter(CPrinter):
+    restrict = "__restrict__"
+    types = {**CPrinter.types, "flag": "bool"}
+
     def lines(self, node: k.Node, depth: int = 0) -> list[str]:
         pad = INDENT * depth
-        if isinstance(node, k.Decl) and node.kind != "index":
-            const = "const " if node.kind == "const pointer" else ""
-            return [f"{pad}{const}real *__restrict__ {node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Buffer) and node.space == k.Space.SHARED:
-            return [f"{pad}MSC_SHARED(real, {node.name}, [{node.points()}]);"]
+            return self._shared(node, pad)
         if isinstance(node, k.Copy) and k.Space.SHARED in (node.src.space, node.dst.space):
             return self._shared_copy(node, depth)
         if isinstance(node, k.Barrier):
@@ -40,10 +42,27 @@ class CudaPrinter(CPrinter):
             grid, block = ", ".join(map(c_int, node.grid)), ", ".join(map(str, node.block))
             args = "".join(f", {c_int(a)}" for a in node.args)
             return [f"{pad}MSC_LAUNCH({node.name}, dim3({grid}), dim3({block}), {node.shared_bytes}{args});"]
+        if isinstance(node, k.SharedLimit):
+            return [f"{pad}MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){node.name}, "
+                    f"cudaFuncAttributeMaxDynamicSharedMemorySize, {node.shared_bytes}));"]
+        if isinstance(node, k.DeviceCopy):
+            return [f"{pad}MSC_CUDA_CHECK(cudaMemcpy({c_int(node.dst)}, {c_int(node.src)}, sizeof(real) * "
+                    f"{c_int(node.count, MULTIPLICATIVE + 1)}, cudaMemcpyDeviceToDevice));"]
         if isinstance(node, k.Call):  # a host helper that launches kernels returns their status
             call = super().lines(node)[0].rstrip(";")
             return [f"{pad}if (const int msc_status = {call}) return msc_status;"]
         return super().lines(node, depth)
+
+    def _shared(self, buffer: k.Buffer, pad: str) -> list[str]:
+        """A block's shared array: static up to STATIC_SHARED bytes, else in the launch's
+        dynamic shared memory (which the launch asks for, `k.SharedLimit`)."""
+        shape = [*buffer.shape[:buffer.rows], math.prod(buffer.shape[buffer.rows:])]
+        assert all(isinstance(n, int) for n in shape), f"shared buffer {buffer.name} of a size known at run time only"
+        if math.prod(shape) * (4 if self.dtype == "float32" else 8) <= STATIC_SHARED:
+            return [f"{pad}MSC_SHARED(real, {buffer.name}, {''.join(f'[{n}]' for n in shape)});"]
+        rows = "".join(f"[{n}]" for n in shape[1:])
+        return [f"{pad}MSC_DYNAMIC_SHARED(real, msc_shared);",
+                f"{pad}real (*const {buffer.name}){rows} = reinterpret_cast<real (*){rows}>(msc_shared);"]
 
     def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
         """The nodes in order, without declarations nothing after them reads

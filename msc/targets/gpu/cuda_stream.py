@@ -26,6 +26,7 @@ depth, the outermost dimension's size being the chunk.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,14 +34,12 @@ from typing import Sequence
 
 from msc import ir
 from msc.codegen import index as ix
+from msc.codegen import kernel_ir as k
 from msc.codegen.lower import field_name, param_name
-from msc.codegen.printers.c import c_int
-from msc.codegen.printers.cexpr import c_expr
 from msc.ir.linear import NonLinearError, linear_form
-from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
+from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, STATIC_SHARED, DeviceFunction
 
 RING = "msc_ring"  # the stages' rings of planes in shared memory
-STATIC_SHARED = 48 << 10  # static shared memory of a block; beyond it, dynamic shared memory opted into
 SHARED_BYTES = 64 << 10  # dynamic shared memory a block may have on every device msc targets (AMD CDNA's LDS)
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
 AHEAD = 2  # planes each thread's loads run ahead of the one computed (loads in flight per thread)
@@ -107,19 +106,24 @@ class StreamedTile:
         halo = self.chunk + 2 * self.depth * self.stencil.radius[0]
         return math.prod(self.tile) * self.chunk / (math.prod(self.threads) * halo)
 
-    def grid(self) -> str:
-        ndim = self.stencil.ndim
-        sizes = [*self.tile[::-1], self.chunk]  # x first: the innermost dimension, ..., the streamed one
-        dims = [f"P{d}" for d in reversed(range(ndim))]
-        return ", ".join(f"msc_blocks({p}, {s}, {65535 if a else 0})" for a, (p, s) in enumerate(zip(dims, sizes)))
+    def grid(self) -> tuple[ix.Expr, ...]:
+        """Blocks of a launch, x first: the innermost dimension, ..., the streamed one."""
+        sizes = [*self.tile[::-1], self.chunk]
+        dims = [ix.Var(f"P{d}") for d in reversed(range(self.stencil.ndim))]
+        return tuple(blocks(p, s, 65535 if a else 0) for a, (p, s) in enumerate(zip(dims, sizes)))
 
-    def block(self) -> str:
-        return ", ".join(map(str, self.threads[::-1]))
+    def block(self) -> tuple[int, ...]:
+        return self.threads[::-1]
 
     def describe(self) -> str:
         tile = " x ".join(map(str, (self.chunk, *self.tile)))
         return (f"streamed tiles of {self.depth} step{'s' if self.depth > 1 else ''} in shared memory: tile {tile}, "
                 f"blocks of {' x '.join(map(str, self.threads))} threads marching along {self.stencil.dims[0]}")
+
+
+def blocks(points: ix.Expr, size: int, cap: int) -> ix.Expr:
+    """The blocks that cover `points` `size` at a time, at most `cap` (0: any number; the kernel template's helper)."""
+    return ix.Call("msc_blocks", (points, ix.Lit(size), ix.Lit(cap)))
 
 
 def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
@@ -168,151 +172,154 @@ def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
     return terms, form.constant
 
 
-def linear_index(coords: Sequence[str], extents: Sequence[int | str], offsets: Sequence[int] | None = None) -> str:
-    """The row-major index (`ix.linear`) of the point `coords` (+ `offsets`) in an array of
-    `extents` (sizes, or the names of variables holding them), as C."""
-    return c_int(ix.linear([ix.Var(c) for c in coords], [e if isinstance(e, int) else ix.Var(e) for e in extents],
-                           offsets))
+def conjunction(conditions: Sequence[ix.Expr]) -> ix.Expr:
+    """All of `conditions` (`&&`, left to right)."""
+    return functools.reduce(ix.Expr.and_, conditions)
 
 
-def _plus(c: str, o: int) -> str:
-    return c_int(ix.Var(c) + o)
+def tile_parameters(stencil: ir.StencilIR) -> tuple[tuple[str, str], ...]:
+    """A time tile's device function's parameters (type, name), in call order: the level
+    it writes and the level it reads, the inputs, the scalars, the extents, the steps."""
+    return (("real *", "dst"), ("const real *", "src"),
+            *(("const real *", field_name(f.name)) for f in stencil.fields if f.time_invariant),
+            *(("real", param_name(p)) for p in stencil.params), *(("long", f"P{d}") for d in range(stencil.ndim)),
+            ("long", "steps"))
 
 
-def kernel_source(plan: StreamedTile, name: str) -> tuple[str, list[str]]:
-    """The `__global__` function and its parameters after the two level pointers, in call order."""
+def tile_loops(stencil: ir.StencilIR, sizes: Sequence[int], axes: Sequence[str], body: list[k.Node]) -> k.Block:
+    """`body` in the loops over the grid's tiles of `sizes` points (one per dimension,
+    each on the grid's `axes`), block-stride: every thread of a block runs them alike."""
+    for d in reversed(range(stencil.ndim)):
+        b, extent = ix.Var(f"b{d}"), ix.Var(f"P{d}")
+        tiles = ix.Op("/", extent + (sizes[d] - 1), ix.Lit(sizes[d]))
+        body = [k.Loop(f"b{d}", ix.Var(f"blockIdx.{axes[d]}"), b.lt(tiles), k.Block(tuple(body)),
+                       step=ix.Var(f"gridDim.{axes[d]}"))]
+    return k.Block(tuple(body))
+
+
+def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
+    """The `__global__` function of the plan's streamed tiles, as kernel IR."""
     st, ndim, depth = plan.stencil, plan.stencil.ndim, plan.depth
-    statement = st.statements[0]
-    r, slots, threads = st.radius, plan.slots, plan.threads
-    inner = list(range(1, ndim))
-    axis = {d: AXES[ndim - 1 - d] for d in inner}  # the last dimension on .x
-    stream = AXES[ndim - 1]  # the block index along the streamed dimension
-    plane = math.prod(threads)
-    extents = [f"P{d}" for d in range(ndim)]
-    glob = [f"g{d}" for d in range(ndim)]
-
-    def access(read: ir.FieldRead, stage: int) -> str:
-        if read.name == statement.target:
-            shift = plan.shift(read.offsets[1:])
-            return f"{RING}[{stage - 1}][{c_int((ix.Var('p') + read.offsets[0]) % slots)}][{_plus('q', shift)}]"
-        return f"{field_name(read.name)}[{linear_index(glob, extents, read.offsets)}]"
-
-    inputs = [f"const real *__restrict__ {field_name(f.name)}" for f in st.fields if f.time_invariant]
-    params = inputs + [f"const real {param_name(p)}" for p in st.params] + [f"const long {e}" for e in extents]
-    lines = [(f"__global__ void __launch_bounds__({plane}) {name}(real *__restrict__ dst, const real *__restrict__ src, "
-              f"{', '.join(params)}, const long steps)"), "{"]
-    if plan.dynamic_shared:
-        lines += ["    MSC_DYNAMIC_SHARED(real, msc_shared);",
-                  f"    real (*const {RING})[{slots}][{plane}] = reinterpret_cast<real (*)[{slots}][{plane}]>(msc_shared);"]
-    else:
-        lines.append(f"    MSC_SHARED(real, {RING}, [{depth}][{slots}][{plane}]);")
-    lines += [f"    const int l{d} = threadIdx.{axis[d]};" for d in inner]
-    local = [f"l{d}" for d in inner]
-    lines.append(f"    const int q = {linear_index(local, threads)};")
-    lines.append(f"    const long plane = {' * '.join(extents[1:])};")
-    pad = "    "
-    sizes = [plan.chunk, *plan.tile]
-    for d in range(ndim):  # every tile of the grid, block-stride (uniform in the block)
-        a = stream if d == 0 else axis[d]
-        lines.append(f"{pad}for (long b{d} = blockIdx.{a}; b{d} < (P{d} + {sizes[d] - 1}) / {sizes[d]}; "
-                     f"b{d} += gridDim.{a}) {{")
-        pad += "    "
-    lines += [f"{pad}const long g{d} = b{d} * {plan.tile[d - 1]} - {depth * r[d]} + l{d};" for d in inner]
-    in_plane = " && ".join(f"g{d} >= 0 && g{d} < P{d}" for d in inner)
-    interior = " && ".join(f"g{d} >= {r[d]} && g{d} < P{d} - {r[d]}" for d in inner)
-    tile = " && ".join(f"l{d} >= {depth * r[d]} && l{d} < {depth * r[d] + plan.tile[d - 1]}" for d in inner)
-    r0 = r[0]
+    r, r0, slots, threads = st.radius, st.radius[0], plan.slots, plan.threads
+    inner = range(1, ndim)
+    axes = (AXES[ndim - 1], *(AXES[ndim - 1 - d] for d in inner))  # the streamed dimension's blocks, the last on .x
+    extents = [ix.Var(f"P{d}") for d in range(ndim)]
+    glob = [ix.Var(f"g{d}") for d in range(ndim)]
+    local = {d: ix.Var(f"l{d}") for d in inner}
+    q, p, j, steps = ix.Var("q"), ix.Var("p"), ix.Var("j"), ix.Var("steps")
+    first, planes, column, g0 = ix.Var("first"), ix.Var("planes"), ix.Var("column"), glob[0]
     summed = plan.sums
-    registers = [f"a{s}_{m}" for s in range(1, depth + 1) for m in range(2 * r0 + 1)]
-    registers += [f"w{s}_{k}" for s in range(1, depth + 1) for k in range(r0 + 1)]
-    declared = [] if summed is None else [
-        f"{pad}real {', '.join(f'{v} = 0' for v in registers)};  /* partial sums, own column's planes */"]
 
-    def load(j: str) -> str:  # the block's plane j at the thread's column, 0 outside the array or the planes
-        g0 = f"first + {j}"
-        return f"in_plane && {j} < planes && {g0} >= 0 && {g0} < P0 ? src[({g0}) * plane + column] : (real)0"
+    def load(ahead: int, loaded: ix.Expr | None = None) -> ix.Expr:
+        """The block's plane `loaded` + `ahead` at the thread's column; 0 outside the array or the planes."""
+        at, g = (ix.Lit(ahead), first + ahead) if loaded is None else (loaded + ahead, first + loaded + ahead)
+        inside = conjunction([ix.Var("in_plane"), at.lt(planes), g.ge(0), g.lt(extents[0])])
+        return ix.Select(inside, k.Load(k.Ref("src", g * ix.Var("plane") + column)), ix.Cast("real", ix.Lit(0)))
 
-    lines += [f"{pad}const bool in_plane = {in_plane}, interior = {interior}, in_tile = {tile};",
-              f"{pad}const long column = {linear_index(glob[1:], extents[1:])};",
-              f"{pad}const long first = b0 * {plan.chunk} - {depth * r0};  /* the block's first plane */",
-              f"{pad}const int planes = (int)msc_imin({plan.chunk + 2 * depth * r0}, P0 + {depth * r0} - first);",
-              *(f"{pad}real next{k} = {load(str(k))};" for k in range(AHEAD)),
-              *declared,
-              f"{pad}for (int j = 0; j < planes; j++) {{",
-              f"{pad}    {RING}[0][j {'& 1' if summed is not None else f'% {slots}'}][q] = next0;",
-              *(f"{pad}    next{k} = next{k + 1};" for k in range(AHEAD - 1)),
-              f"{pad}    next{AHEAD - 1} = {load(f'j + {AHEAD}')};",
-              f"{pad}    __syncthreads();"]
-    window = f"g0 >= {r0} && g0 < P0 - {r0}"
+    lines: list[k.Node] = [k.Decl(f"g{d}", "index", ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d] + local[d])
+                           for d in inner]
+    lines += [k.Decl("in_plane", "flag", conjunction([c for d in inner for c in (glob[d].ge(0), glob[d].lt(extents[d]))])),
+              k.Decl("interior", "flag", conjunction([c for d in inner
+                                                      for c in (glob[d].ge(r[d]), glob[d].lt(extents[d] - r[d]))])),
+              k.Decl("in_tile", "flag", conjunction([c for d in inner for c in (
+                  local[d].ge(depth * r[d]), local[d].lt(depth * r[d] + plan.tile[d - 1]))])),
+              k.Decl("column", "index", ix.linear(glob[1:], extents[1:])),
+              k.Comment("the block's first plane"),
+              k.Decl("first", "index", ix.Var("b0") * plan.chunk - depth * r0),
+              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.chunk + 2 * depth * r0, extents[0] + depth * r0 - first))),
+              *(k.Decl(f"next{a}", "value", load(a), const=False) for a in range(AHEAD))]
+    if summed is not None:
+        lines.append(k.Comment("partial sums, own column's planes"))
+        lines += [k.Decl(f"{v}{s}_{m}", "value", ix.Lit(0), const=False) for v, n in (("a", 2 * r0 + 1), ("w", r0 + 1))
+                  for s in range(1, depth + 1) for m in range(n)]
+    step: list[k.Node] = [k.Store(ring(0, j & 1 if summed is not None else j % slots, q), ix.Var("next0")),
+                          *(k.Set(f"next{a}", ix.Var(f"next{a + 1}")) for a in range(AHEAD - 1)),
+                          k.Set(f"next{AHEAD - 1}", load(AHEAD, j)), k.Barrier()]
+    window = [g0.ge(r0), g0.lt(extents[0] - r0)]
     for stage in range(1, depth + 1):
-        valid = " && ".join(f"l{d} >= {stage * r[d]} && l{d} < {threads[d - 1] - stage * r[d]}" for d in inner)
+        valid = [c for d in inner for c in (local[d].ge(stage * r[d]), local[d].lt(threads[d - 1] - stage * r[d]))]
+        done = conjunction([ix.Lit(stage).le(steps), ix.Var("interior"), *window, *valid])
+        last = stage == depth
         if summed is None:
-            expr = c_expr(statement.expr, st.dtype, lambda read, s=stage: access(read, s), param_name)
-            body = [f"{pad}    {{  /* step {stage}: plane p, {stage} x {r0} behind the loaded one */",
-                    f"{pad}        const int p = j - {stage * r0};",
-                    f"{pad}        const long g0 = first + p;",
-                    f"{pad}        if (p >= {stage * r0}) {{",
-                    f"{pad}            real v = {RING}[{stage - 1}][p % {slots}][q];",
-                    f"{pad}            if ({stage} <= steps && interior && {window} && {valid})",
-                    f"{pad}                v = {expr};"]
-            close = [f"{pad}        }}", f"{pad}    }}"]
-            keep = f"{pad}            {RING}[{stage}][p % {slots}][q] = v;"
+            at = {read: access(plan, read, stage, p, q, glob, extents) for read in ir.reads_of(st.statements[0].expr)}
+            value = k.Compute(st.statements[0].expr, tuple(at.items()), st.dtype)
+            out = [k.Decl("v", "value", k.Load(ring(stage - 1, p % slots, q)), const=False),
+                   k.If(done, k.Block((k.Set("v", value),))),
+                   _output(plan, p, False) if last else k.Store(ring(stage, p % slots, q), ix.Var("v"))]
+            body: list[k.Node] = [k.Decl("p", "int", j - stage * r0), k.Decl("g0", "index", first + p),
+                                  k.If(p.ge(stage * r0), k.Block(tuple(out)))]
         else:
-            body = _summed_stage(plan, stage, summed, valid, window, pad + "    ")
-            close = [f"{pad}    }}"]
-            keep = f"{pad}        {RING}[{stage}][p & 1][q] = v;"
-        if stage < depth:
-            body += [keep, *close, f"{pad}    __syncthreads();"]
-        else:
-            at = pad + ("            " if summed is None else "        ")
-            output = f"p >= {depth * r0} && " if summed is not None else ""
-            body += [f"{at}if ({output}in_tile && interior && p < {depth * r0 + plan.chunk} && {window})",
-                     f"{at}    dst[g0 * plane + column] = v;", *close]
-        lines += body
-    lines += [f"{pad}}}", f"{pad}__syncthreads();  /* before the block's next tile refills the rings */"]
-    return close_tiles(lines, pad, st)
+            body = _summed_stage(plan, stage, summed, conjunction(valid), done)
+            body.append(_output(plan, p, True) if last else k.Store(ring(stage, p & 1, q), ix.Var("v")))
+        step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {r0} behind the loaded one"
+                                    + ("" if summed is None else ", done; partial sums of plane n")), *body),
+                         scoped=True),
+                 *([] if last else [k.Barrier()])]
+    lines += [k.Loop("j", ix.Lit(0), j.lt(planes), k.Block(tuple(step)), kind="int"),
+              k.Comment("before the block's next tile refills the rings"), k.Barrier()]
+    plane = functools.reduce(ix.mul, extents[1:])
+    body = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(threads)), rows=2),
+                    *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
+                    k.Decl("q", "int", ix.linear(list(local.values()), threads)),
+                    k.Decl("plane", "index", plane),
+                    *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
+    return DeviceFunction(name, body, plan.grid(), plan.block(), tile_parameters(st))
 
 
-def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr | None], valid: str, window: str,
-                  pad: str) -> list[str]:
+def ring(stage: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
+    """Point `at` of plane `slot` of stage `stage`'s ring (stage 0: the loaded planes)."""
+    return k.Ref(RING, at, k.Space.SHARED, rows=(ix.Lit(stage), slot))
+
+
+def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, q: ix.Expr, glob: list[ix.Var],
+           extents: list[ix.Var]) -> ix.Expr:
+    """A read of step `stage` at plane p: the field computed from the ring of the step before, an input from global memory."""
+    if read.name == plan.stencil.statements[0].target:
+        return k.Load(ring(stage - 1, (p + read.offsets[0]) % plan.slots, q + plan.shift(read.offsets[1:])))
+    return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
+
+
+def _output(plan: StreamedTile, p: ix.Expr, summed: bool) -> k.If:
+    """The last step's value written out where it is an output of the block's tile."""
+    reach = plan.depth * plan.stencil.radius[0]
+    g0, r0, extent = ix.Var("g0"), plan.stencil.radius[0], ix.Var("P0")
+    where = [*([p.ge(reach)] if summed else []), ix.Var("in_tile"), ix.Var("interior"), p.lt(reach + plan.chunk),
+             g0.ge(r0), g0.lt(extent - r0)]
+    stored = k.Store(k.Ref("dst", g0 * ix.Var("plane") + ix.Var("column")), ix.Var("v"))
+    return k.If(conjunction(where), k.Block((stored,)))
+
+
+def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr | None], valid: ix.Expr,
+                  done: ix.Expr) -> list[k.Node]:
     """Step `stage` of the iteration as partial sums: the newest plane n of the stage
     before is weighted into the partial sums of the outputs n - r0 .. n + r0 (a{stage}_m
     is output p + m), output p = n - r0 is then complete (or its own value, w{stage}_0,
     kept where the step does not compute it), and the sums move down one plane."""
-    st, r0 = plan.stencil, plan.stencil.radius[0]
+    st, r0, s = plan.stencil, plan.stencil.radius[0], stage
     terms, constant = summed
-    s, inner = stage, pad + "    "
+    j, q, n = ix.Var("j"), ix.Var("q"), ix.Var("n")
 
-    def weight(e: ir.Expr) -> str:
-        return c_expr(e, st.dtype, lambda read: "", param_name)
+    def weight(e: ir.Expr) -> ix.Expr:
+        return k.Compute(e, (), st.dtype)
 
-    out = [f"{pad}{{  /* step {s}: partial sums of plane n; plane p, {s} x {r0} behind the loaded one, done */",
-           f"{inner}const int n = j - {(s - 1) * r0}, p = j - {s * r0};",
-           f"{inner}const long g0 = first + p;",
-           f"{inner}const real *const plane_n = {RING}[{s - 1}][n & 1];"]
-    out += [f"{inner}w{s}_{k} = w{s}_{k + 1};" for k in range(r0)] + [f"{inner}w{s}_{r0} = plane_n[q];"]
-    out.append(f"{inner}if ({valid}) {{")
+    out: list[k.Node] = [k.Decl("n", "int", j - (s - 1) * r0), k.Decl("p", "int", j - s * r0),
+                         k.Decl("g0", "index", ix.Var("first") + ix.Var("p")),
+                         k.Decl("plane_n", "const pointer", k.Address(ring(s - 1, n & 1, ix.Lit(0))), restrict=False)]
+    out += [k.Set(f"w{s}_{m}", ix.Var(f"w{s}_{m + 1}")) for m in range(r0)]
+    out.append(k.Set(f"w{s}_{r0}", k.Load(k.Ref("plane_n", q, k.Space.SHARED))))
     # each neighbour of the plane read once (the column's own value is w{s}_{r0})
     shifts = sorted({plan.shift(offsets) for group in terms.values() for offsets, _ in group} - {0})
-    value = {0: f"w{s}_{r0}", **{k: f"u{i}" for i, k in enumerate(shifts)}}
-    out += [f"{inner}    const real u{i} = plane_n[{_plus('q', k)}];" for i, k in enumerate(shifts)]
+    value = {0: ix.Var(f"w{s}_{r0}"), **{shift: ix.Var(f"u{i}") for i, shift in enumerate(shifts)}}
+    sums: list[k.Node] = [k.Decl(f"u{i}", "value", k.Load(k.Ref("plane_n", q + shift, k.Space.SHARED)))
+                          for i, shift in enumerate(shifts)]
     for dz in sorted(terms):
-        parts = [f"({weight(w)}) * {value[plan.shift(offsets)]}" for offsets, w in terms[dz]]
-        out.append(f"{inner}    a{s}_{r0 - dz} += {' + '.join(parts)};")
-    out.append(f"{inner}}}")
-    done = f"a{s}_0" + (f" + ({weight(constant)})" if constant is not None else "")
-    out += [f"{inner}const real v = {s} <= steps && interior && {window} && {valid} ? {done} : w{s}_0;"]
-    out += [f"{inner}a{s}_{m} = a{s}_{m + 1};" for m in range(2 * r0)] + [f"{inner}a{s}_{2 * r0} = 0;"]
+        parts = [ix.Op("*", weight(w), value[plan.shift(offsets)]) for offsets, w in terms[dz]]
+        sums.append(k.Set(f"a{s}_{r0 - dz}", functools.reduce(lambda a, b: ix.Op("+", a, b), parts), op="+="))
+    out.append(k.If(valid, k.Block(tuple(sums))))
+    complete = ix.Var(f"a{s}_0")
+    if constant is not None:
+        complete = ix.Op("+", complete, weight(constant))
+    out.append(k.Decl("v", "value", ix.Select(done, complete, ix.Var(f"w{s}_0"))))
+    out += [k.Set(f"a{s}_{m}", ix.Var(f"a{s}_{m + 1}")) for m in range(2 * r0)]
+    out.append(k.Set(f"a{s}_{2 * r0}", ix.Lit(0)))
     return out
-
-
-def close_tiles(lines: list[str], pad: str, stencil: ir.StencilIR) -> tuple[str, list[str]]:
-    """`lines` with the loops over the block's tiles and the function closed: the
-    source, and the arguments after the two level pointers, in call order."""
-    for _ in range(stencil.ndim):
-        pad = pad[:-4]
-        lines.append(f"{pad}}}")
-    lines.append("}")
-    args = [field_name(f.name) for f in stencil.fields if f.time_invariant]
-    args += [param_name(p) for p in stencil.params] + [f"P{d}" for d in range(stencil.ndim)]
-    return "\n".join(lines) + "\n", args

@@ -23,12 +23,13 @@ import math
 from dataclasses import dataclass
 
 from msc import ir
-from msc.codegen.lower import field_name, param_name, ring_buffer
-from msc.codegen.printers.cexpr import c_expr
+from msc.codegen import index as ix
+from msc.codegen import kernel_ir as k
+from msc.codegen.lower import field_name, ring_buffer
 from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
 from msc.targets.gpu import cuda_stream as stream
-from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS
-from msc.targets.gpu.cuda_stream import StreamedTile, close_tiles, linear_index
+from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, DeviceFunction
+from msc.targets.gpu.cuda_stream import StreamedTile, blocks, conjunction, tile_loops, tile_parameters
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
 
@@ -60,13 +61,14 @@ class SharedTimeTile:
         """The share of the loaded points the block writes out (the rest is halo)."""
         return math.prod(self.tile) / math.prod(self.region)
 
-    def grid(self) -> str:
+    def grid(self) -> tuple[ix.Expr, ...]:
+        """Blocks of a launch, x first."""
         ndim = self.stencil.ndim
-        return ", ".join(f"msc_blocks(P{d}, {self.tile[d]}, {65535 if AXES[ndim - 1 - d] != 'x' else 0})"
-                         for d in reversed(range(ndim)))
+        return tuple(blocks(ix.Var(f"P{d}"), self.tile[d], 65535 if AXES[ndim - 1 - d] != "x" else 0)
+                     for d in reversed(range(ndim)))
 
-    def block(self) -> str:
-        return ", ".join(str(self.region[d]) for d in reversed(range(self.stencil.ndim)))
+    def block(self) -> tuple[int, ...]:
+        return self.region[::-1]
 
     def describe(self) -> str:
         return (f"time tiles of {self.depth} steps in shared memory: tile {' x '.join(map(str, self.tile))}, "
@@ -145,86 +147,81 @@ def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> Shared
     return tile_plan(stencil, schedule.schedule.time_depth, dict(schedule.schedule.tiles))
 
 
-def _box_source(plan: SharedTimeTile, name: str) -> tuple[str, list[str]]:
-    st, ndim = plan.stencil, plan.stencil.ndim
-    statement = st.statements[0]
-    axis = {d: AXES[ndim - 1 - d] for d in range(ndim)}  # the last dimension on .x
-    n = [str(v) for v in plan.region]
-    local = [f"l{d}" for d in range(ndim)]
-    glob = [f"g{d}" for d in range(ndim)]
-    extents = [f"P{d}" for d in range(ndim)]
+def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:
+    """The `__global__` function of the plan's box tiles, as kernel IR."""
+    st, ndim, depth = plan.stencil, plan.stencil.ndim, plan.depth
+    statement, r, region = st.statements[0], st.radius, plan.region
+    axes = [AXES[ndim - 1 - d] for d in range(ndim)]  # the last dimension on .x
+    local = [ix.Var(f"l{d}") for d in range(ndim)]
+    glob = [ix.Var(f"g{d}") for d in range(ndim)]
+    extents = [ix.Var(f"P{d}") for d in range(ndim)]
+    q, s, h, steps = ix.Var("q"), ix.Var("s"), ix.Var("h"), ix.Var("steps")
 
-    def access(read: ir.FieldRead) -> str:
+    def access(read: ir.FieldRead) -> ix.Expr:
         if read.name == statement.target:
-            return f"a[{linear_index(local, plan.region, read.offsets)}]"
-        return f"{field_name(read.name)}[{linear_index(glob, extents, read.offsets)}]"
+            return k.Load(k.Ref("a", ix.linear(local, region, read.offsets), k.Space.SHARED))
+        return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
 
-    expr = c_expr(statement.expr, st.dtype, access, param_name)
-    inputs = [f"const real *__restrict__ {field_name(f.name)}" for f in st.fields if f.time_invariant]
-    params = inputs + [f"const real {param_name(p)}" for p in st.params] + [f"const long {e}" for e in extents]
-    r, depth = st.radius, plan.depth
-    volume = 1
-    for v in plan.region:
-        volume *= v
-    lines = [(f"__global__ void __launch_bounds__({volume}) {name}(real *__restrict__ dst, const real *__restrict__ src, "
-              f"{', '.join(params)}, const long steps)"), "{",
-             f"    MSC_SHARED(real, {BUFFER}, [2][{volume}]);"]
-    lines += [f"    const long l{d} = threadIdx.{axis[d]};" for d in range(ndim)]
-    lines.append(f"    const long q = {linear_index(local, plan.region)};")
-    pad = "    "
-    for d in range(ndim):  # every tile of the grid, block-stride (uniform in the block)
-        tiles = f"(P{d} + {plan.tile[d] - 1}) / {plan.tile[d]}"
-        lines.append(f"{pad}for (long b{d} = blockIdx.{axis[d]}; b{d} < {tiles}; b{d} += gridDim.{axis[d]}) {{")
-        pad += "    "
-    lines += [f"{pad}const long g{d} = b{d} * {plan.tile[d]} - {depth * r[d]} + l{d};" for d in range(ndim)]
-    inside = " && ".join(f"g{d} >= 0 && g{d} < P{d}" for d in range(ndim))
-    interior = " && ".join(f"g{d} >= {r[d]} && g{d} < P{d} - {r[d]}" for d in range(ndim))
-    gidx = linear_index(glob, extents)
-    valid = " && ".join(f"l{d} >= {r[d]} * h && l{d} < {n[d]} - {r[d]} * h" for d in range(ndim))
-    tile = " && ".join(f"l{d} >= {depth * r[d]} && l{d} < {depth * r[d] + plan.tile[d]}" for d in range(ndim))
-    lines += [f"{pad}const bool in_array = {inside}, interior = {interior};",
-              f"{pad}{BUFFER}[0][q] = in_array ? src[{gidx}] : (real)0;",
-              f"{pad}__syncthreads();",
-              f"{pad}for (long s = 0; s < steps; s++) {{",
-              f"{pad}    const real *a = {BUFFER}[s & 1];",
-              f"{pad}    real *b = {BUFFER}[(s + 1) & 1];",
-              f"{pad}    const long h = s + 1;  /* the region still valid after this step is h radii in */",
-              f"{pad}    if (in_array && {valid})",
-              f"{pad}        b[q] = interior ? {expr} : a[q];",
-              f"{pad}    __syncthreads();",
-              f"{pad}}}",
-              f"{pad}if (interior && {tile})",
-              f"{pad}    dst[{gidx}] = {BUFFER}[steps & 1][q];",
-              f"{pad}__syncthreads();  /* before the block's next tile overwrites shared memory */"]
-    return close_tiles(lines, pad, st)
+    value = k.Compute(statement.expr, tuple((read, access(read)) for read in ir.reads_of(statement.expr)), st.dtype)
+    interior = ix.Var("interior")
+    valid = [c for d in range(ndim) for c in (local[d].ge(r[d] * h), local[d].lt(region[d] - r[d] * h))]
+    in_tile = [c for d in range(ndim) for c in (local[d].ge(depth * r[d]), local[d].lt(depth * r[d] + plan.tile[d]))]
+    glob_index = ix.linear(glob, extents)
+    step = k.Block((
+        k.Decl("a", "const pointer", k.Address(_buffer(s & 1, ix.Lit(0))), restrict=False),
+        k.Decl("b", "pointer", k.Address(_buffer((s + 1) & 1, ix.Lit(0))), restrict=False),
+        k.Comment("the region still valid after this step is h radii in"),
+        k.Decl("h", "index", s + 1),
+        k.If(conjunction([ix.Var("in_array"), *valid]), k.Block((
+            k.Store(k.Ref("b", q, k.Space.SHARED), ix.Select(interior, value, k.Load(k.Ref("a", q, k.Space.SHARED)))),))),
+        k.Barrier()))
+    tile = [*(k.Decl(f"g{d}", "index", ix.Var(f"b{d}") * plan.tile[d] - depth * r[d] + local[d]) for d in range(ndim)),
+            k.Decl("in_array", "flag", conjunction([c for d in range(ndim)
+                                                     for c in (glob[d].ge(0), glob[d].lt(extents[d]))])),
+            k.Decl("interior", "flag", conjunction([c for d in range(ndim)
+                                                     for c in (glob[d].ge(r[d]), glob[d].lt(extents[d] - r[d]))])),
+            k.Store(_buffer(ix.Lit(0), q), ix.Select(ix.Var("in_array"), k.Load(k.Ref("src", glob_index)),
+                                                     ix.Cast("real", ix.Lit(0)))),
+            k.Barrier(),
+            k.Loop("s", ix.Lit(0), s.lt(steps), step),
+            k.If(conjunction([interior, *in_tile]), k.Block((k.Store(k.Ref("dst", glob_index), k.Load(_buffer(steps & 1, q))),))),
+            k.Comment("before the block's next tile overwrites shared memory"),
+            k.Barrier()]
+    body = k.Block((k.Buffer(BUFFER, k.Space.SHARED, (2, math.prod(region)), rows=1),
+                    *(k.Decl(f"l{d}", "index", ix.Var(f"threadIdx.{axes[d]}")) for d in range(ndim)),
+                    k.Decl("q", "index", ix.linear(local, region)),
+                    *tile_loops(st, plan.tile, axes, tile).body))
+    return DeviceFunction(name, body, plan.grid(), plan.block(), tile_parameters(st))
 
 
-def kernel_source(plan: SharedTimeTile | StreamedTile, name: str) -> tuple[str, list[str]]:
-    """The `__global__` function and its parameters after the two level pointers, in call order."""
+def _buffer(copy: ix.Expr, at: ix.Expr) -> k.Ref:
+    """Point `at` of one of the block's two copies of its region."""
+    return k.Ref(BUFFER, at, k.Space.SHARED, rows=(copy,))
+
+
+def device_function(plan: SharedTimeTile | StreamedTile, name: str) -> DeviceFunction:
+    """The `__global__` function of the plan's tiles, as kernel IR."""
     if isinstance(plan, StreamedTile):
-        return stream.kernel_source(plan, name)
-    return _box_source(plan, name)
+        return stream.device_function(plan, name)
+    return _box_function(plan, name)
 
 
-def host_body(plan: SharedTimeTile | StreamedTile, kernel: str, args: list[str]) -> list[str]:
+def host_loop(plan: SharedTimeTile | StreamedTile, function: DeviceFunction) -> k.Block:
     """The time loop: one launch per `depth` steps between the two ring slots,
     then the newest level moved to the slot the ring convention gives it (when the
     number of launches leaves it in the other)."""
-    buf = ring_buffer(plan.stencil.statements[0].target)
-    grid, block, shared = plan.grid(), plan.block(), plan.dynamic_shared
-    opt_in = [(f"MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-               f"{shared}));")] if shared else []
-    return [
-        f"/* {plan.describe()} */",
-        *opt_in,
-        "long slot = t0 % 2;",
-        f"for (long t = 0; t < T; t += {plan.depth}) {{",
-        f"    const long steps = msc_imin({plan.depth}, T - t);",
-        (f"    MSC_LAUNCH({kernel}, dim3({grid}), dim3({block}), {shared}, {buf} + (1 - slot) * V, {buf} + slot * V, "
-         f"{', '.join(args)}, steps);"),
-        "    slot = 1 - slot;",
-        "}",
-        "if (slot != (t0 + T) % 2)",
-        (f"    MSC_CUDA_CHECK(cudaMemcpy({buf} + ((t0 + T) % 2) * V, {buf} + slot * V, sizeof(real) * V, "
-         "cudaMemcpyDeviceToDevice));"),
-    ]
+    buf, slot, t, volume = ring_buffer(plan.stencil.statements[0].target), ix.Var("slot"), ix.Var("t"), ix.Var("V")
+    shared, periods = plan.dynamic_shared, ix.Var("t0") + ix.Var("T")
+    args = (ix.Var(buf) + (1 - slot) * volume, ix.Var(buf) + slot * volume,
+            *(ix.Var(name) for _, name in function.scope[2:]))
+    launch = k.Launch(function.name, function.grid, function.block, args, shared)
+    return k.Block((
+        k.Comment(plan.describe()),
+        *([k.SharedLimit(function.name, shared)] if shared else []),
+        k.Decl("slot", "index", ix.Var("t0") % 2, const=False),
+        k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((
+            k.Decl("steps", "index", ix.min_(plan.depth, ix.Var("T") - t)),
+            launch,
+            k.Set("slot", 1 - slot))), step=ix.Lit(plan.depth)),
+        k.If(slot.ne(periods % 2), k.Block((
+            k.DeviceCopy(ix.Var(buf) + periods % 2 * volume, ix.Var(buf) + slot * volume, volume),)))))
