@@ -602,7 +602,21 @@ def test_other_time_tiles_say_why_they_stay_in_global_memory():
 
     with pytest.raises(ScheduleError, match="in shared memory they cannot run either: its 8 rings of 2 planes of 640 "
                                            "points would take 81920 bytes of shared memory, more than 65536"):
-        get_target("cuda").source(box3.poly(), msc.Schedule().time_tile(8))
+        get_target("cuda").source(box3.poly(), msc.Schedule().time_tile(8, x=64, y=4, z=16))
+    # with no sizes the target picks a tile that runs: there, the default block of skewed tiles
+    chosen = get_target("cuda").source(box3.poly(), msc.Schedule().time_tile(8))
+    assert "time_tile(8, x=2, y=4, z=32)" in chosen and "skewed time tiles in global memory" in chosen
+
+
+@pytest.mark.parametrize("seed", [12, 24, 36])  # 2D two statements; 3D, its rings too large; 2D, two levels
+def test_time_tiles_of_the_targets_choice_run(seed, assert_matches):
+    """`time_tile(depth)` with no sizes: the target's tile runs (in shared memory where the
+    stencil's tiles can, else skewed tiles in global memory) and matches the reference."""
+    case = generate(seed)
+    schedule = msc.Schedule().time_tile(3)
+    kernel = case.stencil.compile(target="cuda", dtype=case.dtype, schedule=schedule, emulate=EMULATE)
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, schedule))
 
 
 @pytest.mark.skipif(ON_DEVICE, reason="on a device the benchmark runs (benchmarks/gpu.sh)")

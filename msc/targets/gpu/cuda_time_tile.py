@@ -113,10 +113,14 @@ MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute output
 
 
 def default_tile(stencil: ir.StencilIR, depth: int, block: tuple[int, ...]) -> dict[str, int]:
-    """The tile of `time_tile(depth)`: in 2D and 3D the streamed default; in 1D
-    `block` halved until tile plus halo fits a block (or is 1 point)."""
+    """The tile of `time_tile(depth)`: in 2D and 3D the streamed default where its
+    tiles run in shared memory, else `block` (the block of skewed tiles in global
+    memory); in 1D `block` halved until tile plus halo fits a block (or is 1 point)."""
     if stencil.ndim > 1:
-        return stream.default_tile(stencil, depth)
+        tiles = stream.default_tile(stencil, depth)
+        if qualifies(stencil) is None and stream.streamed_tile(stencil, depth, tiles).too_large() is None:
+            return tiles
+        return dict(zip(stencil.dims, block))
     tile = shrink_tile(block, lambda sides: math.prod(t + 2 * depth * r for t, r in zip(sides, stencil.radius))
                        <= MAX_THREADS)
     return dict(zip(stencil.dims, tile))
