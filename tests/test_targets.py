@@ -163,6 +163,38 @@ def test_gpu_time_tiles_are_kernel_ir_the_gpu_printer_prints():
         assert "MSC_LAUNCH(f, dim3(" in text and "cudaMemcpyDeviceToDevice" in text
 
 
+@pytest.mark.parametrize("precision", ["fp64", "tf32", "fp16"])
+def test_the_tensor_core_kernel_is_kernel_ir_with_the_matrix_unit(precision):
+    """The wmma kernel is built as kernel IR: operands staged in shared memory of their
+    own type, fragments loaded, multiplied and stored by matrix-unit nodes that only the
+    GPU printer prints, a warp's barrier before its tile is read back."""
+    from test_tensor_core import CASES, make_stencil
+
+    from msc.codegen import kernel_ir as k
+    from msc.codegen.printers.c import CPrinter
+    from msc.targets.gpu import cuda_tensor_core
+    from msc.targets.gpu.cuda_printer import CudaPrinter
+
+    st = make_stencil(*CASES[9])  # 3D, box, radius 2, periodic
+    dtype = "float64" if precision == "fp64" else "float32"
+    kernel = cuda_tensor_core.generate(st.ir, 0, precision, dtype, "tc", wrap=True)
+    function = cuda_tensor_core.device_function(kernel)
+    nodes = list(k.walk(function.body))
+    products = [n for n in nodes if isinstance(n, k.MatrixMultiply)]
+    assert len(products) == kernel.plan.mmas_per_tile
+    loads = [n for n in nodes if isinstance(n, k.MatrixLoad)]
+    assert len(loads) == 2 * len(products) and {n.fragment for n in loads} == {"a", "b"}
+    staged = {n.name: n for n in nodes if isinstance(n, k.Buffer)}
+    assert staged["stage"].element == {"fp64": "float64", "tf32": "float32", "fp16": "float16"}[precision]
+    assert staged["stage"].offset == 0 and staged["tiles"].offset > 0
+    assert [n.workers for n in nodes if isinstance(n, k.Barrier)] == ["all", "warp"]
+    for node in (n for n in nodes if isinstance(n, (k.Fragment, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore))):
+        with pytest.raises(TypeError, match="only a printer for a matrix unit prints it"):
+            CPrinter(dtype).lines(node)
+    text = "\n".join(CudaPrinter(dtype).lines(function.body))
+    assert text.count("nvcuda::wmma::mma_sync(acc, a, b, acc);") == len(products) and "__syncwarp();" in text
+
+
 def test_an_option_the_target_lacks_is_named(tmp_path):
     case = generate(0)
     with pytest.raises(TargetError, match="target 'openmp' has no compile option 'emulat'"):

@@ -128,6 +128,7 @@ class Decl:
     init: ix.Expr
     const: bool = True
     restrict: bool = True
+    element: str | None = None  # a pointer's values' type when not the stencil's (as `Buffer.element`)
 
     def __post_init__(self) -> None:
         if self.kind not in DECL_KINDS:
@@ -138,7 +139,10 @@ class Decl:
 class Buffer:
     """A buffer of values in `space`, of `shape` points (per dimension),
     holding values of `field` (None: a scratch buffer). Its refs subscript
-    the first `rows` dimensions (`Ref.rows`) and index the rest as one."""
+    the first `rows` dimensions (`Ref.rows`) and index the rest as one.
+    `element`: the values' type when not the stencil's ("float64", "float32",
+    "float16"); `offset`: its place in bytes in the memory a launch sizes
+    (a GPU's dynamic shared memory; None: sized where it is declared)."""
 
     name: str
     space: Space
@@ -146,6 +150,8 @@ class Buffer:
     field: str | None = None
     align: int = 0
     rows: int = 0
+    element: str | None = None
+    offset: int | None = None
 
     def points(self) -> int | None:
         """Points it holds, when its shape is known at compile time."""
@@ -238,8 +244,65 @@ class DeviceCopy:
 @dataclass(frozen=True)
 class Barrier:
     """Every worker waits here until all have arrived (what one wrote before
-    it, all may read after it). A target's passes remove the barriers its
-    hardware already implies; a printer refuses any left that it cannot print."""
+    it, all may read after it); `workers` "warp": those of one warp only. A
+    target's passes remove the barriers its hardware already implies; a
+    printer refuses any left that it cannot print."""
+
+    workers: str = "all"
+
+
+MATRIX_ROLES = ("a", "b", "accumulator")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A matrix a warp holds in registers for its matrix unit: operand `a` (m x k) or
+    `b` (k x n) of an m x n x k product (row-major), or its `accumulator` (m x n),
+    of `element` type ("float64", "float32", "float16", or "tf32")."""
+
+    name: str
+    role: str
+    shape: tuple[int, int, int]
+    element: str
+
+    def __post_init__(self) -> None:
+        if self.role not in MATRIX_ROLES:
+            raise ValueError(f"Fragment {self.name}: role must be one of {MATRIX_ROLES}, got {self.role!r}")
+
+
+@dataclass(frozen=True)
+class MatrixFill:
+    """Every element of fragment `fragment` = `value`."""
+
+    fragment: str
+    value: ix.Expr
+
+
+@dataclass(frozen=True)
+class MatrixLoad:
+    """Fragment `fragment` loaded from the row-major matrix at `address`, rows `stride` elements apart."""
+
+    fragment: str
+    address: ix.Expr
+    stride: int
+
+
+@dataclass(frozen=True)
+class MatrixMultiply:
+    """accumulator += a x b on the matrix unit (fragments by name)."""
+
+    accumulator: str
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class MatrixStore:
+    """Fragment `fragment` stored row-major at `address`, rows `stride` elements apart."""
+
+    address: ix.Expr
+    fragment: str
+    stride: int
 
 
 @dataclass(frozen=True)
@@ -282,7 +345,7 @@ class If:
 
 
 Node = Union[Block, Loop, If, Assign, Store, Set, Comment, Decl, Buffer, Copy, Call, Launch, SharedLimit, DeviceCopy,
-             Barrier]
+             Barrier, Fragment, MatrixFill, MatrixLoad, MatrixMultiply, MatrixStore]
 
 
 @dataclass(frozen=True)

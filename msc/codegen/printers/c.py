@@ -149,6 +149,8 @@ class CPrinter:
             return [f"{pad}{node.func}({', '.join(c_int(a) for a in node.args)});"]
         if isinstance(node, k.Barrier):
             raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
+        if isinstance(node, (k.Fragment, k.MatrixFill, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore)):
+            raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a printer for a matrix unit prints it")
         if isinstance(node, (k.Launch, k.SharedLimit, k.DeviceCopy)):
             raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a GPU printer prints launches "
                             "and their host calls")

@@ -116,18 +116,11 @@ def _pointer(f: ir.FieldDecl) -> str:
     return ring_buffer(f.name) if f.written else field_name(f.name)
 
 
-def _parameter(ctype: str, name: str) -> str:
-    """A launch parameter: pointers to one level (or an input) are restrict; a whole ring buffer is not."""
-    if ctype.endswith("*"):
-        return f"{ctype}{'' if name.endswith('_buf') else '__restrict__ '}{name}"
-    return f"const {ctype} {name}"
-
-
 def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, str]],
              printer: CudaPrinter) -> dict[str, object]:
     """A device function for the kernel template: its name, body lines, threads per block and `parameters`."""
     return dict(name=function.name, source="", body=printer.lines(function.body), threads=math.prod(function.block),
-                parameters=[_parameter(t, v) for t, v in parameters])
+                parameters=[printer.parameter(t, v) for t, v in parameters])
 
 
 def cuda_parameters(stencil: ir.StencilIR, box: bool) -> list[str]:

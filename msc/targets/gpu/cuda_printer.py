@@ -1,8 +1,10 @@
 """The kernel IR as CUDA C++ statements: the C printer, with CUDA's spelling
 of what differs (`__restrict__`, `#pragma unroll`), loops mapped onto the
-grid (`msc/targets/gpu/cuda_pass.py`), shared-memory buffers, copies shared among
-a block's threads, `__syncthreads()` for a barrier, kernel launches, and
-host helpers (the periodic wrap) whose error status is passed on."""
+grid (`msc/targets/gpu/cuda_pass.py`), shared-memory buffers (static, or
+placed in the launch's dynamic shared memory), copies shared among a
+block's threads, `__syncthreads()` and `__syncwarp()` for barriers, the
+matrix unit's fragments as wmma calls, kernel launches and their host
+calls, and host helpers (the periodic wrap) whose error status is passed on."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ from dataclasses import dataclass
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.printers.c import ADDITIVE, INDENT, MULTIPLICATIVE, CPrinter, c_int, c_ref
-from msc.targets.gpu.cuda_pass import STATIC_SHARED
+
+WMMA = "nvcuda::wmma"  # the matrix unit's API
+ELEMENTS = {"float64": "double", "float32": "float", "float16": "__half"}  # C++ types of `Buffer.element`
+DYNAMIC_SHARED = "msc_shared"  # the block's dynamic shared memory, as bytes
+MATRIX_NODES = (k.Fragment, k.MatrixFill, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore)
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
 _START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
@@ -37,7 +43,14 @@ class CudaPrinter(CPrinter):
         if isinstance(node, k.Copy) and k.Space.SHARED in (node.src.space, node.dst.space):
             return self._shared_copy(node, depth)
         if isinstance(node, k.Barrier):
-            return [f"{pad}__syncthreads();"]
+            return [f"{pad}{'__syncwarp()' if node.workers == 'warp' else '__syncthreads()'};"]
+        if isinstance(node, MATRIX_NODES):
+            return self._matrix(node, pad)
+        if isinstance(node, k.Decl) and node.kind in ("pointer", "const pointer") and node.element is not None:
+            const = "const " if node.kind == "const pointer" else ""
+            restrict = "__restrict__ " if node.restrict else ""
+            star = "*const " if node.const and not node.restrict else "*"
+            return [f"{pad}{const}{self.element(node.element)} {star}{restrict}{node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Launch):
             grid, block = ", ".join(map(c_int, node.grid)), ", ".join(map(str, node.block))
             args = "".join(f", {c_int(a)}" for a in node.args)
@@ -54,15 +67,47 @@ class CudaPrinter(CPrinter):
         return super().lines(node, depth)
 
     def _shared(self, buffer: k.Buffer, pad: str) -> list[str]:
-        """A block's shared array: static up to STATIC_SHARED bytes, else in the launch's
-        dynamic shared memory (which the launch asks for, `k.SharedLimit`)."""
+        """A block's shared array: static, or at its offset in the launch's dynamic shared
+        memory (the buffer at offset 0 declares it)."""
         shape = [*buffer.shape[:buffer.rows], math.prod(buffer.shape[buffer.rows:])]
         assert all(isinstance(n, int) for n in shape), f"shared buffer {buffer.name} of a size known at run time only"
-        if math.prod(shape) * (4 if self.dtype == "float32" else 8) <= STATIC_SHARED:
-            return [f"{pad}MSC_SHARED(real, {buffer.name}, {''.join(f'[{n}]' for n in shape)});"]
-        rows = "".join(f"[{n}]" for n in shape[1:])
-        return [f"{pad}MSC_DYNAMIC_SHARED(real, msc_shared);",
-                f"{pad}real (*const {buffer.name}){rows} = reinterpret_cast<real (*){rows}>(msc_shared);"]
+        element = self.element(buffer.element)
+        if buffer.offset is None:
+            return [f"{pad}MSC_SHARED({element}, {buffer.name}, {''.join(f'[{n}]' for n in shape)});"]
+        rows = "".join(f"[{n}]" for n in shape[1:buffer.rows + 1])
+        at = DYNAMIC_SHARED + (f" + {buffer.offset}" if buffer.offset else "")
+        pointer = f"(*const {buffer.name}){rows}" if rows else f"*const {buffer.name}"
+        cast = f"{element} (*){rows}" if rows else f"{element} *"
+        arena = [f"{pad}MSC_DYNAMIC_SHARED(unsigned char, {DYNAMIC_SHARED});"] if buffer.offset == 0 else []
+        return [*arena, f"{pad}{element} {pointer} = reinterpret_cast<{cast}>({at});"]
+
+    def element(self, element: str | None) -> str:
+        """The C++ type of values of `element` (None: the stencil's, `real`)."""
+        return "real" if element is None else ELEMENTS[element]
+
+    def parameter(self, ctype: str, name: str) -> str:
+        """A device function's parameter: pointers to one level (or an input) are restrict; a whole ring buffer is not."""
+        if ctype.endswith("*"):
+            return f"{ctype}{'' if name.endswith('_buf') else '__restrict__ '}{name}"
+        return f"const {ctype} {name}"
+
+    def _matrix(self, node: k.Node, pad: str) -> list[str]:
+        if isinstance(node, k.Fragment):
+            m, n, kk = node.shape
+            layout = "" if node.role == "accumulator" else f", {WMMA}::row_major"
+            role = "accumulator" if node.role == "accumulator" else f"matrix_{node.role}"
+            element = f"{WMMA}::precision::tf32" if node.element == "tf32" else ELEMENTS[node.element]
+            return [f"{pad}{WMMA}::fragment<{WMMA}::{role}, {m}, {n}, {kk}, {element}{layout}> {node.name};"]
+        if isinstance(node, k.MatrixFill):
+            return [f"{pad}{WMMA}::fill_fragment({node.fragment}, {c_int(node.value)});"]
+        if isinstance(node, k.MatrixLoad):
+            return [f"{pad}{WMMA}::load_matrix_sync({node.fragment}, {c_int(node.address)}, {node.stride});"]
+        if isinstance(node, k.MatrixMultiply):
+            acc = node.accumulator
+            return [f"{pad}{WMMA}::mma_sync({acc}, {node.a}, {node.b}, {acc});"]
+        assert isinstance(node, k.MatrixStore)
+        return [f"{pad}{WMMA}::store_matrix_sync({c_int(node.address)}, {node.fragment}, {node.stride}, "
+                f"{WMMA}::mem_row_major);"]
 
     def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
         """The nodes in order, without declarations nothing after them reads

@@ -258,7 +258,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     lines += [k.Loop("j", ix.Lit(0), j.lt(planes), k.Block(tuple(step)), kind="int"),
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
-    body = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(threads)), rows=2),
+    dynamic = 0 if plan.dynamic_shared else None  # rings over STATIC_SHARED go to dynamic shared memory
+    body = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(threads)), rows=2, offset=dynamic),
                     *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
                     k.Decl("q", "int", ix.linear(list(local.values()), threads)),
                     k.Decl("plane", "index", plane),

@@ -1,10 +1,13 @@
 """CUDA wmma kernels for the tensor-core plans of msc/targets/gpu/tensor_core.py.
 
-`generate(stencil_ir, statement, precision, dtype, name)` prints, for one
-statement, the device kernel and its host helpers (`<name>_bands`,
-`<name>_launch`, `<name>_step`); `source_file(kernels)` makes a complete .cu
-that includes msc_cuda.h. Per block: `warps` warps stacked along the rows,
-each computing one m x n output tile of the same column range in one plane.
+`generate(stencil_ir, statement, precision, dtype, name)` builds, for one
+statement, the device kernel as kernel IR (`device_function`: the matrix
+unit's fragments, loads, products and stores are kernel IR nodes), printed
+by the CUDA printer, and its host helpers (`<name>_bands`, `<name>_launch`,
+`<name>_step`) from templates/cuda_tensor_core*.cu.j2; `source_file(kernels)`
+makes a complete .cu that includes msc_cuda.h. Per block: `warps` warps
+stacked along the rows, each computing one m x n output tile of the same
+column range in one plane.
 
 * Staging: each source's tile plus `plan.halo(source)` goes to dynamic
   shared memory in the operand type (tf32 rounded with `__float_to_tf32`,
@@ -38,23 +41,28 @@ from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as kir
 from msc.codegen.lower import array_name, extent, level_name, param_name
+from msc.codegen.printers.c import c_int
 from msc.codegen.printers.cexpr import c_expr
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule
 from msc.runtime import build, cuda_emu
 from msc.targets.gpu.cuda_pass import CustomLaunch, DeviceFunction
+from msc.targets.gpu.cuda_printer import CudaPrinter
+from msc.targets.gpu.cuda_stream import conjunction
 from msc.targets.gpu.tensor_core import Source, TensorCorePlan, tensor_core_plan
+from msc.targets.templates_env import render
 
 ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
 MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
 MAX_WARPS = 4
 
-_OPERAND = {"double": ("double", "double", 8), "tf32": ("nvcuda::wmma::precision::tf32", "float", 4),
-            "half": ("__half", "__half", 2)}  # fragment type, storage type, bytes
+_OPERAND = {"double": ("double", 8), "tf32": ("float", 4), "half": ("__half", 2)}  # storage type, bytes
 _ACC_BYTES = {"double": 8, "float": 4}
 _C_TYPE = {"float64": "double", "float32": "float"}
+_ELEMENT = {"double": "float64", "float": "float32", "tf32": "float32", "half": "float16"}  # staged in shared memory
+_FRAGMENT = {"double": "float64", "tf32": "tf32", "half": "float16"}  # an operand fragment's element
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
     if dtype not in _C_TYPE:
         raise ScheduleError(f"tensor_cores: dtype must be float64 or float32, got {dtype!r}")
     shape = plan.shape
-    _, _, op_bytes = _OPERAND[shape.operand]
+    _, op_bytes = _OPERAND[shape.operand]
     acc_bytes = _ACC_BYTES[shape.accumulator]
     sources = list(dict.fromkeys(line.source for line in plan.lines))
     for warps in range(MAX_WARPS, 0, -1):
@@ -126,7 +134,7 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
 
 def _staging(plan: TensorCorePlan, sources: list[Source], warps: int) -> list[Staging]:
     shape = plan.shape
-    align = ALIGN_BYTES // _OPERAND[shape.operand][2]  # == shape.k for every shape
+    align = ALIGN_BYTES // _OPERAND[shape.operand][1]  # == shape.k for every shape
     out, offset = [], 0
     for source in sources:
         halo = plan.halo(source)
@@ -145,190 +153,132 @@ def _source_name(source: Source) -> str:
     return f"{field}_{'in' if dt is None else ('n' if dt < 0 else 'p') + str(abs(dt))}"
 
 
-def _print(k: TensorCoreKernel) -> str:
-    plan, shape = k.plan, k.plan.shape
-    frag_t, op_t, op_bytes = _OPERAND[shape.operand]
-    acc_t, t = shape.accumulator, _C_TYPE[k.dtype]
-    m, n, kk, nd, name = shape.m, shape.n, shape.k, plan.ndim, k.name
-    dims = [f"n{d}" for d in range(nd)]
-    ring = [0 if k.wrap else r for r in k.radius]
-    extent = [f"({d} + {2 * r})" if r else d for d, r in zip(dims, ring)]
-    srcs = [f"src_{_source_name(s.source)}" for s in k.staging]
-    wmma = "nvcuda::wmma"
-    to_op = {"double": "(double)({})", "tf32": f"{wmma}::__float_to_tf32((float)({{}}))",
-             "half": "__float2half((float)({}))"}[shape.operand]
+def device_function(kern: TensorCoreKernel) -> DeviceFunction:
+    """The kernel's `__global__` function as kernel IR: stage each source's tile and halo in
+    shared memory, the MMAs of every line and chunk, the tile stored, the interior written."""
+    plan, shape = kern.plan, kern.plan.shape
+    m, n, kk, nd = shape.m, shape.n, shape.k, plan.ndim
+    _, op_bytes = _OPERAND[shape.operand]
+    t, acc_t = _C_TYPE[kern.dtype], shape.accumulator
+    dims = [ix.Var(f"n{d}") for d in range(nd)]
+    ring = [0 if kern.wrap else r for r in kern.radius]
+    e, z, tr = ix.Var("e"), ix.Var("z"), ix.Var("tr")
+    weights = f"{kern.name}_weights"
 
-    def index(coords: list[str]) -> str:  # array element of interior coordinates (already wrapped/valid)
-        text = f"(size_t)({coords[0]} + {ring[0]})"
+    def index(coords: list[ix.Expr]) -> ix.Expr:  # array element of interior coordinates (already wrapped/valid)
+        at: ix.Expr = ix.Cast("size_t", coords[0] + ring[0])
         for d in range(1, nd):
-            text = f"({text} * {extent[d]} + ({coords[d]} + {ring[d]}))"
-        return text
+            at = ix.Op("+", at * (dims[d] + 2 * ring[d]), coords[d] + ring[d])
+        return at
 
-    L: list[str] = ["#include <stdint.h>", "#include <string.h>", ""]
-    w = L.append
-    w(f"/* Tensor cores ({plan.precision}, wmma {shape.name}) for the statement writing '{plan.target}': "
-      f"{plan.mmas_per_tile} MMAs per {m} x {n} tile, {100 * plan.useful_fraction:.1f}% of their "
-      "multiply-adds useful. */")
-    if shape.operand == "tf32":
-        w(f"static inline float {name}_tf32(float v) /* cvt.rna.tf32.f32 on the host */")
-        w("{")
-        w("    uint32_t bits;")
-        w("    memcpy(&bits, &v, sizeof bits);")
-        w("    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;")
-        w("    memcpy(&v, &bits, sizeof bits);")
-        w("    return v;")
-        w("}")
-        w("")
-    if k.wrap:
-        w(f"__device__ __forceinline__ int {name}_wrap(int i, int n)")
-        w("{")
-        w("    i %= n;")
-        w("    return i < 0 ? i + n : i;")
-        w("}")
-        w("")
-    w("/* the weight blocks of every MMA, in issue order */")
-    w(f"static __device__ __align__(32) {op_t} {name}_weights[{k.band_elements}];")
-    w("")
-    w(f"__global__ void __launch_bounds__({32 * k.warps}) {name}_kernel({t} *__restrict__ out, "
-      + "".join(f"const {t} *__restrict__ {s}, " for s in srcs)
-      + f"const {acc_t} constant, " + ", ".join(f"const int {d}" for d in dims) + ")")
-    w("{")
-    w("    MSC_DYNAMIC_SHARED(unsigned char, msc_tc_shared);")
-    w(f"    {op_t} *const stage = reinterpret_cast<{op_t} *>(msc_tc_shared);")
-    w(f"    {acc_t} *const tiles = reinterpret_cast<{acc_t} *>(msc_tc_shared + "
-      f"{sum(s.size for s in k.staging) * op_bytes});")
-    w(f"    const int c0 = blockIdx.x * {n}, r0 = blockIdx.y * {k.warps * m};")
-    if nd == 3:
-        w("    const int z = blockIdx.z;")
-    for s, src in zip(k.staging, srcs):
-        w(f"    for (int e = threadIdx.x; e < {s.size}; e += blockDim.x) {{ /* {s.source[0]} (dt {s.source[1]}) */")
-        w(f"        const int c = c0 + e % {s.pitch} - {s.column_offset}, "
-          f"r = r0 + e / {s.pitch} % {s.rows} - {s.row_below};")
-        coords = ["r", "c"]
+    body: list[kir.Node] = [
+        kir.Buffer("stage", kir.Space.SHARED, (sum(s.size for s in kern.staging),), element=_ELEMENT[shape.operand],
+                   offset=0),
+        kir.Buffer("tiles", kir.Space.SHARED, (kern.warps * m * n,), element=_ELEMENT[acc_t],
+                   offset=sum(s.size for s in kern.staging) * op_bytes),
+        kir.Decl("c0", "int", ix.Var("blockIdx.x") * n), kir.Decl("r0", "int", ix.Var("blockIdx.y") * (kern.warps * m)),
+        *([kir.Decl("z", "int", ix.Var("blockIdx.z"))] if nd == 3 else [])]
+    for s in kern.staging:
+        src = f"src_{_source_name(s.source)}"
+        coords: list[ix.Expr] = [ix.Var("r"), ix.Var("c")]
+        stage = [kir.Comment(f"{s.source[0]} (dt {s.source[1]})"),
+                 kir.Decl("c", "int", ix.Var("c0") + e % s.pitch - s.column_offset),
+                 kir.Decl("r", "int", ix.Var("r0") + ix.Op("/", e, ix.Lit(s.pitch)) % s.rows - s.row_below)]
         if nd == 3:
-            w(f"        const int p = z + e / {s.pitch * s.rows} - {s.plane_below};")
-            coords = ["p", "r", "c"]
-        if k.wrap:
-            wrapped = [f"{name}_wrap({c}, {d})" for c, d in zip(coords, dims)]
-            w(f"        stage[{s.offset} + e] = {to_op.format(f'{src}[{index(wrapped)}]')};")
+            stage.append(kir.Decl("p", "int", z + ix.Op("/", e, ix.Lit(s.pitch * s.rows)) - s.plane_below))
+            coords = [ix.Var("p"), *coords]
+        if kern.wrap:
+            value: ix.Expr = kir.Load(kir.Ref(src, index([ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)])))
         else:  # zeros past the array: the tail tiles and zero-weight columns
-            inside = " && ".join(f"{c} >= {-r} && {c} < {d} + {r}" for c, d, r in zip(coords, dims, ring))
-            w(f"        stage[{s.offset} + e] = {to_op.format(f'{inside} ? {src}[{index(coords)}] : 0')};")
-        w("    }")
-    w("    __syncthreads();")
-    w(f"    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tr = warp * {m};")
-    w(f"    {wmma}::fragment<{wmma}::matrix_a, {m}, {n}, {kk}, {frag_t}, {wmma}::row_major> a;")
-    w(f"    {wmma}::fragment<{wmma}::matrix_b, {m}, {n}, {kk}, {frag_t}, {wmma}::row_major> b;")
-    w(f"    {wmma}::fragment<{wmma}::accumulator, {m}, {n}, {kk}, {acc_t}> acc;")
-    w(f"    {wmma}::fill_fragment(acc, ({acc_t})0);")
-    stage_of = {s.source: s for s in k.staging}
+            inside = conjunction([b for c, d, r in zip(coords, dims, ring) for b in (c.ge(-r), c.lt(d + r))])
+            value = ix.Select(inside, kir.Load(kir.Ref(src, index(coords))), ix.Lit(0))
+        stage.append(kir.Store(kir.Ref("stage", s.offset + e, kir.Space.SHARED), _to_operand(shape.operand, value)))
+        body.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(s.size), kir.Block(tuple(stage)), step=ix.Var("blockDim.x"),
+                             kind="int"))
+    body += [kir.Barrier(),
+             kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
+             kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
+             kir.Fragment("a", "a", (m, n, kk), _FRAGMENT[shape.operand]),
+             kir.Fragment("b", "b", (m, n, kk), _FRAGMENT[shape.operand]),
+             kir.Fragment("acc", "accumulator", (m, n, kk), _ELEMENT[acc_t]),
+             kir.MatrixFill("acc", ix.Cast(acc_t, ix.Lit(0)))]
+    stage_of = {s.source: s for s in kern.staging}
     band = 0
     for line in plan.lines:
         s = stage_of[line.source]
-        w(f"    /* {line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
-          f"offsets {line.lo}..{line.hi} */")
+        body.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
+                                f"offsets {line.lo}..{line.hi}"))
         for chunk in line.chunks:
             o = line.input_origin(chunk, kk)
-            plane = f"{o[0] + s.plane_below} * {s.rows} + " if nd == 3 else ""
-            operand = f"stage + {s.offset} + ({plane}tr + {o[-2] + s.row_below}) * {s.pitch} + {o[-1] + s.column_offset}"
+            first = ix.Op("+", ix.Op("*", ix.Lit(o[0] + s.plane_below), ix.Lit(s.rows)), tr) if nd == 3 else tr
+            row = first + (o[-2] + s.row_below)
+            operand = ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset)  # pointer arithmetic
+            weight = ix.Var(weights) + band
             if line.axis == "cols":
-                w(f"    {wmma}::load_matrix_sync(a, {operand}, {s.pitch});")
-                w(f"    {wmma}::load_matrix_sync(b, {name}_weights + {band}, {n});")
+                body += [kir.MatrixLoad("a", operand, s.pitch), kir.MatrixLoad("b", weight, n)]
                 band += kk * n
             else:
-                w(f"    {wmma}::load_matrix_sync(a, {name}_weights + {band}, {kk});")
-                w(f"    {wmma}::load_matrix_sync(b, {operand}, {s.pitch});")
+                body += [kir.MatrixLoad("a", weight, kk), kir.MatrixLoad("b", operand, s.pitch)]
                 band += m * kk
-            w(f"    {wmma}::mma_sync(acc, a, b, acc);")
-    w(f"    {acc_t} *const tile = tiles + warp * {m * n};")
-    w(f"    {wmma}::store_matrix_sync(tile, acc, {n}, {wmma}::mem_row_major);")
-    w("    __syncwarp();")
-    w(f"    for (int e = lane; e < {m * n}; e += 32) {{")
-    w(f"        const int r = r0 + tr + e / {n}, c = c0 + e % {n};")
-    w(f"        if (r < {dims[-2]} && c < {dims[-1]}) out[{index((['z'] if nd == 3 else []) + ['r', 'c'])}] = "
-      f"({t})(tile[e] + constant);")
-    w("    }")
-    w("}")
-    w("")
-    params = [f"double p_{p}" for p in k.params]
-    coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")
-    host_op = {"double": "{}", "tf32": f"{name}_tf32((float)({{}}))", "half": "__float2half((float)({}))"}
-    w(f"static void {name}_bands({', '.join([f'{op_t} *bands', *params])})")
-    w("{")
-    band = 0
+            body.append(kir.MatrixMultiply("acc", "a", "b"))
+    r, c = ix.Var("r"), ix.Var("c")
+    written = kir.Store(kir.Ref("out", index([*([z] if nd == 3 else []), r, c])),
+                        ix.Cast(t, ix.Op("+", kir.Load(kir.Ref("tile", e, kir.Space.SHARED)), ix.Var("constant"))))
+    body += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * n), restrict=False,
+                      element=_ELEMENT[acc_t]),
+             kir.MatrixStore(ix.Var("tile"), "acc", n),
+             kir.Barrier("warp"),
+             kir.Loop("e", ix.Var("lane"), e.lt(m * n), kir.Block((
+                 kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(n))),
+                 kir.Decl("c", "int", ix.Var("c0") + e % n),
+                 kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
+    grid = (ix.Op("/", dims[-1] + (n - 1), ix.Lit(n)), ix.Op("/", dims[-2] + (kern.warps * m - 1), ix.Lit(kern.warps * m)),
+            dims[0] if nd == 3 else ix.Lit(1))
+    scope = (("double *" if t == "double" else "float *", "out"),
+             *((f"const {t} *", f"src_{_source_name(s.source)}") for s in kern.staging),
+             (acc_t, "constant"), *(("int", f"n{d}") for d in range(nd)))
+    return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,), scope)
+
+
+def _to_operand(operand: str, value: ix.Expr) -> ix.Expr:
+    """`value` converted to the MMA's operand type (tf32 and half: rounded from float)."""
+    if operand == "double":
+        return ix.Cast("double", value)
+    to = "nvcuda::wmma::__float_to_tf32" if operand == "tf32" else "__float2half"
+    return ix.Call(to, (ix.Cast("float", value),))
+
+
+def _print(kern: TensorCoreKernel) -> str:
+    plan, shape = kern.plan, kern.plan.shape
+    printer = CudaPrinter(kern.dtype)
+    function = device_function(kern)
+    coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")  # noqa: E731
+    lines, band = [], 0
     for line in plan.lines:
-        rows_, cols_ = (kk, n) if line.axis == "cols" else (m, kk)
-        w(f"    {{ /* {line.axis} line of {line.source[0]} (dt {line.source[1]}), shift {line.shift} */")
-        w(f"        const double w[{len(line.coefficients)}] = {{{', '.join(coefficient(c) for c in line.coefficients)}}};")
-        w(f"        const int chunks[{len(line.chunks)}] = {{{', '.join(map(str, line.chunks))}}};")
-        w(f"        for (int ci = 0; ci < {len(line.chunks)}; ++ci)")
-        w(f"            for (int i = 0; i < {rows_}; ++i)")
-        w(f"                for (int j = 0; j < {cols_}; ++j) {{")
-        if line.axis == "cols":  # input column chunk * k + i of the window feeds output column j
-            w(f"                    const int b = chunks[ci] * {kk} + i - j;")
-        else:  # output row i reads input row chunk * k + j of the window
-            w(f"                    const int b = chunks[ci] * {kk} + j - i;")
-        w(f"                    bands[{band} + ci * {rows_ * cols_} + i * {cols_} + j] = "
-          + host_op[shape.operand].format(f"b >= 0 && b < {len(line.coefficients)} ? w[b] : 0.0") + ";")
-        w("                }")
-        w("    }")
-        band += len(line.chunks) * rows_ * cols_
-    w("}")
-    w("")
-    constant = coefficient(plan.constant) if plan.constant is not None else "0.0"
-    w("/* One step on device pointers (each level the interior plus a ring of the stencil's radius, "
-      + ("none: reads wrap" if k.wrap else "the ring read, never written") + "); the weights are uploaded "
-      "when the parameters change. */")
-    w(f"static int {name}_launch({', '.join([f'{t} *out', *(f'const {t} *{s}' for s in srcs), *params, *(f'int {d}' for d in dims)])})")
-    w("{")
-    w(f"    static double uploaded[{len(k.params) + 1}];")
-    w("    static bool ready = false;")
-    w(f"    const double now[{len(k.params) + 1}] = {{{''.join(f'p_{p}, ' for p in k.params)}0.0}};")
-    w("    if (!ready || memcmp(uploaded, now, sizeof now) != 0) {")
-    w(f"        static {op_t} bands[{k.band_elements}];")
-    w(f"        {name}_bands({', '.join(['bands', *(f'p_{p}' for p in k.params)])});")
-    w(f"        MSC_CUDA_CHECK(cudaMemcpyToSymbol({name}_weights, bands, sizeof bands));")
-    w("        memcpy(uploaded, now, sizeof now);")
-    w("        ready = true;")
-    w("    }")
-    grid_z = dims[0] if nd == 3 else "1"
-    w(f"    const dim3 grid(({dims[-1]} + {n - 1}) / {n}, ({dims[-2]} + {k.warps * m - 1}) / {k.warps * m}, {grid_z});")
-    if k.shared_bytes > DEFAULT_SHARED:
-        w(f"    MSC_CUDA_CHECK(cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-          f"{k.shared_bytes}));")
-    w(f"    MSC_LAUNCH({name}_kernel, grid, dim3({32 * k.warps}), {k.shared_bytes}, "
-      + ", ".join(["out", *srcs, f"({acc_t})({constant})", *dims]) + ");")
-    w("    return 0;")
-    w("}")
-    return "\n".join(L) + "\n"
+        rows, cols = (shape.k, shape.n) if line.axis == "cols" else (shape.m, shape.k)
+        lines.append(dict(axis=line.axis, field=line.source[0], dt=line.source[1], shift=line.shift, rows=rows, cols=cols,
+                          coefficients=[coefficient(c) for c in line.coefficients], chunks=line.chunks, band=band))
+        band += len(line.chunks) * rows * cols
+    return render("cuda_tensor_core.cu.j2", name=kern.name, precision=plan.precision, shape=shape.name,
+                  target=plan.target, mmas=plan.mmas_per_tile, m=shape.m, n=shape.n, k=shape.k,
+                  useful=f"{100 * plan.useful_fraction:.1f}", operand=shape.operand, wrap=kern.wrap,
+                  op_t=_OPERAND[shape.operand][0], band_elements=kern.band_elements, threads=32 * kern.warps,
+                  parameters=[printer.parameter(t, v) for t, v in function.scope], body=printer.lines(function.body),
+                  params=kern.params, lines=lines, t=_C_TYPE[kern.dtype], acc_t=shape.accumulator,
+                  sources=[f"src_{_source_name(s.source)}" for s in kern.staging],
+                  dims=[f"n{d}" for d in range(plan.ndim)], grid=[c_int(g) for g in function.grid],
+                  opt_in=kern.shared_bytes > DEFAULT_SHARED, shared_bytes=kern.shared_bytes,
+                  constant=coefficient(plan.constant) if plan.constant is not None else "0.0")
 
 
-def standalone_entry(k: TensorCoreKernel) -> str:
+def standalone_entry(kern: TensorCoreKernel) -> str:
     """`extern "C" int <name>_step(out, sources..., params..., extents...)`: one step on host arrays
     (copied to the device and back; out's ring is kept)."""
-    t = _C_TYPE[k.dtype]
-    dims = [f"n{d}" for d in range(k.plan.ndim)]
-    ring = [0 if k.wrap else r for r in k.radius]
-    count = " * ".join(f"(size_t)({d} + {2 * r})" for d, r in zip(dims, ring))
-    srcs = [f"src_{_source_name(s)}" for s in k.sources]
-    params = [f"double p_{p}" for p in k.params]
-    L = [f'extern "C" int {k.name}_step({", ".join([f"{t} *out", *(f"const {t} *{s}" for s in srcs), *params, *(f"int {d}" for d in dims)])})',
-         "{",
-         f"    const size_t bytes = sizeof({t}) * {count};",
-         f"    {t} *d_out = nullptr;",
-         "    MSC_CUDA_CHECK(cudaMalloc(&d_out, bytes));",
-         "    MSC_CUDA_CHECK(cudaMemcpy(d_out, out, bytes, cudaMemcpyHostToDevice));"]
-    for s in srcs:
-        L += [f"    {t} *d_{s} = nullptr;",
-              f"    MSC_CUDA_CHECK(cudaMalloc(&d_{s}, bytes));",
-              f"    MSC_CUDA_CHECK(cudaMemcpy(d_{s}, {s}, bytes, cudaMemcpyHostToDevice));"]
-    args = ", ".join(["d_out", *(f"d_{s}" for s in srcs), *(f"p_{p}" for p in k.params), *dims])
-    L += [f"    if (const int status = {k.name}_launch({args})) return status;",
-          "    MSC_CUDA_CHECK(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost));",
-          *(f"    MSC_CUDA_CHECK(cudaFree({p}));" for p in ["d_out", *(f"d_{s}" for s in srcs)]),
-          "    return 0;",
-          "}"]
-    return "\n".join(L) + "\n"
+    dims = [f"n{d}" for d in range(kern.plan.ndim)]
+    ring = [0 if kern.wrap else r for r in kern.radius]
+    return render("cuda_tensor_core_step.cu.j2", name=kern.name, t=_C_TYPE[kern.dtype], params=kern.params, dims=dims,
+                  sources=[f"src_{_source_name(s)}" for s in kern.sources],
+                  count=" * ".join(f"(size_t)({d} + {2 * r})" for d, r in zip(dims, ring)))
 
 
 def _no_field(read: ir.FieldRead) -> str:
