@@ -196,10 +196,8 @@ class CudaTarget(ctarget.CTarget):
             return calls[node.name] if isinstance(node, k.Launch) else node
 
         host = k.transform_kernel(host, fill)
-        body = printer.lines(host.body)
-        if why is not None:
-            body.insert(0, f"/* skewed time tiles in global memory, not in shared memory: {why} */")
-        return dict(entry, launches=printed, body=body)
+        note = [] if why is None else [k.Comment(f"skewed time tiles in global memory, not in shared memory: {why}")]
+        return dict(entry, launches=printed, body=printer.lines(k.Block((*note, host.body))))
 
     # -- building ----------------------------------------------------------------
 

@@ -154,17 +154,16 @@ class AthreadTarget:
         if isinstance(kernels[0], TimeTileKernel):
             time_tile = _time_tile(kernels[0], printer, unroll, itemsize, suffix)
             slaves = []
-            members = [f"const real *{field_name(f.name)}{'_src' if f.written else ''};" for f, _ in kernels[0].arrays()]
-            members += [f"real *{field_name(f.name)}_dst;" for f in stencil.written_fields]
-            members += ["long step, depth; /* the global step of the tile's first level t, and its steps */"]
+            members = [dict(const=True, name=f"{field_name(f.name)}{'_src' if f.written else ''}")
+                       for f, _ in kernels[0].arrays()]
+            members += [dict(const=False, name=f"{field_name(f.name)}_dst") for f in stencil.written_fields]
         else:
             slaves = [_slave(tk, stencil, printer, unroll, itemsize, suffix) for tk in kernels
                       if isinstance(tk, TileKernel)]
-            members = [f"{'const ' if lv['const'] else ''}real *{lv['member']};" for lv in levels]
-            members += [f"real *{field_name(f.name)}_ring;" for f in stencil.written_fields]
-            members += ["long t0, steps, V; /* a persistent run: its first step, steps and points per level */"]
+            members = [dict(const=lv["const"], name=lv["member"]) for lv in levels]
+            members += [dict(const=False, name=f"{field_name(f.name)}_ring") for f in stencil.written_fields]
         args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
-                      cpes=CPES, **common)
+                      cpes=CPES, time_tile=time_tile is not None, **common)
         # one spawn per run: the CPEs step through it, periodic levels wrapped on the CPEs too
         run = dict(function=f"msc_slave_run{suffix}", written=[field_name(f.name) for f in stencil.written_fields],
                    steps=_run_steps(poly, suffix)) if time_tile is None else None
@@ -284,8 +283,7 @@ def _host_fields(stencil: ir.StencilIR) -> list[dict[str, Any]]:
 
 
 def _run_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
-    """What the CPEs do each step, in order: a statement's slave function, or wrap a periodic level."""
-    stencil = poly.ir
+    """What the CPEs do each step, in order: a statement's slave function, or wrap a periodic level (its name)."""
     out: list[dict[str, Any]] = []
     n = 0
     for st in poly.statements:
@@ -293,9 +291,7 @@ def _run_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
             out.append(dict(spawn=f"msc_slave{n}{suffix}", wrap=""))
             n += 1
         else:
-            extents = ["1"] * (3 - stencil.ndim) + [f"a.P{d}" for d in range(stencil.ndim)]
-            radius = ["0"] * (3 - stencil.ndim) + [str(r) for r in stencil.radius]
-            out.append(dict(spawn="", wrap=f"msc_wrap(&s, s.{level_name(st.target, 1)}, {', '.join(extents + radius)})"))
+            out.append(dict(spawn="", wrap=level_name(st.target, 1)))
     return out
 
 
@@ -310,8 +306,7 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: 
     buffers = []
     for lv, buffer in zip(tk.levels, tk.buffers()):
         size = per_slot(lv.extent(tk.tile))
-        buffers.append(dict(name=buffer.name, member=lv.array, offset=offset, size=size,
-                            lo=[f"- {-v}" if v < 0 else f"+ {v}" for v in lv.lo],
+        buffers.append(dict(name=buffer.name, member=lv.array, offset=offset, size=size, lo=list(lv.lo),
                             span=[h - lo for h, lo in zip(lv.hi, lv.lo)]))
         offset += int(buffer.shape[0]) * size
     out_size = per_slot(tk.tile)
@@ -324,9 +319,10 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: 
         return dict(values, body=printer.lines(compute_tile(tk, ndim, unroll), 3))
     block, rows = compute_row(tk, ndim, unroll)
     by_array = {b["member"]: b for b in buffers}
-    pointers = [f"const real *restrict {name} = ldm + {by_array[array]['offset']} + ((i0 + {step}) % {tk.ring}) * "
-                f"{by_array[array]['size']};" for name, (array, step) in rows.items()]
-    return dict(values, reach=tk.reach, ring=tk.ring, pointers=pointers, body=printer.lines(block, 4))
+    pointers = k.Block(tuple(
+        k.Decl(name, "const pointer", ix.Var("ldm") + by_array[array]["offset"]
+               + (ix.Var("i0") + step) % tk.ring * by_array[array]["size"]) for name, (array, step) in rows.items()))
+    return dict(values, reach=tk.reach, ring=tk.ring, pointers=printer.lines(pointers), body=printer.lines(block, 4))
 
 
 def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
@@ -347,17 +343,17 @@ def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int],
         return _streamed_time_tile(tt, values, printer, unroll, itemsize)
     statements = []
     for n, st in enumerate(stencil.statements):
-        pointers = []
+        pointers: list[k.Node] = []
         for name, dt in sorted({(a.name, a.dt) for a in st.reads} | {(st.target, 1)},
                                key=lambda v: (v[0], -99 if v[1] is None else v[1])):
             f = next(f for f in stencil.fields if f.name == name)
+            box = ix.Var(f"l_{field_name(name)}")
             if dt is None:
-                pointers.append(f"const real *restrict v_{field_name(name)} = l_{field_name(name)};")
+                pointers.append(k.Decl(f"v_{field_name(name)}", "const pointer", box))
             else:
-                const = "" if dt == 1 else "const "
-                pointers.append(f"{const}real *restrict v_{level_name(name, dt)} = l_{field_name(name)} + "
-                                f"((step + {dt + f.slots}) % {f.slots}) * W;")
-        statements.append(dict(index=n, target=st.target, line=st.loc, pointers=pointers,
+                pointers.append(k.Decl(f"v_{level_name(name, dt)}", "pointer" if dt == 1 else "const pointer",
+                                       box + (ix.Var("step") + (dt + f.slots)) % f.slots * ix.Var("W")))
+        statements.append(dict(index=n, target=st.target, line=st.loc, pointers=printer.lines(k.Block(tuple(pointers))),
                                body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
     return dict(values, statements=statements, set=offset, out_offset=2 * offset, bytes=tt.ldm_bytes(itemsize),
                 streamed=False)
@@ -377,26 +373,29 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: Sim
                            slots=f.slots, offsets=[r.offset for r in mine], lengths=[r.length for r in mine]))
     by_field = {f["field"]: f for f in fields}
 
-    def ring(name: str, dt: int | None, x: str) -> str:
+    x, ldm = ix.Var("x"), ix.Var("ldm")
+
+    def ring(name: str, dt: int | None, dx: int = 0) -> ix.Expr:
+        """Row x + dx of a level's ring of rows in LDM (an input's one ring)."""
         f = by_field[field_name(name)]
         if not f["written"]:
-            return f"msc_ring(ldm, {f['offsets'][0]}, {f['lengths'][0]}, {x})"
-        kk = f"j + {dt + f['window'] - 1}"
-        return f"msc_ring(ldm, msc_off_{f['field']}[{kk}], msc_len_{f['field']}[{kk}], {x})"
+            return ix.Call("msc_ring", (ldm, ix.Lit(f["offsets"][0]), ix.Lit(f["lengths"][0]), x + dx))
+        kk = ix.Var("j") + (dt + f["window"] - 1)
+        return ix.Call("msc_ring", (ldm, k.Load(k.Ref(f"msc_off_{f['field']}", kk, k.Space.LOCAL)),
+                                    k.Load(k.Ref(f"msc_len_{f['field']}", kk, k.Space.LOCAL)), x + dx))
 
     statements = []
     for n, st in enumerate(stencil.statements):
         block, rows = compute_time_tile_row(st, stencil.ndim, unroll)
-        pointers = [f"const real *restrict {name} = {ring(a_name, dt, f'x + {dx}' if dx else 'x')};"
-                    for name, (a_name, dt, dx) in rows.items()]
+        pointers = k.Block(tuple(k.Decl(name, "const pointer", ring(a_name, dt, dx))
+                                 for name, (a_name, dt, dx) in rows.items()))
         target = by_field[field_name(st.target)]
+        newest = target["window"] - 1
+        boundary = (ix.Call("msc_ring", (ldm, ix.Lit(target["offsets"][newest]), ix.Lit(target["lengths"][newest]), x))
+                    if st.target in tt.boundary_from_newest() else ring(st.target, 0))
         statements.append(dict(index=n, target=st.target, line=st.loc, field=target["field"],
-                               window=target["window"], slots=target["slots"], pointers=pointers,
-                               out=ring(st.target, 1, "x"),
-                               boundary=f"msc_ring(ldm, {target['offsets'][target['window'] - 1]}, "
-                                        f"{target['lengths'][target['window'] - 1]}, x)"
-                               if st.target in tt.boundary_from_newest() else ring(st.target, 0, "x"),
-                               body=printer.lines(block, 7)))
+                               window=target["window"], slots=target["slots"], pointers=printer.lines(pointers),
+                               out=c_int(ring(st.target, 1)), boundary=c_int(boundary), body=printer.lines(block, 7)))
     return dict(values, streamed=True, fields=fields, statements=statements, row=tt.row,
                 out_row=math.prod(tt.tile[1:]), out_offset=rings[-1].offset + rings[-1].length * tt.row,
                 bytes=tt.ldm_bytes(itemsize))
