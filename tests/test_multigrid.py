@@ -384,6 +384,14 @@ def test_compiled_vector_operations_match_numpy(shape):
     assert np.array_equal(buffer, around)
     with pytest.raises(ValueError, match="C-contiguous"):
         gather(view, np.empty((view.size, 2))[:, 0], threads=1)
+    # CG's operations with one operand a view into a buffer (its kernels' results, read in place)
+    flat_view = view.ravel()
+    assert np.isclose(v.dot(p, view), p @ flat_view) and np.isclose(v.dot(view, p), p @ flat_view)
+    x2, r2 = x + 0.3 * p, r - 0.3 * flat_view
+    assert np.isclose(v.cg_update(0.3, x, p, r, view), r2 @ r2) and np.allclose(x, x2) and np.allclose(r, r2)
+    p2 = flat_view + 0.7 * p
+    v.xpay(view, 0.7, p)
+    assert np.allclose(p, p2)
 
 
 def test_an_operator_with_a_source_term_solves_as_the_direct_solve_does():

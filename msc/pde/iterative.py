@@ -131,10 +131,21 @@ class IterativeSolver:
                 ResidualProgress(f"{self.what} ({self.solver})", self.tol, progress) as bar:
             return self._solve(b, bar)
 
+    def _applied_view(self, v: np.ndarray) -> np.ndarray:
+        """A v as a view into the kernel buffers (CG's: its vector operations read views in place)."""
+        return self.fine.applied(v.reshape(self.n))
+
+    def _cycled_view(self, r: np.ndarray) -> np.ndarray:
+        """One V-cycle for r, as a view into the fine level's kernel buffers (CG's)."""
+        return self.mg.cycled(r.reshape(self.n))
+
     def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
-        method = cg if self.krylov == "cg" else gmres
+        if self.krylov == "cg":  # no copies out of the kernel buffers
+            method, apply, precondition = cg, self._applied_view, self._cycled_view
+        else:
+            method, apply, precondition = gmres, self.apply, self._precondition
         vectors = self._vectors
-        x, history = method(self.apply, self._precondition, b, self.tol, self.maxiter, self.what, vectors, monitor)
+        x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, vectors, monitor)
         bnorm = float(np.linalg.norm(b))
         true = float(np.linalg.norm(b - self.apply(x))) / bnorm if bnorm else 0.0
         if true > self.tol:  # the recurrence drifted from the true residual: go on from x once
@@ -143,7 +154,7 @@ class IterativeSolver:
                 raise ConvergenceError(f"{self.what}: the true residual {true:.2e} is above tol={self.tol:g}",
                                        history)
             r = b - self.apply(x)
-            dx, more = method(self.apply, self._precondition, r, self.tol * bnorm / float(np.linalg.norm(r)),
+            dx, more = method(apply, precondition, r, self.tol * bnorm / float(np.linalg.norm(r)),
                               left, self.what, vectors, monitor)
             x += dx
             history += [h * true for h in more[1:]]

@@ -2,7 +2,7 @@
 
 Both take `apply(v) -> A v` and `precondition(r) -> ~A^-1 r` (a multigrid
 V-cycle; each may return the same buffer every call: neither result is kept
-past the next call) and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of
+past the next call; CG's may return views into kernel buffers, of v's size) and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of
 relative residuals is returned; a solve that does not reach `tol` within
 `maxiter` raises ConvergenceError carrying it. CG works unchanged for negative
 definite A with a negative definite preconditioner (the signs cancel).
@@ -43,7 +43,7 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
     r = b.copy()
     history = [1.0]
     z = precondition(r)
-    p = z.copy()
+    p = np.array(z).reshape(-1)  # a copy, flat (z may be a view)
     rz = vectors.dot(r, z)
     for _ in range(maxiter):
         q = apply(p)

@@ -276,15 +276,20 @@ class CompiledOperator:
         self._run("residual", 1)
         return self.slot(self.step + 1)
 
-    def apply(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """A v (into `out` if given, else a fresh array); overwrites u."""
+    def applied(self, v: np.ndarray) -> np.ndarray:
+        """A v as a view into the kernel buffers (valid until the next kernel call); overwrites u."""
         scatter(v, self.u, self._threads)
         self._refresh()
         self._run("apply", 1)
-        out = np.empty(self.n) if out is None else out
-        gather(self.slot(self.step + 1), out, self._threads)
+        out = self.slot(self.step + 1)
         if self.shift is not None:
             out -= self.shift
+        return out
+
+    def apply(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """A v (into `out` if given, else a fresh array); overwrites u."""
+        out = np.empty(self.n) if out is None else out
+        gather(self.applied(v), out, self._threads)
         return out
 
     def measure_shift(self) -> None:

@@ -113,16 +113,24 @@ class Multigrid:
     def shapes(self) -> list[tuple[int, ...]]:
         return [level.shape for level in self.levels]
 
+    def cycled(self, b: np.ndarray) -> np.ndarray:
+        """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b, as a view into the
+        fine level's kernel buffers (valid until its next kernel call), or the coarsest solve's array."""
+        first = self.levels[0]
+        if first.op is None:
+            return self.coarse.solve(b.reshape(-1)).reshape(first.shape)
+        first.op.set_rhs(b)
+        return self._cycle(0)
+
     def vcycle(self, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b (into `out` if given,
-        else a fresh array)."""
+        """One V-cycle as `cycled`, into `out` if given, else a fresh array."""
         first = self.levels[0]
         out = np.empty(first.shape) if out is None else out
+        x = self.cycled(b)
         if first.op is None:
-            out[...] = self.coarse.solve(b.reshape(-1)).reshape(first.shape)
+            out[...] = x
         else:
-            first.op.set_rhs(b)
-            gather(self._cycle(0), out, first.op.threads)
+            gather(x, out, first.op.threads)
         return out
 
     def _cycle(self, k: int) -> np.ndarray:

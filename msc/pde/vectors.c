@@ -51,6 +51,46 @@ void vec_scale(long n, double a, const double *restrict x, double *restrict out,
         out[i] = a * x[i];
 }
 
+/* The same three with one operand a view (b, q, z), the others flat: CG on the kernel buffers' results,
+ * without copying them out. Row (i, j) of a view is flat's row i * shape[1] + j. */
+#define MSC_VIEW_ROWS(body)                                                          \
+    for (long i = 0; i < shape[0]; i++)                                              \
+        for (long j = 0; j < shape[1]; j++) {                                        \
+            const long f = (i * shape[1] + j) * shape[2];                            \
+            const double *restrict v = view + i * strides[0] + j * strides[1];      \
+            body                                                                     \
+        }
+
+double vec_dot_view(const double *restrict a, const double *view, const long *shape, const long *strides,
+                    int nthreads)
+{
+    double s = 0.0;
+#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
+    MSC_VIEW_ROWS(for (long k = 0; k < shape[2]; k++) s += a[f + k] * v[k];)
+    return s;
+}
+
+double vec_cg_update_view(double alpha, double *restrict x, const double *restrict p, double *restrict r,
+                          const double *view, const long *shape, const long *strides, int nthreads)
+{
+    double s = 0.0;
+#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
+    MSC_VIEW_ROWS(for (long k = 0; k < shape[2]; k++) {
+        x[f + k] += alpha * p[f + k];
+        const double ri = r[f + k] - alpha * v[k];
+        r[f + k] = ri;
+        s += ri * ri;
+    })
+    return s;
+}
+
+void vec_xpay_view(const double *view, const long *shape, const long *strides, double beta, double *restrict p,
+                   int nthreads)
+{
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    MSC_VIEW_ROWS(for (long k = 0; k < shape[2]; k++) p[f + k] = v[k] + beta * p[f + k];)
+}
+
 /* flat = view (row by row). */
 void vec_gather(const double *view, const long *shape, const long *strides, double *restrict flat, int nthreads)
 {

@@ -1,5 +1,6 @@
 """The iterative solvers' vector operations, compiled (vectors.c, OpenMP): the Krylov methods' fused
-updates and dot products, and copies between flat vectors and views into kernel buffers."""
+updates and dot products (CG's on flat vectors and views into kernel buffers alike), and copies
+between flat vectors and such views."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def _library() -> ctypes.CDLL:
                                     ("vec_xpay", None, [long, vec, double, vec, int_]),
                                     ("vec_axpy", None, [long, double, vec, vec, int_]),
                                     ("vec_scale", None, [long, double, vec, vec, int_]),
+                                    ("vec_dot_view", double, [vec, ptr, ptr, ptr, int_]),
+                                    ("vec_cg_update_view", double, [double, vec, vec, vec, ptr, ptr, ptr, int_]),
+                                    ("vec_xpay_view", None, [ptr, ptr, ptr, double, vec, int_]),
                                     ("vec_gather", None, [ptr, ptr, ptr, vec, int_]),
                                     ("vec_scatter", None, [vec, ptr, ptr, ptr, int_])):
         fn = getattr(lib, name)
@@ -66,15 +70,30 @@ class Vectors:
         return a[:rows]
 
     def dot(self, a: np.ndarray, b: np.ndarray) -> float:
-        return self.total(_library().vec_dot(a.size, a, b, self.threads))
+        """a . b (either may be a view into a kernel buffer)."""
+        if not a.flags.c_contiguous:
+            a, b = b, a
+        if b.flags.c_contiguous:
+            return self.total(_library().vec_dot(a.size, a, b, self.threads))
+        shape, strides = layout(b)
+        return self.total(_library().vec_dot_view(a, b.ctypes.data, shape.ctypes.data, strides.ctypes.data,
+                                                  self.threads))
 
     def cg_update(self, alpha: float, x: np.ndarray, p: np.ndarray, r: np.ndarray, q: np.ndarray) -> float:
-        """x += alpha p, r -= alpha q, in one pass; returns r . r."""
-        return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
+        """x += alpha p, r -= alpha q, in one pass (q may be a view); returns r . r."""
+        if q.flags.c_contiguous:
+            return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
+        shape, strides = layout(q)
+        return self.total(_library().vec_cg_update_view(alpha, x, p, r, q.ctypes.data, shape.ctypes.data,
+                                                        strides.ctypes.data, self.threads))
 
     def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
-        """p = z + beta p, in place."""
-        _library().vec_xpay(p.size, z, beta, p, self.threads)
+        """p = z + beta p, in place (z may be a view)."""
+        if z.flags.c_contiguous:
+            _library().vec_xpay(p.size, z, beta, p, self.threads)
+            return
+        shape, strides = layout(z)
+        _library().vec_xpay_view(z.ctypes.data, shape.ctypes.data, strides.ctypes.data, beta, p, self.threads)
 
     def axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
         """y += a x, in place."""
