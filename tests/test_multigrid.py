@@ -392,6 +392,12 @@ def test_compiled_vector_operations_match_numpy(shape):
     p2 = flat_view + 0.7 * p
     v.xpay(view, 0.7, p)
     assert np.allclose(p, p2)
+    # ... and several views at once (CG's residual in a buffer too)
+    other = rng.random(buffer.shape)[tuple(slice(1, 1 + n) for n in shape)]
+    assert np.isclose(v.dot(view, other), flat_view @ other.ravel())
+    x3, r3 = x + 0.3 * p, other.ravel() - 0.3 * flat_view
+    assert np.isclose(v.cg_update(0.3, x, p, other, view), r3 @ r3) and np.allclose(other.ravel(), r3)
+    assert np.allclose(x, x3)
 
 
 def test_an_operator_with_a_source_term_solves_as_the_direct_solve_does():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -107,6 +108,7 @@ class IterativeSolver:
         self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads, smoother)
         self._applied, self._preconditioned = np.empty(self.n), np.empty(self.n)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
+        self._residual: np.ndarray | None = None  # CG's residual, where it lives during a solve
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -136,12 +138,20 @@ class IterativeSolver:
         return self.fine.applied(v.reshape(self.n))
 
     def _cycled_view(self, r: np.ndarray) -> np.ndarray:
-        """One V-cycle for r, as a view into the fine level's kernel buffers (CG's)."""
-        return self.mg.cycled(r.reshape(self.n))
+        """One V-cycle for r (CG's residual where it lives: in the fine level's right-hand side when
+        `_residual` is that), as a view into the fine level's kernel buffers."""
+        return self.mg.cycled(None if r is self._residual else r.reshape(self.n))
 
     def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
-        if self.krylov == "cg":  # no copies out of the kernel buffers
-            method, apply, precondition = cg, self._applied_view, self._cycled_view
+        """CG runs on views into the kernel buffers: the operator's and the V-cycle's results are read
+        where the kernels wrote them, and the residual lives in the fine level's right-hand side (unless
+        a constant part K(0) is folded into it); only the direction is copied in, once per iteration."""
+        method: Any = cg
+        if self.krylov == "cg":
+            apply, precondition = self._applied_view, self._cycled_view
+            fine = self.mg.levels[0].op
+            self._residual = fine.rhs if fine is not None and fine.shift is None else None
+            method = partial(cg, residual=self._residual)
         else:
             method, apply, precondition = gmres, self.apply, self._precondition
         vectors = self._vectors

@@ -33,14 +33,21 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
 
 
 def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
-       what: str, vectors: Vectors, monitor: Monitor = _ignore) -> tuple[np.ndarray, list[float]]:
-    """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual)."""
+       what: str, vectors: Vectors, monitor: Monitor = _ignore,
+       residual: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
+    """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual;
+    `residual`: where the residual lives, b's size, a view the preconditioner may read in place;
+    default a copy of b)."""
     x = np.zeros_like(b)
     bnorm = np.sqrt(vectors.dot(b, b))
     if bnorm == 0.0:
         return x, [0.0]
     bnorm = float(bnorm)
-    r = b.copy()
+    if residual is None:
+        r = b.copy()
+    else:
+        r = residual
+        r[...] = b.reshape(r.shape)
     history = [1.0]
     z = precondition(r)
     p = np.array(z).reshape(-1)  # a copy, flat (z may be a view)

@@ -113,13 +113,16 @@ class Multigrid:
     def shapes(self) -> list[tuple[int, ...]]:
         return [level.shape for level in self.levels]
 
-    def cycled(self, b: np.ndarray) -> np.ndarray:
-        """One V-cycle from zero for A x = b (b over the fine grid): x ~ A^-1 b, as a view into the
-        fine level's kernel buffers (valid until its next kernel call), or the coarsest solve's array."""
+    def cycled(self, b: np.ndarray | None) -> np.ndarray:
+        """One V-cycle from zero for A x = b (b over the fine grid; None: b is in the fine level's
+        `rhs` already): x ~ A^-1 b, as a view into the fine level's kernel buffers (valid until its
+        next kernel call), or the coarsest solve's array."""
         first = self.levels[0]
         if first.op is None:
+            assert b is not None
             return self.coarse.solve(b.reshape(-1)).reshape(first.shape)
-        first.op.set_rhs(b)
+        if b is not None:
+            first.op.set_rhs(b)
         return self._cycle(0)
 
     def vcycle(self, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -51,44 +51,60 @@ void vec_scale(long n, double a, const double *restrict x, double *restrict out,
         out[i] = a * x[i];
 }
 
-/* The same three with one operand a view (b, q, z), the others flat: CG on the kernel buffers' results,
- * without copying them out. Row (i, j) of a view is flat's row i * shape[1] + j. */
-#define MSC_VIEW_ROWS(body)                                                          \
-    for (long i = 0; i < shape[0]; i++)                                              \
-        for (long j = 0; j < shape[1]; j++) {                                        \
-            const long f = (i * shape[1] + j) * shape[2];                            \
-            const double *restrict v = view + i * strides[0] + j * strides[1];      \
-            body                                                                     \
+/* The same three on views: each operand a 3D array of `shape` with its own strides (sa, sb, ...: of its two
+ * outer axes, in elements; its last axis contiguous), a flat vector included (strides shape[1] * shape[2],
+ * shape[2]). CG runs on the kernel buffers' views this way, without copying them in or out. */
+double vec_dot_views(const long *shape, const double *a, const long *sa, const double *b, const long *sb,
+                     int nthreads)
+{
+    double s = 0.0;
+#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < shape[1]; j++) {
+            const double *restrict ra = a + i * sa[0] + j * sa[1], *restrict rb = b + i * sb[0] + j * sb[1];
+            double row = 0.0;
+#pragma omp simd reduction(+ : row)
+            for (long k = 0; k < shape[2]; k++)
+                row += ra[k] * rb[k];
+            s += row;
         }
+    return s;
+}
 
-double vec_dot_view(const double *restrict a, const double *view, const long *shape, const long *strides,
+double vec_cg_update_views(const long *shape, double alpha, double *x, const long *sx, const double *p,
+                           const long *sp, double *r, const long *sr, const double *q, const long *sq, int nthreads)
+{
+    double s = 0.0;
+#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < shape[1]; j++) {
+            double *restrict rx = x + i * sx[0] + j * sx[1], *restrict rr = r + i * sr[0] + j * sr[1];
+            const double *restrict rp = p + i * sp[0] + j * sp[1], *restrict rq = q + i * sq[0] + j * sq[1];
+            double row = 0.0;
+#pragma omp simd reduction(+ : row)
+            for (long k = 0; k < shape[2]; k++) {
+                rx[k] += alpha * rp[k];
+                const double ri = rr[k] - alpha * rq[k];
+                rr[k] = ri;
+                row += ri * ri;
+            }
+            s += row;
+        }
+    return s;
+}
+
+void vec_xpay_views(const long *shape, const double *z, const long *sz, double beta, double *p, const long *sp,
                     int nthreads)
 {
-    double s = 0.0;
-#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
-    MSC_VIEW_ROWS(for (long k = 0; k < shape[2]; k++) s += a[f + k] * v[k];)
-    return s;
-}
-
-double vec_cg_update_view(double alpha, double *restrict x, const double *restrict p, double *restrict r,
-                          const double *view, const long *shape, const long *strides, int nthreads)
-{
-    double s = 0.0;
-#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
-    MSC_VIEW_ROWS(for (long k = 0; k < shape[2]; k++) {
-        x[f + k] += alpha * p[f + k];
-        const double ri = r[f + k] - alpha * v[k];
-        r[f + k] = ri;
-        s += ri * ri;
-    })
-    return s;
-}
-
-void vec_xpay_view(const double *view, const long *shape, const long *strides, double beta, double *restrict p,
-                   int nthreads)
-{
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
-    MSC_VIEW_ROWS(for (long k = 0; k < shape[2]; k++) p[f + k] = v[k] + beta * p[f + k];)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < shape[1]; j++) {
+            const double *restrict rz = z + i * sz[0] + j * sz[1];
+            double *restrict rp = p + i * sp[0] + j * sp[1];
+#pragma omp simd
+            for (long k = 0; k < shape[2]; k++)
+                rp[k] = rz[k] + beta * rp[k];
+        }
 }
 
 /* flat = view (row by row). */

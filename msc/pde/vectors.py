@@ -8,6 +8,7 @@ import ctypes
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,9 +28,9 @@ def _library() -> ctypes.CDLL:
                                     ("vec_xpay", None, [long, vec, double, vec, int_]),
                                     ("vec_axpy", None, [long, double, vec, vec, int_]),
                                     ("vec_scale", None, [long, double, vec, vec, int_]),
-                                    ("vec_dot_view", double, [vec, ptr, ptr, ptr, int_]),
-                                    ("vec_cg_update_view", double, [double, vec, vec, vec, ptr, ptr, ptr, int_]),
-                                    ("vec_xpay_view", None, [ptr, ptr, ptr, double, vec, int_]),
+                                    ("vec_dot_views", double, [ptr] * 5 + [int_]),
+                                    ("vec_cg_update_views", double, [ptr, double] + [ptr] * 8 + [int_]),
+                                    ("vec_xpay_views", None, [ptr, ptr, ptr, double, ptr, ptr, int_]),
                                     ("vec_gather", None, [ptr, ptr, ptr, vec, int_]),
                                     ("vec_scatter", None, [vec, ptr, ptr, ptr, int_])):
         fn = getattr(lib, name)
@@ -47,6 +48,21 @@ def layout(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     shape = np.array((1,) * front + a.shape, np.int64)
     strides = np.array((0,) * front + tuple(s // ITEM for s in a.strides), np.int64)[:2]
     return shape, strides
+
+
+def _views(*arrays: np.ndarray) -> tuple[Any, ...]:
+    """The arrays (of one size; the views among them of one shape) as 3D views of that shape, for the
+    `_views` functions of vectors.c: the shape, then each array's data and outer strides (ctypes
+    pointers, which keep their arrays alive)."""
+    view = next(a for a in arrays if not a.flags.c_contiguous)
+    shape, _ = layout(view)
+    out: list[Any] = [shape.ctypes.data_as(ctypes.c_void_p)]
+    for a in arrays:
+        if a.size != view.size:
+            raise ValueError(f"vectors of {a.size} and {view.size} values")
+        _, strides = layout(a.reshape(view.shape) if a.flags.c_contiguous else a)
+        out.append((a.ctypes.data_as(ctypes.c_void_p), strides.ctypes.data_as(ctypes.c_void_p)))
+    return tuple(out)
 
 
 def _local(part: float) -> float:
@@ -71,29 +87,25 @@ class Vectors:
 
     def dot(self, a: np.ndarray, b: np.ndarray) -> float:
         """a . b (either may be a view into a kernel buffer)."""
-        if not a.flags.c_contiguous:
-            a, b = b, a
-        if b.flags.c_contiguous:
+        if a.flags.c_contiguous and b.flags.c_contiguous:
             return self.total(_library().vec_dot(a.size, a, b, self.threads))
-        shape, strides = layout(b)
-        return self.total(_library().vec_dot_view(a, b.ctypes.data, shape.ctypes.data, strides.ctypes.data,
-                                                  self.threads))
+        shape, (a, sa), (b, sb) = _views(a, b)
+        return self.total(_library().vec_dot_views(shape, a, sa, b, sb, self.threads))
 
     def cg_update(self, alpha: float, x: np.ndarray, p: np.ndarray, r: np.ndarray, q: np.ndarray) -> float:
-        """x += alpha p, r -= alpha q, in one pass (q may be a view); returns r . r."""
-        if q.flags.c_contiguous:
+        """x += alpha p, r -= alpha q, in one pass (any may be a view); returns r . r."""
+        if all(v.flags.c_contiguous for v in (x, p, r, q)):
             return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
-        shape, strides = layout(q)
-        return self.total(_library().vec_cg_update_view(alpha, x, p, r, q.ctypes.data, shape.ctypes.data,
-                                                        strides.ctypes.data, self.threads))
+        shape, (x, sx), (p, sp), (r, sr), (q, sq) = _views(x, p, r, q)
+        return self.total(_library().vec_cg_update_views(shape, alpha, x, sx, p, sp, r, sr, q, sq, self.threads))
 
     def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
-        """p = z + beta p, in place (z may be a view)."""
-        if z.flags.c_contiguous:
+        """p = z + beta p, in place (either may be a view)."""
+        if z.flags.c_contiguous and p.flags.c_contiguous:
             _library().vec_xpay(p.size, z, beta, p, self.threads)
             return
-        shape, strides = layout(z)
-        _library().vec_xpay_view(z.ctypes.data, shape.ctypes.data, strides.ctypes.data, beta, p, self.threads)
+        shape, (z, sz), (p, sp) = _views(z, p)
+        _library().vec_xpay_views(shape, z, sz, beta, p, sp, self.threads)
 
     def axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
         """y += a x, in place."""
