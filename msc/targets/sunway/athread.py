@@ -11,8 +11,11 @@ window of rows, the next row's fetch overlapping this row's compute; in 1D a
 tile at a time, double-buffered. It computes there and writes the tile back
 by DMA.
 
-The schedule's `tile(...)` is the LDM block (a dimension it leaves out gets
-the platform's default size); every level read and every field written is
+What a CPE computes is the lowered kernel's (`lower_kernel`): each
+statement's point update, as lowering built it from the schedule, rebound to
+the LDM buffers of the slave function's plan (`athread_plan.py`), which
+decides the tiles, the DMA and the rings. The schedule's `tile(...)` is the
+LDM block (a dimension it leaves out gets the platform's default size); every level read and every field written is
 staged in LDM, so `cache_read`/`cache_write` name what happens anyway. The
 footprint of each slave function (all its buffers: windows of rows, double
 buffers) is checked against the chip's LDM less the stack reserve before any
@@ -38,11 +41,20 @@ from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen import register_node
-from msc.codegen.lower import array_name, field_name, level_name, levels_used, param_name, ring_buffer, ring_slot
+from msc.codegen.lower import (
+    array_name,
+    field_name,
+    level_name,
+    levels_used,
+    lower_kernel,
+    param_name,
+    ring_buffer,
+    ring_slot,
+)
 from msc.codegen.printers.c import ATOM, c_int, int_helpers
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
-from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, lower
+from msc.poly.schedule import Schedule, as_schedule, lower
 from msc.runtime import athread_emu
 from msc.runtime.build import cache_dir, cached_build, write_tree
 from msc.runtime.kernel import BOX_ENTRY, ENTRY
@@ -128,38 +140,40 @@ class AthreadTarget:
                                 f"(time_tile({asked.time_depth}, ...) needs a halo plan deeper than one step)")
         sched = athread_schedule(asked, stencil, chip)
         # lowering checks the fields named and the dependences (a time tile: without its parallel loop, since
-        # its tiles overlap and run side by side, not in the skewed wavefronts lowering builds)
+        # its tiles overlap and run side by side, not in the skewed wavefronts lowering builds); the slave
+        # functions compute the statements of the lowered kernel, on the tiles and in the LDM buffers of
+        # their plan
         lowered = lower(replace(sched, parallel_loop=None) if sched.time_depth else sched, poly)
-        lowered.schedule = sched
+        assigns = statement_assigns(lower_kernel(poly, lowered, ENTRY), stencil)
         kernels = slave_kernels(stencil, tuple(size for _, size in sched.tiles), sched.time_depth)
         for tk in kernels:
             ctarget.check_capacity(k.Kernel(tk.function, k.Block(tuple(tk.buffers()))), poly, lowered, platform, NAME)
-        return self._files(poly, lowered, kernels, chip, tag, box)
+        return self._files(poly, sched, assigns, kernels, chip, tag, box)
 
-    def _files(self, poly: PolyIR, lowered: LoweredSchedule, kernels: list[SlaveKernel], chip: Chip, tag: str,
-               box: bool) -> dict[str, str]:
+    def _files(self, poly: PolyIR, sched: Schedule, assigns: dict[str, k.Assign], kernels: list[SlaveKernel],
+               chip: Chip, tag: str, box: bool) -> dict[str, str]:
         stencil = poly.ir
         itemsize = _itemsize(stencil)
-        unroll = {stencil.dims.index(loop): f for loop, f in lowered.schedule.unrolls}
+        unroll = {stencil.dims.index(loop): f for loop, f in sched.unrolls}
         printer = SimdPrinter(stencil.dtype)
         levels = _all_levels(stencil)
         common = dict(ctarget.stencil_values(stencil), chip=chip.name, slave_header=chip.slave_header,
                       simd=simd_values(chip.name, stencil.dtype),
-                      schedule=str(lowered.schedule))
+                      schedule=str(sched))
         params = [param_name(p) for p in stencil.params]
         suffix = f"_{tag}" if tag else ""
         names = {"host.c": f"host{suffix}.c", "slave.c": f"slave{suffix}.c", "msc_args.h": f"msc_args{suffix}.h"}
         common["args_header"] = names["msc_args.h"]
         time_tile = None
         if isinstance(kernels[0], TimeTileKernel):
-            time_tile = _time_tile(kernels[0], printer, unroll, itemsize, suffix)
+            time_tile = _time_tile(kernels[0], assigns, printer, unroll, itemsize, suffix)
             slaves = []
             members = [dict(const=True, name=f"{field_name(f.name)}{'_src' if f.written else ''}")
                        for f, _ in kernels[0].arrays()]
             members += [dict(const=False, name=f"{field_name(f.name)}_dst") for f in stencil.written_fields]
         else:
-            slaves = [_slave(tk, stencil, printer, unroll, itemsize, suffix) for tk in kernels
-                      if isinstance(tk, TileKernel)]
+            slaves = [_slave(tk, assigns[tk.statement.target], stencil, printer, unroll, itemsize, suffix)
+                      for tk in kernels if isinstance(tk, TileKernel)]
             members = [dict(const=lv["const"], name=lv["member"]) for lv in levels]
             members += [dict(const=False, name=f"{field_name(f.name)}_ring") for f in stencil.written_fields]
         args = render("athread_args.h.j2", members=members, params=params, guard=f"MSC_ARGS{suffix.upper()}_H",
@@ -295,8 +309,8 @@ def _run_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
     return out
 
 
-def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
-           suffix: str) -> dict[str, Any]:
+def _slave(tk: TileKernel, assign: k.Assign, stencil: ir.StencilIR, printer: SimdPrinter, unroll: dict[int, int],
+           itemsize: int, suffix: str) -> dict[str, Any]:
     """What the slave template needs for one statement: buffers (offsets into
     one LDM block, in elements; `size` per slot: a streamed tile's row, else the
     whole footprint), the tile's compute as C lines."""
@@ -316,8 +330,8 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: 
                   tile=list(tk.tile), buffers=buffers, out=out, bytes=total * itemsize,
                   streamed=streamed)
     if not streamed:
-        return dict(values, body=printer.lines(compute_tile(tk, ndim, unroll), 3))
-    block, rows = compute_row(tk, ndim, unroll)
+        return dict(values, body=printer.lines(compute_tile(tk, assign, ndim, unroll), 3))
+    block, rows = compute_row(tk, assign, ndim, unroll)
     by_array = {b["member"]: b for b in buffers}
     pointers = k.Block(tuple(
         k.Decl(name, "const pointer", ix.Var("ldm") + by_array[array]["offset"]
@@ -325,8 +339,8 @@ def _slave(tk: TileKernel, stencil: ir.StencilIR, printer: SimdPrinter, unroll: 
     return dict(values, reach=tk.reach, ring=tk.ring, pointers=printer.lines(pointers), body=printer.lines(block, 4))
 
 
-def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int], itemsize: int,
-               suffix: str) -> dict[str, Any]:
+def _time_tile(tt: TimeTileKernel, assigns: dict[str, k.Assign], printer: SimdPrinter, unroll: dict[int, int],
+               itemsize: int, suffix: str) -> dict[str, Any]:
     """What the templates need for a time tile: the LDM arrays (offsets in
     elements of one set of box buffers, two of which alternate), each
     statement's compute as C lines (a streamed one: `_streamed_time_tile`)."""
@@ -340,7 +354,7 @@ def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int],
                   nst=len(stencil.statements),
                   written=[dict(field=field_name(f.name), slots=f.slots) for f in stencil.written_fields])
     if tt.streamed:
-        return _streamed_time_tile(tt, values, printer, unroll, itemsize)
+        return _streamed_time_tile(tt, assigns, values, printer, unroll, itemsize)
     statements = []
     for n, st in enumerate(stencil.statements):
         pointers: list[k.Node] = []
@@ -354,13 +368,13 @@ def _time_tile(tt: TimeTileKernel, printer: SimdPrinter, unroll: dict[int, int],
                 pointers.append(k.Decl(f"v_{level_name(name, dt)}", "pointer" if dt == 1 else "const pointer",
                                        box + (ix.Var("step") + (dt + f.slots)) % f.slots * ix.Var("W")))
         statements.append(dict(index=n, target=st.target, line=st.loc, pointers=printer.lines(k.Block(tuple(pointers))),
-                               body=printer.lines(compute_time_tile(st, stencil.ndim, unroll), 4)))
+                               body=printer.lines(compute_time_tile(assigns[st.target], stencil.ndim, unroll), 4)))
     return dict(values, statements=statements, set=offset, out_offset=2 * offset, bytes=tt.ldm_bytes(itemsize),
                 streamed=False)
 
 
-def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: SimdPrinter, unroll: dict[int, int],
-                        itemsize: int) -> dict[str, Any]:
+def _streamed_time_tile(tt: TimeTileKernel, assigns: dict[str, k.Assign], values: dict[str, Any],
+                        printer: SimdPrinter, unroll: dict[int, int], itemsize: int) -> dict[str, Any]:
     """What the template needs for a time tile streamed along x (TimeTileKernel.rings): per field its
     rings' offsets and lengths, per statement the row pointers of its reads (ring j + dt + window - 1 of a
     written field at row x + dx), and the row's compute."""
@@ -386,7 +400,7 @@ def _streamed_time_tile(tt: TimeTileKernel, values: dict[str, Any], printer: Sim
 
     statements = []
     for n, st in enumerate(stencil.statements):
-        block, rows = compute_time_tile_row(st, stencil.ndim, unroll)
+        block, rows = compute_time_tile_row(assigns[st.target], stencil.ndim, unroll)
         pointers = k.Block(tuple(k.Decl(name, "const pointer", ring(a_name, dt, dx))
                                  for name, (a_name, dt, dx) in rows.items()))
         target = by_field[field_name(st.target)]
@@ -437,7 +451,29 @@ def _packed(d: int) -> tuple[ix.Expr, ix.Expr]:
     return ix.Lit(0), ix.Var(f"h{d}")
 
 
-def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[
+def statement_assigns(kernel: k.Kernel, stencil: ir.StencilIR) -> dict[str, k.Assign]:
+    """Each statement's point update as the lowered kernel computes it, by the field it writes (each
+    statement writes its own)."""
+    found: dict[str, k.Assign] = {}
+    for node in k.walk(kernel.body):
+        if isinstance(node, k.Assign):
+            found.setdefault(node.field, node)
+    missing = [st.target for st in stencil.statements if st.target not in found]
+    assert not missing, f"the lowered kernel computes no statement writing {missing}"
+    return found
+
+
+def _reads(assign: k.Assign) -> list[ir.FieldRead]:
+    """The statement's field reads, each once, in order."""
+    return list(dict.fromkeys(read for read, _ in assign.loads))
+
+
+def _rebound(assign: k.Assign, lhs: k.Ref, loads: list[tuple[ir.FieldRead, k.Ref]], coords: tuple[ix.Expr, ...]) -> k.Assign:
+    """The lowered statement, computed into `lhs` from the LDM elements `loads` gives its reads."""
+    return k.Assign(lhs, assign.rhs, tuple(loads), assign.field, coords)
+
+
+def compute_time_tile_row(assign: k.Assign, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[
         str, int | None, int]]]:
     """The kernel IR of one row (3D: plane) x of a statement in a streamed time tile: points lo_d <= i_d < hi_d
     (d >= 1) of the output row r_out, each read from its level's row x + dx (pointer r_<array>_<dx>) at
@@ -445,28 +481,28 @@ def compute_time_tile_row(st: ir.Statement, ndim: int, unroll: dict[int, int]) -
     (field, dt, dx)."""
     coords = _coords(ndim)
     loads, rows = [], {}
-    for a in dict.fromkeys(st.reads):
+    for a in _reads(assign):
         dx = a.offsets[0]
         name = f"r_{array_name(a.name, a.dt)}_{'m' if dx < 0 else 'p'}{abs(dx)}"
         rows[name] = (a.name, a.dt, dx)
         loads.append((a, k.Ref(name, _box_index(coords, a.offsets, 1), k.Space.LOCAL)))
-    node = k.Assign(k.Ref("r_out", _box_index(coords, (0,) * ndim, 1), k.Space.LOCAL), st.expr, tuple(loads),
-                    st.target, (ix.Var("x"), *coords[1:]))
+    node = _rebound(assign, k.Ref("r_out", _box_index(coords, (0,) * ndim, 1), k.Space.LOCAL), loads,
+                    (ix.Var("x"), *coords[1:]))
     return _loop_nest(node, coords, 1, _region, unroll), dict(sorted(rows.items()))
 
 
-def compute_time_tile(st: ir.Statement, ndim: int, unroll: dict[int, int]) -> k.Block:
+def compute_time_tile(assign: k.Assign, ndim: int, unroll: dict[int, int]) -> k.Block:
     """The kernel IR of one statement on the region lo_d <= i_d < hi_d of a time tile's LDM block,
     whose arrays hold the box b_d <= i_d < b_d + w_d (global coordinates i)."""
     coords = _coords(ndim)
-    loads = tuple((a, k.Ref(f"v_{array_name(a.name, a.dt)}", _box_index(coords, a.offsets, 0), k.Space.LOCAL))
-                  for a in dict.fromkeys(st.reads))
-    node = k.Assign(k.Ref(f"v_{level_name(st.target, 1)}", _box_index(coords, (0,) * ndim, 0), k.Space.LOCAL),
-                    st.expr, loads, st.target, tuple(coords))
-    return _loop_nest(node, coords, 0, _region, unroll)
+    loads = [(a, k.Ref(f"v_{array_name(a.name, a.dt)}", _box_index(coords, a.offsets, 0), k.Space.LOCAL))
+             for a in _reads(assign)]
+    lhs = k.Ref(f"v_{level_name(assign.field, 1)}", _box_index(coords, (0,) * ndim, 0), k.Space.LOCAL)
+    return _loop_nest(_rebound(assign, lhs, loads, tuple(coords)), coords, 0, _region, unroll)
 
 
-def _tile_assign(tk: TileKernel, coords: list[ix.Var], first: int) -> tuple[k.Assign, dict[str, tuple[str, int]]]:
+def _tile_assign(tk: TileKernel, assign: k.Assign, coords: list[ix.Var],
+                 first: int) -> tuple[k.Assign, dict[str, tuple[str, int]]]:
     """A tile's statement at point i over dimensions `first` on, all in LDM: level L read at i + offset -
     L.lo in its packed buffer l_L (row extents e_L_d) or, from dimension 1 on, through the row pointer
     r_L_q of the stream's step q = offset_0 - L.lo_0; the packed output l_out (extents h_d). Also each row
@@ -474,7 +510,7 @@ def _tile_assign(tk: TileKernel, coords: list[ix.Var], first: int) -> tuple[k.As
     by_array = {lv.array: lv for lv in tk.levels}
     dims = range(first, len(coords))
     loads, rows = [], {}
-    for a in dict.fromkeys(tk.statement.reads):
+    for a in _reads(assign):
         lv = by_array[array_name(a.name, a.dt)]
         index = ix.linear([coords[d] + (a.offsets[d] - lv.lo[d]) for d in dims], [ix.Var(f"e_{lv.array}_{d}") for d in dims])
         name = f"l_{lv.array}"
@@ -484,25 +520,26 @@ def _tile_assign(tk: TileKernel, coords: list[ix.Var], first: int) -> tuple[k.As
             rows[name] = (lv.array, step)
         loads.append((a, k.Ref(name, index, k.Space.LOCAL)))
     out = k.Ref("l_out", ix.linear([coords[d] for d in dims], [ix.Var(f"h{d}") for d in dims]), k.Space.LOCAL)
-    return k.Assign(out, tk.statement.expr, tuple(loads), tk.statement.target, tuple(coords)), rows
+    return _rebound(assign, out, loads, tuple(coords)), rows
 
 
-def compute_row(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int]]]:
+def compute_row(tk: TileKernel, assign: k.Assign, ndim: int,
+                unroll: dict[int, int]) -> tuple[k.Block, dict[str, tuple[str, int]]]:
     """The kernel IR of output row i0 of a streamed tile, all in LDM: point i (0 <= i_d < h_d, d >= 1) reads
     level L at offset o from its row pointer r_L_q (q = o_0 - L.lo_0: the step of the stream that brought the
     row), at i + o - L.lo in the row's packed box (extents e_L_d), and writes the packed output row (extents h_d).
     Also each row pointer's (array, q)."""
     coords = _coords(ndim)
-    node, rows = _tile_assign(tk, coords, 1)
+    node, rows = _tile_assign(tk, assign, coords, 1)
     return _loop_nest(node, coords, 1, _packed, unroll), dict(sorted(rows.items()))
 
 
-def compute_tile(tk: TileKernel, ndim: int, unroll: dict[int, int]) -> k.Block:
+def compute_tile(tk: TileKernel, assign: k.Assign, ndim: int, unroll: dict[int, int]) -> k.Block:
     """The kernel IR of one tile's compute, all in LDM: point i (0 <= i_d < h_d)
     reads level L at i + offset - L.lo in its packed buffer (row extents e_L_d)
     and writes the packed output tile (extents h_d)."""
     coords = _coords(ndim)
-    node, _ = _tile_assign(tk, coords, 0)
+    node, _ = _tile_assign(tk, assign, coords, 0)
     return _loop_nest(node, coords, 0, _packed, unroll)
 
 
