@@ -55,8 +55,8 @@ class Ref:
 
 
 @dataclass(frozen=True)
-class Address(ix.Expr):
-    """The address of an element (a call argument, a pointer's start)."""
+class _OfElement(ix.Expr):
+    """An expression of one element: its operands are the element's subscripts."""
 
     ref: Ref
 
@@ -64,20 +64,17 @@ class Address(ix.Expr):
         return self.ref.operands()
 
     def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> ix.Expr:
-        return Address(self.ref.with_operands(fn))
+        return replace(self, ref=self.ref.with_operands(fn))
 
 
 @dataclass(frozen=True)
-class Load(ix.Expr):
+class Address(_OfElement):
+    """The address of an element (a call argument, a pointer's start)."""
+
+
+@dataclass(frozen=True)
+class Load(_OfElement):
     """The value of an element (a value-typed leaf)."""
-
-    ref: Ref
-
-    def operands(self) -> tuple[ix.Expr, ...]:
-        return self.ref.operands()
-
-    def with_operands(self, fn: Callable[[ix.Expr], ix.Expr]) -> ix.Expr:
-        return Load(self.ref.with_operands(fn))
 
 
 @dataclass(frozen=True)
