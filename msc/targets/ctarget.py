@@ -293,20 +293,16 @@ def stencil_values(stencil: ir.StencilIR) -> dict[str, Any]:
                 dtype=stencil.dtype, ctype=C_TYPES[stencil.dtype], periodic=stencil.boundary == "periodic")
 
 
-def entry_preamble(stencil: ir.StencilIR, box: bool) -> list[str]:
-    """An entry point's first lines: the parameters as `real`, the box bounds, the volume V."""
-    # a parameter may be read only in some launches (GPU) or none: (void) keeps -Wall -Werror builds quiet
-    preamble = [f"const real {param_name(p)} = (real){param_name(p)}_arg; (void){param_name(p)};"
-                for p in stencil.params]
-    if box:
-        preamble += [f"const long L{d} = lo[{d}], H{d} = hi[{d}];" for d in range(stencil.ndim)]
-    return preamble + [f"const long V = {' * '.join(f'P{d}' for d in range(stencil.ndim))};", "(void)V;"]
+def entry_values(stencil: ir.StencilIR, box: bool) -> dict[str, Any]:
+    """What an entry point's preamble (templates/entry_preamble.c.j2) needs: the scalar parameters
+    (taken as `real`; a parameter may be read only in some launches, or none), whether it has a box."""
+    return dict(params=[param_name(p) for p in stencil.params], box=box)
 
 
 def _entry(stencil: ir.StencilIR, kernel: k.Kernel, printer: CPrinter) -> dict[str, object]:
     """Name, parameters, preamble and body of one entry point."""
     parameters = signature(stencil).c_parameters(kernel.box)
-    return dict(name=kernel.name, parameters=parameters, preamble=entry_preamble(stencil, kernel.box),
+    return dict(name=kernel.name, parameters=parameters, **entry_values(stencil, kernel.box),
                 body=printer.lines(kernel.body))
 
 

@@ -159,11 +159,11 @@ class CudaTarget(ctarget.CTarget):
     def _entry(self, poly: PolyIR, schedule: LoweredSchedule, name: str, box: bool,
                printer: CudaPrinter) -> dict[str, object]:
         stencil = poly.ir
-        preamble = ctarget.entry_preamble(stencil, box)
         parameters = cuda_parameters(stencil, box)
         arguments = [re.split(r"[ *]", p)[-1] for p in parameters]
         device = [f"d_{a}" if a in {_pointer(f) for f in stencil.fields} else a for a in arguments]
-        entry = dict(name=name, parameters=parameters, preamble=preamble, arguments=arguments, device_arguments=device)
+        entry = dict(name=name, parameters=parameters, arguments=arguments, device_arguments=device,
+                     **ctarget.entry_values(stencil, box))
         tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
         if tiled is not None:
             function = time_tile.device_function(tiled, f"{name}_tt")
