@@ -105,7 +105,8 @@ def test_values_are_leaves_of_the_same_trees():
     read = ir.FieldRead("u", 0, (1,))
     ring = k.Ref("ring", a + 1, k.Space.SHARED, rows=(ix.Lit(2), b & 1))
     weighted = k.Compute(ir.BinOp("*", ir.Const(0.25), read), ((read, k.Load(ring)),), "float64")
-    assert c_int(ix.Op("+", weighted, k.Compute(ir.Const(-0.5), (), "float64"))) == "(0.25 * ring[2][b & 1][a + 1]) + -0.5"
+    plus = ix.Op("+", weighted, k.Compute(ir.Const(-0.5), (), "float64"))
+    assert c_int(plus) == "(0.25 * ring[2][b & 1][a + 1]) + -0.5"
     assert c_int(ix.Op("*", k.Compute(ir.Const(-0.5), (), "float32"), c)) == "-0.5f * c"
     chosen = ix.Select(a.lt(b), k.Compute(read, ((read, ix.Var("v") + 1),), "float64"), ix.Cast("real", ix.Lit(0)))
     assert c_int(ix.Op("*", chosen, c)) == "(a < b ? v + 1 : (real)0) * c"

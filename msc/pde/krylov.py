@@ -2,8 +2,9 @@
 
 Both take `apply(v) -> A v` and `precondition(r) -> ~A^-1 r` (a multigrid
 V-cycle; each may return the same buffer every call: neither result is kept
-past the next call; CG's may return views into kernel buffers, of v's size) and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of
-relative residuals is returned; a solve that does not reach `tol` within
+past the next call; CG's may return views into kernel buffers, of v's size)
+and stop when ||b - A x|| <= tol ||b|| (2-norms). The history of relative
+residuals is returned; a solve that does not reach `tol` within
 `maxiter` raises ConvergenceError carrying it. CG works unchanged for negative
 definite A with a negative definite preconditioner (the signs cancel).
 """

@@ -130,7 +130,8 @@ class CPrinter:
             return [f"{pad}/* {node.text} */"]
         if isinstance(node, k.Decl):
             if node.kind in self.types:
-                return [f"{pad}{'const ' if node.const else ''}{self.types[node.kind]} {node.name} = {c_int(node.init)};"]
+                const = "const " if node.const else ""
+                return [f"{pad}{const}{self.types[node.kind]} {node.name} = {c_int(node.init)};"]
             const = "const " if node.kind == "const pointer" else ""
             restrict = f"{self.restrict} " if node.restrict else ""
             return [f"{pad}{const}real *{restrict}{node.name} = {c_int(node.init)};"]
@@ -150,7 +151,8 @@ class CPrinter:
         if isinstance(node, k.Barrier):
             raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
         if isinstance(node, (k.Fragment, k.MatrixFill, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore)):
-            raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a printer for a matrix unit prints it")
+            raise TypeError(f"{type(node).__name__} is left in the kernel IR: "
+                            "only a printer for a matrix unit prints it")
         if isinstance(node, (k.Launch, k.SharedLimit, k.DeviceCopy)):
             raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a GPU printer prints launches "
                             "and their host calls")

@@ -86,7 +86,8 @@ class CudaPrinter(CPrinter):
         return "real" if element is None else ELEMENTS[element]
 
     def parameter(self, ctype: str, name: str) -> str:
-        """A device function's parameter: pointers to one level (or an input) are restrict; a whole ring buffer is not."""
+        """A device function's parameter: pointers to one level (or an input) are restrict;
+        a whole ring buffer is not."""
         if ctype.endswith("*"):
             return f"{ctype}{'' if name.endswith('_buf') else '__restrict__ '}{name}"
         return f"const {ctype} {name}"

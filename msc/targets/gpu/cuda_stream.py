@@ -218,7 +218,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
 
     lines: list[k.Node] = [k.Decl(f"g{d}", "index", ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d] + local[d])
                            for d in inner]
-    lines += [k.Decl("in_plane", "flag", conjunction([c for d in inner for c in (glob[d].ge(0), glob[d].lt(extents[d]))])),
+    lines += [k.Decl("in_plane", "flag", conjunction([c for d in inner
+                                                      for c in (glob[d].ge(0), glob[d].lt(extents[d]))])),
               k.Decl("interior", "flag", conjunction([c for d in inner
                                                       for c in (glob[d].ge(r[d]), glob[d].lt(extents[d] - r[d]))])),
               k.Decl("in_tile", "flag", conjunction([c for d in inner for c in (
@@ -226,7 +227,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
               k.Decl("column", "index", ix.linear(glob[1:], extents[1:])),
               k.Comment("the block's first plane"),
               k.Decl("first", "index", ix.Var("b0") * plan.chunk - depth * r0),
-              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.chunk + 2 * depth * r0, extents[0] + depth * r0 - first))),
+              k.Decl("planes", "int",
+                     ix.Cast("int", ix.min_(plan.chunk + 2 * depth * r0, extents[0] + depth * r0 - first))),
               *(k.Decl(f"next{a}", "value", load(a), const=False) for a in range(AHEAD))]
     if summed is not None:
         lines.append(k.Comment("partial sums, own column's planes"))
@@ -259,12 +261,12 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
     dynamic = 0 if plan.dynamic_shared else None  # rings over STATIC_SHARED go to dynamic shared memory
-    body = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(threads)), rows=2, offset=dynamic),
-                    *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
-                    k.Decl("q", "int", ix.linear(list(local.values()), threads)),
-                    k.Decl("plane", "index", plane),
-                    *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
-    return DeviceFunction(name, body, plan.grid(), plan.block(), tile_parameters(st))
+    function = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(threads)), rows=2, offset=dynamic),
+                        *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
+                        k.Decl("q", "int", ix.linear(list(local.values()), threads)),
+                        k.Decl("plane", "index", plane),
+                        *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
+    return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st))
 
 
 def ring(stage: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
@@ -274,7 +276,8 @@ def ring(stage: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
 
 def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, q: ix.Expr, glob: list[ix.Var],
            extents: list[ix.Var]) -> ix.Expr:
-    """A read of step `stage` at plane p: the field computed from the ring of the step before, an input from global memory."""
+    """A read of step `stage` at plane p: the field computed from the ring of the step before,
+    an input from global memory."""
     if read.name == plan.stencil.statements[0].target:
         return k.Load(ring(stage - 1, (p + read.offsets[0]) % plan.slots, q + plan.shift(read.offsets[1:])))
     return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))

@@ -188,13 +188,14 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
             stage.append(kir.Decl("p", "int", z + ix.Op("/", e, ix.Lit(s.pitch * s.rows)) - s.plane_below))
             coords = [ix.Var("p"), *coords]
         if kern.wrap:
-            value: ix.Expr = kir.Load(kir.Ref(src, index([ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)])))
+            wrapped = [ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)]
+            value: ix.Expr = kir.Load(kir.Ref(src, index(wrapped)))
         else:  # zeros past the array: the tail tiles and zero-weight columns
             inside = conjunction([b for c, d, r in zip(coords, dims, ring) for b in (c.ge(-r), c.lt(d + r))])
             value = ix.Select(inside, kir.Load(kir.Ref(src, index(coords))), ix.Lit(0))
         stage.append(kir.Store(kir.Ref("stage", s.offset + e, kir.Space.SHARED), _to_operand(shape.operand, value)))
-        body.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(s.size), kir.Block(tuple(stage)), step=ix.Var("blockDim.x"),
-                             kind="int"))
+        body.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(s.size), kir.Block(tuple(stage)),
+                             step=ix.Var("blockDim.x"), kind="int"))
     body += [kir.Barrier(),
              kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
              kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
@@ -232,7 +233,8 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                  kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(n))),
                  kir.Decl("c", "int", ix.Var("c0") + e % n),
                  kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
-    grid = (ix.Op("/", dims[-1] + (n - 1), ix.Lit(n)), ix.Op("/", dims[-2] + (kern.warps * m - 1), ix.Lit(kern.warps * m)),
+    rows = kern.warps * m
+    grid = (ix.Op("/", dims[-1] + (n - 1), ix.Lit(n)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
             dims[0] if nd == 3 else ix.Lit(1))
     scope = (("double *" if t == "double" else "float *", "out"),
              *((f"const {t} *", f"src_{_source_name(s.source)}") for s in kern.staging),
@@ -256,8 +258,9 @@ def _print(kern: TensorCoreKernel) -> str:
     lines, band = [], 0
     for line in plan.lines:
         rows, cols = (shape.k, shape.n) if line.axis == "cols" else (shape.m, shape.k)
-        lines.append(dict(axis=line.axis, field=line.source[0], dt=line.source[1], shift=line.shift, rows=rows, cols=cols,
-                          coefficients=[coefficient(c) for c in line.coefficients], chunks=line.chunks, band=band))
+        lines.append(dict(axis=line.axis, field=line.source[0], dt=line.source[1], shift=line.shift, rows=rows,
+                          cols=cols, coefficients=[coefficient(c) for c in line.coefficients], chunks=line.chunks,
+                          band=band))
         band += len(line.chunks) * rows * cols
     return render("cuda_tensor_core.cu.j2", name=kern.name, precision=plan.precision, shape=shape.name,
                   target=plan.target, mmas=plan.mmas_per_tile, m=shape.m, n=shape.n, k=shape.k,

@@ -177,7 +177,8 @@ def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:
         k.Comment("the region still valid after this step is h radii in"),
         k.Decl("h", "index", s + 1),
         k.If(conjunction([ix.Var("in_array"), *valid]), k.Block((
-            k.Store(k.Ref("b", q, k.Space.SHARED), ix.Select(interior, value, k.Load(k.Ref("a", q, k.Space.SHARED)))),))),
+            k.Store(k.Ref("b", q, k.Space.SHARED),
+                    ix.Select(interior, value, k.Load(k.Ref("a", q, k.Space.SHARED)))),))),
         k.Barrier()))
     tile = [*(k.Decl(f"g{d}", "index", ix.Var(f"b{d}") * plan.tile[d] - depth * r[d] + local[d]) for d in range(ndim)),
             k.Decl("in_array", "flag", conjunction([c for d in range(ndim)
@@ -188,7 +189,8 @@ def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:
                                                      ix.Cast("real", ix.Lit(0)))),
             k.Barrier(),
             k.Loop("s", ix.Lit(0), s.lt(steps), step),
-            k.If(conjunction([interior, *in_tile]), k.Block((k.Store(k.Ref("dst", glob_index), k.Load(_buffer(steps & 1, q))),))),
+            k.If(conjunction([interior, *in_tile]),
+                 k.Block((k.Store(k.Ref("dst", glob_index), k.Load(_buffer(steps & 1, q))),))),
             k.Comment("before the block's next tile overwrites shared memory"),
             k.Barrier()]
     body = k.Block((k.Buffer(BUFFER, k.Space.SHARED, (2, math.prod(region)), rows=1),

@@ -468,7 +468,8 @@ def _reads(assign: k.Assign) -> list[ir.FieldRead]:
     return list(dict.fromkeys(read for read, _ in assign.loads))
 
 
-def _rebound(assign: k.Assign, lhs: k.Ref, loads: list[tuple[ir.FieldRead, k.Ref]], coords: tuple[ix.Expr, ...]) -> k.Assign:
+def _rebound(assign: k.Assign, lhs: k.Ref, loads: list[tuple[ir.FieldRead, k.Ref]],
+             coords: tuple[ix.Expr, ...]) -> k.Assign:
     """The lowered statement, computed into `lhs` from the LDM elements `loads` gives its reads."""
     return k.Assign(lhs, assign.rhs, tuple(loads), assign.field, coords)
 
