@@ -60,13 +60,14 @@ class KernelSignature:
     params: tuple[str, ...]
     ndim: int
 
-    def c_parameters(self, box: bool = False) -> list[str]:
+    def c_parameters(self, box: bool = False, restrict: str = "restrict") -> list[str]:
         """msc_run's parameters; `box`: msc_run_box's, which adds the box
-        lo[d] <= i_d < hi[d] (within the domain r_d <= i_d < P_d - r_d) after the extents."""
+        lo[d] <= i_d < hi[d] (within the domain r_d <= i_d < P_d - r_d) after the extents;
+        `restrict`: how the language spells it."""
         out = []
         for f in self.fields:
             c = field_name(f.name)
-            out.append(f"real *restrict {c}_buf" if f.written else f"const real *restrict {c}")
+            out.append(f"real *{restrict} {c}_buf" if f.written else f"const real *{restrict} {c}")
         out += [f"double {param_name(p)}_arg" for p in self.params]
         out += [f"long P{d}" for d in range(self.ndim)]
         out += ["const long *lo", "const long *hi"] if box else []

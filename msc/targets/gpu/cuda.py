@@ -124,7 +124,7 @@ def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, s
 
 
 def cuda_parameters(stencil: ir.StencilIR, box: bool) -> list[str]:
-    return [p.replace("*restrict ", "*__restrict__ ") for p in ctarget.signature(stencil).c_parameters(box)]
+    return ctarget.signature(stencil).c_parameters(box, restrict=CudaPrinter.restrict)
 
 
 class CudaTarget(ctarget.CTarget):
