@@ -222,6 +222,8 @@ class DistributedMultigrid:
 
     # -------------------------------------------------------------- the cycle and the solve
     def vcycle(self, b: np.ndarray) -> np.ndarray:
+        """One V-cycle from zero for this rank's block of b: its block of x ~ A^-1 b, as a view into
+        the fine level's kernel buffers (valid until their next kernel call)."""
         op = self.op
         op.u[...] = 0.0
         op.set_rhs(b)
@@ -241,7 +243,7 @@ class DistributedMultigrid:
         slab = self.comm.scatter(slabs, root=0)
         op.u[...] += prolong_block(slab, self.parts)
         smooth(self.level, self.smoother, self.sweeps, one_at_a_time=True)
-        return op.u.copy()
+        return op.u  # a view into the kernel buffers, valid until their next kernel call
 
     def _slab(self, e1: np.ndarray, rank: int) -> np.ndarray:
         """The coarse values rank `rank` interpolates from: zero beyond a dirichlet edge, wrapped if periodic."""
@@ -266,14 +268,19 @@ class DistributedMultigrid:
         `progress=True` shows a bar on rank 0's stderr."""
         shape = self.grid.count
         apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)
-        precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)
-        method = cg if self.krylov == "cg" else gmres
+        if self.krylov == "cg":  # CG reads the operator's and the V-cycle's results in the kernel buffers
+            method: Any = cg
+            applied = lambda v: self.op.applied(v.reshape(shape))
+            precondition = lambda r: self.vcycle(r.reshape(shape))
+        else:
+            method, applied = gmres, apply
+            precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)  # a copy: GMRES keeps it
         b = self.b.reshape(-1)
         with blas_threads().limit(limits=1, user_api="blas"), \
                 ResidualProgress(f"{self.what} (multigrid-{self.krylov}, {self.comm.size} ranks)", self.tol,
                                  progress and self.root) as bar:
             vectors = Vectors(self.op.threads, self._total)
-            x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, vectors, bar)
+            x, history = method(applied, precondition, b, self.tol, self.maxiter, self.what, vectors, bar)
             bnorm = np.sqrt(vectors.dot(b, b))
             r = b - apply(x)
             history[-1] = float(np.sqrt(vectors.dot(r, r)) / bnorm) if bnorm else 0.0
