@@ -341,6 +341,8 @@ class If:
     otherwise: Block | None = None
 
 
+MATRIX_NODES = (Fragment, MatrixFill, MatrixLoad, MatrixMultiply, MatrixStore)  # the matrix unit's statements
+
 Node = Union[Block, Loop, If, Assign, Store, Set, Comment, Decl, Buffer, Copy, Call, Launch, SharedLimit, DeviceCopy,
              Barrier, Fragment, MatrixFill, MatrixLoad, MatrixMultiply, MatrixStore]
 

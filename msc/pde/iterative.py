@@ -146,12 +146,11 @@ class IterativeSolver:
         """CG runs on views into the kernel buffers: the operator's and the V-cycle's results are read
         where the kernels wrote them, and the residual lives in the fine level's right-hand side (unless
         a constant part K(0) is folded into it); only the direction is copied in, once per iteration."""
-        method: Any = cg
         if self.krylov == "cg":
             apply, precondition = self._applied_view, self._cycled_view
             fine = self.mg.levels[0].op
             self._residual = fine.rhs if fine is not None and fine.shift is None else None
-            method = partial(cg, residual=self._residual)
+            method: Any = partial(cg, residual=self._residual)
         else:
             method, apply, precondition = gmres, self.apply, self._precondition
         vectors = self._vectors

@@ -104,6 +104,7 @@ class CPrinter:
     dtype: str
     restrict = "restrict"  # how the language says that no other pointer reaches a pointer's values
     types = {"index": "long", "int": "int", "flag": "_Bool", "value": "real"}  # of a Decl's (or Loop's) kind
+    elements = C_TYPES  # of a buffer's or pointer's values of another type than the stencil's
 
     def lines(self, node: k.Node, depth: int = 0) -> list[str]:
         pad = INDENT * depth
@@ -134,7 +135,7 @@ class CPrinter:
                 return [f"{pad}{const}{self.types[node.kind]} {node.name} = {c_int(node.init)};"]
             const = "const " if node.kind == "const pointer" else ""
             restrict = f"{self.restrict} " if node.restrict else ""
-            return [f"{pad}{const}real *{restrict}{node.name} = {c_int(node.init)};"]
+            return [f"{pad}{const}{self.element(node.element)} *{restrict}{node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Buffer):
             points = node.points()
             size = str(points) if points is not None else " * ".join(
@@ -144,19 +145,24 @@ class CPrinter:
         if isinstance(node, k.Copy):
             out = []
             for d, (it, (lo, hi)) in enumerate(zip(node.iterators, node.region)):
-                out.append(f"{pad}{INDENT * d}for (long {it} = {c_int(lo)}; {it} < {c_int(hi, RELATIONAL + 1)}; {it}++)")
+                bound = c_int(hi, RELATIONAL + 1)
+                out.append(f"{pad}{INDENT * d}for (long {it} = {c_int(lo)}; {it} < {bound}; {it}++)")
             return out + [f"{pad}{INDENT * len(node.iterators)}{c_ref(node.dst)} = {c_ref(node.src)};"]
         if isinstance(node, k.Call):
             return [f"{pad}{node.func}({', '.join(c_int(a) for a in node.args)});"]
         if isinstance(node, k.Barrier):
             raise TypeError("a barrier is left in the kernel IR: the target's passes must implement or remove it")
-        if isinstance(node, (k.Fragment, k.MatrixFill, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore)):
+        if isinstance(node, k.MATRIX_NODES):
             raise TypeError(f"{type(node).__name__} is left in the kernel IR: "
                             "only a printer for a matrix unit prints it")
         if isinstance(node, (k.Launch, k.SharedLimit, k.DeviceCopy)):
             raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a GPU printer prints launches "
                             "and their host calls")
         raise TypeError(f"not a kernel IR node: {node!r}")
+
+    def element(self, element: str | None) -> str:
+        """The language's type of values of `element` (`Buffer.element`; None: the stencil's, `real`)."""
+        return "real" if element is None else self.elements[element]
 
     def _each(self, nodes: tuple[k.Node, ...], depth: int) -> list[str]:
         out: list[str] = []

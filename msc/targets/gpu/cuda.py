@@ -116,10 +116,11 @@ def _pointer(f: ir.FieldDecl) -> str:
     return ring_buffer(f.name) if f.written else field_name(f.name)
 
 
-def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, str]],
+def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, str]], body: list[str],
              printer: CudaPrinter) -> dict[str, object]:
-    """A device function for the kernel template: its name, body lines, threads per block and `parameters`."""
-    return dict(name=function.name, source="", body=printer.lines(function.body), threads=math.prod(function.block),
+    """A device function for the kernel template: its name, `body` (its lines), threads per block and
+    `parameters`."""
+    return dict(name=function.name, source="", body=body, threads=math.prod(function.block),
                 parameters=[printer.parameter(t, v) for t, v in parameters])
 
 
@@ -167,7 +168,7 @@ class CudaTarget(ctarget.CTarget):
         tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
         if tiled is not None:
             function = time_tile.device_function(tiled, f"{name}_tt")
-            return dict(entry, launches=[_printed(function, function.scope, printer)],
+            return dict(entry, launches=[_printed(function, function.scope, printer.lines(function.body), printer)],
                         body=printer.lines(time_tile.host_loop(tiled, function)))
         kernel = lower_kernel(poly, schedule, name, box)
         why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
@@ -187,9 +188,10 @@ class CudaTarget(ctarget.CTarget):
                 calls[launch.name] = custom.call
                 printed.append(dict(source=custom.source))
                 continue
-            text = "\n".join(printer.lines(launch.body))
+            body = printer.lines(launch.body)
+            text = "\n".join(body)
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
-            printed.append(_printed(launch, used, printer))
+            printed.append(_printed(launch, used, body, printer))
             calls[launch.name] = k.Launch(launch.name, launch.grid, launch.block, tuple(ix.Var(v) for _, v in used))
 
         def fill(node: k.Node) -> k.Node:

@@ -17,9 +17,7 @@ from msc.codegen import kernel_ir as k
 from msc.codegen.printers.c import ADDITIVE, INDENT, MULTIPLICATIVE, CPrinter, c_int, c_ref
 
 WMMA = "nvcuda::wmma"  # the matrix unit's API
-ELEMENTS = {"float64": "double", "float32": "float", "float16": "__half"}  # C++ types of `Buffer.element`
 DYNAMIC_SHARED = "msc_shared"  # the block's dynamic shared memory, as bytes
-MATRIX_NODES = (k.Fragment, k.MatrixFill, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore)
 
 # a mapped loop starts at its share of the grid and strides by the grid's size
 _START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
@@ -35,6 +33,7 @@ BLOCK_SIZE = "(long)(blockDim.x * blockDim.y * blockDim.z)"
 class CudaPrinter(CPrinter):
     restrict = "__restrict__"
     types = {**CPrinter.types, "flag": "bool"}
+    elements = {**CPrinter.elements, "float16": "__half"}
 
     def lines(self, node: k.Node, depth: int = 0) -> list[str]:
         pad = INDENT * depth
@@ -44,13 +43,8 @@ class CudaPrinter(CPrinter):
             return self._shared_copy(node, depth)
         if isinstance(node, k.Barrier):
             return [f"{pad}{'__syncwarp()' if node.workers == 'warp' else '__syncthreads()'};"]
-        if isinstance(node, MATRIX_NODES):
+        if isinstance(node, k.MATRIX_NODES):
             return self._matrix(node, pad)
-        if isinstance(node, k.Decl) and node.kind in ("pointer", "const pointer") and node.element is not None:
-            const = "const " if node.kind == "const pointer" else ""
-            restrict = "__restrict__ " if node.restrict else ""
-            star = "*const " if node.const and not node.restrict else "*"
-            return [f"{pad}{const}{self.element(node.element)} {star}{restrict}{node.name} = {c_int(node.init)};"]
         if isinstance(node, k.Launch):
             grid, block = ", ".join(map(c_int, node.grid)), ", ".join(map(str, node.block))
             args = "".join(f", {c_int(a)}" for a in node.args)
@@ -81,10 +75,6 @@ class CudaPrinter(CPrinter):
         arena = [f"{pad}MSC_DYNAMIC_SHARED(unsigned char, {DYNAMIC_SHARED});"] if buffer.offset == 0 else []
         return [*arena, f"{pad}{element} {pointer} = reinterpret_cast<{cast}>({at});"]
 
-    def element(self, element: str | None) -> str:
-        """The C++ type of values of `element` (None: the stencil's, `real`)."""
-        return "real" if element is None else ELEMENTS[element]
-
     def parameter(self, ctype: str, name: str) -> str:
         """A device function's parameter: pointers to one level (or an input) are restrict;
         a whole ring buffer is not."""
@@ -97,7 +87,7 @@ class CudaPrinter(CPrinter):
             m, n, kk = node.shape
             layout = "" if node.role == "accumulator" else f", {WMMA}::row_major"
             role = "accumulator" if node.role == "accumulator" else f"matrix_{node.role}"
-            element = f"{WMMA}::precision::tf32" if node.element == "tf32" else ELEMENTS[node.element]
+            element = f"{WMMA}::precision::tf32" if node.element == "tf32" else self.elements[node.element]
             return [f"{pad}{WMMA}::fragment<{WMMA}::{role}, {m}, {n}, {kk}, {element}{layout}> {node.name};"]
         if isinstance(node, k.MatrixFill):
             return [f"{pad}{WMMA}::fill_fragment({node.fragment}, {c_int(node.value)});"]
