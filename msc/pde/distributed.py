@@ -274,7 +274,7 @@ class DistributedMultigrid:
             precondition = lambda r: self.vcycle(r.reshape(shape))
         else:
             method, applied = gmres, apply
-            precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)  # a copy: GMRES keeps it
+            precondition = lambda r: self.vcycle(r.reshape(shape)).reshape(-1)  # flat, as GMRES takes vectors
         b = self.b.reshape(-1)
         with blas_threads().limit(limits=1, user_api="blas"), \
                 ResidualProgress(f"{self.what} (multigrid-{self.krylov}, {self.comm.size} ranks)", self.tol,

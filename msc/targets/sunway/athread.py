@@ -15,8 +15,8 @@ What a CPE computes is the lowered kernel's (`lower_kernel`): each
 statement's point update, as lowering built it from the schedule, rebound to
 the LDM buffers of the slave function's plan (`athread_plan.py`), which
 decides the tiles, the DMA and the rings. The schedule's `tile(...)` is the
-LDM block (a dimension it leaves out gets the platform's default size); every level read and every field written is
-staged in LDM, so `cache_read`/`cache_write` name what happens anyway. The
+LDM block (a dimension it leaves out gets the platform's default size);
+every level read and every field written is staged in LDM, so `cache_read`/`cache_write` name what happens anyway. The
 footprint of each slave function (all its buffers: windows of rows, double
 buffers) is checked against the chip's LDM less the stack reserve before any
 code is written (`ctarget.check_capacity`). `compile` builds the emitted tree
