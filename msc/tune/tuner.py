@@ -66,13 +66,16 @@ class Trial:
 @dataclass(frozen=True)
 class Estimate:
     """A platform model's view of one schedule: modelled ms per step, what breaks
-    ties (`rank`, compared after the time), the model's own figures (`detail`)
-    and a line saying what it predicts (`text`)."""
+    ties (`rank`, compared after the time), the model's own figures (`detail`),
+    a line saying what it predicts (`text`) and why the model trusts its own
+    figure less (`caveat`; empty: it does not): a candidate with a caveat ranks
+    after every candidate without one."""
 
     ms_per_step: float
     rank: tuple[float, ...] = ()
     detail: Any = None
     text: str = ""
+    caveat: str = ""
 
 
 @dataclass
@@ -527,7 +530,7 @@ def model_choice(poly: PolyIR, shape: tuple[int, ...], steps: int, platform: Pla
     if not costs:
         raise ScheduleError(f"schedule='auto' on stencil '{poly.ir.name}': no candidate of {platform.name} "
                             f"fits a problem of {'x'.join(map(str, shape))}")
-    ranked = sorted(costs, key=lambda s: (costs[s].ms_per_step, *costs[s].rank))  # stable: ties keep their order
+    ranked = sorted(costs, key=lambda s: (bool(costs[s].caveat), costs[s].ms_per_step, *costs[s].rank))  # stable
     for schedule in ranked:
         try:
             lower(schedule, poly)
@@ -542,6 +545,10 @@ def model_choice(poly: PolyIR, shape: tuple[int, ...], steps: int, platform: Pla
     estimate = costs[chosen]
     say(estimate.text or f"chose {chosen} for '{poly.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
                          f"{platform.name}: {estimate.ms_per_step:.3f} ms/step modelled, {len(costs)} schedules ranked")
+    fastest = min(costs, key=lambda s: costs[s].ms_per_step)
+    if costs[fastest].ms_per_step < estimate.ms_per_step:
+        say(f"{fastest} is predicted faster ({costs[fastest].ms_per_step:.3f} ms/step) but ranked after it: "
+            f"{costs[fastest].caveat}")
     default = costs.get(Schedule(), estimate)
     return TuningReport(chosen, estimate.ms_per_step, default.ms_per_step, False,
                         [Trial(str(s), e.ms_per_step) for s, e in costs.items()], estimate)

@@ -19,7 +19,9 @@ and the step time is predicted as
 bandwidth(block) is the core group's DMA bandwidth for contiguous blocks of
 that size (`dma_gb_s`: measured on SW26010; an assumption on the Pro). The
 inputs and their sources are in `chips.py` and docs/athread.md; the
-prediction is printed and is a model, never a measurement.
+prediction is printed and is a model, never a measurement. Candidates whose
+DMA stays above a floor (blocks of 1 KB on average, at 75% of the ceiling)
+rank before the rest, where the table is least certain (ADR 0056).
 """
 
 from __future__ import annotations
@@ -263,6 +265,11 @@ def predict(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, c
 
 TIME_DEPTHS = (2, 4, 8)
 
+#: The DMA floor: `schedule="auto"` ranks candidates whose DMA moves blocks of at least MIN_DMA_BLOCK bytes on
+#: average, at MIN_DMA_SHARE or more of the chip's ceiling, before every other (where the grid allows any).
+MIN_DMA_BLOCK = 1024
+MIN_DMA_SHARE = 0.75
+
 
 def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) -> list[Schedule]:
     """Tile shapes of powers of two (and the whole interior) per dimension, along the rows also three times
@@ -286,14 +293,26 @@ def candidates(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) 
     return out
 
 
-def best_sweep(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) -> Prediction:
-    """The model's best single sweep (spatial tile): what a time tile it chooses is weighed against."""
-    sweeps = (predict(stencil, shape, s, chip) for s in candidates(stencil, shape, chip) if not s.time_depth)
-    return min(sweeps, key=lambda p: (p.step_s, p.get_bytes + p.put_bytes, p.transfers))
+def fastest(stencil: ir.StencilIR, shape: tuple[int, ...], chip: Chip | str) -> Prediction:
+    """The model's least predicted step time over every candidate, whatever its DMA blocks: what the choice
+    above the DMA floor is weighed against (docs/athread.md)."""
+    every = (predict(stencil, shape, s, chip) for s in candidates(stencil, shape, chip))
+    return min(every, key=lambda p: (p.step_s, p.get_bytes + p.put_bytes, p.transfers))
+
+
+def caveat(p: Prediction) -> str:
+    """Why the model trusts its prediction for `p` less (empty: it does not): DMA below the floor, where the
+    measured table is widest and the per-transfer cost an assumption (ADR 0056)."""
+    floor = MIN_DMA_SHARE * p.chip.ceiling_gb_s
+    if p.mean_dma_block >= MIN_DMA_BLOCK and p.dma_gb_s >= floor:
+        return ""
+    return (f"its DMA moves {p.mean_dma_block:.0f}-byte blocks on average at {p.dma_gb_s:.1f} GB/s, below the floor "
+            f"the model ranks first ({MIN_DMA_BLOCK}-byte blocks at {floor:.1f} GB/s, {MIN_DMA_SHARE:.0%} of the "
+            f"{p.chip.ceiling_gb_s:.1f} GB/s ceiling), where its bandwidth table is least certain")
 
 
 def estimate(stencil: ir.StencilIR, shape: tuple[int, ...], schedule: Schedule, chip: Chip | str) -> Estimate:
-    """The tuner's view of `predict` (msc/tune/tuner.py ranks by it: the least
-    predicted step time, ties broken by fewer DMA bytes, then fewer transfers)."""
+    """The tuner's view of `predict` (msc/tune/tuner.py ranks by it: candidates above the DMA floor first, then
+    the least predicted step time, ties broken by fewer DMA bytes, then fewer transfers)."""
     p = predict(stencil, shape, schedule, chip)
-    return Estimate(p.step_s * 1e3, (p.get_bytes + p.put_bytes, p.transfers), p, p.describe())
+    return Estimate(p.step_s * 1e3, (p.get_bytes + p.put_bytes, p.transfers), p, p.describe(), caveat(p))
