@@ -19,11 +19,12 @@ fine point takes it whole.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-Coefficients = dict[tuple[int, ...], np.ndarray]
+Coefficients = Mapping[tuple[int, ...], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Ax
     before they multiply a coefficient array, over the fine points too where the coefficient is
     constant along the axis."""
     ndim = len(shape)
-    out: Coefficients = {}
+    out: dict[tuple[int, ...], np.ndarray] = {}
     products: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # c constant along the axis
     weights = {a: _axis_weights(ax, a) for a in {offset[axis] for offset in coefs}}
     for offset, c in coefs.items():
@@ -149,7 +150,7 @@ def _outer_sum(terms: list[tuple[np.ndarray, np.ndarray]], axis: int, ndim: int)
     return total.reshape(shape[:axis] + (weights.shape[0],) + shape[axis + 1:])
 
 
-def _accumulate(out: Coefficients, key: tuple[int, ...], term: np.ndarray) -> None:
+def _accumulate(out: dict[tuple[int, ...], np.ndarray], key: tuple[int, ...], term: np.ndarray) -> None:
     """out[key] += term (a fresh array), in place where the shapes allow."""
     have = out.get(key)
     if have is None:
@@ -188,12 +189,33 @@ def _expand(compact: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return compact
 
 
-def _compact(coefs: Coefficients, shape: tuple[int, ...]) -> Coefficients | None:
+class ClassCoefficients(Mapping[tuple[int, ...], np.ndarray]):
+    """A dirichlet coefficient stencil whose every c_o depends on each axis only through the class
+    of the point (first, inside, last): kept per class (`compact[o]`, 3 values per axis), each c_o
+    expanded over the grid `shape` only when it is read. The Galerkin levels of a constant-coefficient
+    operator are these (`_by_proxy`)."""
+
+    def __init__(self, compact: dict[tuple[int, ...], np.ndarray], shape: tuple[int, ...]) -> None:
+        self.compact, self.shape = compact, shape
+
+    def __getitem__(self, offset: tuple[int, ...]) -> np.ndarray:
+        return _expand(self.compact[offset], self.shape)
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return iter(self.compact)
+
+    def __len__(self) -> int:
+        return len(self.compact)
+
+
+def _compact(coefs: Coefficients, shape: tuple[int, ...]) -> dict[tuple[int, ...], np.ndarray] | None:
     """The coefficients per class (first, inside, last point of each axis), or None when some
     coefficient varies among the inside points or is not given over the whole grid."""
+    if isinstance(coefs, ClassCoefficients) and coefs.shape == shape:
+        return dict(coefs.compact)
     ndim = len(shape)
     picks = [np.array([0, n // 2, n - 1]) for n in shape]
-    out: Coefficients = {}
+    out: dict[tuple[int, ...], np.ndarray] = {}
     for o, c in coefs.items():
         if np.ndim(c) == 0:
             out[o] = np.full((3,) * ndim, float(c))
@@ -231,7 +253,7 @@ def _by_proxy(coefs: Coefficients, shape: tuple[int, ...],
     if coarse_compact is None:
         return None
     coarse = tuple(ax.m for ax in axes)  # type: ignore[union-attr]
-    return {o: _expand(c, coarse) for o, c in coarse_compact.items()}, coarse
+    return ClassCoefficients(coarse_compact, coarse), coarse
 
 
 def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
@@ -240,9 +262,11 @@ def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def gershgorin_ratio(coefs: Coefficients, shape: tuple[int, ...]) -> float:
-    """max_x sum_o |c_o(x)| / |c_0(x)|: a bound on the spectral radius of D^-1 A."""
-    total = sum(np.abs(np.asarray(c, float)) for c in coefs.values())
-    return float(np.max(total / np.abs(diagonal(coefs, shape))))
+    """max_x sum_o |c_o(x)| / |c_0(x)|: a bound on the spectral radius of D^-1 A (per class, where
+    the coefficients are given per class: every class has points on the grid)."""
+    values = coefs.compact if isinstance(coefs, ClassCoefficients) else coefs
+    total = sum(np.abs(np.asarray(c, float)) for c in values.values())
+    return float(np.max(total / np.abs(np.asarray(values.get((0,) * len(shape), 0.0), float))))
 
 
 def is_symmetric(coefs: Coefficients, shape: tuple[int, ...], periodic: bool, rtol: float = 1e-12) -> bool:
@@ -296,13 +320,17 @@ def uniform_region(coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
     with the most differing points until none is left; None when it would cover less than `least`
     of the grid. Galerkin operators of constant-coefficient operators differ only next to the
     boundary (even sizes: the last coarse point's interpolation is cut short)."""
-    centre = tuple(n // 2 for n in shape)
-    values = {o: float(np.broadcast_to(c, shape)[centre]) for o, c in coefs.items()}
-    differs = np.zeros(shape, bool)
-    for o, c in coefs.items():
+    per_class = isinstance(coefs, ClassCoefficients) and all(abs(k) <= 1 for o in coefs for k in o)
+    given, grid = (coefs.compact, (3,) * len(shape)) if per_class else (coefs, shape)  # type: ignore[union-attr]
+    centre = tuple(n // 2 for n in grid)
+    values = {o: float(np.broadcast_to(c, grid)[centre]) for o, c in given.items()}
+    differs = np.zeros(grid, bool)  # per class (then expanded), where the coefficients are given so
+    for o, c in given.items():
         if np.ndim(c) and np.any(c != values[o]):
-            here = (...,) if periodic else _shifted(shape, o)
-            differs[here] |= np.broadcast_to(c, shape)[here] != values[o]
+            here = (...,) if periodic else _shifted(grid, o)
+            differs[here] |= np.broadcast_to(c, grid)[here] != values[o]
+    if grid != shape:
+        differs = _expand(differs, shape)
     lo, hi = [0] * len(shape), list(shape)
     shell: list[Box] = []
     while True:

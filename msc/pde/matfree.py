@@ -34,7 +34,7 @@ from msc import ir
 from msc.ir.arguments import bind_arguments
 from msc.pde.coarsen import Box, uniform_region
 from msc.pde.vectors import gather, scatter
-from msc.runtime.buffers import aligned_empty, ghost_width, pack
+from msc.runtime.buffers import aligned_empty, ghost_width, pack, put_level
 from msc.runtime.threads import default_threads
 from msc.stencil import Stencil
 
@@ -153,10 +153,12 @@ class CompiledOperator:
                                                       target, threads, True)
                                  for kind in ("apply", "residual", UNIFORM, FIRST_UNIFORM)})
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
-        arrays = {unknown: np.zeros(full), RHS: np.zeros(full), **inputs}  # a weight field only when set
+        zero = np.broadcast_to(0.0, full)
+        at_zero = (unknown, RHS, *(f for f in fields if f not in inputs))  # filled later, if at all
+        arrays = {**dict.fromkeys(at_zero, zero), **inputs}  # a weight field only when set
         first = self.kernels["apply"].ir
         args = bind_arguments(first, 0, arrays)
-        self._buffers = pack(first, args)
+        self._buffers = pack(first, args, zeros=at_zero)
         self._threads = threads or default_threads()
         self._scalars = {**args.scalars, **(interior.values if interior else {})}
         self._inside = None if interior is None else _padded(interior.inside, ring)
@@ -203,9 +205,16 @@ class CompiledOperator:
         else:
             self._smoother = "jacobi"
             if WEIGHT not in self._buffers:
-                self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64")
-                self._buffers[WEIGHT][...] = 0.0
+                self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64", zeroed=True)
             self._buffers[WEIGHT][self._inner] = w
+
+    def set_field(self, name: str, values: np.ndarray | float) -> None:
+        """A coefficient field's values over the grid of unknowns (a dirichlet ring stays zero,
+        periodic ghost cells wrap)."""
+        if self._ghosts is None:
+            self._buffers[name][self._inner] = values
+        else:
+            put_level(self.kernels["apply"].ir, self._buffers[name], np.broadcast_to(values, self.n))
 
     @property
     def jacobi_kinds(self) -> tuple[str, str]:
@@ -336,7 +345,8 @@ def from_operator(L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any]
     tag = f"{L.name}_a{alpha:g}_b{beta:g}".replace("-", "m").replace(".", "p").replace("+", "")
     op = CompiledOperator(tag, operator_expr(L, alpha, beta), u, L.ir.ndim, "periodic" if periodic else "dirichlet",
                           given, L.ir.coefficients, L.ir.params, n, ring, target, threads, L.ir.loc)
-    op.measure_shift()  # before any halo exchange is plugged in: u is zero, ring and halo too
+    if L.linear_forms[u].constant is not None:  # K(0) may be nonzero: a source term
+        op.measure_shift()  # before any halo exchange is plugged in: u is zero, ring and halo too
     return op
 
 
@@ -366,16 +376,12 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
                                     target, threads, None)
         if not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
             interior = Interior(constant, values, region.inside, region.shell)
-    full = tuple(s + 2 * r for s, r in zip(shape, ring))
-    inner = tuple(slice(r, r + s) for r, s in zip(ring, shape))
-    arrays = {}
-    for name, o in zip(names, kept):
-        a = np.zeros(full)
-        a[inner] = np.broadcast_to(coefs[o], shape)
-        arrays[name] = a
     field = lambda name: _read(name, zero, None)  # noqa: E731
-    return CompiledOperator(tag, _coefficient_sum(names, kept, symmetric, field), "v", ndim, boundary, arrays, names,
-                            (), shape, ring, target, threads, None, interior)
+    op = CompiledOperator(tag, _coefficient_sum(names, kept, symmetric, field), "v", ndim, boundary, {}, names, (),
+                          shape, ring, target, threads, None, interior)
+    for name, o in zip(names, kept):
+        op.set_field(name, coefs[o])
+    return op
 
 
 def _coefficient_sum(names: tuple[str, ...], offsets: list[tuple[int, ...]], symmetric: bool,

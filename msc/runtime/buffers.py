@@ -9,6 +9,8 @@ time and comes from the newest input level, as in the reference.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from msc import ir
@@ -40,12 +42,13 @@ def put_level(stencil: ir.StencilIR, slot: np.ndarray, values: np.ndarray) -> No
         slot[...] = _pad(stencil, slot[domain])
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: str | np.dtype) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dtype: str | np.dtype, *, zeroed: bool = False) -> np.ndarray:
     """An uninitialised C-contiguous array whose first element sits on a 64-byte
-    (cache-line) boundary."""
+    (cache-line) boundary; `zeroed`: all zeros, from memory the system zeroes as it
+    is first touched (no pass over it here)."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    raw = np.empty(count * dtype.itemsize + 64, dtype=np.uint8)
+    raw = (np.zeros if zeroed else np.empty)(count * dtype.itemsize + 64, dtype=np.uint8)
     skip = -raw.ctypes.data % 64
     return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
 
@@ -57,10 +60,11 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
 
 
 def pack(stencil: ir.StencilIR, args: BoundArguments,
-         into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+         into: dict[str, np.ndarray] | None = None, zeros: Collection[str] = ()) -> dict[str, np.ndarray]:
     """Kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs: fresh
     ones, or `into`, the buffers of an earlier run of the stencil on the same shape,
-    overwritten whole (memory already paged in)."""
+    overwritten whole (memory already paged in). Fresh buffers of the fields named in
+    `zeros` (bound to zeros) come zeroed from the system: nothing is copied into them."""
     buffers: dict[str, np.ndarray] = {}
     padded = padded_shape(stencil, args.shape)
     for f in stencil.fields:
@@ -68,6 +72,9 @@ def pack(stencil: ir.StencilIR, args: BoundArguments,
         shape = (f.slots, *padded) if f.written else padded
         if into is not None and into[f.name].shape != shape:
             raise ValueError(f"pack: buffer '{f.name}' has shape {into[f.name].shape}, not {shape}")
+        if f.name in zeros and into is None:
+            buffers[f.name] = aligned_empty(shape, stencil.dtype, zeroed=True)
+            continue
         buf = buffers[f.name] = aligned_empty(shape, stencil.dtype) if into is None else into[f.name]
         if not f.written:
             buf[...] = _pad(stencil, levels[0])
