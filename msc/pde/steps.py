@@ -287,8 +287,8 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     when not SPD), 'multigrid' (matrix-free Krylov preconditioned by geometric multigrid: CG
     when symmetric, else GMRES), 'cg', 'gmres', or 'auto' (direct for small problems and
     systems). Iterative methods stop at ||b - A u|| <= tol ||b|| and raise ConvergenceError
-    after `maxiter` iterations; `smoother` is multigrid's: 'jacobi' (weighted, 2 sweeps) or
-    'chebyshev' (degree 2 in D^-1 A); `progress=True` shows the residual falling on stderr.
+    after `maxiter` iterations; `smoother` is multigrid's: 'jacobi' (weighted, 2 or 3 sweeps) or
+    'chebyshev' (degree 2 or 3 in D^-1 A); `progress=True` shows the residual falling on stderr.
     full_output=True also returns a SolveInfo (method, solver,
     iterations, residuals, levels, times). With an mpi4py communicator `comm`: multigrid over
     its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0; with
