@@ -14,7 +14,7 @@ import pytest
 
 import msc
 from msc import x, y, z
-from msc.pde.coarsen import Axis1D, diagonal, galerkin_axis, sparse_matrix, uniform_region
+from msc.pde.coarsen import Axis1D, diagonal, galerkin, galerkin_axis, sparse_matrix, uniform_region
 from msc.pde.matfree import from_coefficients
 from msc.pde.transfer import Transfer
 
@@ -91,8 +91,9 @@ def test_compiled_transfers_match_explicit_matrices_on_buffer_views(periodic, sh
         t.restrict(coarse, coarse, threads=1)
 
 
-def galerkin_hierarchy(ndim, n, periodic, levels):
-    """The coefficient stencils of the 2*ndim+1 point Laplacian's first coarse levels."""
+def galerkin_hierarchy(ndim, n, periodic, levels, by_class=False):
+    """The coefficient stencils of the 2*ndim+1 point Laplacian's first coarse levels (by_class: as
+    multigrid computes them, per class where a proxy grid allows: ClassCoefficients)."""
     coefs = {(0,) * ndim: np.asarray(-2.0 * ndim)}
     for d in range(ndim):
         for side in (-1, 1):
@@ -100,6 +101,10 @@ def galerkin_hierarchy(ndim, n, periodic, levels):
     shape, out = (n,) * ndim, []
     for _ in range(levels):
         axes = [Axis1D.of(m, periodic) for m in shape]
+        if by_class:
+            coefs, shape = galerkin(coefs, shape, axes)
+            out.append((coefs, shape))
+            continue
         for d, ax in enumerate(axes):
             coefs = galerkin_axis(coefs, shape, d, ax)
             shape = tuple(ax.m if k == d else m for k, m in enumerate(shape))
@@ -160,16 +165,19 @@ def test_uniform_region_of_galerkin_operators(ndim, n, shell):
     assert uniform_region(noisy, shape, False) is None
 
 
-@pytest.mark.parametrize("ndim,n,periodic", [(3, 16, False), (3, 15, False), (2, 22, False), (3, 12, True)])
-def test_coefficient_operators_match_their_matrix(ndim, n, periodic, monkeypatch):
-    """from_coefficients (split into a constant box and its shell, constant everywhere, or fields)
-    applies the Galerkin operator's matrix: residual, one weighted Jacobi sweep, and two from zero."""
+@pytest.mark.parametrize("ndim,n,periodic,by_class", [(3, 16, False, False), (3, 15, False, False),
+                                                      (2, 22, False, False), (3, 12, True, False),
+                                                      (3, 48, False, True), (2, 64, False, True)])
+def test_coefficient_operators_match_their_matrix(ndim, n, periodic, by_class, monkeypatch):
+    """from_coefficients (split into a constant box and its shell, or into constant pieces, constant
+    everywhere, or fields) applies the Galerkin operator's matrix: residual, one weighted Jacobi
+    sweep, and two from zero."""
     from msc.pde import matfree
 
     monkeypatch.setattr(matfree, "SPLIT_LEAST", 0)  # small grids split too
     rng = np.random.default_rng(n)
     forms = set()
-    for coefs, shape in galerkin_hierarchy(ndim, n, periodic, 2):
+    for coefs, shape in galerkin_hierarchy(ndim, n, periodic, 2, by_class):
         A = sparse_matrix(coefs, shape, periodic)
         op = from_coefficients(coefs, shape, periodic, True, "openmp", 2)
         w = 0.5 / diagonal(coefs, shape)
@@ -185,9 +193,10 @@ def test_coefficient_operators_match_their_matrix(ndim, n, periodic, monkeypatch
         op.sweep_from_zero(2)  # u = 0, then two sweeps; the first reads no u
         first = weights * b.ravel()
         assert np.allclose(op.u.ravel(), first + weights * (b.ravel() - A @ first), rtol=1e-12)
-        forms.add("split" if op._inside is not None else "fields" if "mg_c0" in op._buffers else "constant")
-    assert forms == {(3, 16, False): {"split", "fields"}, (3, 15, False): {"constant"},
-                     (2, 22, False): {"split"}, (3, 12, True): {"constant"}}[ndim, n, periodic]
+        forms.add("pieces" if op._pieces else "split" if op._inside is not None
+                  else "fields" if "mg_c0" in op._buffers else "constant")
+    assert forms == {(3, 16): {"split", "fields"}, (3, 15): {"constant"}, (2, 22): {"split"}, (3, 12): {"constant"},
+                     (3, 48): {"pieces"}, (2, 64): {"pieces"}}[ndim, n]
 
 
 def laplacian(ndim, boundary="dirichlet", shift=0.0):

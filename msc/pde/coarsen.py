@@ -19,6 +19,7 @@ fine point takes it whole.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -350,6 +351,52 @@ def uniform_region(coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
         shell.append((tuple(plane_lo), tuple(plane_hi)))
         if np.prod([b - a for a, b in zip(lo, hi)]) < least * np.prod(shape):
             return None
+
+
+Piece = tuple[Box, dict[tuple[int, ...], float]]  # a box where c_o(x) is one value per offset
+
+
+def class_pieces(coefs: ClassCoefficients, inside: Box) -> list[Piece] | None:
+    """Boxes covering the grid outside `inside` (a box of whole classes), on each of which the
+    coefficient stencil is one constant stencil: the classes, merged where neighbouring classes
+    agree wherever x + o is on the grid (where it is not, c_o(x) multiplies a zero: the piece's
+    value for an offset outside at all its points is 0). None for offsets beyond radius 1, or
+    an `inside` that is not whole classes."""
+    ndim, n = len(coefs.shape), coefs.shape
+    if any(abs(k) > 1 for o in coefs for k in o) or any(
+            lo not in (0, 1) or hi not in (m - 1, m) for lo, hi, m in zip(*inside, n)):
+        return None
+    starts = [(0, 1, m - 1, m) for m in n]  # class c spans [starts[c], starts[c + 1])
+    kept = [range(_class_of(lo, m), _class_of(hi - 1, m) + 1) for lo, hi, m in zip(*inside, n)]
+    pieces: list[tuple[list[tuple[int, int]], dict[tuple[int, ...], float | None]]] = []
+    for k in np.ndindex(*(3,) * ndim):
+        if all(c in r for c, r in zip(k, kept)):
+            continue
+        outside = lambda o, k=k: any(c == 0 and d < 0 or c == 2 and d > 0 for c, d in zip(k, o))  # noqa: E731
+        pieces.append(([(c, c + 1) for c in k], {o: None if outside(o) else float(c[k])
+                                                  for o, c in coefs.compact.items()}))
+    merged = True
+    while merged:
+        merged = False
+        for i, j in itertools.combinations(range(len(pieces)), 2):
+            (a, va), (b, vb) = pieces[i], pieces[j]
+            differ = [d for d in range(ndim) if a[d] != b[d]]
+            if len(differ) != 1 or not (a[differ[0]][1] == b[differ[0]][0] or b[differ[0]][1] == a[differ[0]][0]):
+                continue
+            if any(va[o] is not None and vb[o] is not None and va[o] != vb[o] for o in va):
+                continue
+            d = differ[0]
+            span = [(min(a[d][0], b[d][0]), max(a[d][1], b[d][1])) if e == d else a[e] for e in range(ndim)]
+            pieces[i] = (span, {o: va[o] if va[o] is not None else vb[o] for o in va})
+            del pieces[j]
+            merged = True
+            break
+    return [((tuple(starts[d][r[0]] for d, r in enumerate(span)), tuple(starts[d][r[1]] for d, r in enumerate(span))),
+             {o: v or 0.0 for o, v in values.items()}) for span, values in pieces]
+
+
+def _class_of(i: int, n: int) -> int:
+    return 0 if i == 0 else 2 if i == n - 1 else 1
 
 
 def _shifted(shape: tuple[int, ...], offset: tuple[int, ...]) -> tuple[slice, ...]:

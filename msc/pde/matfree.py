@@ -32,7 +32,7 @@ import numpy as np
 
 from msc import ir
 from msc.ir.arguments import bind_arguments
-from msc.pde.coarsen import Box, uniform_region
+from msc.pde.coarsen import Box, ClassCoefficients, Piece, UniformRegion, class_pieces, uniform_region
 from msc.pde.vectors import gather, scatter
 from msc.runtime.buffers import aligned_empty, ghost_width, pack, put_level
 from msc.runtime.threads import default_threads
@@ -46,7 +46,8 @@ UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a paramete
 FIRST, FIRST_UNIFORM = "first", "first_uniform"  # the first Jacobi sweep from u = 0: v[t+1] = w b
 KINDS = ("apply", "residual", "jacobi", UNIFORM, FIRST, FIRST_UNIFORM)
 UNIFORM_OF = {"jacobi": UNIFORM, FIRST: FIRST_UNIFORM}  # a field-weight kind's kind with the weight a parameter
-INSIDE = "inside_"  # the kernels of a split operator's constant box (Interior)
+INSIDE, PIECE = "inside_", "piece_"  # the kernels of a split operator's constant box and pieces (Interior)
+CONSTANT_KINDS = ("apply", "residual", UNIFORM, FIRST_UNIFORM)  # their kinds: the weight is a parameter there
 SPLIT_LEAST = 65536  # points: below, one launch of the fields' kernel beat 4 launches per sweep (16^3 and 32^3)
 
 
@@ -63,14 +64,17 @@ def _compiled(st: ir.StencilIR, target: str, threads: int | None, box: bool) -> 
 
 @dataclass(frozen=True)
 class Interior:
-    """A coefficient stencil split in two: on the box `inside` (interior coordinates) a constant
+    """A coefficient stencil split up: on the box `inside` (interior coordinates) a constant
     stencil `K`, its coefficients kernel parameters (`values`); the coefficient fields' stencil on
-    the boxes of `shell` only. Each step is one launch per box."""
+    the boxes of `shell`; on each box of `pieces` the constant stencil `piece_K` with the piece's
+    values. Each step is one launch per box."""
 
     K: ir.Expr
     values: dict[str, float]
     inside: Box
     shell: tuple[Box, ...]
+    pieces: tuple[tuple[Box, dict[str, float]], ...] = ()
+    piece_K: ir.Expr | None = None
 
 
 def _read(name: str, offsets: tuple[int, ...], dt: int | None = 0) -> ir.FieldRead:
@@ -148,10 +152,12 @@ class CompiledOperator:
         self.kernels = {kind: _Lazy(partial(_stencil, kind, name, K, unknown, decls, params, boundary, loc),
                                     target, threads, interior is not None) for kind in KINDS}
         if interior is not None:
-            self.kernels.update({INSIDE + kind: _Lazy(partial(_stencil, kind, f"{name}_inside", interior.K, unknown,
-                                                              decls[:2], tuple(interior.values), boundary, loc),
-                                                      target, threads, True)
-                                 for kind in ("apply", "residual", UNIFORM, FIRST_UNIFORM)})
+            parts = [(INSIDE, interior.K, tuple(interior.values))]
+            if interior.piece_K is not None:
+                parts.append((PIECE, interior.piece_K, tuple(interior.pieces[0][1])))
+            self.kernels.update({part + kind: _Lazy(partial(_stencil, kind, f"{name}_{part}", K_part, unknown,
+                                                            decls[:2], names, boundary, loc), target, threads, True)
+                                 for part, K_part, names in parts for kind in CONSTANT_KINDS})
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
         zero = np.broadcast_to(0.0, full)
         at_zero = (unknown, RHS, *(f for f in fields if f not in inputs))  # filled later, if at all
@@ -163,8 +169,10 @@ class CompiledOperator:
         self._scalars = {**args.scalars, **(interior.values if interior else {})}
         self._inside = None if interior is None else _padded(interior.inside, ring)
         self._shell = () if interior is None else tuple(_padded(box, ring) for box in interior.shell)
+        self._pieces = () if interior is None else tuple((box, dict(values)) for box, values in interior.pieces)
+        self._piece_boxes = tuple(_padded(box, ring) for box, _ in self._pieces)
         self._extents = self._buffers[unknown].shape[-ndim:]
-        self._calls: dict[str, list[Any]] = {}
+        self._calls: dict[tuple[str, int], list[Any]] = {}  # by kind and piece (-1: the stencil's own values)
         self._smoother = "jacobi"
         g = ghost_width(first)
         self._ghosts = g if any(g) else None
@@ -197,13 +205,19 @@ class CompiledOperator:
 
     def set_weight(self, w: np.ndarray | float) -> None:
         """The Jacobi weights w of `sweep` (one number for every point: a kernel parameter; the same
-        inside a split operator's constant box, where w is constant too: its value at the centre)."""
-        self._scalars[OMEGA] = float(np.broadcast_to(w, self.n)[tuple(n // 2 for n in self.n)])
+        inside a split operator's constant box and on each of its pieces, where w, a function of the
+        diagonal, is constant too: its value at the centre, at the piece's first point)."""
+        at = np.broadcast_to(w, self.n)
+        self._scalars[OMEGA] = float(at[tuple(n // 2 for n in self.n)])
+        for (lo, _), values in self._pieces:
+            values[OMEGA] = float(at[lo])
         self._calls.clear()  # the parameters are in the calls
         if np.ndim(w) == 0:
             self._smoother = UNIFORM
         else:
             self._smoother = "jacobi"
+            if not self._fields_run:
+                return
             if WEIGHT not in self._buffers:
                 self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64", zeroed=True)
             self._buffers[WEIGHT][self._inner] = w
@@ -224,26 +238,37 @@ class CompiledOperator:
     def unbuilt(self, kinds: tuple[str, ...]) -> list[_Lazy]:
         """The kernels that running `kinds` needs and that are not built yet (a split operator's
         inside kernels too)."""
-        names = list(kinds)
+        names = list(kinds) if self._fields_run else []
         if self._inside is not None:
             names += [INSIDE + UNIFORM_OF.get(name, name) for name in kinds]
+        if self._pieces:
+            names += [PIECE + UNIFORM_OF.get(name, name) for name in kinds]
         return [self.kernels[name] for name in names if not self.kernels[name].built]
 
     def _run(self, kind: str, steps: int) -> None:
         if self._inside is None:
             self._launch(kind, self.step, steps)
             return
-        inside = INSIDE + UNIFORM_OF.get(kind, kind)
+        inside, piece_kind = INSIDE + UNIFORM_OF.get(kind, kind), PIECE + UNIFORM_OF.get(kind, kind)
         for t in range(self.step, self.step + steps):
             self._launch(inside, t, 1, self._inside)
+            for piece, box in enumerate(self._piece_boxes):
+                self._launch(piece_kind, t, 1, box, piece)
             for box in self._shell:
                 self._launch(kind, t, 1, box)
 
-    def _launch(self, kind: str, t0: int, steps: int, box: Box | None = None) -> None:
+    @property
+    def _fields_run(self) -> bool:
+        """Whether the stencil's own kernels run (everywhere, or on a shell): a split operator
+        whose pieces cover its shell runs the constant kernel only."""
+        return self._inside is None or bool(self._shell)
+
+    def _launch(self, kind: str, t0: int, steps: int, box: Box | None = None, piece: int = -1) -> None:
         kernel = self.kernels[kind].kernel
-        call = self._calls.get(kind)
+        call = self._calls.get((kind, piece))
         if call is None:
-            call = self._calls[kind] = kernel.arguments(self._buffers, self._scalars, self._extents)
+            scalars = self._scalars if piece < 0 else {**self._scalars, **self._pieces[piece][1]}
+            call = self._calls[kind, piece] = kernel.arguments(self._buffers, scalars, self._extents)
         if box is None:
             kernel.advance(call, t0, steps, self._threads)
         else:
@@ -375,6 +400,9 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
             return CompiledOperator(f"{tag}_uniform", constant, "v", ndim, boundary, values, (), names, shape, ring,
                                     target, threads, None)
         if not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
+            pieces = class_pieces(coefs, region.inside) if isinstance(coefs, ClassCoefficients) else None
+            if pieces is not None:
+                return _in_pieces(coefs, shape, constant, values, region, pieces, ring, tag, target, threads)
             interior = Interior(constant, values, region.inside, region.shell)
     field = lambda name: _read(name, zero, None)  # noqa: E731
     op = CompiledOperator(tag, _coefficient_sum(names, kept, symmetric, field), "v", ndim, boundary, {}, names, (),
@@ -382,6 +410,22 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
     for name, o in zip(names, kept):
         op.set_field(name, coefs[o])
     return op
+
+
+def _in_pieces(coefs: ClassCoefficients, shape: tuple[int, ...], constant: ir.Expr, values: dict[str, float],
+               region: UniformRegion, pieces: list[Piece], ring: tuple[int, ...], tag: str, target: str,
+               threads: int | None) -> CompiledOperator:
+    """A coefficient stencil per class as constant stencils only, no coefficient fields: `constant`
+    with `values` (the centre's) on the region's inside, and on each piece a stencil whose every
+    offset is a parameter of its own (on a piece c_-o(x) need not be c_o(x - o) of the same
+    piece), with the piece's values."""
+    offsets = sorted(coefs)
+    names = tuple(f"mg_p{k}" for k in range(len(offsets)))
+    interior = Interior(constant, values, region.inside, (),
+                        tuple((box, {name: v[o] for name, o in zip(names, offsets)}) for box, v in pieces),
+                        _coefficient_sum(names, offsets, False, ir.ParamRef))
+    return CompiledOperator(f"{tag}_pieces", constant, "v", len(shape), "dirichlet", values, (), tuple(values), shape,
+                            ring, target, threads, None, interior)
 
 
 def _coefficient_sum(names: tuple[str, ...], offsets: list[tuple[int, ...]], symmetric: bool,
