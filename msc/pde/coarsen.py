@@ -19,6 +19,7 @@ fine point takes it whole.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -246,15 +247,31 @@ def _by_proxy(coefs: Coefficients, shape: tuple[int, ...],
     if compact is None:
         return None
     proxy_shape = tuple(least + n % 2 for n in shape)
-    proxy, coarse_proxy = {o: _expand(c, proxy_shape) for o, c in compact.items()}, proxy_shape
-    for d, n in enumerate(proxy_shape):
-        proxy = galerkin_axis(proxy, coarse_proxy, d, Axis1D.of(n, False))
-        coarse_proxy = coarse_proxy[:d] + (n // 2,) + coarse_proxy[d + 1:]
-    coarse_compact = _compact(proxy, coarse_proxy)
+    coarse_compact = _proxy_product(proxy_shape, tuple((o, np.asarray(c, float).tobytes())
+                                                       for o, c in sorted(compact.items())))
     if coarse_compact is None:
         return None
     coarse = tuple(ax.m for ax in axes)  # type: ignore[union-attr]
-    return ClassCoefficients(coarse_compact, coarse), coarse
+    return ClassCoefficients(dict(coarse_compact), coarse), coarse
+
+
+@functools.lru_cache(maxsize=64)
+def _proxy_product(proxy_shape: tuple[int, ...],
+                   compact: tuple[tuple[tuple[int, ...], bytes], ...]) -> dict[tuple[int, ...], np.ndarray] | None:
+    """R A P on the proxy grid of the coefficients per class (`compact`: offset and the float64
+    values of its 3 x ... x 3 classes), per class again (None: it is not). Memoized: a pure function
+    of its arguments, which repeated solves of one operator share (the product costs about 4 ms of
+    small numpy operations per level); the arrays returned are read-only."""
+    classes = (3,) * len(proxy_shape)
+    proxy = {o: _expand(np.frombuffer(b).reshape(classes), proxy_shape) for o, b in compact}
+    coarse_proxy = proxy_shape
+    for d, n in enumerate(proxy_shape):
+        proxy = galerkin_axis(proxy, coarse_proxy, d, Axis1D.of(n, False))
+        coarse_proxy = coarse_proxy[:d] + (n // 2,) + coarse_proxy[d + 1:]
+    out = _compact(proxy, coarse_proxy)
+    for c in (out or {}).values():
+        c.setflags(write=False)
+    return out
 
 
 def diagonal(coefs: Coefficients, shape: tuple[int, ...]) -> np.ndarray:
