@@ -186,7 +186,8 @@ class DistributedMultigrid:
                 else:  # arrays with their ring: block + ring is a plain slice
                     ringed = {k: a[tuple(slice(s, s + c + 2 * rd) for s, c, rd in zip(start, count, r))]
                               for k, a in arrays.items()}
-                pieces.append({"coefficients": ringed, "inverse_diagonal": inverse_diagonal[inner].copy(), "b": b[inner].copy()})
+                pieces.append({"coefficients": ringed, "inverse_diagonal": inverse_diagonal[inner].copy(),
+                               "b": b[inner].copy()})
         return self.comm.scatter(pieces, root=0)
 
     # -------------------------------------------------------------- halos

@@ -10,6 +10,7 @@ openmp by default, each when first used):
     jacobi    v[t+1] = v + omega * (b - K(v))  (the same with one weight for every point:
                                                a parameter, so no weight field is streamed)
     first     v[t+1] = w * b  (or omega * b: the first sweep from v = 0, reading no v)
+    two       v[t+1] = w * (2 b - K(w b))  (the first two sweeps from v = 0 in one, reading b only)
 
 K is either an msc.Operator's expression, scaled (alpha*v + beta*L(v), the
 implicit step's I - theta*dt*L included) or a coefficient stencil
@@ -33,6 +34,7 @@ import numpy as np
 from msc import ir
 from msc.ir.arguments import bind_arguments
 from msc.pde.coarsen import Box, ClassCoefficients, Piece, UniformRegion, class_pieces, uniform_region
+from msc.pde.operator import substitute
 from msc.pde.vectors import gather, scatter
 from msc.runtime.buffers import aligned_empty, ghost_width, pack, put_level
 from msc.runtime.threads import default_threads
@@ -44,8 +46,9 @@ if TYPE_CHECKING:
 RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
 UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
 FIRST, FIRST_UNIFORM = "first", "first_uniform"  # the first Jacobi sweep from u = 0: v[t+1] = w b
-KINDS = ("apply", "residual", "jacobi", UNIFORM, FIRST, FIRST_UNIFORM)
-UNIFORM_OF = {"jacobi": UNIFORM, FIRST: FIRST_UNIFORM}  # a field-weight kind's kind with the weight a parameter
+TWO, TWO_UNIFORM = "two", "two_uniform"  # the first two sweeps from u = 0: v[t+1] = w (2 b - K(w b))
+KINDS = ("apply", "residual", "jacobi", UNIFORM, FIRST, FIRST_UNIFORM, TWO, TWO_UNIFORM)
+UNIFORM_OF = {"jacobi": UNIFORM, FIRST: FIRST_UNIFORM, TWO: TWO_UNIFORM}  # the kind with the weight a parameter
 INSIDE, PIECE = "inside_", "piece_"  # the kernels of a split operator's constant box and pieces (Interior)
 CONSTANT_KINDS = ("apply", "residual", UNIFORM, FIRST_UNIFORM)  # their kinds: the weight is a parameter there
 SPLIT_LEAST = 65536  # points: below, one launch of the fields' kernel beat 4 launches per sweep (16^3 and 32^3)
@@ -94,12 +97,18 @@ def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.Fie
     ndim = decls[0].ndim
     zero = (0,) * ndim
     v, b = _read(unknown, zero), _read(RHS, zero, None)
-    uniform = kind in (UNIFORM, FIRST_UNIFORM)
-    if kind in ("jacobi", FIRST):
+    uniform = kind in (UNIFORM, FIRST_UNIFORM, TWO_UNIFORM)
+    if kind in ("jacobi", FIRST, TWO):
         decls = (*decls, ir.FieldDecl(WEIGHT, ndim, "float64", window=0, written=False))
     weight = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
+    if kind in (TWO, TWO_UNIFORM):  # K of the first sweep's w b: its reads of v are reads of w b
+        def w_b(r: ir.FieldRead) -> ir.Expr:
+            w = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, r.offsets, None)
+            return ir.BinOp("*", w, _read(RHS, r.offsets, None)) if r.name == unknown else r
+        weighted_b, two_b = substitute(K, w_b), ir.BinOp("*", ir.Const(2.0), b)
     expr = {"apply": K, "residual": ir.BinOp("-", b, K)}.get(kind) or (
         ir.BinOp("*", weight, b) if kind in (FIRST, FIRST_UNIFORM)
+        else ir.BinOp("*", weight, ir.BinOp("-", two_b, weighted_b)) if kind in (TWO, TWO_UNIFORM)
         else ir.BinOp("+", v, ir.BinOp("*", weight, ir.BinOp("-", b, K))))
     return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if uniform else ()),
                         (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary)
@@ -231,9 +240,22 @@ class CompiledOperator:
             put_level(self.kernels["apply"].ir, self._buffers[name], np.broadcast_to(values, self.n))
 
     @property
-    def jacobi_kinds(self) -> tuple[str, str]:
-        """The kinds of `sweep` and of the first sweep from zero, for the weights set."""
-        return (self._smoother, FIRST if self._smoother == "jacobi" else FIRST_UNIFORM)
+    def jacobi_kinds(self) -> tuple[str, str, str]:
+        """The kinds of `sweep`, of the first sweep from zero and of the first two, for the weights set."""
+        if self._smoother == "jacobi":
+            return ("jacobi", FIRST, TWO)
+        return (UNIFORM, FIRST_UNIFORM, TWO_UNIFORM)
+
+    def from_zero_kinds(self, sweeps: int) -> tuple[str, ...]:
+        """The kinds `sweep_from_zero(sweeps)` runs: the first two sweeps in one kernel where b needs
+        no refresh (one process, dirichlet: b's ring is zero), K(0) = 0 and one kernel covers the
+        grid (a split operator's constant box would need the weights of its neighbours), else the
+        first alone."""
+        sweep, first, two = self.jacobi_kinds
+        if (sweeps >= 2 and self.shift is None and self.refresh is None and self._ghosts is None
+                and self._inside is None):
+            return (two, sweep) if sweeps > 2 else (two,)
+        return (first, sweep) if sweeps > 1 else (first,)
 
     def unbuilt(self, kinds: tuple[str, ...]) -> list[_Lazy]:
         """The kernels that running `kinds` needs and that are not built yet (a split operator's
@@ -293,16 +315,19 @@ class CompiledOperator:
         self.step += sweeps
 
     def sweep_from_zero(self, sweeps: int) -> None:
-        """u = 0, then `sweeps` weighted-Jacobi sweeps: the first is w b, which reads no u (with a
-        constant part K(0) folded into b, a plain sweep from u = 0 takes it out again)."""
+        """u = 0, then `sweeps` weighted-Jacobi sweeps: the first is w b, which reads no u, and the
+        first two are w (2 b - K(w b)), which reads b only (`from_zero_kinds`; with a constant part
+        K(0) folded into b, plain sweeps from u = 0 take it out again)."""
         if self.shift is not None:
             self.u[...] = 0.0
             self.sweep(sweeps)
             return
-        self._run(self.jacobi_kinds[1], 1)
+        first = self.from_zero_kinds(sweeps)[0]
+        done = 2 if first in (TWO, TWO_UNIFORM) else 1
+        self._run(first, 1)
         self.step += 1
-        if sweeps > 1:
-            self.sweep(sweeps - 1)
+        if sweeps > done:
+            self.sweep(sweeps - done)
 
     def residual(self) -> np.ndarray:
         """b - A u (a view, valid until the next kernel call); u is kept."""

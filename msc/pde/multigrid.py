@@ -100,7 +100,7 @@ class Multigrid:
         out = []
         for k, level in enumerate(self.levels):
             if level.op is not None:
-                kinds = ("residual", *(level.op.jacobi_kinds if self.smoother == "jacobi" else ()))
+                kinds = ("residual", *(level.op.from_zero_kinds(self.sweeps) if self.smoother == "jacobi" else ()))
                 out += level.op.unbuilt(kinds + (("apply",) if k == 0 else ()))
         return out
 
