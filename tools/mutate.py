@@ -200,9 +200,21 @@ MUTANTS = [
     Mutant("split coefficient operator skips its boundary planes", "msc/pde/matfree.py",
            "            for box in self._shell:\n                self._launch(kind, t, 1, box)\n", "",
            ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
+    Mutant("a per-class level's constant pieces never run", "msc/pde/matfree.py",
+           "            for piece, box in enumerate(self._piece_boxes):\n"
+           "                self._launch(piece_kind, t, 1, box, piece)\n", "",
+           ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
+    Mutant("constant pieces merged across classes that differ", "msc/pde/coarsen.py",
+           "            if any(va[o] is not None and vb[o] is not None and va[o] != vb[o] for o in va):\n"
+           "                continue\n", "",
+           ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
+    Mutant("the first two sweeps from zero apply K to b, not to w b", "msc/pde/matfree.py",
+           "            return ir.BinOp(\"*\", w, _read(RHS, r.offsets, None)) if r.name == unknown else r\n",
+           "            return _read(RHS, r.offsets, None) if r.name == unknown else r\n",
+           ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
     Mutant("Galerkin proxy taken without checking its coarse classes", "msc/pde/coarsen.py",
-           "    coarse_compact = _compact(proxy, coarse_proxy)\n    if coarse_compact is None:\n        return None\n",
-           "    coarse_compact = _compact(proxy, coarse_proxy) or {o: np.asarray(c)[(slice(0, 3),) * len(shape)]"
+           "    out = _compact(proxy, coarse_proxy)\n",
+           "    out = _compact(proxy, coarse_proxy) or {o: np.asarray(c)[(slice(0, 3),) * len(proxy_shape)]"
            " for o, c in proxy.items()}\n",
            ("tests/test_multigrid.py::test_galerkin_through_a_proxy_grid_equals_the_product",)),
     Mutant("CPE vector loop leaves its last points undone", "msc/targets/sunway/simd.py",
