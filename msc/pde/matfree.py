@@ -419,11 +419,10 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
     region = uniform_region(coefs, shape, periodic)
     interior = None
     if region is not None:
-        values = {name: region.values[o] for name, o in zip(names, kept)}
-        constant = _coefficient_sum(names, kept, symmetric, ir.ParamRef)
+        constant, values = _weighed_alike(region.values)
         if not region.shell:
-            return CompiledOperator(f"{tag}_uniform", constant, "v", ndim, boundary, values, (), names, shape, ring,
-                                    target, threads, None)
+            return CompiledOperator(f"{tag}_uniform", constant, "v", ndim, boundary, values, (), tuple(values), shape,
+                                    ring, target, threads, None)
         if not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
             pieces = class_pieces(coefs, region.inside) if isinstance(coefs, ClassCoefficients) else None
             if pieces is not None:
@@ -451,6 +450,19 @@ def _in_pieces(coefs: ClassCoefficients, shape: tuple[int, ...], constant: ir.Ex
                         _coefficient_sum(names, offsets, False, ir.ParamRef))
     return CompiledOperator(f"{tag}_pieces", constant, "v", len(shape), "dirichlet", values, (), tuple(values), shape,
                             ring, target, threads, None, interior)
+
+
+def _weighed_alike(values: Mapping[tuple[int, ...], float]) -> tuple[ir.Expr, dict[str, float]]:
+    """sum_o c_o v(x+o) for constant c_o, as kernel parameters: the offsets of one value share one
+    parameter and are summed before it multiplies them (the Galerkin levels of a symmetric stencil
+    weigh whole families of offsets alike: a 27-point stencil takes 4 multiplications, not 27)."""
+    alike: dict[float, list[tuple[int, ...]]] = {}
+    for o in sorted(values):
+        alike.setdefault(values[o], []).append(o)
+    names = {f"mg_c{k}": value for k, value in enumerate(alike)}
+    terms = [ir.BinOp("*", ir.ParamRef(name), _sum([_read("v", o) for o in alike[value]]))
+             for name, value in names.items()]
+    return _sum(terms), names
 
 
 def _coefficient_sum(names: tuple[str, ...], offsets: list[tuple[int, ...]], symmetric: bool,
