@@ -5,7 +5,7 @@ then: the candidate schedules the target's platform offers
 (`Platform.tuning_space`; on the CPU single sweeps with and without
 streaming stores and prefetching, spatial tiles, skewed time tiles of
 several depths and widths; then the platform's `refinements` of the
-winner: prefetching, thread counts) are compiled and timed on short runs of
+fastest: prefetching, thread counts) are compiled and timed on short runs of
 the real inputs within a time budget, with progress printed. A platform
 with a cost model (the CPU's: msc/targets/cpu/model.py) has only the
 default and the TIMED - 1 candidates it ranks best timed (some of them time
@@ -14,10 +14,10 @@ narrower, shallower) while one is faster (`_climb`); each timing runs
 whole time tiles for about SAMPLE_S seconds, after one warm-up step. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
-finalists (the fastest few, and the default) are timed again in interleaved
-rounds (one far or clearly slower stops after one or two) and the one with
-the best median wins; its prefetching and
-thread-count variants are decided the same way.
+finalists (the fastest few, the default, and the fastest one's prefetching
+and thread-count variants) are timed again in interleaved rounds of one
+run-off (one far or clearly slower stops after one or two) and the one with
+the best median wins.
 Every target tunes here: the CPU measures, a GPU measures on a device, and
 the Sunway platforms (no chip at hand) and the GPU under its emulator rank by
 their models.
@@ -301,7 +301,8 @@ class AutoKernel:
                               f"'{self.ir.name}' ({type(e).__name__}: {e}); tuning again",
                               CacheWarning, stacklevel=3)
             else:
-                estimate = None if self.platform.measures else self.platform.cost(self.poly, shape, trial_steps, schedule)
+                estimate = (None if self.platform.measures
+                            else self.platform.cost(self.poly, shape, trial_steps, schedule))
                 self.report = TuningReport(schedule, ms, default_ms, True, estimate=estimate)
                 self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
                           f"({ms:.3f} ms/step, {self.report.speedup:.2f}x the default)")
@@ -416,13 +417,14 @@ class AutoKernel:
                 return
 
     def _runoff(self, schedules: list[Schedule], max_threads: int, inputs: dict[str, Any], trial_steps: int,
-                trials: list[Trial]) -> dict[Schedule, float]:
+                trials: list[Trial], timed: dict[Schedule, float]) -> dict[Schedule, float]:
         """Median ms/step of each schedule that compiles (`threads` of its own, else
         `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
-        moment of the machine touches every schedule alike; a schedule FAR_SLOWER than
-        the leader after one round, or CLEARLY_SLOWER after two, is no longer timed (its
-        median is of the rounds it ran), and after three rounds the run-off ends when it
-        is decided or TIED (`_settled`)."""
+        moment of the machine touches every schedule alike, and its first timing
+        (`timed`) where it has one: one unlucky round cannot outweigh it; a schedule
+        FAR_SLOWER than the leader after one round, or CLEARLY_SLOWER after two, is no
+        longer timed (its median is of the timings it had), and after three rounds the
+        run-off ends when it is decided or TIED (`_settled`)."""
         started = {}
         for schedule in schedules:
             try:
@@ -430,7 +432,7 @@ class AutoKernel:
                                      or self._started(schedule, schedule.threads or max_threads, inputs, trial_steps))
             except MscError as e:  # e.g. no private innermost loop to prefetch in
                 self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
-        samples: dict[Schedule, list[float]] = {s: [] for s in started}
+        samples: dict[Schedule, list[float]] = {s: [timed[s]] if s in timed else [] for s in started}
         running = dict(started)
         for round_ in range(ROUNDS):
             if round_ >= 1 and running and self._settled(samples, running, round_):
@@ -494,15 +496,13 @@ class AutoKernel:
                 self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})", bar)
         assert trials
         self._climb(space, timed, max_threads, inputs, trial_steps, trials, start)
-        # a busy machine makes single timings noisy: the finalists and the default, again, interleaved
-        finalists = _dedupe([Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]])
-        medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials)
+        # a busy machine makes single timings noisy: the finalists, the default and the platform's variants of
+        # the fastest (CPU: prefetching, fewer threads), again, interleaved, in one run-off
+        ranked = sorted(timed, key=timed.__getitem__)
+        finalists = _dedupe([Schedule(), *ranked[:FINALISTS], *self.platform.refinements(ranked[0], max_threads)])
+        self._prebuild(finalists, max_threads)
+        medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials, timed)
         default_ms = medians[Schedule()]
-        chosen = min(medians, key=medians.__getitem__)
-        # then the platform's variants of it (CPU: prefetching, fewer threads)
-        variants = [chosen, *self.platform.refinements(chosen, max_threads)]
-        self._prebuild(variants, max_threads)
-        medians = self._runoff(variants, max_threads, inputs, trial_steps, trials)
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
         self._sims, self._spare = {}, []
