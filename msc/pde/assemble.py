@@ -103,13 +103,14 @@ def assemble(op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[s
         for j, key in enumerate(keys):
             field, _, offsets = key
             coef = data.eval(form.terms[key])
-            inside = _inside(n, offsets, data.periodic)
+            given = field in data.arrays
+            inside = _inside(n, offsets, data.periodic) if matrix or given else None
             if matrix:
                 vals.reshape(*n, len(keys))[..., j] = coef  # in place (views), no temporary
                 _columns(n, strides, offsets, data.periodic, block[field] * N, out=cols[:, j])
                 if inside is not None and mask is not None:
                     mask.reshape(*n, len(keys))[..., j] = inside
-            if inside is not None and field in data.arrays:
+            if inside is not None and given:
                 g += np.where(inside, 0, coef * data.window(field, offsets))
         g_parts.append(g.reshape(-1))
         if matrix:
@@ -121,7 +122,7 @@ def assemble(op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[s
                 rows_data.append(vals[mask])
                 rows_cols.append(cols[mask])
                 rows_counts.append(np.count_nonzero(mask, axis=1).astype(index))
-    g_all = np.concatenate(g_parts)
+    g_all = _join(g_parts)
     if not matrix:
         return None, g_all
     size = N * len(block)

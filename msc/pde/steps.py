@@ -307,8 +307,12 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     if method == "auto":
         method = auto_method(L, shape)
     t0 = time.perf_counter()
-    A, g = assemble(L, shape, "float64", inputs, matrix=method == "direct")
-    b = rhs_flat - g
+    rings = {u: inputs[u] for u in L.ir.unknowns if inputs.get(u) is not None}
+    if method == "direct" or rings or any(L.linear_forms[u].constant is not None for u in L.ir.unknowns):
+        A, g = assemble(L, shape, "float64", inputs, matrix=method == "direct")
+        b = rhs_flat - g
+    else:  # g = 0: no boundary values given and no constant part
+        A, b = None, rhs_flat
     t1 = time.perf_counter()
     if method == "direct":
         assert A is not None
@@ -325,7 +329,6 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
         v, history = it.solve(b, progress)
         info = SolveInfo(it.krylov, it.solver, len(history) - 1, history, it.mg.shapes, setup_s=t2 - t0,
                          solve_s=time.perf_counter() - t2, assembly_s=t1 - t0)
-    rings = {u: inputs[u] for u in L.ir.unknowns if inputs.get(u) is not None}
     out = _scatter(L, shape, v, rings)
     result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
     return (result, info) if full_output else result
