@@ -100,8 +100,9 @@ class Multigrid:
         out = []
         for k, level in enumerate(self.levels):
             if level.op is not None:
-                kinds = ("residual", *(level.op.from_zero_kinds(self.sweeps) if self.smoother == "jacobi" else ()))
-                out += level.op.unbuilt(kinds + (("apply",) if k == 0 else ()))
+                jacobi = (level.op.jacobi_kinds[0], *level.op.from_zero_kinds(self.sweeps))
+                kinds = ("residual", *(jacobi if self.smoother == "jacobi" else ()), *(("apply",) if k == 0 else ()))
+                out += level.op.unbuilt(tuple(dict.fromkeys(kinds)))
         return out
 
     @staticmethod
