@@ -193,6 +193,16 @@ def test_coefficient_operators_match_their_matrix(ndim, n, periodic, by_class, m
         op.sweep_from_zero(2)  # u = 0, then two sweeps; the first reads no u
         first = weights * b.ravel()
         assert np.allclose(op.u.ravel(), first + weights * (b.ravel() - A @ first), rtol=1e-12)
+        op.set_scales((0.5, 2.0, 1.5))  # a polynomial smoother: each sweep's own factor on the weights
+        op.sweep_from_zero(3)
+        expected = 0.5 * weights * b.ravel()
+        for factor in (2.0, 1.5):
+            expected = expected + factor * weights * (b.ravel() - A @ expected)
+        assert np.allclose(op.u.ravel(), expected, rtol=1e-12, atol=1e-12)
+        op.sweep(2, 1)  # the second and third factors
+        for factor in (2.0, 1.5):
+            expected = expected + factor * weights * (b.ravel() - A @ expected)
+        assert np.allclose(op.u.ravel(), expected, rtol=1e-12, atol=1e-12)
         forms.add("pieces" if op._pieces else "split" if op._inside is not None
                   else "fields" if "mg_c0" in op._buffers else "constant")
     assert forms == {(3, 16): {"split", "fields"}, (3, 15): {"constant"}, (2, 22): {"split"}, (3, 12): {"constant"},

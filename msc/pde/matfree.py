@@ -6,11 +6,13 @@ openmp by default, each when first used):
 
     apply     v[t+1] = K(v)
     residual  v[t+1] = b - K(v)            (v[t] is kept: it is the other slot)
-    jacobi    v[t+1] = v + w * (b - K(v))  (w = weight / diagonal; `sweeps` steps in one call)
+    jacobi    v[t+1] = v + s * w * (b - K(v))  (w = weight / diagonal, s this sweep's scale; `sweeps`
+                                           steps in one call where their scales are equal)
     jacobi    v[t+1] = v + omega * (b - K(v))  (the same with one weight for every point:
                                                a parameter, so no weight field is streamed)
-    first     v[t+1] = w * b  (or omega * b: the first sweep from v = 0, reading no v)
-    two       v[t+1] = w * (2 b - K(w b))  (the first two sweeps from v = 0 in one, reading b only)
+    first     v[t+1] = s * w * b  (or s * omega * b: the first sweep from v = 0, reading no v)
+    two       v[t+1] = (s1 + s) w b - s w K(s1 w b)  (the first two sweeps from v = 0 in one, reading
+                                                    b only)
 
 K is either an msc.Operator's expression, scaled (alpha*v + beta*L(v), the
 implicit step's I - theta*dt*L included) or a coefficient stencil
@@ -24,6 +26,7 @@ the linear part A.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from msc.pde.operator import Operator
 
 RHS, WEIGHT, OMEGA = "mg_rhs", "mg_weight", "mg_omega"
+SCALE, SCALE_FIRST = "mg_scale", "mg_scale_first"  # a sweep's factor on the weights (`two`: the first one's)
 UNIFORM = "jacobi_uniform"  # Jacobi with one weight for every point: a parameter, not a field to stream
 FIRST, FIRST_UNIFORM = "first", "first_uniform"  # the first Jacobi sweep from u = 0: v[t+1] = w b
 TWO, TWO_UNIFORM = "two", "two_uniform"  # the first two sweeps from u = 0: v[t+1] = w (2 b - K(w b))
@@ -100,17 +104,24 @@ def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.Fie
     uniform = kind in (UNIFORM, FIRST_UNIFORM, TWO_UNIFORM)
     if kind in ("jacobi", FIRST, TWO):
         decls = (*decls, ir.FieldDecl(WEIGHT, ndim, "float64", window=0, written=False))
-    weight = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
-    if kind in (TWO, TWO_UNIFORM):  # K of the first sweep's w b: its reads of v are reads of w b
-        def w_b(r: ir.FieldRead) -> ir.Expr:
-            w = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, r.offsets, None)
-            return ir.BinOp("*", w, _read(RHS, r.offsets, None)) if r.name == unknown else r
-        weighted_b, two_b = substitute(K, w_b), ir.BinOp("*", ir.Const(2.0), b)
-    expr = {"apply": K, "residual": ir.BinOp("-", b, K)}.get(kind) or (
-        ir.BinOp("*", weight, b) if kind in (FIRST, FIRST_UNIFORM)
-        else ir.BinOp("*", weight, ir.BinOp("-", two_b, weighted_b)) if kind in (TWO, TWO_UNIFORM)
-        else ir.BinOp("+", v, ir.BinOp("*", weight, ir.BinOp("-", b, K))))
-    return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if uniform else ()),
+    w = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
+    scale, first_scale = ir.ParamRef(SCALE), ir.ParamRef(SCALE_FIRST)
+    scales: tuple[str, ...] = (SCALE,)
+    if kind in ("apply", "residual"):
+        expr, scales = (K if kind == "apply" else ir.BinOp("-", b, K)), ()
+    elif kind in (FIRST, FIRST_UNIFORM):
+        expr = ir.BinOp("*", ir.BinOp("*", scale, w), b)
+    elif kind in (TWO, TWO_UNIFORM):  # (s1 + s) w b - s w K(s1 w b): K's reads of v read the first sweep's
+        def first_sweep(r: ir.FieldRead) -> ir.Expr:
+            w_there = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, r.offsets, None)
+            u1 = ir.BinOp("*", ir.BinOp("*", first_scale, w_there), _read(RHS, r.offsets, None))
+            return u1 if r.name == unknown else r
+        both = ir.BinOp("*", ir.BinOp("+", first_scale, scale), b)
+        expr = ir.BinOp("*", w, ir.BinOp("-", both, ir.BinOp("*", scale, substitute(K, first_sweep))))
+        scales = (SCALE, SCALE_FIRST)
+    else:
+        expr = ir.BinOp("+", v, ir.BinOp("*", ir.BinOp("*", scale, w), ir.BinOp("-", b, K)))
+    return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if uniform else ()) + scales,
                         (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary)
 
 
@@ -181,7 +192,8 @@ class CompiledOperator:
         self._pieces = () if interior is None else tuple((box, dict(values)) for box, values in interior.pieces)
         self._piece_boxes = tuple(_padded(box, ring) for box, _ in self._pieces)
         self._extents = self._buffers[unknown].shape[-ndim:]
-        self._calls: dict[tuple[str, int], list[Any]] = {}  # by kind and piece (-1: the stencil's own values)
+        self._calls: dict[tuple[str, int, float, float], list[Any]] = {}  # by kind, piece (-1: none), scales
+        self._scales: tuple[float, ...] = ()  # each sweep's factor on the weights (`set_scales`; none: 1)
         self._smoother = "jacobi"
         g = ghost_width(first)
         self._ghosts = g if any(g) else None
@@ -231,6 +243,14 @@ class CompiledOperator:
                 self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64", zeroed=True)
             self._buffers[WEIGHT][self._inner] = w
 
+    def set_scales(self, scales: tuple[float, ...]) -> None:
+        """Each sweep's factor on the Jacobi weights, from the first sweep after u = 0 (or the first of
+        `sweep`) on: the steps of a polynomial smoother (1 past the end)."""
+        self._scales = tuple(scales)
+
+    def _scale(self, sweep: int) -> float:
+        return self._scales[sweep] if sweep < len(self._scales) else 1.0
+
     def set_field(self, name: str, values: np.ndarray | float) -> None:
         """A coefficient field's values over the grid of unknowns (a dirichlet ring stays zero,
         periodic ghost cells wrap)."""
@@ -267,17 +287,19 @@ class CompiledOperator:
             names += [PIECE + UNIFORM_OF.get(name, name) for name in kinds]
         return [self.kernels[name] for name in names if not self.kernels[name].built]
 
-    def _run(self, kind: str, steps: int) -> None:
+    def _run(self, kind: str, steps: int, scales: tuple[float, float] = (1.0, 1.0)) -> None:
+        """`steps` steps of `kind` from self.step, with the weights' factors `scales` (this sweep's,
+        and the first one's for `two`)."""
         if self._inside is None:
-            self._launch(kind, self.step, steps)
+            self._launch(kind, self.step, steps, scales=scales)
             return
         inside, piece_kind = INSIDE + UNIFORM_OF.get(kind, kind), PIECE + UNIFORM_OF.get(kind, kind)
         for t in range(self.step, self.step + steps):
-            self._launch(inside, t, 1, self._inside)
+            self._launch(inside, t, 1, self._inside, scales=scales)
             for piece, box in enumerate(self._piece_boxes):
-                self._launch(piece_kind, t, 1, box, piece)
+                self._launch(piece_kind, t, 1, box, piece, scales)
             for box in self._shell:
-                self._launch(kind, t, 1, box)
+                self._launch(kind, t, 1, box, scales=scales)
 
     @property
     def _fields_run(self) -> bool:
@@ -285,12 +307,15 @@ class CompiledOperator:
         whose pieces cover its shell runs the constant kernel only."""
         return self._inside is None or bool(self._shell)
 
-    def _launch(self, kind: str, t0: int, steps: int, box: Box | None = None, piece: int = -1) -> None:
+    def _launch(self, kind: str, t0: int, steps: int, box: Box | None = None, piece: int = -1,
+                scales: tuple[float, float] = (1.0, 1.0)) -> None:
         kernel = self.kernels[kind].kernel
-        call = self._calls.get((kind, piece))
+        key = (kind, piece, *scales)
+        call = self._calls.get(key)
         if call is None:
-            scalars = self._scalars if piece < 0 else {**self._scalars, **self._pieces[piece][1]}
-            call = self._calls[kind, piece] = kernel.arguments(self._buffers, scalars, self._extents)
+            scalars = {**self._scalars, **(self._pieces[piece][1] if piece >= 0 else {}),
+                       SCALE: scales[0], SCALE_FIRST: scales[1]}
+            call = self._calls[key] = kernel.arguments(self._buffers, scalars, self._extents)
         if box is None:
             kernel.advance(call, t0, steps, self._threads)
         else:
@@ -308,11 +333,14 @@ class CompiledOperator:
         elif self._ghosts is not None:
             wrap_ghosts(self.padded(self.step), self._ghosts)
 
-    def sweep(self, sweeps: int) -> None:
-        """`sweeps` weighted-Jacobi sweeps on u for A u = b."""
+    def sweep(self, sweeps: int, first: int = 0) -> None:
+        """`sweeps` weighted-Jacobi sweeps on u for A u = b, with the scales from the `first`-th on
+        (sweeps of one scale in one kernel call)."""
         self._refresh()
-        self._run(self._smoother, sweeps)
-        self.step += sweeps
+        for scale, run in itertools.groupby(self._scale(k) for k in range(first, first + sweeps)):
+            steps = len(list(run))
+            self._run(self._smoother, steps, (scale, 1.0))
+            self.step += steps
 
     def sweep_from_zero(self, sweeps: int) -> None:
         """u = 0, then `sweeps` weighted-Jacobi sweeps: the first is w b, which reads no u, and the
@@ -324,10 +352,10 @@ class CompiledOperator:
             return
         first = self.from_zero_kinds(sweeps)[0]
         done = 2 if first in (TWO, TWO_UNIFORM) else 1
-        self._run(first, 1)
+        self._run(first, 1, (self._scale(done - 1), self._scale(0)))
         self.step += 1
         if sweeps > done:
-            self.sweep(sweeps - done)
+            self.sweep(sweeps - done, done)
 
     def residual(self) -> np.ndarray:
         """b - A u (a view, valid until the next kernel call); u is kept."""

@@ -9,13 +9,15 @@ levels' kernel buffers directly. The coarsest level (at most COARSEST
 unknowns, or when no axis can halve) is assembled from its coefficients and
 factored (swCholesky when SPD). Smoothing is weighted Jacobi, omega = 4d /
 ((2d + 1) rho) on a d-dimensional grid with rho a Gershgorin bound on the
-spectral radius of D^-1 A per level (`jacobi_weight`): `sweeps` sweeps before
-and after the coarse correction, so the V-cycle is symmetric and serves as
-CG's preconditioner.
+spectral radius of D^-1 A per level (`jacobi_weight`), and from 3 sweeps on
+one weight per sweep, the reciprocals of Chebyshev nodes (`jacobi_scales`):
+`sweeps` sweeps before and after the coarse correction, the same polynomial
+in D^-1 A, so the V-cycle is symmetric and serves as CG's preconditioner.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,7 @@ from msc.runtime.build import side_by_side
 COARSEST = 2000
 SMOOTHERS = ("jacobi", "chebyshev")
 CHEBYSHEV_RATIO = 4.0
+CHEBYSHEV_SPAN = 5.0  # Jacobi's per-sweep weights aim at [rho / CHEBYSHEV_SPAN, rho] (`jacobi_scales`)
 
 
 @dataclass
@@ -52,6 +55,20 @@ def jacobi_weight(rho: float, ndim: int) -> float:
     upper part of the spectrum a coarse grid cannot represent, as evenly as it can (2 / (rho / 2d + rho);
     for the Laplacian, rho = 2: 2/3 in 1D, 4/5 in 2D, 6/7 in 3D, the classical optimal smoothing weights)."""
     return 4.0 * ndim / ((2 * ndim + 1) * rho)
+
+
+def jacobi_scales(ndim: int, sweeps: int) -> tuple[float, ...]:
+    """Each sweep's factor on `jacobi_weight`: from 3 sweeps on, the sweeps' weights are the reciprocals
+    of the Chebyshev nodes of [rho / CHEBYSHEV_SPAN, rho] (their product is the Chebyshev polynomial
+    of that interval: 3D Poisson 64^3-160^3 with 3 sweeps, 5 CG iterations instead of 6, V-cycle factor
+    0.022-0.024 instead of 0.037-0.040; on [rho / 6, rho] it stayed at 6); fewer sweeps keep the one
+    weight. The factors do not depend on rho."""
+    if sweeps < 3:
+        return (1.0,) * sweeps
+    reference = jacobi_weight(1.0, ndim)
+    low = 1.0 / CHEBYSHEV_SPAN
+    angles = [(2 * k - 1) * math.pi / (2 * sweeps) for k in range(1, sweeps + 1)]
+    return tuple(1.0 / (((1 + low) / 2 + (1 - low) / 2 * math.cos(a)) * reference) for a in angles)
 
 
 def _axes(shape: tuple[int, ...], periodic: bool) -> list[Axis1D | None]:
@@ -89,6 +106,9 @@ class Multigrid:
             coefs, shape = galerkin(coefs, shape, axes)
             op = None
         self.levels.append(Level(shape, None, []))
+        for level in self.levels[:-1]:
+            assert level.op is not None
+            level.op.set_scales(jacobi_scales(len(level.shape), sweeps))
         self.coarse = Factorization()
         self.coarse.factor(sparse_matrix(coefs, shape, periodic), f"{what} (coarsest multigrid level)")
         side_by_side([lambda lazy=lazy: lazy.kernel for lazy in self._kernels_to_build()])
