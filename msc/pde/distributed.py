@@ -36,7 +36,7 @@ from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_r
 from msc.pde.iterative import SolveInfo, check_scalar
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
-from msc.pde.multigrid import Level, Multigrid, jacobi_weight, smooth
+from msc.pde.multigrid import Level, Multigrid, jacobi_scales, jacobi_weight, smooth
 from msc.pde.problem import checked_problem
 from msc.pde.vectors import Vectors
 from msc.runtime.distributed import _collectively
@@ -128,6 +128,7 @@ class DistributedMultigrid:
         self.op = _collectively(comm, lambda: from_operator(L, local, {**scalars, **fields["coefficients"]}, 0.0,
                                                             1.0, "openmp", threads, block=True))
         self.op.set_weight(jacobi_weight(rho, len(n)) * fields["inverse_diagonal"])
+        self.op.set_scales(jacobi_scales(len(n), sweeps))
         self.op.refresh = self._exchange_u
         self.level = Level(tuple(self.grid.count), self.op, [], inverse_diagonal=fields["inverse_diagonal"], rho=rho)
         self.b = fields["b"]
