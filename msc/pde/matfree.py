@@ -495,14 +495,12 @@ def _weighed_alike(values: Mapping[tuple[int, ...], float]) -> tuple[ir.Expr, di
 
 def _coefficient_sum(names: tuple[str, ...], offsets: list[tuple[int, ...]], symmetric: bool,
                      coefficient: Callable[[str], ir.Expr]) -> ir.Expr:
-    """sum_o c_o v(x+o), c_o read by `coefficient(name)` (a field read at x, or a parameter); symmetric:
-    c_{-o}(x) = c_o(x-o) read shifted (a field read at -o; a parameter is the same everywhere)."""
+    """sum_o c_o v(x+o), c_o read by `coefficient(name)` (a field read at x, or a parameter); symmetric
+    (fields only): c_{-o}(x) = c_o(x-o), the field read shifted to -o."""
     terms: list[ir.Expr] = []
     for name, o in zip(names, offsets):
-        c = coefficient(name)
-        terms.append(ir.BinOp("*", c, _read("v", o)))
+        terms.append(ir.BinOp("*", coefficient(name), _read("v", o)))
         if symmetric and any(o):
             minus = tuple(-d for d in o)
-            mirrored = _read(name, minus, None) if isinstance(c, ir.FieldRead) else c
-            terms.append(ir.BinOp("*", mirrored, _read("v", minus)))
+            terms.append(ir.BinOp("*", _read(name, minus, None), _read("v", minus)))
     return _sum(terms)
