@@ -252,7 +252,8 @@ def run_multigrid(n: int, peers: dict[str, bool]) -> dict[str, Any]:
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     op = from_operator(lap3, shape, {"h": h}, 0.0, 1.0, "openmp", ARGS.threads)
-    _r, t_apply = best(op.residual, 10)
+    op.u[...] = f  # values of its own: a kernel over buffers never written reads the zero page, not memory
+    _r, t_apply = best(op.applied_to_u, 10)
     A = kron_assembly(n, 3, h) if n <= ARGS.peer_max else None
     residual = rel_residual(A, u[1:-1, 1:-1, 1:-1].reshape(-1), b) if A is not None else info.residuals[-1]
     out["msc_multigrid"] = {"total_s": t, "first_solve_s": first, "setup_s": info.setup_s, "solve_s": info.solve_s, "iterations": info.iterations,

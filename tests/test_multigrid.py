@@ -387,11 +387,11 @@ def test_compiled_vector_operations_match_numpy(shape):
     x, p, r, q, z = (rng.random(int(np.prod(shape))) for _ in range(5))
     v = Vectors(threads=2)
     assert np.isclose(v.dot(p, q), p @ q)
-    x1, r1 = x + 0.3 * p, r - 0.3 * q
-    assert np.isclose(v.cg_update(0.3, x, p, r, q), r1 @ r1) and np.allclose(x, x1) and np.allclose(r, r1)
-    p1 = z + 0.7 * p
-    v.xpay(z, 0.7, p)
-    assert np.allclose(p, p1)
+    r1 = r - 0.3 * q
+    assert np.isclose(v.residual_update(0.3, r, q), r1 @ r1) and np.allclose(r, r1)
+    x1, p1 = x + 0.3 * p, z + 0.7 * p
+    v.cg_step(0.3, x, z, 0.7, p)
+    assert np.allclose(x, x1) and np.allclose(p, p1)
     buffer = rng.random(tuple(n + 2 for n in shape))
     view = buffer[tuple(slice(1, 1 + n) for n in shape)]
     flat = np.empty(view.size)
@@ -406,17 +406,23 @@ def test_compiled_vector_operations_match_numpy(shape):
     # CG's operations with one operand a view into a buffer (its kernels' results, read in place)
     flat_view = view.ravel()
     assert np.isclose(v.dot(p, view), p @ flat_view) and np.isclose(v.dot(view, p), p @ flat_view)
-    x2, r2 = x + 0.3 * p, r - 0.3 * flat_view
-    assert np.isclose(v.cg_update(0.3, x, p, r, view), r2 @ r2) and np.allclose(x, x2) and np.allclose(r, r2)
-    p2 = flat_view + 0.7 * p
-    v.xpay(view, 0.7, p)
-    assert np.allclose(p, p2)
-    # ... and several views at once (CG's residual in a buffer too)
+    r2 = r - 0.3 * flat_view
+    assert np.isclose(v.residual_update(0.3, r, view), r2 @ r2) and np.allclose(r, r2)
+    x2, p2 = x + 0.3 * p, flat_view + 0.7 * p
+    v.cg_step(0.3, x, view, 0.7, p)
+    assert np.allclose(x, x2) and np.allclose(p, p2)
+    # ... and several views at once (CG's residual and direction in buffers too)
     other = rng.random(buffer.shape)[tuple(slice(1, 1 + n) for n in shape)]
     assert np.isclose(v.dot(view, other), flat_view @ other.ravel())
-    x3, r3 = x + 0.3 * p, other.ravel() - 0.3 * flat_view
-    assert np.isclose(v.cg_update(0.3, x, p, other, view), r3 @ r3) and np.allclose(other.ravel(), r3)
-    assert np.allclose(x, x3)
+    r3 = other.ravel() - 0.3 * flat_view
+    assert np.isclose(v.residual_update(0.3, other, view), r3 @ r3) and np.allclose(other.ravel(), r3)
+    direction = rng.random(buffer.shape)[tuple(slice(1, 1 + n) for n in shape)]
+    x4, d4 = x + 0.3 * direction.ravel(), flat_view + 0.7 * direction.ravel()
+    v.cg_step(0.3, x, view, 0.7, direction)
+    assert np.allclose(x, x4) and np.allclose(direction.ravel(), d4)
+    x5 = x + 0.2 * direction.ravel()
+    v.axpy(0.2, direction, x)
+    assert np.allclose(x, x5)
 
 
 def test_an_operator_with_a_source_term_solves_as_the_direct_solve_does():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -271,8 +272,8 @@ class DistributedMultigrid:
         shape = self.grid.count
         apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)
         if self.krylov == "cg":  # CG reads the operator's and the V-cycle's results in the kernel buffers
-            method: Any = cg
-            applied = lambda v: self.op.applied(v.reshape(shape))
+            method: Any = partial(cg, direction=self.op.direction)
+            applied = lambda _p: self.op.applied_direction()  # _p is the operator's direction
             precondition = lambda r: self.vcycle(r.reshape(shape))
         else:
             method, applied = gmres, apply

@@ -119,6 +119,7 @@ class IterativeSolver:
         self._applied, self._preconditioned = np.empty(self.n), np.empty(self.n)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self._residual: np.ndarray | None = None  # CG's residual, where it lives during a solve
+        self._direction: np.ndarray | None = None  # CG's direction, where it lives during a solve
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -143,9 +144,11 @@ class IterativeSolver:
                 ResidualProgress(f"{self.what} ({self.solver})", self.tol, progress) as bar:
             return self._solve(b, bar)
 
-    def _applied_view(self, v: np.ndarray) -> np.ndarray:
-        """A v as a view into the kernel buffers (CG's: its vector operations read views in place)."""
-        return self.fine.applied(v.reshape(self.n))
+    def _applied_direction(self, p: np.ndarray) -> np.ndarray:
+        """A p for CG's direction p, which lives in the fine operator's `direction`, as a view into the
+        kernel buffers (CG's vector operations read views in place)."""
+        assert p is self._direction
+        return self.fine.applied_direction()
 
     def _cycled_view(self, r: np.ndarray) -> np.ndarray:
         """One V-cycle for r (CG's residual where it lives: in the fine level's right-hand side when
@@ -162,13 +165,14 @@ class IterativeSolver:
 
     def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
         """CG runs on views into the kernel buffers: the operator's and the V-cycle's results are read
-        where the kernels wrote them, and the residual lives in the fine level's right-hand side (unless
-        a constant part K(0) is folded into it); only the direction is copied in, once per iteration."""
+        where the kernels wrote them, the residual lives in the fine level's right-hand side (unless a
+        constant part K(0) is folded into it) and the direction in the fine operator's `direction`."""
         if self.krylov == "cg":
-            apply, precondition = self._applied_view, self._cycled_view
+            apply, precondition = self._applied_direction, self._cycled_view
             fine = self.mg.levels[0].op
             self._residual = fine.rhs if fine is not None and fine.shift is None else None
-            method: Any = partial(cg, residual=self._residual)
+            self._direction = self.fine.direction
+            method: Any = partial(cg, residual=self._residual, direction=self._direction)
         else:
             method, apply, precondition = gmres, self.apply, self._precondition
         vectors = self._vectors

@@ -35,10 +35,11 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
 
 def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
        what: str, vectors: Vectors, monitor: Monitor = _ignore,
-       residual: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
+       residual: np.ndarray | None = None, direction: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
     """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual;
     `residual`: where the residual lives, b's size, a view the preconditioner may read in place;
-    default a copy of b)."""
+    default a copy of b; `direction`: where the direction lives, a view `apply` may read in place;
+    default a flat array of its own)."""
     x = np.zeros_like(b)
     bnorm = np.sqrt(vectors.dot(b, b))
     if bnorm == 0.0:
@@ -51,18 +52,23 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
         r[...] = b.reshape(r.shape)
     history = [1.0]
     z = precondition(r)
-    p = np.array(z).reshape(-1)  # a copy, flat (z may be a view)
+    if direction is None:
+        p = np.array(z).reshape(-1)  # a copy, flat (z may be a view)
+    else:
+        p = direction
+        p[...] = z.reshape(p.shape)
     rz = vectors.dot(r, z)
     for _ in range(maxiter):
         q = apply(p)
         alpha = rz / vectors.dot(p, q)
-        history.append(float(np.sqrt(vectors.cg_update(alpha, x, p, r, q)) / bnorm))
+        history.append(float(np.sqrt(vectors.residual_update(alpha, r, q)) / bnorm))
         monitor(history[-1])
         if history[-1] <= tol:
+            vectors.axpy(alpha, p, x)
             return x, history
         z = precondition(r)
         rz_new = vectors.dot(r, z)
-        vectors.xpay(z, rz_new / rz, p)
+        vectors.cg_step(alpha, x, z, rz_new / rz, p)  # x's step along p, then the new p
         rz = rz_new
     raise _fail("CG", what, tol, history)
 

@@ -192,7 +192,9 @@ class CompiledOperator:
         self._pieces = () if interior is None else tuple((box, dict(values)) for box, values in interior.pieces)
         self._piece_boxes = tuple(_padded(box, ring) for box, _ in self._pieces)
         self._extents = self._buffers[unknown].shape[-ndim:]
-        self._calls: dict[tuple[str, int, float, float], list[Any]] = {}  # by kind, piece (-1: none), scales
+        self._calls: dict[tuple[str, int, float, float, bool], list[Any]] = {}  # by kind, piece (-1: none),
+        # scales, and whether on the direction's buffers (`direction`)
+        self._direction: dict[str, np.ndarray] | None = None
         self._scales: tuple[float, ...] = ()  # each sweep's factor on the weights (`set_scales`; none: 1)
         self._smoother = "jacobi"
         g = ghost_width(first)
@@ -287,19 +289,21 @@ class CompiledOperator:
             names += [PIECE + UNIFORM_OF.get(name, name) for name in kinds]
         return [self.kernels[name] for name in names if not self.kernels[name].built]
 
-    def _run(self, kind: str, steps: int, scales: tuple[float, float] = (1.0, 1.0)) -> None:
-        """`steps` steps of `kind` from self.step, with the weights' factors `scales` (this sweep's,
-        and the first one's for `two`)."""
+    def _run(self, kind: str, steps: int, scales: tuple[float, float] = (1.0, 1.0), t0: int | None = None,
+             direction: bool = False) -> None:
+        """`steps` steps of `kind` from t0 (default self.step), with the weights' factors `scales` (this
+        sweep's, and the first one's for `two`), on the direction's buffers if `direction`."""
+        t0 = self.step if t0 is None else t0
         if self._inside is None:
-            self._launch(kind, self.step, steps, scales=scales)
+            self._launch(kind, t0, steps, scales=scales, direction=direction)
             return
         inside, piece_kind = INSIDE + UNIFORM_OF.get(kind, kind), PIECE + UNIFORM_OF.get(kind, kind)
-        for t in range(self.step, self.step + steps):
-            self._launch(inside, t, 1, self._inside, scales=scales)
+        for t in range(t0, t0 + steps):
+            self._launch(inside, t, 1, self._inside, scales=scales, direction=direction)
             for piece, box in enumerate(self._piece_boxes):
-                self._launch(piece_kind, t, 1, box, piece, scales)
+                self._launch(piece_kind, t, 1, box, piece, scales, direction)
             for box in self._shell:
-                self._launch(kind, t, 1, box, scales=scales)
+                self._launch(kind, t, 1, box, scales=scales, direction=direction)
 
     @property
     def _fields_run(self) -> bool:
@@ -308,14 +312,15 @@ class CompiledOperator:
         return self._inside is None or bool(self._shell)
 
     def _launch(self, kind: str, t0: int, steps: int, box: Box | None = None, piece: int = -1,
-                scales: tuple[float, float] = (1.0, 1.0)) -> None:
+                scales: tuple[float, float] = (1.0, 1.0), direction: bool = False) -> None:
         kernel = self.kernels[kind].kernel
-        key = (kind, piece, *scales)
+        key = (kind, piece, *scales, direction)
         call = self._calls.get(key)
         if call is None:
             scalars = {**self._scalars, **(self._pieces[piece][1] if piece >= 0 else {}),
                        SCALE: scales[0], SCALE_FIRST: scales[1]}
-            call = self._calls[key] = kernel.arguments(self._buffers, scalars, self._extents)
+            buffers = self._direction_buffers() if direction else self._buffers
+            call = self._calls[key] = kernel.arguments(buffers, scalars, self._extents)
         if box is None:
             kernel.advance(call, t0, steps, self._threads)
         else:
@@ -325,13 +330,15 @@ class CompiledOperator:
         """The whole buffer slot of level `step` (ring or ghost cells included)."""
         return self._buffers[self.unknown][step % 2]
 
-    def _refresh(self) -> None:
-        """Fill u's ghost cells or halo before a kernel reads it: `refresh` when set (a halo
-        exchange over MPI ranks), else the periodic wrap (the kernels wrap only the levels they write)."""
+    def _refresh(self, padded: np.ndarray | None = None) -> None:
+        """Fill the ghost cells or halo of u (or of another `padded` slot) before a kernel reads it:
+        `refresh` when set (a halo exchange over MPI ranks), else the periodic wrap (the kernels wrap
+        only the levels they write)."""
+        padded = self.padded(self.step) if padded is None else padded
         if self.refresh is not None:
-            self.refresh(self.padded(self.step))
+            self.refresh(padded)
         elif self._ghosts is not None:
-            wrap_ghosts(self.padded(self.step), self._ghosts)
+            wrap_ghosts(padded, self._ghosts)
 
     def sweep(self, sweeps: int, first: int = 0) -> None:
         """`sweeps` weighted-Jacobi sweeps on u for A u = b, with the scales from the `first`-th on
@@ -366,9 +373,35 @@ class CompiledOperator:
     def applied(self, v: np.ndarray) -> np.ndarray:
         """A v as a view into the kernel buffers (valid until the next kernel call); overwrites u."""
         scatter(v, self.u, self._threads)
+        return self.applied_to_u()
+
+    def applied_to_u(self) -> np.ndarray:
+        """A u for the u in the buffers, as a view (valid until the next kernel call); u is kept."""
         self._refresh()
         self._run("apply", 1)
         out = self.slot(self.step + 1)
+        if self.shift is not None:
+            out -= self.shift
+        return out
+
+    def _direction_buffers(self) -> dict[str, np.ndarray]:
+        if self._direction is None:
+            unknown = self._buffers[self.unknown]
+            self._direction = {**self._buffers, self.unknown: aligned_empty(unknown.shape, "float64", zeroed=True)}
+        return self._direction
+
+    @property
+    def direction(self) -> np.ndarray:
+        """A vector d that `applied_direction` reads in place (a writable view into buffers of its own,
+        apart from u's: CG's direction, kept across V-cycles without a copy)."""
+        return self._direction_buffers()[self.unknown][0][self._inner]
+
+    def applied_direction(self) -> np.ndarray:
+        """A d for d = `direction`, as a view into the direction's buffers (valid until the next call);
+        d is kept."""
+        self._refresh(self._direction_buffers()[self.unknown][0])
+        self._run("apply", 1, t0=0, direction=True)
+        out = self._direction_buffers()[self.unknown][1][self._inner]
         if self.shift is not None:
             out -= self.shift
         return out

@@ -12,14 +12,12 @@ double vec_dot(long n, const double *restrict a, const double *restrict b, int n
     return s;
 }
 
-/* x += alpha p, r -= alpha q; returns r . r (CG's update and its residual norm in one pass). */
-double vec_cg_update(long n, double alpha, double *restrict x, const double *restrict p, double *restrict r,
-                     const double *restrict q, int nthreads)
+/* r -= alpha q; returns r . r (CG's residual and its norm in one pass). */
+double vec_residual_update(long n, double alpha, double *restrict r, const double *restrict q, int nthreads)
 {
     double s = 0.0;
 #pragma omp parallel for simd reduction(+ : s) schedule(static) num_threads(nthreads)
     for (long i = 0; i < n; i++) {
-        x[i] += alpha * p[i];
         const double ri = r[i] - alpha * q[i];
         r[i] = ri;
         s += ri * ri;
@@ -27,12 +25,15 @@ double vec_cg_update(long n, double alpha, double *restrict x, const double *res
     return s;
 }
 
-/* p = z + beta p (CG's new direction). */
-void vec_xpay(long n, const double *restrict z, double beta, double *restrict p, int nthreads)
+/* x += alpha p, then p = z + beta p (CG's solution step and its new direction in one pass). */
+void vec_cg_step(long n, double alpha, double *restrict x, const double *restrict z, double beta,
+                 double *restrict p, int nthreads)
 {
 #pragma omp parallel for simd schedule(static) num_threads(nthreads)
-    for (long i = 0; i < n; i++)
+    for (long i = 0; i < n; i++) {
+        x[i] += alpha * p[i];
         p[i] = z[i] + beta * p[i];
+    }
 }
 
 /* y += a x (GMRES's Gram-Schmidt). */
@@ -51,7 +52,7 @@ void vec_scale(long n, double a, const double *restrict x, double *restrict out,
         out[i] = a * x[i];
 }
 
-/* The same three on views: each operand a 3D array of `shape` with its own strides (sa, sb, ...: of its two
+/* The same on views: each operand a 3D array of `shape` with its own strides (sa, sb, ...: of its two
  * outer axes, in elements; its last axis contiguous), a flat vector included (strides shape[1] * shape[2],
  * shape[2]). CG runs on the kernel buffers' views this way, without copying them in or out. */
 double vec_dot_views(const long *shape, const double *a, const long *sa, const double *b, const long *sb,
@@ -71,19 +72,18 @@ double vec_dot_views(const long *shape, const double *a, const long *sa, const d
     return s;
 }
 
-double vec_cg_update_views(const long *shape, double alpha, double *x, const long *sx, const double *p,
-                           const long *sp, double *r, const long *sr, const double *q, const long *sq, int nthreads)
+double vec_residual_update_views(const long *shape, double alpha, double *r, const long *sr, const double *q,
+                                 const long *sq, int nthreads)
 {
     double s = 0.0;
 #pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < shape[1]; j++) {
-            double *restrict rx = x + i * sx[0] + j * sx[1], *restrict rr = r + i * sr[0] + j * sr[1];
-            const double *restrict rp = p + i * sp[0] + j * sp[1], *restrict rq = q + i * sq[0] + j * sq[1];
+            double *restrict rr = r + i * sr[0] + j * sr[1];
+            const double *restrict rq = q + i * sq[0] + j * sq[1];
             double row = 0.0;
 #pragma omp simd reduction(+ : row)
             for (long k = 0; k < shape[2]; k++) {
-                rx[k] += alpha * rp[k];
                 const double ri = rr[k] - alpha * rq[k];
                 rr[k] = ri;
                 row += ri * ri;
@@ -93,17 +93,33 @@ double vec_cg_update_views(const long *shape, double alpha, double *x, const lon
     return s;
 }
 
-void vec_xpay_views(const long *shape, const double *z, const long *sz, double beta, double *p, const long *sp,
+void vec_cg_step_views(const long *shape, double alpha, double *x, const long *sx, const double *z, const long *sz,
+                       double beta, double *p, const long *sp, int nthreads)
+{
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < shape[1]; j++) {
+            double *restrict rx = x + i * sx[0] + j * sx[1], *restrict rp = p + i * sp[0] + j * sp[1];
+            const double *restrict rz = z + i * sz[0] + j * sz[1];
+#pragma omp simd
+            for (long k = 0; k < shape[2]; k++) {
+                rx[k] += alpha * rp[k];
+                rp[k] = rz[k] + beta * rp[k];
+            }
+        }
+}
+
+void vec_axpy_views(const long *shape, double a, const double *x, const long *sx, double *y, const long *sy,
                     int nthreads)
 {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < shape[1]; j++) {
-            const double *restrict rz = z + i * sz[0] + j * sz[1];
-            double *restrict rp = p + i * sp[0] + j * sp[1];
+            const double *restrict rx = x + i * sx[0] + j * sx[1];
+            double *restrict ry = y + i * sy[0] + j * sy[1];
 #pragma omp simd
             for (long k = 0; k < shape[2]; k++)
-                rp[k] = rz[k] + beta * rp[k];
+                ry[k] += a * rx[k];
         }
 }
 

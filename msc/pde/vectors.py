@@ -24,13 +24,14 @@ def _library() -> ctypes.CDLL:
     vec = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
     long, double, int_, ptr = ctypes.c_long, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
     for name, restype, argtypes in (("vec_dot", double, [long, vec, vec, int_]),
-                                    ("vec_cg_update", double, [long, double, vec, vec, vec, vec, int_]),
-                                    ("vec_xpay", None, [long, vec, double, vec, int_]),
+                                    ("vec_residual_update", double, [long, double, vec, vec, int_]),
+                                    ("vec_cg_step", None, [long, double, vec, vec, double, vec, int_]),
                                     ("vec_axpy", None, [long, double, vec, vec, int_]),
                                     ("vec_scale", None, [long, double, vec, vec, int_]),
                                     ("vec_dot_views", double, [ptr] * 5 + [int_]),
-                                    ("vec_cg_update_views", double, [ptr, double] + [ptr] * 8 + [int_]),
-                                    ("vec_xpay_views", None, [ptr, ptr, ptr, double, ptr, ptr, int_]),
+                                    ("vec_residual_update_views", double, [ptr, double] + [ptr] * 4 + [int_]),
+                                    ("vec_cg_step_views", None, [ptr, double] + [ptr] * 4 + [double, ptr, ptr, int_]),
+                                    ("vec_axpy_views", None, [ptr, double, ptr, ptr, ptr, ptr, int_]),
                                     ("vec_gather", None, [ptr, ptr, ptr, vec, int_]),
                                     ("vec_scatter", None, [vec, ptr, ptr, ptr, int_])):
         fn = getattr(lib, name)
@@ -92,24 +93,28 @@ class Vectors:
         shape, (a, sa), (b, sb) = _views(a, b)
         return self.total(_library().vec_dot_views(shape, a, sa, b, sb, self.threads))
 
-    def cg_update(self, alpha: float, x: np.ndarray, p: np.ndarray, r: np.ndarray, q: np.ndarray) -> float:
-        """x += alpha p, r -= alpha q, in one pass (any may be a view); returns r . r."""
-        if all(v.flags.c_contiguous for v in (x, p, r, q)):
-            return self.total(_library().vec_cg_update(x.size, alpha, x, p, r, q, self.threads))
-        shape, (x, sx), (p, sp), (r, sr), (q, sq) = _views(x, p, r, q)
-        return self.total(_library().vec_cg_update_views(shape, alpha, x, sx, p, sp, r, sr, q, sq, self.threads))
+    def residual_update(self, alpha: float, r: np.ndarray, q: np.ndarray) -> float:
+        """r -= alpha q, in one pass (either may be a view); returns r . r."""
+        if r.flags.c_contiguous and q.flags.c_contiguous:
+            return self.total(_library().vec_residual_update(r.size, alpha, r, q, self.threads))
+        shape, (r, sr), (q, sq) = _views(r, q)
+        return self.total(_library().vec_residual_update_views(shape, alpha, r, sr, q, sq, self.threads))
 
-    def xpay(self, z: np.ndarray, beta: float, p: np.ndarray) -> None:
-        """p = z + beta p, in place (either may be a view)."""
-        if z.flags.c_contiguous and p.flags.c_contiguous:
-            _library().vec_xpay(p.size, z, beta, p, self.threads)
+    def cg_step(self, alpha: float, x: np.ndarray, z: np.ndarray, beta: float, p: np.ndarray) -> None:
+        """x += alpha p, then p = z + beta p, in one pass (any may be a view)."""
+        if all(v.flags.c_contiguous for v in (x, z, p)):
+            _library().vec_cg_step(p.size, alpha, x, z, beta, p, self.threads)
             return
-        shape, (z, sz), (p, sp) = _views(z, p)
-        _library().vec_xpay_views(shape, z, sz, beta, p, sp, self.threads)
+        shape, (x, sx), (z, sz), (p, sp) = _views(x, z, p)
+        _library().vec_cg_step_views(shape, alpha, x, sx, z, sz, beta, p, sp, self.threads)
 
     def axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
-        """y += a x, in place."""
-        _library().vec_axpy(y.size, a, x, y, self.threads)
+        """y += a x, in place (either may be a view)."""
+        if x.flags.c_contiguous and y.flags.c_contiguous:
+            _library().vec_axpy(y.size, a, x, y, self.threads)
+            return
+        shape, (x, sx), (y, sy) = _views(x, y)
+        _library().vec_axpy_views(shape, a, x, sx, y, sy, self.threads)
 
     def scale(self, a: float, x: np.ndarray, out: np.ndarray) -> None:
         """out = a x (a copy when a is 1)."""
