@@ -119,18 +119,19 @@ def test_an_auto_kernel_is_tuned_at_start_and_steps(tmp_path, monkeypatch):
     np.testing.assert_allclose(sim.fields["u"], wave.reference(steps=12, **inputs)["u"], rtol=1e-12, atol=1e-12)
 
 
-def test_restart_runs_in_the_buffers_of_a_finished_simulation():
-    """kernel.restart(old, **inputs): a new run from `inputs` in `old`'s host buffers (what the
-    tuner's trials do), stepping exactly as a fresh start; a buffer of another shape is refused."""
+def test_follow_goes_on_from_another_simulation_in_its_buffers():
+    """kernel.follow(old): a simulation that takes over `old`'s host buffers, step and parameters
+    (what the tuner's trials do), stepping exactly as `old` would have, also for a kernel of
+    another schedule; a simulation of another stencil is refused."""
     kernel = wave.compile(target="openmp", threads=1)
+    other = wave.compile(target="openmp", threads=1, schedule=Schedule().time_tile(3, x=4))
     old = kernel.start(**wave_inputs())
     old.advance(5)
-    again = kernel.restart(old, **wave_inputs())
-    assert again.host_buffers["u"] is old.host_buffers["u"] and again.step == 0
     fresh = kernel.start(**wave_inputs())
-    again.advance(4)
-    fresh.advance(4)
-    np.testing.assert_array_equal(again.fields["u"], fresh.fields["u"])
-    small = {"u": [np.zeros((9, 9)), np.zeros((9, 9))], "c": np.zeros((9, 9))}
-    with pytest.raises(ValueError, match="buffer 'u' has shape"):
-        kernel.restart(again, **small)
+    fresh.advance(11)
+    again = other.follow(old)
+    assert again.host_buffers["u"] is old.host_buffers["u"] and again.step == 5
+    again.advance(6)
+    np.testing.assert_allclose(again.fields["u"], fresh.fields["u"], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="cannot go on as one of 'drift'"):
+        drift.compile(target="openmp", threads=1).follow(again)

@@ -59,23 +59,19 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def pack(stencil: ir.StencilIR, args: BoundArguments,
-         into: dict[str, np.ndarray] | None = None, zeros: Collection[str] = ()) -> dict[str, np.ndarray]:
-    """Kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs: fresh
-    ones, or `into`, the buffers of an earlier run of the stencil on the same shape,
-    overwritten whole (memory already paged in). Fresh buffers of the fields named in
-    `zeros` (bound to zeros) come zeroed from the system: nothing is copied into them."""
+def pack(stencil: ir.StencilIR, args: BoundArguments, zeros: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """Fresh kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs. The buffers
+    of the fields named in `zeros` (bound to zeros) come zeroed from the system: nothing is
+    copied into them."""
     buffers: dict[str, np.ndarray] = {}
     padded = padded_shape(stencil, args.shape)
     for f in stencil.fields:
         levels = args.levels[f.name]
         shape = (f.slots, *padded) if f.written else padded
-        if into is not None and into[f.name].shape != shape:
-            raise ValueError(f"pack: buffer '{f.name}' has shape {into[f.name].shape}, not {shape}")
-        if f.name in zeros and into is None:
+        if f.name in zeros:
             buffers[f.name] = aligned_empty(shape, stencil.dtype, zeroed=True)
             continue
-        buf = buffers[f.name] = aligned_empty(shape, stencil.dtype) if into is None else into[f.name]
+        buf = buffers[f.name] = aligned_empty(shape, stencil.dtype)
         if not f.written:
             buf[...] = _pad(stencil, levels[0])
             continue

@@ -193,12 +193,16 @@ class CompiledKernel:
         args = bind_arguments(self.ir, 0, inputs)
         return self.simulation(pack(self.ir, args), args.scalars, self._threads_of(threads))
 
-    def restart(self, previous: Simulation, threads: int | None = None, **inputs: Any) -> Simulation:
-        """As `start`, in the host buffers of `previous`, a simulation of a kernel of the
-        same stencil on the same shape that is not used again: no fresh memory to
-        allocate and page in (the tuner's trials, one after another)."""
-        args = bind_arguments(self.ir, 0, inputs)
-        return self.simulation(pack(self.ir, args, into=previous.host_buffers), args.scalars, self._threads_of(threads))
+    def follow(self, previous: Simulation, threads: int | None = None) -> Simulation:
+        """A simulation of this kernel that goes on from where `previous`, a simulation of a kernel
+        of the same stencil on the same shape, stands: its step, parameters and host buffers, taken
+        over (`previous` is not advanced again). No memory to allocate, copy or page in: the
+        tuner's trials run one after another this way, on one copy of the inputs."""
+        if previous.kernel.ir.name != self.ir.name or [f.name for f in previous.kernel.ir.fields] != \
+                [f.name for f in self.ir.fields]:
+            raise ValueError(f"follow: a simulation of stencil '{previous.kernel.ir.name}' cannot go on as one "
+                             f"of '{self.ir.name}'")
+        return self.simulation(previous.host_buffers, previous.scalars, self._threads_of(threads), previous.step)
 
     def simulation(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], nthreads: int,
                    step: int = 0) -> Simulation:
@@ -259,8 +263,14 @@ class Simulation:
 
     @property
     def host_buffers(self) -> dict[str, np.ndarray]:
-        """The ring buffers in host memory, ghosts and every slot (`CompiledKernel.restart` reuses them)."""
-        return self._buffers
+        """The ring buffers in host memory, ghosts and every slot, up to date (`CompiledKernel.follow`
+        takes them over)."""
+        return self._host_buffers()
+
+    @property
+    def scalars(self) -> dict[str, float]:
+        """The scalar parameters' values (a copy; `set` changes them)."""
+        return dict(self._scalars)
 
     def advance(self, steps: int, progress: bool = False, every: int | None = None, out: str | Path | None = None,
                 _stacklevel: int = 2) -> None:

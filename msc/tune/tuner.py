@@ -259,8 +259,8 @@ class AutoKernel:
         self.echo = echo
         self.report: TuningReport | None = None
         self._kernels: dict[tuple[int, ...], Any] = {}
-        self._sims: dict[Schedule, tuple[Any, Any, int]] = {}  # (kernel, simulation, steps) kept for run-offs
-        self._spare: list[Any] = []  # simulations dropped from the run-offs: trials restart in their buffers
+        self._sims: dict[Schedule, tuple[Any, int]] = {}  # (kernel, steps of one timing) kept for run-offs
+        self._current: Any = None  # the simulation every trial goes on from (`kernel.follow`): one copy of the inputs
 
     @property
     def last_run(self) -> Any:
@@ -333,38 +333,34 @@ class AutoKernel:
         side_by_side([partial(build, s) for s in schedules])
 
     def _started(self, schedule: Schedule, threads: int, inputs: dict[str, Any],
-                 trial_steps: int) -> tuple[Any, Any, int]:
-        """The kernel of `schedule`, a simulation of it on the inputs (copied in
-        once: its timings advance it) and the steps of one timing: whole time
-        tiles, enough for SAMPLE_S seconds at the speed of a first step (which
-        also pages in and starts threads: one step touches every level), at most
-        the trial's steps. (The first step is one step, not a whole deep tile:
-        a tile of 16 or 32 steps of a 256^3 grid took as long as the timing.)"""
+                 trial_steps: int) -> tuple[Any, int]:
+        """The kernel of `schedule` and the steps of one timing: whole time tiles, enough
+        for SAMPLE_S seconds at the speed of a first step (which also starts threads),
+        at most the trial's steps. (The first step is one step, not a whole deep tile:
+        a tile of 16 or 32 steps of a 256^3 grid took as long as the timing.) The
+        inputs are copied in once per tuning, by the first trial; every later step
+        goes on from the last one, in the same buffers (`_timing`)."""
         kernel = self._compile(schedule, threads)
-        spare = self._spare.pop() if self._spare and hasattr(kernel, "restart") else None
-        sim = kernel.start(**inputs) if spare is None else kernel.restart(spare, **inputs)
+        self._current = kernel.start(**inputs) if self._current is None else kernel.follow(self._current)
         whole = max(1, schedule.time_depth)
-        sim.advance(1)
+        self._current.advance(1)
         per_step = max(kernel.last_run.seconds, 1e-9)
         steps = max(whole, min(trial_steps, math.ceil(SAMPLE_S / per_step)))
-        return kernel, sim, -(-steps // whole) * whole
+        return kernel, -(-steps // whole) * whole
 
-    @staticmethod
-    def _timing(kernel: Any, sim: Any, steps: int) -> float:
-        """ms per step of `steps` more steps of `sim`."""
-        sim.advance(steps)
+    def _timing(self, kernel: Any, steps: int) -> float:
+        """ms per step of `steps` more steps by `kernel`, from where the last trial stopped."""
+        if self._current.kernel is not kernel:
+            self._current = kernel.follow(self._current)
+        self._current.advance(steps)
         return kernel.last_run.seconds / steps * 1e3
 
     def _time(self, schedule: Schedule, threads: int, inputs: dict[str, Any], trial_steps: int,
               timed: dict[Schedule, float]) -> float:
-        """ms per step of `schedule`'s first timing; its simulation is kept for the
-        run-off while it is the default or among the FINALISTS fastest so far."""
-        kernel, sim, steps = self._started(schedule, threads, inputs, trial_steps)
-        ms = timed[schedule] = self._timing(kernel, sim, steps)
-        self._sims[schedule] = (kernel, sim, steps)
-        keep = {Schedule(), *sorted(timed, key=timed.__getitem__)[:FINALISTS]}
-        self._spare += [v[1] for s, v in self._sims.items() if s not in keep]  # their buffers start the next trials
-        self._sims = {s: v for s, v in self._sims.items() if s in keep}
+        """ms per step of `schedule`'s first timing; its kernel and steps are kept for the run-off."""
+        kernel, steps = self._started(schedule, threads, inputs, trial_steps)
+        ms = timed[schedule] = self._timing(kernel, steps)
+        self._sims[schedule] = (kernel, steps)
         return ms
 
     def _ranked(self, pool: list[Schedule], shape: tuple[int, ...], trial_steps: int) -> list[Schedule]:
@@ -437,8 +433,8 @@ class AutoKernel:
         for round_ in range(ROUNDS):
             if round_ >= 1 and running and self._settled(samples, running, round_):
                 break
-            for schedule, (kernel, sim, steps) in running.items():
-                samples[schedule].append(self._timing(kernel, sim, steps))
+            for schedule, (kernel, steps) in running.items():
+                samples[schedule].append(self._timing(kernel, steps))
         medians = {s: float(np.median(v)) for s, v in samples.items()}
         for s, ms in medians.items():
             trials.append(Trial(str(s), ms))
@@ -469,7 +465,7 @@ class AutoKernel:
 
     def _tune(self, shape: tuple[int, ...], inputs: dict[str, Any], max_threads: int, trial_steps: int) -> TuningReport:
         start = time.perf_counter()
-        self._sims, self._spare = {}, []
+        self._sims, self._current = {}, None
         pool = _order(self.poly, candidates(self.poly, shape, self.kinds, trial_steps, self.platform))
         if Schedule() not in pool:  # the default is always measured: it is the baseline
             pool.insert(0, Schedule())
@@ -505,7 +501,7 @@ class AutoKernel:
         default_ms = medians[Schedule()]
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
-        self._sims, self._spare = {}, []
+        self._sims, self._current = {}, None
         if self.platform.thread_counts and not chosen.threads:
             chosen = chosen.with_threads(max_threads)
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "

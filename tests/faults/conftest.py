@@ -23,6 +23,31 @@ def heat(u, alpha):
                                            - 4 * u[t, x, y])
 
 
+class StandInKernel:
+    """Stands in for a compiled kernel in the tuner: `start` and `follow` give a simulation whose
+    `advance` calls `run` (which sets `last_run.seconds`)."""
+
+    def __init__(self) -> None:
+        self.last_run = type("Stats", (), {"seconds": 0.0})()
+
+    def run(self, steps: int, threads: int | None = None, **inputs) -> dict:
+        raise NotImplementedError
+
+    def start(self, threads: int | None = None, **inputs) -> StandInSimulation:
+        return StandInSimulation(self, inputs)
+
+    def follow(self, previous: StandInSimulation) -> StandInSimulation:
+        return StandInSimulation(self, previous.inputs)
+
+
+class StandInSimulation:
+    def __init__(self, kernel: StandInKernel, inputs: dict) -> None:
+        self.kernel, self.inputs = kernel, inputs
+
+    def advance(self, steps: int) -> None:
+        self.kernel.run(steps, **self.inputs)
+
+
 def _refused(path: Path) -> PermissionError:
     return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import heat
+from conftest import StandInKernel, heat
 
 from msc.errors import CacheWarning
 from msc.runtime.build import build_shared_library, load_library
@@ -170,18 +170,12 @@ def test_eight_processes_compile_one_new_stencil(tmp_path):
 
 # -- the tuning cache ---------------------------------------------------------
 
-class _FixedKernel:
+class _FixedKernel(StandInKernel):
     """Stands in for a compiled kernel: 1 ms per step, whatever it runs."""
-
-    def __init__(self) -> None:
-        self.last_run = type("Stats", (), {"seconds": 0.0})()
 
     def run(self, steps: int, threads: int | None = None, **inputs) -> dict:
         self.last_run.seconds = steps * 1e-3
         return {"u": inputs["u"]}
-
-    def start(self, threads: int | None = None, **inputs) -> object:  # the tuner times a simulation
-        return type("Sim", (), {"advance": lambda sim, steps: self.run(steps, **inputs)})()
 
 
 def _tune(tmp_path: Path) -> tuple[object, list[warnings.WarningMessage]]:
@@ -223,15 +217,13 @@ def test_processes_tuning_at_once_keep_each_others_entries(tmp_path):
     script = textwrap.dedent("""
         import sys
         import numpy as np
-        from conftest import heat
+        from conftest import StandInKernel, heat
         from msc.tune.tuner import AutoKernel
 
-        class Kernel:
-            last_run = type("Stats", (), {"seconds": 1e-3})()
+        class Kernel(StandInKernel):
             def run(self, steps, threads=None, **inputs):
+                self.last_run.seconds = 1e-3
                 return {}
-            def start(self, threads=None, **inputs):
-                return type("Sim", (), {"advance": lambda sim, steps: None})()
 
         n = int(sys.argv[1])
         AutoKernel(heat.poly(), lambda s, t: Kernel(), threads=1, budget_s=0.0, echo=False).run(

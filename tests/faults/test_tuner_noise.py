@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from conftest import heat
+from conftest import StandInKernel, heat
 
 from msc.poly.schedule import Schedule
 from msc.tune.tuner import AutoKernel, _order, candidates, trial_steps_for
@@ -16,12 +16,12 @@ from msc.tune.tuner import AutoKernel, _order, candidates, trial_steps_for
 STEPS = 8
 
 
-class _ScriptedKernel:
+class _ScriptedKernel(StandInKernel):
     """A stand-in kernel whose ms/step per timed run (steps > 1) follows `script`."""
 
     def __init__(self, name: str, script, counts: Counter) -> None:
+        super().__init__()
         self.name, self.script, self.counts = name, script, counts
-        self.last_run = type("Stats", (), {"seconds": 0.0})()
 
     def run(self, steps: int, threads: int | None = None, **inputs) -> dict:
         ms = 1.0
@@ -30,9 +30,6 @@ class _ScriptedKernel:
             self.counts[self.name] += 1
         self.last_run.seconds = ms * steps / 1e3
         return {"u": inputs["u"]}
-
-    def start(self, threads: int | None = None, **inputs) -> object:  # the tuner times a simulation
-        return type("Sim", (), {"advance": lambda sim, steps: self.run(steps, **inputs)})()
 
 
 def test_one_lucky_timing_does_not_win(tmp_path, monkeypatch):
