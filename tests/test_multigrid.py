@@ -423,6 +423,8 @@ def test_compiled_vector_operations_match_numpy(shape):
     x5 = x + 0.2 * direction.ravel()
     v.axpy(0.2, direction, x)
     assert np.allclose(x, x5)
+    v.scale(2.0, view, x)  # GMRES's copies out of the kernel buffers
+    assert np.allclose(x, 2.0 * flat_view)
 
 
 def test_an_operator_with_a_source_term_solves_as_the_direct_solve_does():

@@ -116,7 +116,6 @@ class IterativeSolver:
         if sweeps is None:
             sweeps = cycle_sweeps(coefs, alpha)
         self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads, smoother)
-        self._applied, self._preconditioned = np.empty(self.n), np.empty(self.n)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self._residual: np.ndarray | None = None  # CG's residual, where it lives during a solve
         self._direction: np.ndarray | None = None  # CG's direction, where it lives during a solve
@@ -125,14 +124,6 @@ class IterativeSolver:
     @property
     def solver(self) -> str:
         return f"multigrid-{self.krylov}"
-
-    def apply(self, v: np.ndarray) -> np.ndarray:
-        """A v on flat interior vectors (one buffer, reused: valid until the next call)."""
-        return self.fine.apply(v.reshape(self.n), self._applied).reshape(-1)
-
-    def _precondition(self, r: np.ndarray) -> np.ndarray:
-        """One V-cycle for r (one buffer, reused: valid until the next call)."""
-        return self.mg.vcycle(r.reshape(self.n), self._preconditioned).reshape(-1)
 
     def solve(self, b: np.ndarray, progress: bool = False) -> tuple[np.ndarray, list[float]]:
         """x with ||b - A x|| <= tol ||b|| (checked on the true residual), and the residual history;
@@ -143,6 +134,10 @@ class IterativeSolver:
         with blas_threads().limit(limits=1, user_api="blas"), \
                 ResidualProgress(f"{self.what} ({self.solver})", self.tol, progress) as bar:
             return self._solve(b, bar)
+
+    def _applied_view(self, v: np.ndarray) -> np.ndarray:
+        """A v as a view into the kernel buffers (GMRES's: its vector operations read views in place)."""
+        return self.fine.applied(v.reshape(self.n))
 
     def _applied_direction(self, p: np.ndarray) -> np.ndarray:
         """A p for CG's direction p, which lives in the fine operator's `direction`, as a view into the
@@ -174,7 +169,8 @@ class IterativeSolver:
             self._direction = self.fine.direction
             method: Any = partial(cg, residual=self._residual, direction=self._direction)
         else:
-            method, apply, precondition = gmres, self.apply, self._precondition
+            method, apply, precondition = gmres, self._applied_view, self._cycled_view
+            self._residual = None
         vectors = self._vectors
         x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, vectors, monitor)
         bnorm = float(np.sqrt(vectors.dot(b, b)))
@@ -184,7 +180,7 @@ class IterativeSolver:
             if left < 1:
                 raise ConvergenceError(f"{self.what}: the true residual {true:.2e} is above tol={self.tol:g}",
                                        history)
-            r = b - self.apply(x)
+            r = b - self._applied_view(x).reshape(-1)
             dx, more = method(apply, precondition, r, self.tol * bnorm / float(np.linalg.norm(r)),
                               left, self.what, vectors, monitor)
             x += dx

@@ -75,7 +75,8 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
 
 def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int, what: str,
           vectors: Vectors, monitor: Monitor = _ignore, restart: int = 30) -> tuple[np.ndarray, list[float]]:
-    """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations)."""
+    """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations); `apply` and
+    `precondition` may return views into kernel buffers, valid until their next call."""
     dot = vectors.dot
     x = np.zeros_like(b)
     bnorm = float(np.sqrt(dot(b, b)))
@@ -115,7 +116,7 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
                 break
         y = np.linalg.solve(np.triu(H[:k + 1, :k + 1]), g[:k + 1])
         x += y @ Z[:k + 1]
-        r = b - apply(x)
+        r = b - apply(x).reshape(b.shape)
         history[-1] = float(np.sqrt(dot(r, r))) / bnorm  # the true residual at the end of a cycle
         if history[-1] <= tol:
             return x, history

@@ -123,6 +123,20 @@ void vec_axpy_views(const long *shape, double a, const double *x, const long *sx
         }
 }
 
+void vec_scale_views(const long *shape, double a, const double *x, const long *sx, double *out, const long *so,
+                     int nthreads)
+{
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (long i = 0; i < shape[0]; i++)
+        for (long j = 0; j < shape[1]; j++) {
+            const double *restrict rx = x + i * sx[0] + j * sx[1];
+            double *restrict ro = out + i * so[0] + j * so[1];
+#pragma omp simd
+            for (long k = 0; k < shape[2]; k++)
+                ro[k] = a * rx[k];
+        }
+}
+
 /* flat = view (row by row). */
 void vec_gather(const double *view, const long *shape, const long *strides, double *restrict flat, int nthreads)
 {

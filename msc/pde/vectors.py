@@ -32,6 +32,7 @@ def _library() -> ctypes.CDLL:
                                     ("vec_residual_update_views", double, [ptr, double] + [ptr] * 4 + [int_]),
                                     ("vec_cg_step_views", None, [ptr, double] + [ptr] * 4 + [double, ptr, ptr, int_]),
                                     ("vec_axpy_views", None, [ptr, double, ptr, ptr, ptr, ptr, int_]),
+                                    ("vec_scale_views", None, [ptr, double, ptr, ptr, ptr, ptr, int_]),
                                     ("vec_gather", None, [ptr, ptr, ptr, vec, int_]),
                                     ("vec_scatter", None, [vec, ptr, ptr, ptr, int_])):
         fn = getattr(lib, name)
@@ -117,8 +118,12 @@ class Vectors:
         _library().vec_axpy_views(shape, a, x, sx, y, sy, self.threads)
 
     def scale(self, a: float, x: np.ndarray, out: np.ndarray) -> None:
-        """out = a x (a copy when a is 1)."""
-        _library().vec_scale(out.size, a, x, out, self.threads)
+        """out = a x (a copy when a is 1; either may be a view)."""
+        if x.flags.c_contiguous and out.flags.c_contiguous:
+            _library().vec_scale(out.size, a, x, out, self.threads)
+            return
+        shape, (x, sx), (out, so) = _views(x, out)
+        _library().vec_scale_views(shape, a, x, sx, out, so, self.threads)
 
 
 def _flat(a: np.ndarray, view: np.ndarray) -> np.ndarray:
