@@ -291,7 +291,8 @@ def test_auto_tuner_copies_the_inputs_in_once_and_every_trial_goes_on_from_the_l
 def test_a_clearly_slower_finalist_stops_early(tmp_path, monkeypatch, assert_matches, slower, rounds):
     """The run-off times each finalist ROUNDS times, interleaved; one whose fastest timing is FAR_SLOWER
     than the leader's slowest after one round, or CLEARLY_SLOWER after two, stops there (here: every
-    1-thread schedule takes 3x or 1.3x the time, by a stand-in clock), and the choice is still the fast one."""
+    1-thread schedule takes 3x or 1.3x the time, by a stand-in clock of steps short enough for fewer threads
+    to be tried), and the choice is still the fast one."""
     from msc.tune import tuner
 
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
@@ -299,14 +300,14 @@ def test_a_clearly_slower_finalist_stops_early(tmp_path, monkeypatch, assert_mat
 
     def timing(self, kernel, steps):
         timings.append(kernel.schedule)
-        return slower if kernel.threads == 1 else 1.0 + 0.01 * (len(timings) % 3)
+        return 0.1 * (slower if kernel.threads == 1 else 1.0 + 0.01 * (len(timings) % 3))
 
     monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
     kernel = heat.compile(target="openmp", schedule="auto", threads=2)
     u0 = np.random.default_rng(6).random((34, 40))
     assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
     one_thread = [t for t in kernel.report.trials if "with_threads(1)" in t.schedule]
-    assert one_thread and all(t.ms_per_step == slower for t in one_thread)
+    assert one_thread and all(t.ms_per_step == pytest.approx(0.1 * slower) for t in one_thread)
     assert kernel.report.schedule.threads == 2
     runs = {s: timings.count(s) for s in set(timings)}
     assert [n for s, n in runs.items() if s.threads == 1] == [rounds]  # a variant of the fastest
@@ -447,9 +448,9 @@ def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys
     chosen = [trial for trial in report.trials if trial.ms_per_step == report.ms_per_step]
     assert chosen, "the chosen figure is one of the recorded timings"
     assert report.speedup == pytest.approx(report.default_ms_per_step / report.ms_per_step)
-    assert report.schedule.threads is not None
-    assert any(report.schedule in (parse_schedule(t.schedule), parse_schedule(t.schedule).with_threads(
-        report.schedule.threads)) for t in chosen)
+    # a thread count only where fewer threads won (else each run takes the cores free then)
+    assert report.schedule.threads in (None, 1)
+    assert any(report.schedule == parse_schedule(t.schedule) for t in chosen)
     assert "msc tune: [1/" in capsys.readouterr().err  # progress is reported
 
     again = heat.compile(schedule="auto")

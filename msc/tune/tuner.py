@@ -176,6 +176,12 @@ CLIMB_GAIN = 1.03
 CLIMB_TIMINGS = 6
 CLIMB_SHARE = 0.4
 SAMPLE_S = 0.15  # a timing runs whole time tiles for at least this long (at most the trial's steps)
+#: fewer threads are tried only for kernels whose steps are shorter than this (ms): there a barrier per step
+#: (microseconds on free cores) is a visible share of a step. On longer steps, fewer threads win only while
+#: another process holds a core (measured: heat2d 4096^2, a time tile on 1 thread 6.2 ms/step against 6.3 on
+#: 2 in a tuning that shared the machine, and 2 threads 3.6 ms/step once it was quiet); a tuned choice runs
+#: on the cores free at each run instead (msc.runtime.threads).
+FEWER_THREADS_BELOW_MS = 0.5
 
 
 def trial_steps_for(steps: int) -> int:
@@ -495,15 +501,18 @@ class AutoKernel:
         # a busy machine makes single timings noisy: the finalists, the default and the platform's variants of
         # the fastest (CPU: prefetching, fewer threads), again, interleaved, in one run-off
         ranked = sorted(timed, key=timed.__getitem__)
-        finalists = _dedupe([Schedule(), *ranked[:FINALISTS], *self.platform.refinements(ranked[0], max_threads)])
+        variants = self.platform.refinements(ranked[0], max_threads)
+        if timed[ranked[0]] >= FEWER_THREADS_BELOW_MS:
+            variants = [v for v in variants if not v.threads]
+        finalists = _dedupe([Schedule(), *ranked[:FINALISTS], *variants])
         self._prebuild(finalists, max_threads)
         medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials, timed)
         default_ms = medians[Schedule()]
         chosen = min(medians, key=medians.__getitem__)
         ms = medians[chosen]
         self._sims, self._current = {}, None
-        if self.platform.thread_counts and not chosen.threads:
-            chosen = chosen.with_threads(max_threads)
+        if self.platform.thread_counts and self.threads and not chosen.threads:
+            chosen = chosen.with_threads(self.threads)  # the count asked for; none: the free cores of each run
         self._say(f"chose {chosen}: {ms:.3f} ms/step, {default_ms / ms:.2f}x the default "
                   f"({time.perf_counter() - start:.1f} s)")
         return TuningReport(chosen, ms, default_ms, False, trials, seconds=time.perf_counter() - start)
