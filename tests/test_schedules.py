@@ -287,6 +287,21 @@ def test_auto_tuner_copies_the_inputs_in_once_and_every_trial_goes_on_from_the_l
     assert len(starts) == 2 and len(buffers) == 1  # the tuning's one copy, then the run's own
 
 
+def test_fewer_threads_winning_on_long_steps_is_load_and_not_chosen(tmp_path, monkeypatch, assert_matches):
+    """Steps of a millisecond or more (a stand-in clock on which one thread would be faster, as when
+    another process holds a core): fewer threads are not tried, and the choice records no thread
+    count, so each run takes the cores free then (ADR 0058)."""
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", lambda self, kernel, steps: 0.5 if kernel.threads == 1 else 1.0)
+    kernel = heat.compile(target="openmp", schedule="auto")
+    u0 = np.random.default_rng(8).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    assert not any("with_threads" in t.schedule for t in kernel.report.trials)
+    assert kernel.report.schedule.threads is None
+
+
 @pytest.mark.parametrize("slower, rounds", [(3.0, 1), (1.3, 2)])
 def test_a_clearly_slower_finalist_stops_early(tmp_path, monkeypatch, assert_matches, slower, rounds):
     """The run-off times each finalist ROUNDS times, interleaved; one whose fastest timing is FAR_SLOWER
