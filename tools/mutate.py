@@ -204,11 +204,15 @@ MUTANTS = [
            "                              + w2[2 * m2 + I2] * sum[i2[2 * m2 + I2]];", ";",
            ("tests/test_multigrid.py::test_compiled_transfers_match_explicit_matrices_on_buffer_views",)),
     Mutant("split coefficient operator skips its boundary planes", "msc/pde/matfree.py",
-           "            for box in self._shell:\n                self._launch(kind, t, 1, box, scales=scales)\n", "",
+           "            for box in self._shell:\n"
+           "                self._launch(kind, t, 1, box, scales=scales, direction=direction)\n", "",
            ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
+    Mutant("CG's A p reads u's buffers, not the direction's", "msc/pde/matfree.py",
+           'self._run("apply", 1, t0=0, direction=True)', 'self._run("apply", 1, t0=0, direction=False)',
+           ("tests/test_multigrid.py::test_multigrid_solves_poisson_odd_and_even_sizes",)),
     Mutant("a per-class level's constant pieces never run", "msc/pde/matfree.py",
            "            for piece, box in enumerate(self._piece_boxes):\n"
-           "                self._launch(piece_kind, t, 1, box, piece, scales)\n", "",
+           "                self._launch(piece_kind, t, 1, box, piece, scales, direction)\n", "",
            ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
     Mutant("constant pieces merged across classes that differ", "msc/pde/coarsen.py",
            "            if any(va[o] is not None and vb[o] is not None and va[o] != vb[o] for o in va):\n"
