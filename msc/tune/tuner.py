@@ -155,6 +155,12 @@ def _steps(tile: Schedule, space: list[Schedule]) -> list[Schedule]:
     return out
 
 
+def _too_deep(tile: Schedule, timed: dict[Schedule, float]) -> float:
+    """The least depth of `tile` (its tiles and options, deeper) timed FAR_SLOWER than `tile` (inf: none)."""
+    return min((s.time_depth for s, ms in timed.items() if s.time_depth > tile.time_depth
+                and replace(s, time_depth=tile.time_depth) == tile and ms > FAR_SLOWER * timed[tile]), default=math.inf)
+
+
 MAX_TRIAL_STEPS = 64
 FINALISTS = 3  # the fastest of the first pass timed again against each other (and the default)
 ROUNDS = 5  # interleaved timings of each finalist; the median decides
@@ -391,7 +397,10 @@ class AutoKernel:
         """From the fastest time tile timed, if it is within CLIMB_WITHIN of the fastest schedule: time its
         untimed neighbours in `space` (`_steps`: deeper first, then wider, narrower, shallower) and move to
         the first that is CLIMB_GAIN faster, until none is, CLIMB_TIMINGS neighbours are timed or CLIMB_SHARE
-        of the budget is spent (the run-offs that follow time deep tiles in whole tiles).
+        of the budget is spent (the run-offs that follow time deep tiles in whole tiles). A deeper neighbour
+        FAR_SLOWER than the tile it climbs from ends the way down in depth: the one four times as deep is not
+        timed (heat2d 4096^2: depth 16 and 32 both took 1.8x depth 8's time, and timing both used the climb's
+        budget before it reached the narrower tile that was faster; `_too_deep`).
         A cost model ranks deep and large tiles by how it thinks they fit the caches; the climb measures them."""
         here = min((s for s in timed if s.time_depth), key=timed.__getitem__, default=None)
         if here is None or timed[here] > CLIMB_WITHIN * min(timed.values()):
@@ -401,9 +410,11 @@ class AutoKernel:
             near = [s for s in _steps(here, space) if s not in timed]
             self._prebuild(near[:min(budget, os.cpu_count() or 1)], max_threads)  # the likeliest, side by side
             moved = False
-            for schedule in near[:budget]:
-                if time.perf_counter() - start > CLIMB_SHARE * self.budget_s:
+            for schedule in near:
+                if budget <= 0 or time.perf_counter() - start > CLIMB_SHARE * self.budget_s:
                     return
+                if schedule.time_depth > _too_deep(here, timed):
+                    continue
                 budget -= 1
                 try:
                     ms = self._time(schedule, max_threads, inputs, trial_steps, timed)
