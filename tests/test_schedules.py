@@ -316,6 +316,30 @@ def test_the_climb_goes_no_deeper_than_a_far_slower_depth(tmp_path, monkeypatch,
     assert kernel.report.schedule == msc.Schedule().time_tile(4, x=8).with_threads(2)
 
 
+def test_a_finalist_stopped_early_does_not_win_when_load_slows_the_rest(tmp_path, monkeypatch, assert_matches):
+    """A stand-in clock: the default takes 2 ms/step, every time tile 1 ms for its first two timings and 5 ms
+    after (another process takes a core). The default stops after the run-off's first round; the medians of
+    the time tiles, timed on through the load, end above its median, and still a time tile is chosen."""
+    from collections import Counter
+
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    calls: Counter = Counter()
+
+    def timing(self, kernel, steps):
+        calls[kernel.schedule] += 1
+        if not kernel.schedule.time_depth:
+            return 2.0
+        return 1.0 if calls[kernel.schedule] <= 2 else 5.0
+
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
+    kernel = heat.compile(target="openmp", schedule="auto")
+    u0 = np.random.default_rng(9).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    assert kernel.report.schedule.time_depth and kernel.report.ms_per_step > kernel.report.default_ms_per_step
+
+
 def test_fewer_threads_winning_on_long_steps_is_load_and_not_chosen(tmp_path, monkeypatch, assert_matches):
     """Steps of a millisecond or more (a stand-in clock on which one thread would be faster, as when
     another process holds a core): fewer threads are not tried, and the choice records no thread

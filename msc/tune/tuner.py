@@ -430,14 +430,16 @@ class AutoKernel:
                 return
 
     def _runoff(self, schedules: list[Schedule], max_threads: int, inputs: dict[str, Any], trial_steps: int,
-                trials: list[Trial], timed: dict[Schedule, float]) -> dict[Schedule, float]:
+                trials: list[Trial], timed: dict[Schedule, float]) -> tuple[dict[Schedule, float], set[Schedule]]:
         """Median ms/step of each schedule that compiles (`threads` of its own, else
         `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
         moment of the machine touches every schedule alike, and its first timing
         (`timed`) where it has one: one unlucky round cannot outweigh it; a schedule
         FAR_SLOWER than the leader after one round, or CLEARLY_SLOWER after two, is no
         longer timed (its median is of the timings it had), and after three rounds the
-        run-off ends when it is decided or TIED (`_settled`)."""
+        run-off ends when it is decided or TIED (`_settled`). Also the schedules still
+        timed at the end: the only ones that may win (a schedule stopped early kept the
+        timings of its moment, which a later load on the machine did not touch)."""
         started = {}
         for schedule in schedules:
             try:
@@ -457,7 +459,7 @@ class AutoKernel:
             trials.append(Trial(str(s), ms))
         self._say(f"again, interleaved, median of at most {ROUNDS}: "
                   + ", ".join(f"{s}: {ms:.3f}" for s, ms in sorted(medians.items(), key=lambda p: p[1])))
-        return medians
+        return medians, set(running)
 
     def _settled(self, samples: dict[Schedule, list[float]], running: dict[Schedule, Any], rounds: int) -> bool:
         """After `rounds` rounds of a run-off: drop from `running` the schedules CLEARLY_SLOWER than the
@@ -517,9 +519,9 @@ class AutoKernel:
             variants = [v for v in variants if not v.threads]
         finalists = _dedupe([Schedule(), *ranked[:FINALISTS], *variants])
         self._prebuild(finalists, max_threads)
-        medians = self._runoff(finalists, max_threads, inputs, trial_steps, trials, timed)
+        medians, contenders = self._runoff(finalists, max_threads, inputs, trial_steps, trials, timed)
         default_ms = medians[Schedule()]
-        chosen = min(medians, key=medians.__getitem__)
+        chosen = min(contenders, key=medians.__getitem__)
         ms = medians[chosen]
         self._sims, self._current = {}, None
         if self.platform.thread_counts and self.threads and not chosen.threads:
