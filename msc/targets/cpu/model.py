@@ -6,10 +6,11 @@ Per step, the largest of
            written level once, twice without streaming stores: the line is
            read before it is written), a time tile's divided by its depth,
            at the measured memory bandwidth;
-  cache    a time tile's sweeps inside the tile (its halo included), at the
-           bandwidth of the cache level that holds a tile's working set (per
-           core: L2, or the core's share of L3; CACHE_SPEEDUP times memory's),
-           or memory's when none does;
+  cache    a time tile's sweeps inside the tile, each step reading the tile
+           and its halo of one radius again, at the bandwidth of the cache
+           level that holds what one step hands the next (the tile and its
+           halo, every level: per core L2, or the core's share of L3;
+           CACHE_SPEEDUP times memory's), or memory's when none does;
   compute  flops per point (after row sums: msc/codegen/row_sums.py) x points
            / (cores x CORE_GFLOPS).
 """
@@ -26,7 +27,10 @@ from msc.tune.machine import cache_bytes, memory_bandwidth
 from msc.tune.tuner import Estimate
 
 CACHE_SPEEDUP = {2: 4.0, 3: 2.0}  # a cache level's bandwidth over memory's, for a core streaming through it
-CORE_GFLOPS = 8.0  # what a vectorised stencil loop sustains per core (well below peak)
+#: what a vectorised stencil loop sustains per core: heat2d's and box2d9p's best time tiles at 4096^2 ran
+#: 25-30 GFlop/s per core on the 2-core reference machine (8 before: every 2D time tile tied at the compute
+#: bound, so the model could not rank the one whose step fits the L2 first)
+CORE_GFLOPS = 25.0
 
 
 def estimate(poly: PolyIR, shape: tuple[int, ...], schedule: Schedule) -> Estimate:
@@ -43,10 +47,10 @@ def estimate(poly: PolyIR, shape: tuple[int, ...], schedule: Schedule) -> Estima
     cache = 0.0
     if schedule.time_depth:
         depth, tiles = schedule.time_depth, dict(schedule.tiles)
-        region = [tiles[d] + 2 * depth * r if d in tiles else n for d, r, n in zip(stencil.dims, stencil.radius, shape)]
-        halo = math.prod(region) / math.prod(min(tiles.get(d, n), n) for d, n in zip(stencil.dims, interior))
+        step = [tiles[d] + 2 * r if d in tiles else n for d, r, n in zip(stencil.dims, stencil.radius, shape)]
+        halo = math.prod(step) / math.prod(min(tiles.get(d, n), n) for d, n in zip(stencil.dims, interior))
         slots = sum(f.slots if f.written else 1 for f in stencil.fields)
-        working = math.prod(region) * slots * itemsize
+        working = math.prod(step) * slots * itemsize
         caches = cache_bytes()
         fits = [level for level, size in ((2, caches.get(2, 0)), (3, caches.get(3, 0) // cores)) if working <= size]
         if fits:
