@@ -287,23 +287,14 @@ def test_auto_tuner_copies_the_inputs_in_once_and_every_trial_goes_on_from_the_l
     assert len(starts) == 2 and len(buffers) == 1  # the tuning's one copy, then the run's own
 
 
-def test_the_climb_goes_no_deeper_than_a_far_slower_depth(tmp_path, monkeypatch, assert_matches):
-    """A stand-in clock where depth 8 takes twice depth 4's time (narrower tiles a little faster, depth 16
-    faster still): once a deeper tile is FAR_SLOWER than the tile the climb stands on, tiles deeper than it
-    are not timed (their timings went to the narrower tiles instead), and the choice is the best timed."""
-    import math
-
+def _tuned_by_stand_ins(tmp_path, monkeypatch, assert_matches, ms) -> tuple[object, list[msc.Schedule]]:
+    """heat tuned with a stand-in cost model that ranks shallow, narrow time tiles best and the stand-in
+    clock `ms` (ms/step by schedule); the kernel (checked against the reference) and the schedules timed."""
     from msc.targets.cpu import model
     from msc.tune import tuner
     from msc.tune.tuner import Estimate
 
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
-
-    def ms(s: msc.Schedule) -> float:
-        if not s.time_depth:
-            return 5.0
-        return {4: 1.0, 8: 2.0}.get(s.time_depth, 0.5) * (1 - 0.04 * math.log2(64 / dict(s.tiles).get("x", 64)))
-
     monkeypatch.setattr(model, "estimate", lambda poly, shape, s: Estimate(
         1.0 + (s.time_depth + dict(s.tiles).get("x", 0) / 64 if s.time_depth else 99.0)))
     monkeypatch.setattr(tuner.AutoKernel, "_timing", lambda self, kernel, steps: ms(kernel.schedule))
@@ -311,7 +302,21 @@ def test_the_climb_goes_no_deeper_than_a_far_slower_depth(tmp_path, monkeypatch,
     kernel.budget_s = 60.0
     u0 = np.random.default_rng(7).random((66, 70))
     assert_matches(kernel.run(steps=16, u=u0), heat.reference(steps=16, u=u0))
-    trials = [parse_schedule(t.schedule) for t in kernel.report.trials]
+    return kernel, [parse_schedule(t.schedule) for t in kernel.report.trials]
+
+
+def test_the_climb_goes_no_deeper_than_a_far_slower_depth(tmp_path, monkeypatch, assert_matches):
+    """A stand-in clock where depth 8 takes twice depth 4's time (narrower tiles a little faster, depth 16
+    faster still): once a deeper tile is FAR_SLOWER than the tile the climb stands on, tiles deeper than it
+    are not timed (their timings went to the narrower tiles instead), and the choice is the best timed."""
+    import math
+
+    def ms(s: msc.Schedule) -> float:
+        if not s.time_depth:
+            return 5.0
+        return {4: 1.0, 8: 2.0}.get(s.time_depth, 0.5) * (1 - 0.04 * math.log2(64 / dict(s.tiles).get("x", 64)))
+
+    kernel, trials = _tuned_by_stand_ins(tmp_path, monkeypatch, assert_matches, ms)
     assert msc.Schedule().time_tile(8, x=8) in trials and max(s.time_depth for s in trials) == 8
     assert kernel.report.schedule == msc.Schedule().time_tile(4, x=8).with_threads(2)
 
@@ -452,23 +457,12 @@ def test_the_tuner_climbs_from_its_best_time_tile_to_faster_neighbours(tmp_path,
     """A stand-in model that ranks shallow, narrow time tiles best and a stand-in clock where deeper and wider
     ones are faster: the first pass times the model's choice, then the climb moves through neighbours (the
     depth or a tile size doubled) to a faster tile the first pass did not time, each one step from another."""
-    from msc.targets.cpu import model
     from msc.tune import tuner
-    from msc.tune.tuner import Estimate
-
-    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
 
     def ms(s: msc.Schedule) -> float:
         return 1.0 - (0.02 * s.time_depth + 0.001 * dict(s.tiles).get("x", 0) if s.time_depth else 0.0)
 
-    monkeypatch.setattr(model, "estimate", lambda poly, shape, s: Estimate(
-        1.0 + (s.time_depth + dict(s.tiles).get("x", 0) / 64 if s.time_depth else 99.0)))
-    monkeypatch.setattr(tuner.AutoKernel, "_timing", lambda self, kernel, steps: ms(kernel.schedule))
-    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
-    kernel.budget_s = 60.0
-    u0 = np.random.default_rng(7).random((66, 70))
-    assert_matches(kernel.run(steps=16, u=u0), heat.reference(steps=16, u=u0))
-    trials = [parse_schedule(t.schedule) for t in kernel.report.trials]
+    kernel, trials = _tuned_by_stand_ins(tmp_path, monkeypatch, assert_matches, ms)
     first_pass = trials[:tuner.TIMED]
     start = min((s for s in first_pass if s.time_depth), key=ms)
     chosen = kernel.report.schedule
