@@ -103,8 +103,8 @@ class Multigrid:
             coarse = _coarser(shape, axes)
             if int(np.prod(shape)) <= COARSEST or coarse == shape:
                 break  # the coarsest level: solved directly
-            if op is None:
-                op = from_coefficients(coefs, shape, periodic, symmetric, target, threads)
+            if op is None:  # on the fine level's threads: one count for the whole hierarchy, looked up once
+                op = from_coefficients(coefs, shape, periodic, symmetric, target, threads or fine.threads)
             self.levels.append(self._smoothing(Level(shape, op, axes, Transfer(shape, axes)), coefs, what))
             coefs, shape = galerkin(coefs, shape, axes)
             op = None
