@@ -214,7 +214,7 @@ MUTANTS = [
            "                self._launch(kind, t, 1, box, scales=scales, direction=direction)\n", "",
            ("tests/test_multigrid.py::test_coefficient_operators_match_their_matrix",)),
     Mutant("CG's A p reads u's buffers, not the direction's", "msc/pde/matfree.py",
-           'self._run("apply", 1, t0=0, direction=True)', 'self._run("apply", 1, t0=0, direction=False)',
+           "return self._applied(0, direction=True)", "return self._applied(0, direction=False)",
            ("tests/test_multigrid.py::test_multigrid_solves_poisson_odd_and_even_sizes",)),
     Mutant("a per-class level's constant pieces never run", "msc/pde/matfree.py",
            "            for piece, box in enumerate(self._piece_boxes):\n"

@@ -115,7 +115,7 @@ class IterativeSolver:
         self.krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         if sweeps is None:
             sweeps = cycle_sweeps(coefs, alpha)
-        self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, threads, smoother)
+        self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self._residual: np.ndarray | None = None  # CG's residual, where it lives during a solve
         self._direction: np.ndarray | None = None  # CG's direction, where it lives during a solve

@@ -377,9 +377,14 @@ class CompiledOperator:
 
     def applied_to_u(self) -> np.ndarray:
         """A u for the u in the buffers, as a view (valid until the next kernel call); u is kept."""
-        self._refresh()
-        self._run("apply", 1)
-        out = self.slot(self.step + 1)
+        return self._applied(self.step, direction=False)
+
+    def _applied(self, t0: int, direction: bool) -> np.ndarray:
+        """A v for v in slot t0 of u's buffers (or of the direction's), as a view into the other slot."""
+        slots = (self._direction_buffers() if direction else self._buffers)[self.unknown]
+        self._refresh(slots[t0 % 2])
+        self._run("apply", 1, t0=t0, direction=direction)
+        out = slots[(t0 + 1) % 2][self._inner]
         if self.shift is not None:
             out -= self.shift
         return out
@@ -399,12 +404,7 @@ class CompiledOperator:
     def applied_direction(self) -> np.ndarray:
         """A d for d = `direction`, as a view into the direction's buffers (valid until the next call);
         d is kept."""
-        self._refresh(self._direction_buffers()[self.unknown][0])
-        self._run("apply", 1, t0=0, direction=True)
-        out = self._direction_buffers()[self.unknown][1][self._inner]
-        if self.shift is not None:
-            out -= self.shift
-        return out
+        return self._applied(0, direction=True)
 
     def apply(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """A v (into `out` if given, else a fresh array); overwrites u."""

@@ -87,7 +87,7 @@ class Multigrid:
     """The hierarchy below `fine` (whose coefficient stencil is `coefs`, on `shape` unknowns)."""
 
     def __init__(self, fine: CompiledOperator, coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
-                 what: str, symmetric: bool, sweeps: int = 2, target: str = "openmp", threads: int | None = None,
+                 what: str, symmetric: bool, sweeps: int = 2, target: str = "openmp",
                  smoother: str = "jacobi") -> None:
         if not isinstance(sweeps, int) or isinstance(sweeps, bool) or sweeps < 1:
             raise StencilArgumentError(f"{what}: sweeps must be a positive integer, got {sweeps!r}")
@@ -104,7 +104,7 @@ class Multigrid:
             if int(np.prod(shape)) <= COARSEST or coarse == shape:
                 break  # the coarsest level: solved directly
             if op is None:  # on the fine level's threads: one count for the whole hierarchy, looked up once
-                op = from_coefficients(coefs, shape, periodic, symmetric, target, threads or fine.threads)
+                op = from_coefficients(coefs, shape, periodic, symmetric, target, fine.threads)
             self.levels.append(self._smoothing(Level(shape, op, axes, Transfer(shape, axes)), coefs, what))
             coefs, shape = galerkin(coefs, shape, axes)
             op = None

@@ -47,10 +47,10 @@ def estimate(poly: PolyIR, shape: tuple[int, ...], schedule: Schedule) -> Estima
     cache = 0.0
     if schedule.time_depth:
         depth, tiles = schedule.time_depth, dict(schedule.tiles)
-        step = [tiles[d] + 2 * r if d in tiles else n for d, r, n in zip(stencil.dims, stencil.radius, shape)]
-        halo = math.prod(step) / math.prod(min(tiles.get(d, n), n) for d, n in zip(stencil.dims, interior))
+        step = math.prod(tiles[d] + 2 * r if d in tiles else n for d, r, n in zip(stencil.dims, stencil.radius, shape))
+        halo = step / math.prod(min(tiles.get(d, n), n) for d, n in zip(stencil.dims, interior))
         slots = sum(f.slots if f.written else 1 for f in stencil.fields)
-        working = math.prod(step) * slots * itemsize
+        working = step * slots * itemsize
         caches = cache_bytes()
         fits = [level for level, size in ((2, caches.get(2, 0)), (3, caches.get(3, 0) // cores)) if working <= size]
         if fits:
