@@ -441,3 +441,120 @@ def test_an_operator_with_a_source_term_solves_as_the_direct_solve_does():
                          full_output=True)
     assert np.allclose(mg, direct, rtol=0, atol=1e-8 * np.abs(direct).max())
     assert info.iterations <= 12
+
+
+@pytest.mark.parametrize("shape", [(9,), (5, 9), (4, 6, 11)])
+def test_vector_operations_take_single_precision_operands(shape):
+    """The V-cycle's result z and right-hand side may be float32 views: dot, cg_step, scale, gather and
+    scatter read or write them as such (the sums in double), the others stay float64."""
+    from msc.pde.vectors import Vectors, gather, scatter
+
+    rng = np.random.default_rng(len(shape))
+    x, p, r = (rng.random(int(np.prod(shape))) for _ in range(3))
+    buffer = rng.random(tuple(n + 2 for n in shape)).astype(np.float32)
+    z = buffer[tuple(slice(1, 1 + n) for n in shape)]
+    z64 = z.astype(np.float64).ravel()
+    v = Vectors(threads=2)
+    assert np.isclose(v.dot(r, z), r @ z64, rtol=1e-12) and np.isclose(v.dot(z, r), r @ z64, rtol=1e-12)
+    flat32 = z.ravel().copy()
+    assert np.isclose(v.dot(r, flat32), r @ z64, rtol=1e-12)  # both flat
+    x1, p1 = x + 0.3 * p, z64 + 0.7 * p
+    v.cg_step(0.3, x, z, 0.7, p)
+    assert np.allclose(x, x1, rtol=1e-14) and np.allclose(p, p1, rtol=1e-14)
+    out = np.empty(z.size)
+    v.scale(2.0, z, out)
+    assert np.array_equal(out, 2.0 * z64)
+    gather(z, out, threads=2)
+    assert np.array_equal(out, z64)
+    around = buffer.copy()
+    scatter(r, z, threads=2)
+    around[tuple(slice(1, 1 + n) for n in shape)] = r.reshape(shape)  # rounded to float32 as numpy does
+    assert np.array_equal(buffer, around)
+    with pytest.raises(ValueError, match="float64 or float32"):
+        v.scale(1.0, z.astype(np.float16), out)
+
+
+@pytest.mark.parametrize("shape,kept", [((9,), ()), ((8, 6), (1,)), ((6, 12, 7), ())])
+def test_single_precision_transfers_match_double_ones(shape, kept):
+    rng = np.random.default_rng(sum(shape))
+    axes = [None if d in kept else Axis1D.of(n, False) for d, n in enumerate(shape)]
+    t = Transfer(shape, axes)
+    fine = rng.random(shape)
+    coarse64, coarse32 = np.empty(t.coarse), np.empty(t.coarse, np.float32)
+    t.restrict(fine, coarse64, threads=2)
+    t.restrict(fine.astype(np.float32), coarse32, threads=2)
+    assert np.allclose(coarse32, coarse64, rtol=1e-6, atol=0)
+    into64, into32 = fine.copy(), fine.astype(np.float32)
+    t.prolong_add(coarse64, into64, threads=2)
+    t.prolong_add(coarse32, into32, threads=2)
+    assert np.allclose(into32, into64, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="fine array is float32 and the coarse array float64"):
+        t.restrict(fine.astype(np.float32), coarse64, threads=1)
+
+
+@pytest.mark.parametrize("ndim,n,kind", [(3, 30, "constant"), (3, 21, "variable"), (2, 63, "constant"),
+                                         (2, 40, "periodic")])
+def test_a_single_precision_v_cycle_takes_the_iterations_of_a_double_one(ndim, n, kind, monkeypatch):
+    """The V-cycle of a linear operator runs in float32 under a float64 Krylov method: the solution
+    meets tol on its float64 true residual, with the iterations a float64 V-cycle takes (within one),
+    down to tolerances far below float32's precision."""
+    from msc.pde import iterative
+
+    if kind == "variable":
+        L = divergence_form()
+        X, Y, Z = np.meshgrid(*[np.linspace(0, 1, n + 2)] * 3, indexing="ij")
+        inputs = {"k": np.where((abs(X - 0.5) < 0.2) & (abs(Y - 0.4) < 0.3), 100.0, 1.0), "h": 1.0 / (n + 1)}
+    else:
+        L = laplacian(ndim, "periodic" if kind == "periodic" else "dirichlet", shift=5.0 if kind == "periodic" else 0.0)
+        inputs = {"h": 1.0 / (n + 1)}
+    rhs = np.random.default_rng(n).random((n,) * ndim)
+    counts = {}
+    for dtype in ("float64", "float32"):
+        monkeypatch.setattr(iterative, "PRECONDITIONER_DTYPE", dtype)
+        solver = iterative.IterativeSolver(L, (n + 2,) * ndim if kind != "periodic" else (n,) * ndim, inputs, 0.0,
+                                           1.0, "multigrid", 1e-12, None, "test")
+        assert all(level.op.dtype == dtype for level in solver.mg.levels if level.op is not None)
+        assert solver.fine.dtype == np.float64
+        u, history = solver.solve(rhs.reshape(-1))
+        counts[dtype] = len(history) - 1
+        assert history[-1] <= 1e-12
+        check_residual(L, _whole(u, n, ndim, kind), rhs, 1e-12, **inputs)
+    assert abs(counts["float32"] - counts["float64"]) <= 1
+
+
+def _whole(u, n, ndim, kind):
+    if kind == "periodic":
+        return u.reshape((n,) * ndim)
+    out = np.zeros((n + 2,) * ndim)
+    out[(slice(1, -1),) * ndim] = u.reshape((n,) * ndim)
+    return out
+
+
+def test_an_operator_with_a_constant_part_keeps_a_double_precision_v_cycle():
+    from msc.pde.iterative import IterativeSolver
+
+    @msc.operator(name="lap_source32")
+    def lap(u, h):
+        return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 + 3.0
+
+    plain = laplacian(2, "dirichlet", shift=0.0)
+    assert IterativeSolver(lap, (42, 42), {"h": 0.1}, 0.0, 1.0, "multigrid", 1e-8, None, "t").mg.levels[0].op.dtype \
+        == np.float64
+    assert IterativeSolver(plain, (42, 42), {"h": 0.1}, 0.0, 1.0, "multigrid", 1e-8, None, "t").mg.levels[0].op.dtype \
+        == np.float32
+
+
+def test_operators_of_one_stencil_share_its_kernels_whatever_their_threads():
+    """A level's kernels are built once per process: a later operator of the same stencil, on any
+    thread count, finds them built (so a solve's setup starts no build threads for them)."""
+    coefs = {(0, 0): np.asarray(-5.0), (1, 0): np.asarray(1.0), (-1, 0): np.asarray(1.0), (0, 1): np.asarray(1.0),
+             (0, -1): np.asarray(1.0), (2, 0): np.asarray(0.5), (-2, 0): np.asarray(0.5)}  # this test's own stencil
+    a = from_coefficients(coefs, (9, 11), False, True, "openmp", 1)
+    a.u[...] = 1.0
+    first = a.residual().copy()
+    b = from_coefficients(coefs, (9, 11), False, True, "openmp", 2)
+    assert b.unbuilt(("residual",)) == [] and b.kernels["residual"].kernel is a.kernels["residual"].kernel
+    b.u[...] = 1.0
+    assert np.array_equal(b.residual(), first)
+    c = from_coefficients(coefs, (9, 11), False, True, "openmp", 2, dtype="float32")
+    assert c.unbuilt(("residual",)) == [c.kernels["residual"]]  # another type: another kernel

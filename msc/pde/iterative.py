@@ -5,6 +5,13 @@ preconditioned by one geometric multigrid V-cycle (msc.pde.multigrid). CG is
 used when the operator is symmetric and its diagonal has one sign (the linear
 form's coefficients tell: msc.pde.coarsen.is_symmetric), GMRES otherwise.
 Every result is checked by its true residual ||b - A x|| / ||b||.
+
+The Krylov method runs in float64; the V-cycle of a linear operator runs in
+float32 (PRECONDITIONER_DTYPE: its kernels, buffers and transfers), which
+halves the memory traffic of most of an iteration and leaves the iterations
+as they were (ADR 0059). An operator with a constant part (a source term in L,
+folded into b) keeps a float64 hierarchy: in float32 the kernels' K(0) would
+not cancel to within the tolerance.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from msc.pde.coarsen import Coefficients, diagonal, is_symmetric
 from msc.pde.krylov import Monitor, cg, gmres
 from msc.pde.matfree import from_operator
 from msc.pde.multigrid import Multigrid
-from msc.pde.vectors import Vectors, scatter
+from msc.pde.vectors import Vectors
 from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
 
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
 
 METHODS = ("auto", "direct", "multigrid", "cg", "gmres")
 MAXITER = 200
+PRECONDITIONER_DTYPE = "float32"  # the V-cycle's, for a linear operator (module docstring)
 
 
 @dataclass
@@ -115,9 +123,12 @@ class IterativeSolver:
         self.krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         if sweeps is None:
             sweeps = cycle_sweeps(coefs, alpha)
-        self.mg = Multigrid(self.fine, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother)
+        cycled = self.fine
+        if self.fine.shift is None:  # a linear operator: the V-cycle in single precision (module docstring)
+            cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=PRECONDITIONER_DTYPE)
+        self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
+                            applied=self.fine)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
-        self._residual: np.ndarray | None = None  # CG's residual, where it lives during a solve
         self._direction: np.ndarray | None = None  # CG's direction, where it lives during a solve
         self.setup_s = time.perf_counter() - start
 
@@ -125,15 +136,18 @@ class IterativeSolver:
     def solver(self) -> str:
         return f"multigrid-{self.krylov}"
 
-    def solve(self, b: np.ndarray, progress: bool = False) -> tuple[np.ndarray, list[float]]:
+    def solve(self, b: np.ndarray, progress: bool = False,
+              out: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
         """x with ||b - A x|| <= tol ||b|| (checked on the true residual), and the residual history;
-        `progress=True` shows a bar on stderr.
+        `progress=True` shows a bar on stderr; `out`: where x goes (the interior's shape, zero on
+        entry, a view into the whole array may be given: nothing is copied there afterwards);
+        default a fresh flat vector.
 
         BLAS is held to one thread meanwhile: its idle threads spin after each dot product and
         take the cores from the compiled kernels (measured: the kernels ran 5x slower)."""
         with blas_threads().limit(limits=1, user_api="blas"), \
                 ResidualProgress(f"{self.what} ({self.solver})", self.tol, progress) as bar:
-            return self._solve(b, bar)
+            return self._solve(b, bar, np.zeros(b.size) if out is None else out)
 
     def _applied_view(self, v: np.ndarray) -> np.ndarray:
         """A v as a view into the kernel buffers (GMRES's: its vector operations read views in place)."""
@@ -146,33 +160,33 @@ class IterativeSolver:
         return self.fine.applied_direction()
 
     def _cycled_view(self, r: np.ndarray) -> np.ndarray:
-        """One V-cycle for r (CG's residual where it lives: in the fine level's right-hand side when
-        `_residual` is that), as a view into the fine level's kernel buffers."""
-        return self.mg.cycled(None if r is self._residual else r.reshape(self.n))
+        """One V-cycle for r, as a view into the fine level's kernel buffers."""
+        return self.mg.cycled(r.reshape(self.n))
+
+    def _residual_vector(self, size: int) -> np.ndarray:
+        """CG's residual: a vector kept between solves (its memory paged in once per solver)."""
+        return self._vectors.scratch("residual", 1, size)[0]
 
     def _residual_norm(self, x: np.ndarray, b: np.ndarray) -> float:
-        """||b - A x||, by the residual kernel on the fine level's buffers (b and x in, b - A x read in place)."""
-        fine = self.fine
-        fine.set_rhs(b.reshape(self.n))
-        scatter(x.reshape(self.n), fine.u, fine.threads)
-        r = fine.residual()
-        return float(np.sqrt(self._vectors.dot(r, r)))
+        """||b - A x||, A x by the operator's kernel on the direction's buffers, b - A x in the residual's
+        vector (memory a solve has used already: none is paged in for it)."""
+        fine, vectors = self.fine, self._vectors
+        vectors.scale(1.0, x, fine.direction)
+        r = self._residual_vector(b.size)
+        vectors.scale(1.0, b, r)
+        return float(np.sqrt(vectors.residual_update(1.0, r, fine.applied_direction())))
 
-    def _solve(self, b: np.ndarray, monitor: Monitor) -> tuple[np.ndarray, list[float]]:
+    def _solve(self, b: np.ndarray, monitor: Monitor, x: np.ndarray) -> tuple[np.ndarray, list[float]]:
         """CG runs on views into the kernel buffers: the operator's and the V-cycle's results are read
-        where the kernels wrote them, the residual lives in the fine level's right-hand side (unless a
-        constant part K(0) is folded into it) and the direction in the fine operator's `direction`."""
+        where the kernels wrote them, and the direction lives in the fine operator's `direction`."""
         if self.krylov == "cg":
             apply, precondition = self._applied_direction, self._cycled_view
-            fine = self.mg.levels[0].op
-            self._residual = fine.rhs if fine is not None and fine.shift is None else None
             self._direction = self.fine.direction
-            method: Any = partial(cg, residual=self._residual, direction=self._direction)
+            method: Any = partial(cg, residual=self._residual_vector(b.size), direction=self._direction)
         else:
             method, apply, precondition = gmres, self._applied_view, self._cycled_view
-            self._residual = None
         vectors = self._vectors
-        x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, vectors, monitor)
+        x, history = method(apply, precondition, b, self.tol, self.maxiter, self.what, vectors, monitor, x)
         bnorm = float(np.sqrt(vectors.dot(b, b)))
         true = self._residual_norm(x, b) / bnorm if bnorm else 0.0
         if true > self.tol:  # the recurrence drifted from the true residual: go on from x once
@@ -183,7 +197,7 @@ class IterativeSolver:
             r = b - self._applied_view(x).reshape(-1)
             dx, more = method(apply, precondition, r, self.tol * bnorm / float(np.linalg.norm(r)),
                               left, self.what, vectors, monitor)
-            x += dx
+            x += dx.reshape(x.shape)
             history += [h * true for h in more[1:]]
             true = self._residual_norm(x, b) / bnorm
             if true > self.tol:

@@ -34,13 +34,14 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
 
 
 def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
-       what: str, vectors: Vectors, monitor: Monitor = _ignore,
+       what: str, vectors: Vectors, monitor: Monitor = _ignore, x: np.ndarray | None = None,
        residual: np.ndarray | None = None, direction: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
     """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual;
-    `residual`: where the residual lives, b's size, a view the preconditioner may read in place;
-    default a copy of b; `direction`: where the direction lives, a view `apply` may read in place;
-    default a flat array of its own)."""
-    x = np.zeros_like(b)
+    `x`: where the solution goes, b's size, zero on entry, a view may be given; default a fresh
+    array; `residual`: where the residual lives, b's size, a view the preconditioner may read in
+    place; default a copy of b; `direction`: where the direction lives, a view `apply` may read in
+    place; default a flat array of its own)."""
+    x = np.zeros_like(b) if x is None else x
     bnorm = np.sqrt(vectors.dot(b, b))
     if bnorm == 0.0:
         return x, [0.0]
@@ -74,11 +75,12 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
 
 
 def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int, what: str,
-          vectors: Vectors, monitor: Monitor = _ignore, restart: int = 30) -> tuple[np.ndarray, list[float]]:
-    """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations); `apply` and
-    `precondition` may return views into kernel buffers, valid until their next call."""
+          vectors: Vectors, monitor: Monitor = _ignore, x: np.ndarray | None = None,
+          restart: int = 30) -> tuple[np.ndarray, list[float]]:
+    """Right-preconditioned restarted GMRES(restart) from x = 0 (Givens rotations; `x` as CG's);
+    `apply` and `precondition` may return views into kernel buffers, valid until their next call."""
     dot = vectors.dot
-    x = np.zeros_like(b)
+    x = np.zeros_like(b) if x is None else x
     bnorm = float(np.sqrt(dot(b, b)))
     if bnorm == 0.0:
         return x, [0.0]
@@ -115,7 +117,7 @@ def gmres(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter:
             if history[-1] <= tol:
                 break
         y = np.linalg.solve(np.triu(H[:k + 1, :k + 1]), g[:k + 1])
-        x += y @ Z[:k + 1]
+        x += (y @ Z[:k + 1]).reshape(x.shape)
         r = b - apply(x).reshape(b.shape)
         history[-1] = float(np.sqrt(dot(r, r))) / bnorm  # the true residual at the end of a cycle
         if history[-1] <= tol:

@@ -27,9 +27,11 @@ the linear part A.
 from __future__ import annotations
 
 import itertools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,15 +60,49 @@ CONSTANT_KINDS = ("apply", "residual", UNIFORM, FIRST_UNIFORM)  # their kinds: t
 SPLIT_LEAST = 65536  # points: below, one launch of the fields' kernel beat 4 launches per sweep (16^3 and 32^3)
 
 
-@lru_cache(maxsize=64)
-def _compiled(st: ir.StencilIR, target: str, threads: int | None, box: bool) -> Any:
-    """A kernel per stencil, built once per process: a level's kernels are the same for every solve
-    (`box`: with the entry point that computes a box of the grid only)."""
+KernelKey = tuple[ir.StencilIR, str, bool]  # stencil, target, box
+
+
+def _compile(key: KernelKey) -> Any:
+    """The kernel of a stencil on a target (`box`: with the entry point that computes a box of the
+    grid only); each launch says its thread count, so that is no part of the kernel (a count looked
+    up from the free cores made the same kernel two, loaded again as the load changed)."""
+    st, target, box = key
     if not box:
-        return Stencil(None, stencil_ir=st).compile(target, threads=threads)
+        return Stencil(None, stencil_ir=st).compile(target)
     from msc.codegen import get_target
 
-    return get_target(target).compile(Stencil(None, stencil_ir=st).poly(None), threads=threads, box=True)
+    return get_target(target).compile(Stencil(None, stencil_ir=st).poly(None), threads=None, box=True)
+
+
+class _Built:
+    """The kernels built in this process, the `kept` used last: a level's kernels are the same for
+    every solve. It says which are here, so that only the others are built side by side (a pool of
+    build threads costs more than a solve's setup of kernels already built: 128^3, 11 of 25 ms)."""
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._kernels: OrderedDict[KernelKey, Any] = OrderedDict()
+        self._lock = threading.Lock()  # the build threads share it
+
+    def __contains__(self, key: KernelKey) -> bool:
+        return key in self._kernels
+
+    def kernel(self, key: KernelKey) -> Any:
+        with self._lock:
+            kernel = self._kernels.get(key)
+            if kernel is not None:
+                self._kernels.move_to_end(key)
+                return kernel
+        kernel = _compile(key)
+        with self._lock:
+            self._kernels[key] = kernel
+            if len(self._kernels) > self._kept:
+                self._kernels.popitem(last=False)
+        return kernel
+
+
+_BUILT = _Built(kept=64)
 
 
 @dataclass(frozen=True)
@@ -103,7 +139,7 @@ def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.Fie
     v, b = _read(unknown, zero), _read(RHS, zero, None)
     uniform = kind in (UNIFORM, FIRST_UNIFORM, TWO_UNIFORM)
     if kind in ("jacobi", FIRST, TWO):
-        decls = (*decls, ir.FieldDecl(WEIGHT, ndim, "float64", window=0, written=False))
+        decls = (*decls, ir.FieldDecl(WEIGHT, ndim, decls[0].dtype, window=0, written=False))
     w = ir.ParamRef(OMEGA) if uniform else _read(WEIGHT, zero, None)
     scale, first_scale = ir.ParamRef(SCALE), ir.ParamRef(SCALE_FIRST)
     scales: tuple[str, ...] = (SCALE,)
@@ -122,7 +158,8 @@ def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.Fie
     else:
         expr = ir.BinOp("+", v, ir.BinOp("*", ir.BinOp("*", scale, w), ir.BinOp("-", b, K)))
     return ir.StencilIR(f"{name}_{kind}", ndim, decls, params + ((OMEGA,) if uniform else ()) + scales,
-                        (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary)
+                        (ir.Statement(unknown, expr, loc or ir.SourceLoc("<msc>", 0)),), boundary=boundary,
+                        dtype=decls[0].dtype)
 
 
 def _padded(box: Box, ring: tuple[int, ...]) -> Box:
@@ -134,8 +171,8 @@ def _padded(box: Box, ring: tuple[int, ...]) -> Box:
 class _Lazy:
     """A kernel built when first used (a level runs some of its kinds only)."""
 
-    def __init__(self, make: Callable[[], ir.StencilIR], target: str, threads: int | None, box: bool) -> None:
-        self._make, self._target, self._threads, self._box = make, target, threads, box
+    def __init__(self, make: Callable[[], ir.StencilIR], target: str, box: bool) -> None:
+        self._make, self._target, self._box = make, target, box
         self._ir: ir.StencilIR | None = None
         self._kernel: Any = None
 
@@ -146,13 +183,18 @@ class _Lazy:
         return self._ir
 
     @property
+    def _key(self) -> KernelKey:
+        return self.ir, self._target, self._box
+
+    @property
     def built(self) -> bool:
-        return self._kernel is not None
+        """Whether the kernel is built, here or for an earlier operator in this process."""
+        return self._kernel is not None or self._key in _BUILT
 
     @property
     def kernel(self) -> Any:
         if self._kernel is None:
-            self._kernel = _compiled(self.ir, self._target, self._threads, self._box)
+            self._kernel = _BUILT.kernel(self._key)
         return self._kernel
 
 
@@ -165,23 +207,24 @@ class CompiledOperator:
     def __init__(self, name: str, K: ir.Expr, unknown: str, ndim: int, boundary: str,
                  inputs: Mapping[str, Any], fields: tuple[str, ...], params: tuple[str, ...],
                  shape: tuple[int, ...], ring: tuple[int, ...], target: str, threads: int | None,
-                 loc: ir.SourceLoc | None, interior: Interior | None = None) -> None:
+                 loc: ir.SourceLoc | None, interior: Interior | None = None, dtype: str = "float64") -> None:
         self.unknown = unknown
-        decls = (ir.FieldDecl(unknown, ndim, "float64", window=1, written=True),
-                 *(ir.FieldDecl(f, ndim, "float64", window=0, written=False) for f in (RHS, *fields)))
+        decls = (ir.FieldDecl(unknown, ndim, dtype, window=1, written=True),
+                 *(ir.FieldDecl(f, ndim, dtype, window=0, written=False) for f in (RHS, *fields)))
         self.kernels = {kind: _Lazy(partial(_stencil, kind, name, K, unknown, decls, params, boundary, loc),
-                                    target, threads, interior is not None) for kind in KINDS}
+                                    target, interior is not None) for kind in KINDS}
         if interior is not None:
             parts = [(INSIDE, interior.K, tuple(interior.values))]
             if interior.piece_K is not None:
                 parts.append((PIECE, interior.piece_K, tuple(interior.pieces[0][1])))
             self.kernels.update({part + kind: _Lazy(partial(_stencil, kind, f"{name}_{part}", K_part, unknown,
-                                                            decls[:2], names, boundary, loc), target, threads, True)
+                                                            decls[:2], names, boundary, loc), target, True)
                                  for part, K_part, names in parts for kind in CONSTANT_KINDS})
         full = tuple(s + 2 * r for s, r in zip(shape, ring))
-        zero = np.broadcast_to(0.0, full)
+        zero = np.broadcast_to(np.zeros((), dtype), full)
         at_zero = (unknown, RHS, *(f for f in fields if f not in inputs))  # filled later, if at all
-        arrays = {**dict.fromkeys(at_zero, zero), **inputs}  # a weight field only when set
+        given = {k: np.asarray(v, dtype) if k in fields else v for k, v in inputs.items()}  # in the kernels' type
+        arrays = {**dict.fromkeys(at_zero, zero), **given}  # a weight field only when set
         first = self.kernels["apply"].ir
         args = bind_arguments(first, 0, arrays)
         self._buffers = pack(first, args, zeros=at_zero)
@@ -219,6 +262,11 @@ class CompiledOperator:
         return self._threads
 
     @property
+    def dtype(self) -> np.dtype:
+        """The element type of the kernels and their buffers."""
+        return self._buffers[self.unknown].dtype
+
+    @property
     def rhs(self) -> np.ndarray:
         """The right-hand side b of `residual` and `sweep` (a writable view)."""
         return self._buffers[RHS][self._inner]
@@ -242,7 +290,8 @@ class CompiledOperator:
             if not self._fields_run:
                 return
             if WEIGHT not in self._buffers:
-                self._buffers[WEIGHT] = aligned_empty(self._buffers[RHS].shape, "float64", zeroed=True)
+                rhs = self._buffers[RHS]
+                self._buffers[WEIGHT] = aligned_empty(rhs.shape, rhs.dtype, zeroed=True)
             self._buffers[WEIGHT][self._inner] = w
 
     def set_scales(self, scales: tuple[float, ...]) -> None:
@@ -392,7 +441,7 @@ class CompiledOperator:
     def _direction_buffers(self) -> dict[str, np.ndarray]:
         if self._direction is None:
             unknown = self._buffers[self.unknown]
-            self._direction = {**self._buffers, self.unknown: aligned_empty(unknown.shape, "float64", zeroed=True)}
+            self._direction = {**self._buffers, self.unknown: aligned_empty(unknown.shape, unknown.dtype, zeroed=True)}
         return self._direction
 
     @property
@@ -443,8 +492,9 @@ def operator_expr(L: Operator, alpha: float, beta: float) -> ir.Expr:
 
 
 def from_operator(L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any], alpha: float, beta: float,
-                  target: str, threads: int | None, block: bool = False) -> CompiledOperator:
-    """alpha*I + beta*L on arrays of `shape` (ring included), its coefficients and scalars from `inputs`.
+                  target: str, threads: int | None, block: bool = False, dtype: str = "float64") -> CompiledOperator:
+    """alpha*I + beta*L on arrays of `shape` (ring included), its coefficients and scalars from `inputs`,
+    its kernels and buffers in `dtype`.
 
     block=True: `shape` is one rank's block with a ring of the operator's radius on every side,
     filled by halo exchanges (`refresh`), whatever the operator's boundary."""
@@ -455,15 +505,15 @@ def from_operator(L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any]
     given = {k: v for k, v in inputs.items() if k in L.ir.coefficients or k in L.ir.params}
     tag = f"{L.name}_a{alpha:g}_b{beta:g}".replace("-", "m").replace(".", "p").replace("+", "")
     op = CompiledOperator(tag, operator_expr(L, alpha, beta), u, L.ir.ndim, "periodic" if periodic else "dirichlet",
-                          given, L.ir.coefficients, L.ir.params, n, ring, target, threads, L.ir.loc)
+                          given, L.ir.coefficients, L.ir.params, n, ring, target, threads, L.ir.loc, dtype=dtype)
     if L.linear_forms[u].constant is not None:  # K(0) may be nonzero: a source term
         op.measure_shift()  # before any halo exchange is plugged in: u is zero, ring and halo too
     return op
 
 
 def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ...], periodic: bool,
-                      symmetric: bool, target: str, threads: int | None) -> CompiledOperator:
-    """The coefficient stencil sum_o c_o(x) v(x+o) on a grid of `shape` unknowns.
+                      symmetric: bool, target: str, threads: int | None, dtype: str = "float64") -> CompiledOperator:
+    """The coefficient stencil sum_o c_o(x) v(x+o) on a grid of `shape` unknowns (kernels and buffers in `dtype`).
 
     When the operator is symmetric (c_{-o}(x) = c_o(x-o)), only the offsets o >= 0
     (lexicographically) are stored and c_{-o} is read shifted: half the coefficient traffic.
@@ -483,15 +533,15 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
         constant, values = _weighed_alike(region.values)
         if not region.shell:
             return CompiledOperator(f"{tag}_uniform", constant, "v", ndim, boundary, values, (), tuple(values), shape,
-                                    ring, target, threads, None)
+                                    ring, target, threads, None, dtype=dtype)
         if not periodic and int(np.prod(shape)) >= SPLIT_LEAST:
             pieces = class_pieces(coefs, region.inside) if isinstance(coefs, ClassCoefficients) else None
             if pieces is not None:
-                return _in_pieces(coefs, shape, constant, values, region, pieces, ring, tag, target, threads)
+                return _in_pieces(coefs, shape, constant, values, region, pieces, ring, tag, target, threads, dtype)
             interior = Interior(constant, values, region.inside, region.shell)
     field = lambda name: _read(name, zero, None)  # noqa: E731
     op = CompiledOperator(tag, _coefficient_sum(names, kept, symmetric, field), "v", ndim, boundary, {}, names, (),
-                          shape, ring, target, threads, None, interior)
+                          shape, ring, target, threads, None, interior, dtype)
     for name, o in zip(names, kept):
         op.set_field(name, coefs[o])
     return op
@@ -499,7 +549,7 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
 
 def _in_pieces(coefs: ClassCoefficients, shape: tuple[int, ...], constant: ir.Expr, values: dict[str, float],
                region: UniformRegion, pieces: list[Piece], ring: tuple[int, ...], tag: str, target: str,
-               threads: int | None) -> CompiledOperator:
+               threads: int | None, dtype: str) -> CompiledOperator:
     """A coefficient stencil per class as constant stencils only, no coefficient fields: `constant`
     with `values` (the centre's) on the region's inside, and on each piece a stencil whose every
     offset is a parameter of its own (on a piece c_-o(x) need not be c_o(x - o) of the same
@@ -510,7 +560,7 @@ def _in_pieces(coefs: ClassCoefficients, shape: tuple[int, ...], constant: ir.Ex
                         tuple((box, {name: v[o] for name, o in zip(names, offsets)}) for box, v in pieces),
                         _coefficient_sum(names, offsets, False, ir.ParamRef))
     return CompiledOperator(f"{tag}_pieces", constant, "v", len(shape), "dirichlet", values, (), tuple(values), shape,
-                            ring, target, threads, None, interior)
+                            ring, target, threads, None, interior, dtype)
 
 
 def _weighed_alike(values: Mapping[tuple[int, ...], float]) -> tuple[ir.Expr, dict[str, float]]:

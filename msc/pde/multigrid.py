@@ -13,6 +13,8 @@ spectral radius of D^-1 A per level (`jacobi_weight`), and from 2 sweeps on
 one weight per sweep, the reciprocals of Chebyshev nodes (`jacobi_scales`):
 `sweeps` sweeps before and after the coarse correction, the same polynomial
 in D^-1 A, so the V-cycle is symmetric and serves as CG's preconditioner.
+Every level runs in the fine operator's element type (float32 for the
+iterative solvers' V-cycle, msc.pde.iterative); the coarsest solve in float64.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class Multigrid:
 
     def __init__(self, fine: CompiledOperator, coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
                  what: str, symmetric: bool, sweeps: int = 2, target: str = "openmp",
-                 smoother: str = "jacobi") -> None:
+                 smoother: str = "jacobi", applied: CompiledOperator | None = None) -> None:
         if not isinstance(sweeps, int) or isinstance(sweeps, bool) or sweeps < 1:
             raise StencilArgumentError(f"{what}: sweeps must be a positive integer, got {sweeps!r}")
         if smoother not in SMOOTHERS:
@@ -104,7 +106,7 @@ class Multigrid:
             if int(np.prod(shape)) <= COARSEST or coarse == shape:
                 break  # the coarsest level: solved directly
             if op is None:  # on the fine level's threads: one count for the whole hierarchy, looked up once
-                op = from_coefficients(coefs, shape, periodic, symmetric, target, fine.threads)
+                op = from_coefficients(coefs, shape, periodic, symmetric, target, fine.threads, fine.dtype.name)
             self.levels.append(self._smoothing(Level(shape, op, axes, Transfer(shape, axes)), coefs, what))
             coefs, shape = galerkin(coefs, shape, axes)
             op = None
@@ -114,17 +116,17 @@ class Multigrid:
             level.op.set_scales(jacobi_scales(len(level.shape), sweeps))
         self.coarse = Factorization()
         self.coarse.factor(sparse_matrix(coefs, shape, periodic), f"{what} (coarsest multigrid level)")
-        side_by_side([lambda lazy=lazy: lazy.kernel for lazy in self._kernels_to_build()])
+        side_by_side([lambda lazy=lazy: lazy.kernel for lazy in self._kernels_to_build(applied or fine)])
         self.setup_s = time.perf_counter() - start
 
-    def _kernels_to_build(self) -> list[Any]:
+    def _kernels_to_build(self, applied: CompiledOperator) -> list[Any]:
         """The kernels the solve will run that are not built yet: each level's residual and (Jacobi)
-        smoothing kernels, and the fine level's operator (the Krylov method applies it)."""
-        out = []
-        for k, level in enumerate(self.levels):
+        smoothing kernels, and the operator the Krylov method applies (`applied`)."""
+        out = applied.unbuilt(("apply",))
+        for level in self.levels:
             if level.op is not None:
                 jacobi = (level.op.jacobi_kinds[0], *level.op.from_zero_kinds(self.sweeps))
-                kinds = ("residual", *(jacobi if self.smoother == "jacobi" else ()), *(("apply",) if k == 0 else ()))
+                kinds = ("residual", *(jacobi if self.smoother == "jacobi" else ()))
                 out += level.op.unbuilt(tuple(dict.fromkeys(kinds)))
         return out
 
@@ -180,8 +182,8 @@ class Multigrid:
             smooth(level, self.smoother, self.sweeps)
         r = op.residual()
         if below.op is None:
-            e = self.coarse.solve(transfer.restrict(r, np.empty(below.shape), op.threads).reshape(-1))
-            e = e.reshape(below.shape)
+            coarse = transfer.restrict(r, np.empty(below.shape, r.dtype), op.threads)
+            e = self.coarse.solve(coarse.reshape(-1).astype(np.float64)).reshape(below.shape).astype(r.dtype)
         else:
             transfer.restrict(r, below.op.rhs, op.threads)
             e = self._cycle(k + 1)

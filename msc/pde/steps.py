@@ -249,16 +249,26 @@ def _interior(L: Operator, shape: tuple[int, ...]) -> tuple[slice, ...]:
     return tuple(slice(r, n - r) for r, n in zip(L.radius, shape))
 
 
+def _whole(L: Operator, shape: tuple[int, ...], rings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Whole arrays: the ring from `rings` (zero without), the interior zero."""
+    out = {}
+    for u in L.ir.unknowns:
+        if u in rings:
+            out[u] = np.array(rings[u], dtype=np.float64)
+            out[u][_interior(L, shape)] = 0.0
+        else:
+            out[u] = np.zeros(shape)
+    return out
+
+
 def _scatter(L: Operator, shape: tuple[int, ...], v: np.ndarray, rings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Whole arrays (ring from `rings`, zero without) with interior values from the stacked vector v."""
     inner = _interior(L, shape)
     n = L.interior_shape(shape)
     N = int(np.prod(n))
-    out = {}
+    out = _whole(L, shape, rings)
     for i, u in enumerate(L.ir.unknowns):
-        a = np.array(rings[u], dtype=np.float64) if u in rings else np.zeros(shape)
-        a[inner] = v[i * N:(i + 1) * N].reshape(n)
-        out[u] = a
+        out[u][inner] = v[i * N:(i + 1) * N].reshape(n)
     return out
 
 
@@ -323,12 +333,13 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
         t3 = time.perf_counter()
         check_residual(A, v, b, what)
         info = SolveInfo("direct", F.solver, assembly_s=t1 - t0, factor_s=t2 - t1, setup_s=t2 - t0, solve_s=t3 - t2)
+        out = _scatter(L, shape, v, rings)
     else:
         it = IterativeSolver(L, shape, inputs, 0.0, 1.0, method, tol, maxiter, what, smoother=smoother)
         t2 = time.perf_counter()
-        v, history = it.solve(b, progress)
+        out = _whole(L, shape, rings)
+        _, history = it.solve(b, progress, out=out[L.ir.unknowns[0]][_interior(L, shape)])  # the solution's there
         info = SolveInfo(it.krylov, it.solver, len(history) - 1, history, it.mg.shapes, setup_s=t2 - t0,
                          solve_s=time.perf_counter() - t2, assembly_s=t1 - t0)
-    out = _scatter(L, shape, v, rings)
     result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
     return (result, info) if full_output else result

@@ -16,16 +16,20 @@ from pathlib import Path
 import numpy as np
 
 from msc.pde.coarsen import Axis1D
-from msc.pde.vectors import layout
+from msc.pde.vectors import TYPES, layout
 from msc.runtime import build_shared_library, load_library
 
 
 @functools.lru_cache(maxsize=None)
-def _library() -> ctypes.CDLL:
-    lib = load_library(build_shared_library((Path(__file__).resolve().parent / "transfer.c").read_text(),
-                                            "msc_mg_transfer"))
-    for name in ("mg_restrict", "mg_prolong_add"):
-        getattr(lib, name).restype = None
+def _library(dtype: np.dtype) -> ctypes.CDLL:
+    """transfer.c built for arrays of `dtype` (float64 or float32)."""
+    source = (Path(__file__).resolve().parent / "transfer.c").read_text()
+    name = "msc_mg_transfer"
+    if dtype != np.float64:
+        source, name = f"#define REAL {TYPES[dtype]}\n{source}", f"{name}_{TYPES[dtype]}"
+    lib = load_library(build_shared_library(source, name))
+    for fn in ("mg_restrict", "mg_prolong_add"):
+        getattr(lib, fn).restype = None
     return lib
 
 
@@ -65,23 +69,25 @@ class Transfer:
         self._m = np.array((1,) * (3 - self.ndim) + self.coarse, np.int64)
         self._n = np.array((1,) * (3 - self.ndim) + self.fine, np.int64)
 
-    def _check(self, a: np.ndarray, shape: tuple[int, ...], what: str) -> None:
-        if a.shape != shape:
-            raise ValueError(f"grid transfer: {what} has shape {a.shape}, expected {shape}")
+    def _check(self, fine: np.ndarray, coarse: np.ndarray) -> None:
+        for a, shape, what in ((fine, self.fine, "fine"), (coarse, self.coarse, "coarse")):
+            if a.shape != shape:
+                raise ValueError(f"grid transfer: the {what} array has shape {a.shape}, expected {shape}")
+        if fine.dtype != coarse.dtype:
+            raise ValueError(f"grid transfer: the fine array is {fine.dtype} and the coarse array {coarse.dtype}: "
+                             "they must be of one type")
 
     def restrict(self, fine: np.ndarray, out: np.ndarray, threads: int) -> np.ndarray:
         """out = R fine (out: the coarse grid's array, a view may be given); returns out."""
-        self._check(fine, self.fine, "the fine array")
-        self._check(out, self.coarse, "the coarse array")
-        _library().mg_restrict(*_arrays(fine, layout(fine)[1], out, layout(out)[1], self._m),
+        self._check(fine, out)
+        _library(fine.dtype).mg_restrict(*_arrays(fine, layout(fine)[1], out, layout(out)[1], self._m),
                                ctypes.c_long(self.fine[-1]), *_arrays(*self._restrict), ctypes.c_int(threads))
         return out
 
     def prolong_add(self, coarse: np.ndarray, into: np.ndarray, threads: int) -> None:
         """into += P coarse (into: the fine grid's array, a view may be given)."""
-        self._check(coarse, self.coarse, "the coarse array")
-        self._check(into, self.fine, "the fine array")
-        _library().mg_prolong_add(*_arrays(coarse, layout(coarse)[1], into, layout(into)[1],
+        self._check(into, coarse)
+        _library(into.dtype).mg_prolong_add(*_arrays(coarse, layout(coarse)[1], into, layout(into)[1],
                                            self._n), ctypes.c_long(self.coarse[-1]), *_arrays(*self._prolong),
                                   ctypes.c_int(threads))
 

@@ -1,9 +1,17 @@
 /* Vector operations of the iterative solvers on float64 vectors, fused and threaded (OpenMP): each is
  * one pass over its vectors. Dot products return this process's part (summed over MPI ranks by the
  * caller). A view is a 3D array inside a kernel buffer: its shape, the strides of its two outer axes
- * in elements, its last axis contiguous. */
+ * in elements, its last axis contiguous.
+ *
+ * ZREAL is the element type of the operand that may be the multigrid preconditioner's (its result z,
+ * its right-hand side): double here, float in the build for a single-precision hierarchy (each
+ * function keeps its name there). Arithmetic is in double. */
 
-double vec_dot(long n, const double *restrict a, const double *restrict b, int nthreads)
+#ifndef ZREAL
+#define ZREAL double
+#endif
+
+double vec_dot(long n, const double *restrict a, const ZREAL *restrict b, int nthreads)
 {
     double s = 0.0;
 #pragma omp parallel for simd reduction(+ : s) schedule(static) num_threads(nthreads)
@@ -26,7 +34,7 @@ double vec_residual_update(long n, double alpha, double *restrict r, const doubl
 }
 
 /* x += alpha p, then p = z + beta p (CG's solution step and its new direction in one pass). */
-void vec_cg_step(long n, double alpha, double *restrict x, const double *restrict z, double beta,
+void vec_cg_step(long n, double alpha, double *restrict x, const ZREAL *restrict z, double beta,
                  double *restrict p, int nthreads)
 {
 #pragma omp parallel for simd schedule(static) num_threads(nthreads)
@@ -45,7 +53,7 @@ void vec_axpy(long n, double a, const double *restrict x, double *restrict y, in
 }
 
 /* out = a x (a copy when a is 1). */
-void vec_scale(long n, double a, const double *restrict x, double *restrict out, int nthreads)
+void vec_scale(long n, double a, const ZREAL *restrict x, double *restrict out, int nthreads)
 {
 #pragma omp parallel for simd schedule(static) num_threads(nthreads)
     for (long i = 0; i < n; i++)
@@ -55,14 +63,15 @@ void vec_scale(long n, double a, const double *restrict x, double *restrict out,
 /* The same on views: each operand a 3D array of `shape` with its own strides (sa, sb, ...: of its two
  * outer axes, in elements; its last axis contiguous), a flat vector included (strides shape[1] * shape[2],
  * shape[2]). CG runs on the kernel buffers' views this way, without copying them in or out. */
-double vec_dot_views(const long *shape, const double *a, const long *sa, const double *b, const long *sb,
+double vec_dot_views(const long *shape, const double *a, const long *sa, const ZREAL *b, const long *sb,
                      int nthreads)
 {
     double s = 0.0;
 #pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < shape[1]; j++) {
-            const double *restrict ra = a + i * sa[0] + j * sa[1], *restrict rb = b + i * sb[0] + j * sb[1];
+            const double *restrict ra = a + i * sa[0] + j * sa[1];
+            const ZREAL *restrict rb = b + i * sb[0] + j * sb[1];
             double row = 0.0;
 #pragma omp simd reduction(+ : row)
             for (long k = 0; k < shape[2]; k++)
@@ -93,14 +102,14 @@ double vec_residual_update_views(const long *shape, double alpha, double *r, con
     return s;
 }
 
-void vec_cg_step_views(const long *shape, double alpha, double *x, const long *sx, const double *z, const long *sz,
+void vec_cg_step_views(const long *shape, double alpha, double *x, const long *sx, const ZREAL *z, const long *sz,
                        double beta, double *p, const long *sp, int nthreads)
 {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < shape[1]; j++) {
             double *restrict rx = x + i * sx[0] + j * sx[1], *restrict rp = p + i * sp[0] + j * sp[1];
-            const double *restrict rz = z + i * sz[0] + j * sz[1];
+            const ZREAL *restrict rz = z + i * sz[0] + j * sz[1];
 #pragma omp simd
             for (long k = 0; k < shape[2]; k++) {
                 rx[k] += alpha * rp[k];
@@ -123,13 +132,13 @@ void vec_axpy_views(const long *shape, double a, const double *x, const long *sx
         }
 }
 
-void vec_scale_views(const long *shape, double a, const double *x, const long *sx, double *out, const long *so,
+void vec_scale_views(const long *shape, double a, const ZREAL *x, const long *sx, double *out, const long *so,
                      int nthreads)
 {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < shape[1]; j++) {
-            const double *restrict rx = x + i * sx[0] + j * sx[1];
+            const ZREAL *restrict rx = x + i * sx[0] + j * sx[1];
             double *restrict ro = out + i * so[0] + j * so[1];
 #pragma omp simd
             for (long k = 0; k < shape[2]; k++)
@@ -138,13 +147,13 @@ void vec_scale_views(const long *shape, double a, const double *x, const long *s
 }
 
 /* flat = view (row by row). */
-void vec_gather(const double *view, const long *shape, const long *strides, double *restrict flat, int nthreads)
+void vec_gather(const ZREAL *view, const long *shape, const long *strides, double *restrict flat, int nthreads)
 {
     const long n1 = shape[1], n2 = shape[2];
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < n1; j++) {
-            const double *restrict row = view + i * strides[0] + j * strides[1];
+            const ZREAL *restrict row = view + i * strides[0] + j * strides[1];
             double *restrict out = flat + (i * n1 + j) * n2;
             for (long k = 0; k < n2; k++)
                 out[k] = row[k];
@@ -152,13 +161,13 @@ void vec_gather(const double *view, const long *shape, const long *strides, doub
 }
 
 /* view = flat (row by row). */
-void vec_scatter(const double *restrict flat, double *view, const long *shape, const long *strides, int nthreads)
+void vec_scatter(const double *restrict flat, ZREAL *view, const long *shape, const long *strides, int nthreads)
 {
     const long n1 = shape[1], n2 = shape[2];
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
     for (long i = 0; i < shape[0]; i++)
         for (long j = 0; j < n1; j++) {
-            double *restrict row = view + i * strides[0] + j * strides[1];
+            ZREAL *restrict row = view + i * strides[0] + j * strides[1];
             const double *restrict in = flat + (i * n1 + j) * n2;
             for (long k = 0; k < n2; k++)
                 row[k] = in[k];

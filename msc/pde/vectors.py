@@ -1,6 +1,8 @@
 """The iterative solvers' vector operations, compiled (vectors.c, OpenMP): the Krylov methods' fused
 updates and dot products (CG's on flat vectors and views into kernel buffers alike), and copies
-between flat vectors and such views."""
+between flat vectors and such views. The operand that may come from or go to a single-precision
+multigrid hierarchy (the preconditioned z, the hierarchy's right-hand side) may be float32: the
+library built for it is chosen by that operand's type."""
 
 from __future__ import annotations
 
@@ -14,20 +16,26 @@ import numpy as np
 
 from msc.runtime import build_shared_library, load_library
 
-ITEM = 8  # float64 bytes
+F64 = np.dtype(np.float64)
+TYPES = {F64: "double", np.dtype(np.float32): "float"}  # the types a z operand may take
 
 
 @functools.lru_cache(maxsize=None)
-def _library() -> ctypes.CDLL:
-    lib = load_library(build_shared_library((Path(__file__).resolve().parent / "vectors.c").read_text(),
-                                            "msc_pde_vectors"))
+def _library(z: np.dtype) -> ctypes.CDLL:
+    """vectors.c built for z operands of type `z`."""
+    source = (Path(__file__).resolve().parent / "vectors.c").read_text()
+    name = "msc_pde_vectors"
+    if z != F64:
+        source, name = f"#define ZREAL {TYPES[z]}\n{source}", f"{name}_{TYPES[z]}"
+    lib = load_library(build_shared_library(source, name))
     vec = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
+    zvec = np.ctypeslib.ndpointer(z, flags="C_CONTIGUOUS")
     long, double, int_, ptr = ctypes.c_long, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
-    for name, restype, argtypes in (("vec_dot", double, [long, vec, vec, int_]),
+    for name, restype, argtypes in (("vec_dot", double, [long, vec, zvec, int_]),
                                     ("vec_residual_update", double, [long, double, vec, vec, int_]),
-                                    ("vec_cg_step", None, [long, double, vec, vec, double, vec, int_]),
+                                    ("vec_cg_step", None, [long, double, vec, zvec, double, vec, int_]),
                                     ("vec_axpy", None, [long, double, vec, vec, int_]),
-                                    ("vec_scale", None, [long, double, vec, vec, int_]),
+                                    ("vec_scale", None, [long, double, zvec, vec, int_]),
                                     ("vec_dot_views", double, [ptr] * 5 + [int_]),
                                     ("vec_residual_update_views", double, [ptr, double] + [ptr] * 4 + [int_]),
                                     ("vec_cg_step_views", None, [ptr, double] + [ptr] * 4 + [double, ptr, ptr, int_]),
@@ -40,15 +48,23 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
+def _z(a: np.ndarray) -> ctypes.CDLL:
+    """The library for `a` as the z operand."""
+    if a.dtype not in TYPES:
+        raise ValueError(f"need a float64 or float32 array, got {a.dtype}")
+    return _library(a.dtype)
+
+
 def layout(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A float64 array of 1-3 dimensions, contiguous along its last axis, as a 3D view: its shape
-    and the strides of its two outer axes in elements (unit axes in front)."""
-    if a.dtype != np.float64 or a.ndim > 3 or any(s % ITEM for s in a.strides) or \
-            (a.shape[-1] > 1 and a.strides[-1] != ITEM):
-        raise ValueError("need a float64 array of at most 3 dimensions, contiguous along its last axis")
+    """A float64 or float32 array of 1-3 dimensions, contiguous along its last axis, as a 3D view: its
+    shape and the strides of its two outer axes in elements (unit axes in front)."""
+    item = a.dtype.itemsize
+    if a.dtype not in TYPES or a.ndim > 3 or any(s % item for s in a.strides) or \
+            (a.shape[-1] > 1 and a.strides[-1] != item):
+        raise ValueError("need a float64 or float32 array of at most 3 dimensions, contiguous along its last axis")
     front = 3 - a.ndim
     shape = np.array((1,) * front + a.shape, np.int64)
-    strides = np.array((0,) * front + tuple(s // ITEM for s in a.strides), np.int64)[:2]
+    strides = np.array((0,) * front + tuple(s // item for s in a.strides), np.int64)[:2]
     return shape, strides
 
 
@@ -88,42 +104,44 @@ class Vectors:
         return a[:rows]
 
     def dot(self, a: np.ndarray, b: np.ndarray) -> float:
-        """a . b (either may be a view into a kernel buffer)."""
+        """a . b (either may be a view into a kernel buffer, and one of them float32)."""
+        if a.dtype != np.float64:
+            a, b = b, a
         if a.flags.c_contiguous and b.flags.c_contiguous:
-            return self.total(_library().vec_dot(a.size, a, b, self.threads))
-        shape, (a, sa), (b, sb) = _views(a, b)
-        return self.total(_library().vec_dot_views(shape, a, sa, b, sb, self.threads))
+            return self.total(_z(b).vec_dot(a.size, a, b, self.threads))
+        shape, (a, sa), (b_, sb) = _views(a, b)
+        return self.total(_z(b).vec_dot_views(shape, a, sa, b_, sb, self.threads))
 
     def residual_update(self, alpha: float, r: np.ndarray, q: np.ndarray) -> float:
         """r -= alpha q, in one pass (either may be a view); returns r . r."""
         if r.flags.c_contiguous and q.flags.c_contiguous:
-            return self.total(_library().vec_residual_update(r.size, alpha, r, q, self.threads))
+            return self.total(_library(F64).vec_residual_update(r.size, alpha, r, q, self.threads))
         shape, (r, sr), (q, sq) = _views(r, q)
-        return self.total(_library().vec_residual_update_views(shape, alpha, r, sr, q, sq, self.threads))
+        return self.total(_library(F64).vec_residual_update_views(shape, alpha, r, sr, q, sq, self.threads))
 
     def cg_step(self, alpha: float, x: np.ndarray, z: np.ndarray, beta: float, p: np.ndarray) -> None:
-        """x += alpha p, then p = z + beta p, in one pass (any may be a view)."""
+        """x += alpha p, then p = z + beta p, in one pass (any may be a view; z may be float32)."""
         if all(v.flags.c_contiguous for v in (x, z, p)):
-            _library().vec_cg_step(p.size, alpha, x, z, beta, p, self.threads)
+            _z(z).vec_cg_step(p.size, alpha, x, z, beta, p, self.threads)
             return
-        shape, (x, sx), (z, sz), (p, sp) = _views(x, z, p)
-        _library().vec_cg_step_views(shape, alpha, x, sx, z, sz, beta, p, sp, self.threads)
+        shape, (x_, sx), (z_, sz), (p, sp) = _views(x, z, p)
+        _z(z).vec_cg_step_views(shape, alpha, x_, sx, z_, sz, beta, p, sp, self.threads)
 
     def axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
         """y += a x, in place (either may be a view)."""
         if x.flags.c_contiguous and y.flags.c_contiguous:
-            _library().vec_axpy(y.size, a, x, y, self.threads)
+            _library(F64).vec_axpy(y.size, a, x, y, self.threads)
             return
         shape, (x, sx), (y, sy) = _views(x, y)
-        _library().vec_axpy_views(shape, a, x, sx, y, sy, self.threads)
+        _library(F64).vec_axpy_views(shape, a, x, sx, y, sy, self.threads)
 
     def scale(self, a: float, x: np.ndarray, out: np.ndarray) -> None:
-        """out = a x (a copy when a is 1; either may be a view)."""
+        """out = a x (a copy when a is 1; either may be a view, x float32)."""
         if x.flags.c_contiguous and out.flags.c_contiguous:
-            _library().vec_scale(out.size, a, x, out, self.threads)
+            _z(x).vec_scale(out.size, a, x, out, self.threads)
             return
-        shape, (x, sx), (out, so) = _views(x, out)
-        _library().vec_scale_views(shape, a, x, sx, out, so, self.threads)
+        shape, (x_, sx), (out, so) = _views(x, out)
+        _z(x).vec_scale_views(shape, a, x_, sx, out, so, self.threads)
 
 
 def _flat(a: np.ndarray, view: np.ndarray) -> np.ndarray:
@@ -133,14 +151,14 @@ def _flat(a: np.ndarray, view: np.ndarray) -> np.ndarray:
 
 
 def gather(view: np.ndarray, flat: np.ndarray, threads: int) -> None:
-    """flat (C-contiguous, the view's size) = view."""
+    """flat (C-contiguous, float64, the view's size) = view (float64 or float32)."""
     shape, strides = layout(view)
     flat = _flat(flat, view)
-    _library().vec_gather(view.ctypes.data, shape.ctypes.data, strides.ctypes.data, flat, threads)
+    _z(view).vec_gather(view.ctypes.data, shape.ctypes.data, strides.ctypes.data, flat, threads)
 
 
 def scatter(flat: np.ndarray, view: np.ndarray, threads: int) -> None:
-    """view = flat (C-contiguous, the view's size)."""
+    """view (float64 or float32) = flat (C-contiguous, the view's size)."""
     shape, strides = layout(view)
     flat = _flat(np.ascontiguousarray(flat, np.float64), view)
-    _library().vec_scatter(flat, view.ctypes.data, shape.ctypes.data, strides.ctypes.data, threads)
+    _z(view).vec_scatter(flat, view.ctypes.data, shape.ctypes.data, strides.ctypes.data, threads)
