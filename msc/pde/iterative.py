@@ -129,7 +129,10 @@ class IterativeSolver:
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
-        self._direction: np.ndarray | None = None  # CG's direction, where it lives during a solve
+        if cycled is self.fine:  # the V-cycle runs on u's buffers: the direction gets buffers of its own
+            self._direction, self._applied_direction = self.fine.direction, self.fine.applied_direction
+        else:  # u's buffers are free: the direction lives there (no more memory than the operator's own)
+            self._direction, self._applied_direction = self.fine.u, self.fine.applied_to_u
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -153,11 +156,11 @@ class IterativeSolver:
         """A v as a view into the kernel buffers (GMRES's: its vector operations read views in place)."""
         return self.fine.applied(v.reshape(self.n))
 
-    def _applied_direction(self, p: np.ndarray) -> np.ndarray:
-        """A p for CG's direction p, which lives in the fine operator's `direction`, as a view into the
+    def _applied_to_direction(self, p: np.ndarray) -> np.ndarray:
+        """A p for CG's direction p, which lives in the fine operator's buffers (`_direction`), as a view into the
         kernel buffers (CG's vector operations read views in place)."""
         assert p is self._direction
-        return self.fine.applied_direction()
+        return self._applied_direction()
 
     def _cycled_view(self, r: np.ndarray) -> np.ndarray:
         """One V-cycle for r, as a view into the fine level's kernel buffers."""
@@ -170,18 +173,17 @@ class IterativeSolver:
     def _residual_norm(self, x: np.ndarray, b: np.ndarray) -> float:
         """||b - A x||, A x by the operator's kernel on the direction's buffers, b - A x in the residual's
         vector (memory a solve has used already: none is paged in for it)."""
-        fine, vectors = self.fine, self._vectors
-        vectors.scale(1.0, x, fine.direction)
+        vectors = self._vectors
+        vectors.scale(1.0, x, self._direction)
         r = self._residual_vector(b.size)
         vectors.scale(1.0, b, r)
-        return float(np.sqrt(vectors.residual_update(1.0, r, fine.applied_direction())))
+        return float(np.sqrt(vectors.residual_update(1.0, r, self._applied_direction())))
 
     def _solve(self, b: np.ndarray, monitor: Monitor, x: np.ndarray) -> tuple[np.ndarray, list[float]]:
         """CG runs on views into the kernel buffers: the operator's and the V-cycle's results are read
-        where the kernels wrote them, and the direction lives in the fine operator's `direction`."""
+        where the kernels wrote them, and the direction lives in the fine operator's buffers."""
         if self.krylov == "cg":
-            apply, precondition = self._applied_direction, self._cycled_view
-            self._direction = self.fine.direction
+            apply, precondition = self._applied_to_direction, self._cycled_view
             method: Any = partial(cg, residual=self._residual_vector(b.size), direction=self._direction)
         else:
             method, apply, precondition = gmres, self._applied_view, self._cycled_view

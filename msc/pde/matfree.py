@@ -31,7 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -131,6 +131,7 @@ def _sum(terms: list[ir.Expr]) -> ir.Expr:
     return out
 
 
+@lru_cache(maxsize=256)  # a level's stencils are the same for every solve; building one balances its trees
 def _stencil(kind: str, name: str, K: ir.Expr, unknown: str, decls: tuple[ir.FieldDecl, ...],
              params: tuple[str, ...], boundary: str, loc: ir.SourceLoc | None) -> ir.StencilIR:
     """The kernel of K of one kind (module docstring); the kinds with a weight field declare it."""
