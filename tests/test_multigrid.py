@@ -470,6 +470,10 @@ def test_vector_operations_take_single_precision_operands(shape):
     scatter(r, z, threads=2)
     around[tuple(slice(1, 1 + n) for n in shape)] = r.reshape(shape)  # rounded to float32 as numpy does
     assert np.array_equal(buffer, around)
+    q = rng.random(r.size)
+    r1 = r - 0.3 * q
+    assert np.isclose(v.residual_update(0.3, r, q, into=z), r1 @ r1, rtol=1e-12) and np.allclose(r, r1, rtol=1e-14)
+    assert np.array_equal(z, r1.reshape(shape).astype(np.float32))  # CG's residual, into the V-cycle's b
     with pytest.raises(ValueError, match="float64 or float32"):
         v.scale(1.0, z.astype(np.float16), out)
 

@@ -162,9 +162,10 @@ class IterativeSolver:
         assert p is self._direction
         return self._applied_direction()
 
-    def _cycled_view(self, r: np.ndarray) -> np.ndarray:
-        """One V-cycle for r, as a view into the fine level's kernel buffers."""
-        return self.mg.cycled(r.reshape(self.n))
+    def _cycled_view(self, r: np.ndarray | None) -> np.ndarray:
+        """One V-cycle for r (None: r is in the fine level's right-hand side), as a view into the fine
+        level's kernel buffers."""
+        return self.mg.cycled(None if r is None else r.reshape(self.n))
 
     def _residual_vector(self, size: int) -> np.ndarray:
         """CG's residual: a vector kept between solves (its memory paged in once per solver)."""
@@ -184,7 +185,10 @@ class IterativeSolver:
         where the kernels wrote them, and the direction lives in the fine operator's buffers."""
         if self.krylov == "cg":
             apply, precondition = self._applied_to_direction, self._cycled_view
-            method: Any = partial(cg, residual=self._residual_vector(b.size), direction=self._direction)
+            level = self.mg.levels[0].op
+            into = level.rhs if level is not None and level.shift is None else None  # b there as is
+            method: Any = partial(cg, residual=self._residual_vector(b.size), direction=self._direction,
+                                  residual_into=into)
         else:
             method, apply, precondition = gmres, self._applied_view, self._cycled_view
         vectors = self._vectors

@@ -19,6 +19,7 @@ from msc.errors import ConvergenceError
 from msc.pde.vectors import Vectors
 
 Apply = Callable[[np.ndarray], np.ndarray]
+Precondition = Callable[[np.ndarray | None], np.ndarray]  # None: its input is in place (cg's `residual_into`)
 Monitor = Callable[[float], None]
 
 
@@ -33,14 +34,16 @@ def _fail(method: str, what: str, tol: float, history: list[float]) -> Convergen
         history)
 
 
-def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: int,
+def cg(apply: Apply, precondition: Precondition, b: np.ndarray, tol: float, maxiter: int,
        what: str, vectors: Vectors, monitor: Monitor = _ignore, x: np.ndarray | None = None,
-       residual: np.ndarray | None = None, direction: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
+       residual: np.ndarray | None = None, direction: np.ndarray | None = None,
+       residual_into: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
     """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual;
     `x`: where the solution goes, b's size, zero on entry, a view may be given; default a fresh
     array; `residual`: where the residual lives, b's size, a view the preconditioner may read in
     place; default a copy of b; `direction`: where the direction lives, a view `apply` may read in
-    place; default a flat array of its own)."""
+    place; default a flat array of its own; `residual_into`: a view each updated residual is written
+    into as well, in the same pass (float32 may be), where `precondition(None)` reads it)."""
     x = np.zeros_like(b) if x is None else x
     bnorm = np.sqrt(vectors.dot(b, b))
     if bnorm == 0.0:
@@ -62,12 +65,12 @@ def cg(apply: Apply, precondition: Apply, b: np.ndarray, tol: float, maxiter: in
     for _ in range(maxiter):
         q = apply(p)
         alpha = rz / vectors.dot(p, q)
-        history.append(float(np.sqrt(vectors.residual_update(alpha, r, q)) / bnorm))
+        history.append(float(np.sqrt(vectors.residual_update(alpha, r, q, residual_into)) / bnorm))
         monitor(history[-1])
         if history[-1] <= tol:
             vectors.axpy(alpha, p, x)
             return x, history
-        z = precondition(r)
+        z = precondition(None if residual_into is not None else r)
         rz_new = vectors.dot(r, z)
         vectors.cg_step(alpha, x, z, rz_new / rz, p)  # x's step along p, then the new p
         rz = rz_new

@@ -81,8 +81,9 @@ double vec_dot_views(const long *shape, const double *a, const long *sa, const Z
     return s;
 }
 
+/* y, if not NULL: r's new values written there too, in the same pass (the V-cycle's right-hand side). */
 double vec_residual_update_views(const long *shape, double alpha, double *r, const long *sr, const double *q,
-                                 const long *sq, int nthreads)
+                                 const long *sq, ZREAL *y, const long *sy, int nthreads)
 {
     double s = 0.0;
 #pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
@@ -90,11 +91,14 @@ double vec_residual_update_views(const long *shape, double alpha, double *r, con
         for (long j = 0; j < shape[1]; j++) {
             double *restrict rr = r + i * sr[0] + j * sr[1];
             const double *restrict rq = q + i * sq[0] + j * sq[1];
+            ZREAL *restrict ry = y ? y + i * sy[0] + j * sy[1] : 0;
             double row = 0.0;
 #pragma omp simd reduction(+ : row)
             for (long k = 0; k < shape[2]; k++) {
                 const double ri = rr[k] - alpha * rq[k];
                 rr[k] = ri;
+                if (ry)
+                    ry[k] = (ZREAL)ri;
                 row += ri * ri;
             }
             s += row;

@@ -37,7 +37,7 @@ def _library(z: np.dtype) -> ctypes.CDLL:
                                     ("vec_axpy", None, [long, double, vec, vec, int_]),
                                     ("vec_scale", None, [long, double, zvec, vec, int_]),
                                     ("vec_dot_views", double, [ptr] * 5 + [int_]),
-                                    ("vec_residual_update_views", double, [ptr, double] + [ptr] * 4 + [int_]),
+                                    ("vec_residual_update_views", double, [ptr, double] + [ptr] * 6 + [int_]),
                                     ("vec_cg_step_views", None, [ptr, double] + [ptr] * 4 + [double, ptr, ptr, int_]),
                                     ("vec_axpy_views", None, [ptr, double, ptr, ptr, ptr, ptr, int_]),
                                     ("vec_scale_views", None, [ptr, double, ptr, ptr, ptr, ptr, int_]),
@@ -69,10 +69,10 @@ def layout(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _views(*arrays: np.ndarray) -> tuple[Any, ...]:
-    """The arrays (of one size; the views among them of one shape) as 3D views of that shape, for the
+    """The arrays (of one size; the views among them of one shape, else the first's) as 3D views of that shape, for the
     `_views` functions of vectors.c: the shape, then each array's data and outer strides (ctypes
     pointers, which keep their arrays alive)."""
-    view = next(a for a in arrays if not a.flags.c_contiguous)
+    view = next((a for a in arrays if not a.flags.c_contiguous), arrays[0])
     shape, _ = layout(view)
     out: list[Any] = [shape.ctypes.data_as(ctypes.c_void_p)]
     for a in arrays:
@@ -112,12 +112,17 @@ class Vectors:
         shape, (a, sa), (b_, sb) = _views(a, b)
         return self.total(_z(b).vec_dot_views(shape, a, sa, b_, sb, self.threads))
 
-    def residual_update(self, alpha: float, r: np.ndarray, q: np.ndarray) -> float:
-        """r -= alpha q, in one pass (either may be a view); returns r . r."""
-        if r.flags.c_contiguous and q.flags.c_contiguous:
+    def residual_update(self, alpha: float, r: np.ndarray, q: np.ndarray, into: np.ndarray | None = None) -> float:
+        """r -= alpha q, in one pass (either may be a view); returns r . r. `into`: a view (float32 or
+        float64) r's new values are written into as well, in the same pass."""
+        if into is None and r.flags.c_contiguous and q.flags.c_contiguous:
             return self.total(_library(F64).vec_residual_update(r.size, alpha, r, q, self.threads))
-        shape, (r, sr), (q, sq) = _views(r, q)
-        return self.total(_library(F64).vec_residual_update_views(shape, alpha, r, sr, q, sq, self.threads))
+        if into is None:
+            shape, (r, sr), (q, sq) = _views(r, q)
+            return self.total(_library(F64).vec_residual_update_views(shape, alpha, r, sr, q, sq, None, None,
+                                                                      self.threads))
+        shape, (r, sr), (q, sq), (y, sy) = _views(r, q, into)
+        return self.total(_z(into).vec_residual_update_views(shape, alpha, r, sr, q, sq, y, sy, self.threads))
 
     def cg_step(self, alpha: float, x: np.ndarray, z: np.ndarray, beta: float, p: np.ndarray) -> None:
         """x += alpha p, then p = z + beta p, in one pass (any may be a view; z may be float32)."""
