@@ -15,10 +15,12 @@ interiors; --quick: 200^2 and 24^3):
 
 - multigrid (--multigrid sizes, 3D 7-point Poisson to a relative residual
   of 1e-8): msc.solve(method="multigrid") total time (setup included; the
-  best of --repeat runs, at most 2 above 64^3, and the process's first solve
+  best of --repeat runs, at most 2 above 128^3, and the process's first solve
   at that size apart: its memory is new to the process), iterations, convergence factor per iteration, peak Python-heap memory
   (tracemalloc: numpy arrays and kernel buffers), and the total divided by
-  one compiled operator application on the same grid; against pyamg
+  one compiled operator application on the same grid (the best of ten in a
+  row, and the best of ten each after CACHE_FLUSH_BYTES written, as a
+  solve's applications run: their arrays are not in the caches); against pyamg
   (smoothed aggregation + CG, setup included), CHOLMOD and msc's direct
   solve up to --peer-max / --direct-max.
 
@@ -93,6 +95,9 @@ def kron_assembly(n: int, dim: int, h: float) -> sp.csr_array:
     if dim == 2:
         return sp.csr_array(sp.kron(T, I) + sp.kron(I, T))
     return sp.csr_array(sp.kron(sp.kron(T, I), I) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(I, I), T))
+
+
+CACHE_FLUSH_BYTES = 1 << 27  # 128 MiB: more than a last-level cache
 
 
 def best(fn: Callable[[], Any], repeat: int = ARGS.repeat) -> tuple[Any, float]:
@@ -246,7 +251,7 @@ def run_multigrid(n: int, peers: dict[str, bool]) -> dict[str, Any]:
     msc.solve(lap3, f, shape=shape, h=h, method="multigrid")
     first = time.perf_counter() - t0  # the process's first solve at this size: its memory is new to it
     (u, info), t = best(lambda: msc.solve(lap3, f, shape=shape, h=h, method="multigrid", full_output=True),
-                        min(ARGS.repeat, 2) if n > 64 else ARGS.repeat)
+                        min(ARGS.repeat, 2) if n > 128 else ARGS.repeat)
     tracemalloc.start()  # in a run of its own: tracing slows numpy's allocations
     msc.solve(lap3, f, shape=shape, h=h, method="multigrid")
     peak = tracemalloc.get_traced_memory()[1]
@@ -254,14 +259,24 @@ def run_multigrid(n: int, peers: dict[str, bool]) -> dict[str, Any]:
     op = from_operator(lap3, shape, {"h": h}, 0.0, 1.0, "openmp", ARGS.threads)
     op.u[...] = f  # values of its own: a kernel over buffers never written reads the zero page, not memory
     _r, t_apply = best(op.applied_to_u, 10)
+    flush = np.ones(CACHE_FLUSH_BYTES // 8)
+
+    def cold_apply() -> float:  # as in a solve, whose arrays are far more than the last-level cache holds
+        flush[:] += 1.0  # evicts u and A u from the caches
+        t0 = time.perf_counter()
+        op.applied_to_u()
+        return time.perf_counter() - t0
+    t_cold = min(cold_apply() for _ in range(10))
     A = kron_assembly(n, 3, h) if n <= ARGS.peer_max else None
     residual = rel_residual(A, u[1:-1, 1:-1, 1:-1].reshape(-1), b) if A is not None else info.residuals[-1]
     out["msc_multigrid"] = {"total_s": t, "first_solve_s": first, "setup_s": info.setup_s, "solve_s": info.solve_s, "iterations": info.iterations,
                             "convergence_factor": info.convergence_factor, "levels": info.levels,
                             "peak_memory_bytes": peak, "residual": residual, "operator_apply_s": t_apply,
-                            "total_over_apply": t / t_apply}
+                            "total_over_apply": t / t_apply, "operator_apply_cold_s": t_cold,
+                            "total_over_cold_apply": t / t_cold}
     print(f"  msc multigrid: {t:.2f} s (first {first:.2f} s; {info.iterations} iterations, factor {info.convergence_factor:.3f}, "
-          f"{peak / 2**20:.0f} MiB, {t / t_apply:.0f} operator applications' time; residual {residual:.1e})")
+          f"{peak / 2**20:.0f} MiB, {t / t_apply:.0f} operator applications' time, {t / t_cold:.0f} cold ones'; "
+          f"residual {residual:.1e})")
     if A is not None and peers["pyamg"]:
         import pyamg
 
