@@ -562,3 +562,26 @@ def test_operators_of_one_stencil_share_its_kernels_whatever_their_threads():
     assert np.array_equal(b.residual(), first)
     c = from_coefficients(coefs, (9, 11), False, True, "openmp", 2, dtype="float32")
     assert c.unbuilt(("residual",)) == [c.kernels["residual"]]  # another type: another kernel
+
+
+@pytest.mark.parametrize("scale", [1e-100, 1e-36, 1e36, 1e100])
+def test_the_right_hand_side_s_scale_changes_nothing_but_the_solution_s(scale):
+    """CG runs on b / ||b||, so the float32 V-cycle sees values of order one whatever b's scale."""
+    L, n = laplacian(3), 18
+    rhs = np.random.default_rng(7).random((n,) * 3)
+    u1, one = msc.solve(L, rhs, h=1.0 / (n + 1), method="multigrid", tol=1e-10, full_output=True)
+    u, info = msc.solve(L, rhs * scale, h=1.0 / (n + 1), method="multigrid", tol=1e-10, full_output=True)
+    assert info.iterations == one.iterations and info.residuals[-1] <= 1e-10
+    assert np.allclose(u, u1 * scale, rtol=1e-8, atol=0)
+
+
+def test_a_diagonal_float32_cannot_hold_keeps_a_double_precision_v_cycle():
+    from msc.pde.iterative import IterativeSolver
+
+    L, n = laplacian(3), 14
+    huge = IterativeSolver(L, (n + 2,) * 3, {"h": 1e-17}, 0.0, 1.0, "multigrid", 1e-10, None, "t")  # diagonal 6e34
+    assert huge.mg.levels[0].op.dtype == np.float64
+    u, history = huge.solve(np.ones(n**3))
+    assert history[-1] <= 1e-10
+    assert IterativeSolver(L, (n + 2,) * 3, {"h": 1e-3}, 0.0, 1.0, "multigrid", 1e-10, None, "t").mg.levels[0] \
+        .op.dtype == np.float32

@@ -9,9 +9,12 @@ Every result is checked by its true residual ||b - A x|| / ||b||.
 The Krylov method runs in float64; the V-cycle of a linear operator runs in
 float32 (PRECONDITIONER_DTYPE: its kernels, buffers and transfers), which
 halves the memory traffic of most of an iteration and leaves the iterations
-as they were (ADR 0059). An operator with a constant part (a source term in L,
-folded into b) keeps a float64 hierarchy: in float32 the kernels' K(0) would
-not cancel to within the tolerance.
+as they were (ADR 0059). CG's vectors are those of b / ||b||, so the V-cycle
+sees values of order one whatever b's scale. A float64 hierarchy stays for
+an operator with a constant part (a source term in L, folded into b: in
+float32 the kernels' K(0) would not cancel to within the tolerance) and for
+one whose diagonal leaves SINGLE_DIAGONAL (float32 would overflow or
+underflow on the V-cycle's values).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 METHODS = ("auto", "direct", "multigrid", "cg", "gmres")
 MAXITER = 200
 PRECONDITIONER_DTYPE = "float32"  # the V-cycle's, for a linear operator (module docstring)
+SINGLE_DIAGONAL = (1e-30, 1e30)  # ... whose diagonal's magnitudes lie in this range (float32's ends are 1e-38, 3e38)
 
 
 @dataclass
@@ -124,7 +128,9 @@ class IterativeSolver:
         if sweeps is None:
             sweeps = cycle_sweeps(coefs, alpha)
         cycled = self.fine
-        if self.fine.shift is None:  # a linear operator: the V-cycle in single precision (module docstring)
+        magnitude = np.abs(diag)
+        single = SINGLE_DIAGONAL[0] <= magnitude.min() and magnitude.max() <= SINGLE_DIAGONAL[1]
+        if self.fine.shift is None and single:  # the V-cycle in single precision (module docstring)
             cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=PRECONDITIONER_DTYPE)
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine)

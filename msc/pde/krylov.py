@@ -41,38 +41,37 @@ def cg(apply: Apply, precondition: Precondition, b: np.ndarray, tol: float, maxi
     """Preconditioned conjugate gradients from x = 0 (`monitor` sees each new relative residual;
     `x`: where the solution goes, b's size, zero on entry, a view may be given; default a fresh
     array; `residual`: where the residual lives, b's size, a view the preconditioner may read in
-    place; default a copy of b; `direction`: where the direction lives, a view `apply` may read in
-    place; default a flat array of its own; `residual_into`: a view each updated residual is written
-    into as well, in the same pass (float32 may be), where `precondition(None)` reads it)."""
+    place; default a flat array of its own; `direction`: where the direction lives, a view `apply`
+    may read in place; default a flat array of its own; `residual_into`: a view each updated
+    residual is written into as well, in the same pass (float32 may be), where
+    `precondition(None)` reads it).
+
+    The residual and the direction are those of b / ||b||, of order one whatever b's scale (a
+    single-precision preconditioner neither overflows nor underflows on them); the steps along p
+    are scaled back as x takes them (alpha does not depend on that scale)."""
     x = np.zeros_like(b) if x is None else x
     bnorm = np.sqrt(vectors.dot(b, b))
     if bnorm == 0.0:
         return x, [0.0]
     bnorm = float(bnorm)
-    if residual is None:
-        r = b.copy()
-    else:
-        r = residual
-        r[...] = b.reshape(r.shape)
+    r = np.empty(b.size) if residual is None else residual
+    vectors.scale(1.0 / bnorm, b, r)
     history = [1.0]
     z = precondition(r)
-    if direction is None:
-        p = np.array(z).reshape(-1)  # a copy, flat (z may be a view)
-    else:
-        p = direction
-        p[...] = z.reshape(p.shape)
+    p = np.empty(b.size) if direction is None else direction
+    vectors.scale(1.0, z, p)
     rz = vectors.dot(r, z)
     for _ in range(maxiter):
         q = apply(p)
         alpha = rz / vectors.dot(p, q)
-        history.append(float(np.sqrt(vectors.residual_update(alpha, r, q, residual_into)) / bnorm))
+        history.append(float(np.sqrt(vectors.residual_update(alpha, r, q, residual_into))))
         monitor(history[-1])
         if history[-1] <= tol:
-            vectors.axpy(alpha, p, x)
+            vectors.axpy(alpha * bnorm, p, x)
             return x, history
         z = precondition(None if residual_into is not None else r)
         rz_new = vectors.dot(r, z)
-        vectors.cg_step(alpha, x, z, rz_new / rz, p)  # x's step along p, then the new p
+        vectors.cg_step(alpha * bnorm, x, z, rz_new / rz, p)  # x's step along p, then the new p
         rz = rz_new
     raise _fail("CG", what, tol, history)
 
