@@ -130,3 +130,40 @@ def test_statements_the_pass_leaves_alone(stencil, assert_matches):
     shape = (6, 7, 40) if stencil.ir.ndim == 3 else (9, 40)
     inputs = {f.name: rng.random(shape) for f in stencil.ir.fields}
     assert_matches(kernel.run(steps=3, **inputs), stencil.reference(steps=3, **inputs))
+
+
+@msc.stencil
+def separable_box(u):
+    """A box whose rows' weights along z are one pattern, [1, 2, 1], times 1, 1/2 or 1/4 (separable)."""
+    a = (1.0, 0.5)
+    u[t + 1, x, y, z] = sum(0.125 * a[abs(i)] * a[abs(j)] * a[abs(k)] * u[t, x + i, y + j, z + k]
+                            for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1))
+
+
+@msc.stencil
+def nearly_separable_box(u):
+    """The centre row's weights are 3 times the others', which floating point does not keep exactly
+    (0.1 * 3 != 0.3): 0.3 / 0.1 times 0.3 is not 0.9."""
+    u[t + 1, x, y, z] = sum((0.3 if not (i or j) else 0.1) * (3.0 if k == 0 else 1.0) * u[t, x + i, y + j, z + k]
+                            for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_rows_in_one_proportion_share_one_sum(dtype, assert_matches):
+    """Rows whose weights are a factor times another row's at every shift are summed, each weighed by
+    its factor, into one buffer; a proportion that is not exact in floating point is not used."""
+    from msc.codegen.row_sums import _grouping
+
+    def rows_summed(stencil):
+        statement = stencil.ir.statements[0]
+        return [len(group.rows) for group in _grouping(statement.expr, {"u"}).groups]
+
+    assert rows_summed(separable_box) == [9]  # one sum of every row
+    assert rows_summed(nearly_separable_box) == [8]  # the centre row weighed directly
+    rng = np.random.default_rng(5)
+    for stencil in (separable_box, nearly_separable_box):
+        kernel = stencil.compile(target="openmp", dtype=dtype, threads=2)
+        assert f"{BUFFER}0" in kernel.source and f"{BUFFER}1" not in kernel.source
+        u = rng.random((6, 7, ROW_STRIP + 9)).astype(dtype)
+        assert_matches(kernel.run(steps=4, u=u), stencil.reference(steps=4, dtype=dtype, u=u), dtype,
+                       stencil.ir.name)

@@ -2,16 +2,21 @@
 
 A statement's reads of one field level, seen from its innermost loop along
 the last (unit-stride) dimension, are rows (the leading offsets) read at
-shifts (the last offset). When several rows carry the same coefficient at
+shifts (the last offset). When several rows carry the same coefficients at
 every shift, as in a box stencil whose weights depend on the distance class
-only, their sum at a point is the same whichever point of the row needs it.
-This pass sums such a group of rows once per point into a stack buffer and
-lets each point read the sums at its shifts; the reads left over are
-weighed directly, and terms of equal coefficient share one product.
+only, or coefficients in one proportion at every shift (literals: f times
+the first row's, exactly, as in a separable stencil), their sum, each row
+weighed by its f, is the same whichever point of the row needs it. This
+pass sums such a group of rows once per point into a stack buffer and lets
+each point read the sums at its shifts; the reads left over are weighed
+directly, and terms of equal coefficient share one product.
 
-box3d27p's 27 loads and 53 flops per point become 8 row loads and 6 adds
-into two sums, then 9 loads and 12 flops. The row is cut into strips of
-ROW_STRIP points so that the sums stay in the first-level cache.
+box3d27p's 27 loads and 53 flops per point become 9 row loads, 8 adds and 2
+products into one sum (its rows' weights along z are one pattern, [1, 2, 1]
+times 1/64, 1/32 or 1/16: corner, face and centre rows), then 3 loads and 4
+flops (it was two sums of 4 rows each, the centre row weighed directly: 17
+loads and 18 flops). The row is cut into
+strips of ROW_STRIP points so that the sums stay in the first-level cache.
 
 The order of additions changes, so results may differ from the user's
 order in the last bits, as with any reassociation. The pass applies only
@@ -45,11 +50,21 @@ Shifts = tuple[tuple[int, ir.Expr], ...]  # (last offset, coefficient) of one ro
 
 @dataclass(frozen=True)
 class _Group:
-    """Rows of one field level weighed alike: `rows` (leading offsets) at `shifts`."""
+    """Rows of one field level weighed alike: `rows` (leading offsets) at `shifts`, each row's
+    coefficients its factor times those."""
 
     level: Level
     rows: tuple[tuple[int, ...], ...]
     shifts: Shifts
+    factors: tuple[float, ...]
+
+    def total(self) -> ir.Expr:
+        """The sum of the rows at shift 0, each weighed by its factor (rows of one factor summed first)."""
+        by_factor: dict[float, list[ir.Expr]] = defaultdict(list)
+        for row, f in zip(self.rows, self.factors):
+            by_factor[f].append(ir.FieldRead(self.level[0], self.level[1], row + (0,)))
+        return _sum([_sum(reads) if f == 1.0 else ir.BinOp("*", ir.Const(f), _sum(reads))
+                     for f, reads in by_factor.items()])
 
     @property
     def low(self) -> int:
@@ -105,8 +120,21 @@ class _Grouping:
         return _sum(terms + list(self.rest))
 
     def flops(self) -> int:
-        """Flops per point: the sums' additions and the point's expression."""
-        return sum(len(g.rows) - 1 for g in self.groups) + expr_flops(self.point())
+        """Flops per point: the sums' and the point's expressions."""
+        return sum(expr_flops(g.total()) for g in self.groups) + expr_flops(self.point())
+
+
+def _factor(shifts: Shifts, pattern: Shifts) -> float | None:
+    """f with `shifts`' coefficients f times `pattern`'s at every shift (1 where they are the same
+    expressions; otherwise literals, exactly in floating point), else None."""
+    if shifts == pattern:
+        return 1.0
+    if [s for s, _ in shifts] != [s for s, _ in pattern] or \
+            not all(isinstance(c, ir.Const) and c.value != 0.0 for _, c in shifts + pattern):
+        return None
+    values = [(c.value, p.value) for (_, c), (_, p) in zip(shifts, pattern)]  # type: ignore[union-attr]
+    f = values[0][0] / values[0][1]
+    return f if all(c == f * p for c, p in values) else None
 
 
 def _grouping(rhs: ir.Expr, unknown: set[str]) -> _Grouping | None:
@@ -129,15 +157,23 @@ def _grouping(rhs: ir.Expr, unknown: set[str]) -> _Grouping | None:
     by_row: dict[tuple[Level, tuple[int, ...]], list[tuple[int, ir.Expr]]] = defaultdict(list)
     for (name, dt, offsets), coefficient in terms.items():
         by_row[((name, dt), offsets[:-1])].append((offsets[-1], coefficient))
-    alike: dict[tuple[Level, Shifts], list[tuple[int, ...]]] = defaultdict(list)
+    alike: dict[tuple[Level, Shifts], list[tuple[tuple[int, ...], float]]] = {}  # by the first row's shifts
     for (level, row), shifts in by_row.items():
-        alike[(level, tuple(sorted(shifts, key=lambda s: s[0])))].append(row)
+        ordered = tuple(sorted(shifts, key=lambda s: s[0]))
+        for (other, pattern), members in alike.items():
+            f = _factor(ordered, pattern) if other == level else None
+            if f is not None:
+                members.append((row, f))
+                break
+        else:
+            alike[(level, ordered)] = [(row, 1.0)]
     groups, direct = [], []
     for (level, shifts), members in alike.items():
         if len(members) > 1 and len(shifts) > 1:
-            groups.append(_Group(level, tuple(members), shifts))
-        else:
-            direct += [(c, ir.FieldRead(level[0], level[1], row + (s,))) for row in members for s, c in shifts]
+            groups.append(_Group(level, tuple(r for r, _ in members), shifts, tuple(f for _, f in members)))
+        else:  # each row with its own coefficients
+            direct += [(c, ir.FieldRead(level[0], level[1], row + (s,))) for row, _ in members
+                       for s, c in by_row[(level, row)]]
     before = len(direct) + sum(len(g.rows) * len(g.shifts) for g in groups)
     after = len(direct) + sum(len(g.rows) + 1 + len(g.shifts) for g in groups)  # a sum: rows in, stored, read
     if not groups or after > MOST_ACCESSES * before:
@@ -189,7 +225,7 @@ def _strip(loop: k.Loop, st: k.Assign, grouping: _Grouping, rows: dict[tuple[Lev
         row_reads = [ir.FieldRead(name, dt, row + (0,)) for row in group.rows]
         at = it - (strip + group.low)
         sums[(group.low, group.high)].append(k.Assign(
-            k.Ref(buffer, at, k.Space.STACK), _sum(list(row_reads)),
+            k.Ref(buffer, at, k.Space.STACK), group.total(),
             tuple((r, rows[(group.level, r.offsets[:-1])]) for r in row_reads), st.field, st.coords))
         for shift, _ in group.shifts:
             loads[ir.FieldRead(buffer, None, (shift,))] = k.Ref(buffer, at + shift, k.Space.STACK)
