@@ -9,7 +9,10 @@ right-hand side on rank 0, where the rest of the hierarchy (Galerkin levels,
 the factored coarsest) runs as in one process, and scatters back to each rank
 the slab of the correction it interpolates from. Krylov dot products are
 global sums (allreduce), so every rank takes the same steps and the result
-differs from one process only by rounding. Inputs are given on rank 0 (None
+differs from one process only by rounding. As in one process, the V-cycle runs
+in single precision where `preconditioner_dtype` says so (its fine level a
+float32 twin of the operator, its halos and transfers float32), CG and its
+operator application in float64. Inputs are given on rank 0 (None
 elsewhere); rank 0 gets the solution, the other ranks None. With
 `blocks=True` each rank gives its own blocks instead (`owned_block` says
 which: the right-hand side over the block, every array over the block
@@ -34,7 +37,7 @@ import numpy as np
 from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble, coefficient_stencil
 from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_ratio, is_symmetric
-from msc.pde.iterative import SolveInfo, check_scalar
+from msc.pde.iterative import SolveInfo, check_scalar, preconditioner_dtype
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
 from msc.pde.multigrid import Level, Multigrid, jacobi_scales, jacobi_weight, smooth
@@ -114,7 +117,7 @@ class DistributedMultigrid:
         periodic = L.ir.boundary == "periodic"
         self.root = comm.rank == 0
         setup = _collectively(comm, lambda: self._setup_root(L, shape, rhs, inputs, method) if self.root else None)
-        shape, n, self.krylov, scalars, rho = comm.bcast(setup[:5] if self.root else None, root=0)
+        shape, n, self.krylov, scalars, rho, dtype = comm.bcast(setup[:6] if self.root else None, root=0)
         self.shape, self.n = shape, n
         r = L.radius
         self.grid = _collectively(comm, lambda: Grid(comm, n, periodic, dims))
@@ -122,18 +125,27 @@ class DistributedMultigrid:
         self.parts = [AxisPart(s, s + c, base) for s, c in zip(self.grid.start, self.grid.count)]
         directions = [o for o in np.ndindex(*(3,) * len(n)) if any(v != 1 for v in o)]
         directions = [tuple(v - 1 for v in o) for o in directions]
+        item = np.dtype(dtype).itemsize
         self._u_halo = _collectively(comm, lambda: HaloExchanger(self.grid, r, 8, directions, r))
-        self._r_halo = _collectively(comm, lambda: HaloExchanger(self.grid, (1,) * len(n), 8, directions))
-        fields = self._scatter(setup[5] if self.root else None)
+        self._v_halo = _collectively(comm, lambda: HaloExchanger(self.grid, r, item, directions, r))
+        self._r_halo = _collectively(comm, lambda: HaloExchanger(self.grid, (1,) * len(n), item, directions))
+        fields = self._scatter(setup[6] if self.root else None)
         local = tuple(c + 2 * rd for c, rd in zip(self.grid.count, r))
-        self.op = _collectively(comm, lambda: from_operator(L, local, {**scalars, **fields["coefficients"]}, 0.0,
-                                                            1.0, "openmp", threads, block=True))
-        self.op.set_weight(jacobi_weight(rho, len(n)) * fields["inverse_diagonal"])
-        self.op.set_scales(jacobi_scales(len(n), sweeps))
+        inputs_here = {**scalars, **fields["coefficients"]}
+        self.op = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp", threads,
+                                                            block=True))  # CG's A p, in float64
         self.op.refresh = self._exchange_u
-        self.level = Level(tuple(self.grid.count), self.op, [], inverse_diagonal=fields["inverse_diagonal"], rho=rho)
+        self.cycled = self.op  # the V-cycle's fine level: in single precision where the solve in one process is
+        if dtype != "float64":
+            self.cycled = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp",
+                                                                    threads, block=True, dtype=dtype))
+            self.cycled.refresh = self._exchange_v
+        self.cycled.set_weight(jacobi_weight(rho, len(n)) * fields["inverse_diagonal"])
+        self.cycled.set_scales(jacobi_scales(len(n), sweeps))
+        self.level = Level(tuple(self.grid.count), self.cycled, [], inverse_diagonal=fields["inverse_diagonal"],
+                           rho=rho)
         self.b = fields["b"]
-        self.coarse: Multigrid | None = setup[6] if self.root else None
+        self.coarse: Multigrid | None = setup[7] if self.root else None
         self._near = self.grid.padding((1,) * len(n), (0,) * len(n))  # which sides have a neighbour
         self.halo_faces = 0
         self.transfer_bytes = 0
@@ -163,12 +175,13 @@ class DistributedMultigrid:
         krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         rho = gershgorin_ratio(coefs, n)
         inverse_diagonal = np.broadcast_to(1.0 / diag, n)
+        dtype = preconditioner_dtype(L, diag)
         coarse, cshape = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
-        level1 = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None)
+        level1 = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None, dtype)
         mg = Multigrid(level1, coarse, cshape, periodic, self.what, symmetric, self.sweeps, smoother=self.smoother)
         scalars = {k: v for k, v in params.items() if k in L.ir.params}
         arrays = {k: np.asarray(v, float) for k, v in params.items() if k in L.ir.coefficients}
-        return shape, n, krylov, scalars, rho, (arrays, inverse_diagonal, b.reshape(n), shape), mg
+        return shape, n, krylov, scalars, rho, dtype, (arrays, inverse_diagonal, b.reshape(n), shape), mg
 
     def _scatter(self, data: tuple[Any, ...] | None) -> dict[str, Any]:
         """Each rank's coefficient blocks (ring r), inverse diagonal and right-hand side block."""
@@ -193,41 +206,48 @@ class DistributedMultigrid:
         return self.comm.scatter(pieces, root=0)
 
     # -------------------------------------------------------------- halos
+    def _exchange(self, halo: HaloExchanger, padded: np.ndarray) -> None:
+        halo.start(padded)
+        halo.finish()
+        self.halo_faces += self._faces(self.L.radius, padded.itemsize)
+
     def _exchange_u(self, padded: np.ndarray) -> None:
-        self._u_halo.start(padded)
-        self._u_halo.finish()
-        self.halo_faces += self._faces(self.L.radius)
+        self._exchange(self._u_halo, padded)
+
+    def _exchange_v(self, padded: np.ndarray) -> None:
+        self._exchange(self._v_halo, padded)
 
     def _residual_with_halo(self) -> np.ndarray:
         """b - A u on the block with one exchanged layer around it."""
-        self.op.residual()
-        padded = self.op.padded(self.op.step + 1)
+        op = self.cycled
+        op.residual()
+        padded = op.padded(op.step + 1)
         r = self.L.radius
         inner = tuple(slice(rd - 1, p - rd + 1) for rd, p in zip(r, padded.shape))
         layer = np.ascontiguousarray(padded[inner])
         self._r_halo.start(layer)
         self._r_halo.finish()
-        self.halo_faces += self._faces((1,) * len(r))
+        self.halo_faces += self._faces((1,) * len(r), layer.itemsize)
         return layer
 
-    def _faces(self, width: tuple[int, ...]) -> int:
+    def _faces(self, width: tuple[int, ...], itemsize: int) -> int:
         """The least bytes an exchange of `width` sends from this block: its faces toward neighbours
         (what a star stencil needs; the exchange also sends edges and corners)."""
         lo, hi = self._near
         count = self.grid.count
-        return sum(8 * w * ((lo[d] > 0) + (hi[d] > 0)) * int(np.prod([c for k, c in enumerate(count) if k != d]))
+        return sum(itemsize * w * ((lo[d] > 0) + (hi[d] > 0)) * int(np.prod([c for k, c in enumerate(count) if k != d]))
                    for d, w in enumerate(width))
 
     @property
     def halo_bytes(self) -> int:
         """Bytes this rank's halo exchanges sent so far."""
-        return self._u_halo.bytes_sent + self._r_halo.bytes_sent
+        return self._u_halo.bytes_sent + self._v_halo.bytes_sent + self._r_halo.bytes_sent
 
     # -------------------------------------------------------------- the cycle and the solve
     def vcycle(self, b: np.ndarray) -> np.ndarray:
         """One V-cycle from zero for this rank's block of b: its block of x ~ A^-1 b, as a view into
         the fine level's kernel buffers (valid until their next kernel call)."""
-        op = self.op
+        op = self.cycled
         op.u[...] = 0.0
         op.set_rhs(b)
         smooth(self.level, self.smoother, self.sweeps, one_at_a_time=True)
@@ -241,7 +261,7 @@ class DistributedMultigrid:
                 b1[tuple(slice(f, f + m) for f, m in zip(first, piece.shape))] = piece
                 self.transfer_bytes += piece.nbytes
             e1 = self.coarse.vcycle(b1)
-            slabs = [self._slab(e1, rank) for rank in range(self.comm.size)]
+            slabs = [self._slab(e1, rank).astype(op.dtype) for rank in range(self.comm.size)]
             self.transfer_bytes += sum(s.nbytes for s in slabs)
         slab = self.comm.scatter(slabs, root=0)
         op.u[...] += prolong_block(slab, self.parts)
@@ -272,8 +292,12 @@ class DistributedMultigrid:
         shape = self.grid.count
         apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)
         if self.krylov == "cg":  # CG reads the operator's and the V-cycle's results in the kernel buffers
-            method: Any = partial(cg, direction=self.op.direction)
-            applied = lambda _p: self.op.applied_direction()  # _p is the operator's direction
+            if self.cycled is self.op:  # the V-cycle runs on u's buffers: the direction has buffers of its own
+                method: Any = partial(cg, direction=self.op.direction)
+                applied = lambda _p: self.op.applied_direction()  # _p is the operator's direction
+            else:
+                method = partial(cg, direction=self.op.u)
+                applied = lambda _p: self.op.applied_to_u()  # _p is the operator's u
             precondition = lambda r: self.vcycle(r.reshape(shape))
         else:
             method, applied = gmres, apply
@@ -302,6 +326,7 @@ class DistributedMultigrid:
 
     def close(self) -> None:
         self._u_halo.close()
+        self._v_halo.close()
         self._r_halo.close()
         self.grid.close()
 

@@ -93,6 +93,16 @@ def check_scalar(L: Operator, what: str, method: str) -> None:
             f"{', '.join(L.ir.unknowns)} (a system): use method='direct'")
 
 
+def preconditioner_dtype(L: Operator, diag: np.ndarray) -> str:
+    """The V-cycle's element type (module docstring): PRECONDITIONER_DTYPE for an operator without a
+    constant part whose diagonal's magnitudes lie in SINGLE_DIAGONAL, else float64."""
+    magnitude = np.abs(diag)
+    linear = all(L.linear_forms[u].constant is None for u in L.ir.unknowns)
+    if linear and SINGLE_DIAGONAL[0] <= magnitude.min() and magnitude.max() <= SINGLE_DIAGONAL[1]:
+        return PRECONDITIONER_DTYPE
+    return "float64"
+
+
 def cycle_sweeps(coefs: Coefficients, alpha: float) -> int:
     """The smoothing sweeps (Chebyshev: the polynomial's degree) before and after each coarse
     correction: V(3,3) on a constant-coefficient operator without a shift, whose sweeps are cheap
@@ -127,11 +137,10 @@ class IterativeSolver:
         self.krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         if sweeps is None:
             sweeps = cycle_sweeps(coefs, alpha)
-        cycled = self.fine
-        magnitude = np.abs(diag)
-        single = SINGLE_DIAGONAL[0] <= magnitude.min() and magnitude.max() <= SINGLE_DIAGONAL[1]
-        if self.fine.shift is None and single:  # the V-cycle in single precision (module docstring)
-            cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=PRECONDITIONER_DTYPE)
+        dtype = preconditioner_dtype(L, diag)
+        cycled = self.fine  # the V-cycle's fine level
+        if dtype != "float64":
+            cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=dtype)
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
