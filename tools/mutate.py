@@ -261,8 +261,11 @@ MUTANTS = [
     Mutant("row sums cover a strip without its right halo", "msc/codegen/row_sums.py",
            "strip + (ROW_STRIP + high)", "strip + ROW_STRIP", ("tests/test_row_sums.py",)),
     Mutant("row sums group rows by their shifts alone", "msc/codegen/row_sums.py",
-           "alike[(level, tuple(sorted(shifts, key=lambda s: s[0])))].append(row)",
-           "alike[(level, tuple((s, shifts[0][1]) for s, _ in sorted(shifts, key=lambda s: s[0])))].append(row)",
+           "    if shifts == pattern:\n        return 1.0\n",
+           "    if [s for s, _ in shifts] == [s for s, _ in pattern]:\n        return 1.0\n",
+           ("tests/test_row_sums.py",)),
+    Mutant("row sums take rows in a proportion that holds at one shift only", "msc/codegen/row_sums.py",
+           "return f if all(c == f * p for c, p in values) else None", "return f",
            ("tests/test_row_sums.py",)),
 ]
 
