@@ -585,3 +585,16 @@ def test_a_diagonal_float32_cannot_hold_keeps_a_double_precision_v_cycle():
     assert history[-1] <= 1e-10
     assert IterativeSolver(L, (n + 2,) * 3, {"h": 1e-3}, 0.0, 1.0, "multigrid", 1e-10, None, "t").mg.levels[0] \
         .op.dtype == np.float32
+
+
+def test_values_inside_the_given_unknown_do_not_change_the_solution():
+    """u= gives the ring; whatever its interior holds, the solve starts from zero there."""
+    L, n = laplacian(2), 33
+    rhs = np.random.default_rng(9).random((n, n))
+    ring = np.zeros((n + 2, n + 2))
+    ring[0] = 1.0
+    filled = ring.copy()
+    filled[1:-1, 1:-1] = np.random.default_rng(10).random((n, n)) * 1e3
+    clean = msc.solve(L, rhs, h=1.0 / (n + 1), method="multigrid", u=ring)
+    assert np.array_equal(msc.solve(L, rhs, h=1.0 / (n + 1), method="multigrid", u=filled), clean)
+    assert np.array_equal(filled[1:-1, 1:-1] != 0, np.ones((n, n), bool))  # the caller's array is not touched

@@ -15,8 +15,8 @@ box3d27p's 27 loads and 53 flops per point become 9 row loads, 8 adds and 2
 products into one sum (its rows' weights along z are one pattern, [1, 2, 1]
 times 1/64, 1/32 or 1/16: corner, face and centre rows), then 3 loads and 4
 flops (it was two sums of 4 rows each, the centre row weighed directly: 17
-loads and 18 flops). The row is cut into
-strips of ROW_STRIP points so that the sums stay in the first-level cache.
+loads and 18 flops). The row is cut into strips of ROW_STRIP points so that
+the sums stay in the first-level cache.
 
 The order of additions changes, so results may differ from the user's
 order in the last bits, as with any reassociation. The pass applies only

@@ -37,7 +37,7 @@ import numpy as np
 from msc.errors import StencilArgumentError
 from msc.pde.assemble import assemble, coefficient_stencil
 from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_ratio, is_symmetric
-from msc.pde.iterative import SolveInfo, check_scalar, preconditioner_dtype
+from msc.pde.iterative import SolveInfo, cg_direction, check_scalar, preconditioner_dtype
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import from_coefficients, from_operator
 from msc.pde.multigrid import Level, Multigrid, jacobi_scales, jacobi_weight, smooth
@@ -292,12 +292,9 @@ class DistributedMultigrid:
         shape = self.grid.count
         apply = lambda v: self.op.apply(v.reshape(shape)).reshape(-1)
         if self.krylov == "cg":  # CG reads the operator's and the V-cycle's results in the kernel buffers
-            if self.cycled is self.op:  # the V-cycle runs on u's buffers: the direction has buffers of its own
-                method: Any = partial(cg, direction=self.op.direction)
-                applied = lambda _p: self.op.applied_direction()  # _p is the operator's direction
-            else:
-                method = partial(cg, direction=self.op.u)
-                applied = lambda _p: self.op.applied_to_u()  # _p is the operator's u
+            direction, applied_direction = cg_direction(self.op, self.cycled)
+            method: Any = partial(cg, direction=direction)
+            applied = lambda _p: applied_direction()  # _p is the direction
             precondition = lambda r: self.vcycle(r.reshape(shape))
         else:
             method, applied = gmres, apply

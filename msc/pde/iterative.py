@@ -20,7 +20,7 @@ underflow on the V-cycle's values).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from msc.errors import ConvergenceError, StencilArgumentError
 from msc.pde.assemble import coefficient_stencil
 from msc.pde.coarsen import Coefficients, diagonal, is_symmetric
 from msc.pde.krylov import Monitor, cg, gmres
-from msc.pde.matfree import from_operator
+from msc.pde.matfree import CompiledOperator, from_operator
 from msc.pde.multigrid import Multigrid
 from msc.pde.vectors import Vectors
 from msc.runtime.progress import ResidualProgress
@@ -103,6 +103,15 @@ def preconditioner_dtype(L: Operator, diag: np.ndarray) -> str:
     return "float64"
 
 
+def cg_direction(fine: CompiledOperator, cycled: CompiledOperator) -> tuple[np.ndarray, Callable[[], np.ndarray]]:
+    """Where CG's direction p lives in `fine`'s kernel buffers, and A p for it as a view: u's buffers
+    when the V-cycle runs on a twin (`cycled`), no more memory than the operator's own; buffers of
+    its own when the V-cycle runs on u's."""
+    if cycled is fine:
+        return fine.direction, fine.applied_direction
+    return fine.u, fine.applied_to_u
+
+
 def cycle_sweeps(coefs: Coefficients, alpha: float) -> int:
     """The smoothing sweeps (Chebyshev: the polynomial's degree) before and after each coarse
     correction: V(3,3) on a constant-coefficient operator without a shift, whose sweeps are cheap
@@ -144,10 +153,7 @@ class IterativeSolver:
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
-        if cycled is self.fine:  # the V-cycle runs on u's buffers: the direction gets buffers of its own
-            self._direction, self._applied_direction = self.fine.direction, self.fine.applied_direction
-        else:  # u's buffers are free: the direction lives there (no more memory than the operator's own)
-            self._direction, self._applied_direction = self.fine.u, self.fine.applied_to_u
+        self._direction, self._applied_direction = cg_direction(self.fine, cycled)
         self.setup_s = time.perf_counter() - start
 
     @property

@@ -250,15 +250,8 @@ def _interior(L: Operator, shape: tuple[int, ...]) -> tuple[slice, ...]:
 
 
 def _whole(L: Operator, shape: tuple[int, ...], rings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Whole arrays: the ring from `rings` (zero without), the interior zero."""
-    out = {}
-    for u in L.ir.unknowns:
-        if u in rings:
-            out[u] = np.array(rings[u], dtype=np.float64)
-            out[u][_interior(L, shape)] = 0.0
-        else:
-            out[u] = np.zeros(shape)
-    return out
+    """Whole arrays: copies of `rings` (the ring's values; the interior is the caller's to fill), else zeros."""
+    return {u: np.array(rings[u], dtype=np.float64) if u in rings else np.zeros(shape) for u in L.ir.unknowns}
 
 
 def _scatter(L: Operator, shape: tuple[int, ...], v: np.ndarray, rings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -338,7 +331,10 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
         it = IterativeSolver(L, shape, inputs, 0.0, 1.0, method, tol, maxiter, what, smoother=smoother)
         t2 = time.perf_counter()
         out = _whole(L, shape, rings)
-        _, history = it.solve(b, progress, out=out[L.ir.unknowns[0]][_interior(L, shape)])  # the solution's there
+        x = out[L.ir.unknowns[0]][_interior(L, shape)]  # the solution goes there, from zero
+        if rings:
+            x[...] = 0.0
+        _, history = it.solve(b, progress, out=x)
         info = SolveInfo(it.krylov, it.solver, len(history) - 1, history, it.mg.shapes, setup_s=t2 - t0,
                          solve_s=time.perf_counter() - t2, assembly_s=t1 - t0)
     result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]

@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from pathlib import Path
 
 import numpy as np
 
 from msc.pde.coarsen import Axis1D
-from msc.pde.vectors import TYPES, layout
-from msc.runtime import build_shared_library, load_library
+from msc.pde.vectors import layout, typed_library
 
 
 @functools.lru_cache(maxsize=None)
 def _library(dtype: np.dtype) -> ctypes.CDLL:
     """transfer.c built for arrays of `dtype` (float64 or float32)."""
-    source = (Path(__file__).resolve().parent / "transfer.c").read_text()
-    name = "msc_mg_transfer"
-    if dtype != np.float64:
-        source, name = f"#define REAL {TYPES[dtype]}\n{source}", f"{name}_{TYPES[dtype]}"
-    lib = load_library(build_shared_library(source, name))
+    lib = typed_library("transfer.c", "msc_mg_transfer", "REAL", dtype)
     for fn in ("mg_restrict", "mg_prolong_add"):
         getattr(lib, fn).restype = None
     return lib

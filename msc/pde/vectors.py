@@ -20,14 +20,19 @@ F64 = np.dtype(np.float64)
 TYPES = {F64: "double", np.dtype(np.float32): "float"}  # the types a z operand may take
 
 
+def typed_library(source_file: str, name: str, macro: str, dtype: np.dtype) -> ctypes.CDLL:
+    """A C source beside this module, built with `macro` the C type of `dtype` (the source's default is
+    double: the float build is a library of its own, its functions of the same names)."""
+    source = (Path(__file__).resolve().parent / source_file).read_text()
+    if dtype != F64:
+        source, name = f"#define {macro} {TYPES[dtype]}\n{source}", f"{name}_{TYPES[dtype]}"
+    return load_library(build_shared_library(source, name))
+
+
 @functools.lru_cache(maxsize=None)
 def _library(z: np.dtype) -> ctypes.CDLL:
     """vectors.c built for z operands of type `z`."""
-    source = (Path(__file__).resolve().parent / "vectors.c").read_text()
-    name = "msc_pde_vectors"
-    if z != F64:
-        source, name = f"#define ZREAL {TYPES[z]}\n{source}", f"{name}_{TYPES[z]}"
-    lib = load_library(build_shared_library(source, name))
+    lib = typed_library("vectors.c", "msc_pde_vectors", "ZREAL", z)
     vec = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
     zvec = np.ctypeslib.ndpointer(z, flags="C_CONTIGUOUS")
     long, double, int_, ptr = ctypes.c_long, ctypes.c_double, ctypes.c_int, ctypes.c_void_p
