@@ -91,6 +91,40 @@ def test_compiled_transfers_match_explicit_matrices_on_buffer_views(periodic, sh
         t.restrict(coarse, coarse, threads=1)
 
 
+@pytest.mark.parametrize("periodic", [False, True])
+@pytest.mark.parametrize("shape,splits", [((14,), ((0, 5, 9, 14),)), ((11, 12), ((0, 4, 11), (0, 6, 12))),
+                                          ((10, 12, 8), ((0, 3, 10), (0, 7, 12), (0, 8))),
+                                          ((12, 9), ((0, 2, 5, 12), (0, 9)))])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_block_transfers_equal_the_whole_grid_s(periodic, shape, splits, dtype):
+    """Over MPI ranks each block restricts its residual with one layer around it (zero beyond a
+    dirichlet edge, wrapped if periodic) to the coarse points centred in it, and interpolates from the
+    coarse slab one point wider on each side: block by block, the whole grid's R and P."""
+    if periodic and any(n % 2 for n in shape):
+        shape = tuple(n + n % 2 for n in shape)
+        splits = tuple(axis[:-1] + (n,) for axis, n in zip(splits, shape))
+    rng = np.random.default_rng(sum(shape))
+    axes = [Axis1D.of(n, periodic) for n in shape]
+    whole = Transfer(shape, axes)
+    fine, coarse = rng.random(shape).astype(dtype), rng.random(whole.coarse).astype(dtype)
+    restricted = whole.restrict(fine, np.empty(whole.coarse, dtype), threads=1)
+    prolonged = np.zeros(shape, dtype)
+    whole.prolong_add(coarse, prolonged, threads=1)
+    wrap = lambda a, idx: a[np.ix_(*[i % n for i, n in zip(idx, a.shape)])] if periodic else \
+        np.pad(a, 1)[np.ix_(*[np.clip(i + 1, 0, n + 1) for i, n in zip(idx, a.shape)])]  # noqa: E731
+    base = 0 if periodic else 1
+    for block in itertools.product(*[list(zip(axis, axis[1:])) for axis in splits]):
+        t = Transfer.for_block([(s, e, base) for s, e in block])
+        layered = wrap(fine, [np.arange(s - 1, e + 1) for s, e in block])
+        centres = [((s - base + 1) // 2, (e - base + 1) // 2) for s, e in block]
+        ours = t.restrict(layered, np.empty(t.restricted[1], dtype), threads=2)
+        assert np.allclose(ours, restricted[tuple(slice(i0, i1) for i0, i1 in centres)], rtol=1e-6)
+        slab = wrap(coarse, [np.arange(i0 - 1, i1 + 1) for i0, i1 in centres])
+        into = np.ones(tuple(e - s for s, e in block), dtype)
+        t.prolong_add(slab, into, threads=2)
+        assert np.allclose(into - 1, prolonged[tuple(slice(s, e) for s, e in block)], rtol=1e-6, atol=1e-6)
+
+
 def galerkin_hierarchy(ndim, n, periodic, levels, by_class=False):
     """The coefficient stencils of the 2*ndim+1 point Laplacian's first coarse levels (by_class: as
     multigrid computes them, per class where a proxy grid allows: ClassCoefficients)."""
@@ -598,3 +632,39 @@ def test_values_inside_the_given_unknown_do_not_change_the_solution():
     clean = msc.solve(L, rhs, h=1.0 / (n + 1), method="multigrid", u=ring)
     assert np.array_equal(msc.solve(L, rhs, h=1.0 / (n + 1), method="multigrid", u=filled), clean)
     assert np.array_equal(filled[1:-1, 1:-1] != 0, np.ones((n, n), bool))  # the caller's array is not touched
+
+
+@pytest.mark.parametrize("n, dims, periodic", [((256, 256, 256), (2, 2, 2), False), ((37, 36, 35), (2, 2, 1), False),
+                                               ((128, 96), (4, 1), True), ((126, 96), (4, 1), True),
+                                               ((130, 99), (3, 2), False),
+                                               ((64, 64, 64), (8, 2, 1), False)])
+def test_coarse_levels_in_blocks_are_the_coarse_centres_of_the_blocks_above(n, dims, periodic):
+    """Over MPI ranks each coarse level in blocks gives every rank the coarse points centred in its
+    block above (restriction and interpolation stay on the rank but for one layer), its levels are
+    one process's, and it stops where a level would have too few points per rank or thin blocks."""
+    from msc.pde import multigrid
+    from msc.pde.coarsen import Axis1D
+    from msc.pde.distributed import AxisPart, coarse_plan, even_bounds
+
+    ranks = int(np.prod(dims))
+    plan = coarse_plan(n, even_bounds(n, dims), periodic, ranks, radius=1, least=64)
+    shape, bounds = n, even_bounds(n, dims)
+    base = 0 if periodic else 1
+    for coarse, coarse_bounds in plan:
+        assert coarse == tuple(Axis1D.of(m, periodic).m for m in shape)  # as one process coarsens
+        for axis, (above, below) in enumerate(zip(bounds, coarse_bounds)):
+            centres = np.array([c for c in range(coarse[axis]) if 0 <= 2 * c + base < shape[axis]])
+            for k in range(dims[axis]):
+                part = AxisPart(above[k], above[k + 1], base)
+                mine = centres[(2 * centres + base >= above[k]) & (2 * centres + base < above[k + 1])]
+                assert (below[k], below[k + 1]) == (part.i0, part.i1) == (mine[0], mine[-1] + 1)
+                assert below[k + 1] - below[k] >= 2
+        assert int(np.prod(coarse)) > multigrid.COARSEST and int(np.prod(coarse)) >= 64 * ranks
+        shape, bounds = coarse, coarse_bounds
+    assert coarse_plan(n, even_bounds(n, (1,) * len(n)), periodic, 1, radius=1, least=1) == []  # one rank
+    if n == (256, 256, 256):  # 128^3, 64^3, 32^3 in blocks; 16^3 has 512 points per rank: on rank 0
+        assert [c for c, _ in coarse_plan(n, even_bounds(n, dims), periodic, ranks, radius=1)] == [
+            (128,) * 3, (64,) * 3, (32,) * 3]
+    if n == (64, 64, 64):  # 8 ranks along x: 32 points are blocks of 4, 16 would be blocks of 2: both thin enough
+        assert [c for c, _ in plan] == [(32,) * 3, (16,) * 3]
+        assert coarse_plan(n, even_bounds(n, dims), periodic, ranks, radius=3, least=64)[-1][0] == (32,) * 3

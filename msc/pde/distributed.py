@@ -1,13 +1,20 @@
-"""msc.solve over MPI ranks (`comm=`): the fine level in blocks, the coarse levels agglomerated on rank 0.
+"""msc.solve over MPI ranks (`comm=`): the levels in blocks on every rank, the coarse ones agglomerated on rank 0.
 
 Each rank owns one block of the fine grid (a Cartesian process grid from the
 halo library, msc.runtime.halo) and runs the operator's compiled stencils on
 it (msc.pde.matfree, block=True), exchanging a halo of the operator's radius
-before every kernel call. A V-cycle smooths on the blocks, restricts each
-block's residual locally (one exchanged layer of it), gathers the level-1
-right-hand side on rank 0, where the rest of the hierarchy (Galerkin levels,
-the factored coarsest) runs as in one process, and scatters back to each rank
-the slab of the correction it interpolates from. Krylov dot products are
+before every kernel call. The coarse levels run in blocks too while they are
+large enough (`coarse_plan`): each rank's block of a coarse level is the coarse
+points centred in its block above (the halo library's grid given these
+bounds), so a level's restriction reads one exchanged layer of the residual
+around the block and its interpolation one exchanged layer of the coarse
+correction, and nothing else moves between ranks. A level's operator is its
+Galerkin coefficient stencil (msc.pde.matfree.from_coefficients on the block,
+its coefficients with their ring). Below the last such level the hierarchy
+agglomerates onto rank 0: the restriction is gathered there, the rest of the
+hierarchy (Galerkin levels, the factored coarsest) runs as in one process, and
+each rank gets back the slab of the correction it interpolates from. The
+hierarchy is one process's, level for level. Krylov dot products are
 global sums (allreduce), so every rank takes the same steps and the result
 differs from one process only by rounding. As in one process, the V-cycle runs
 in single precision where `preconditioner_dtype` says so (its fine level a
@@ -18,7 +25,7 @@ elsewhere); rank 0 gets the solution, the other ranks None. With
 which: the right-hand side over the block, every array over the block
 padded by the operator's radius) and gets its block of the solution; the
 setup still gathers the blocks on rank 0, which builds the coarse levels
-from the global coefficients.
+from the global coefficients and scatters each rank its blocks of them.
 
 Supported: scalar operators, dirichlet (any size) and periodic with even
 sizes; every axis must halve (at least 3 points, 6 periodic).
@@ -35,16 +42,28 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msc.errors import StencilArgumentError
+from msc.pde import multigrid
 from msc.pde.assemble import assemble, coefficient_stencil
-from msc.pde.coarsen import Axis1D, along_axis, diagonal, galerkin, gershgorin_ratio, is_symmetric
-from msc.pde.iterative import SolveInfo, cg_direction, check_scalar, preconditioner_dtype
+from msc.pde.coarsen import (
+    Axis1D,
+    ClassCoefficients,
+    Coefficients,
+    along_axis,
+    diagonal,
+    galerkin,
+    gershgorin_ratio,
+    is_symmetric,
+)
+from msc.pde.iterative import SolveInfo, cg_direction, check_scalar, cycle_sweeps, preconditioner_dtype
 from msc.pde.krylov import cg, gmres
-from msc.pde.matfree import from_coefficients, from_operator
+from msc.pde.matfree import CompiledOperator, from_coefficients, from_operator
 from msc.pde.multigrid import Level, Multigrid, jacobi_scales, jacobi_weight, smooth
 from msc.pde.problem import checked_problem
+from msc.pde.transfer import Transfer
 from msc.pde.vectors import Vectors
 from msc.runtime.distributed import _collectively
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
+from msc.runtime.halo import block as even_block
 from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
 
@@ -78,30 +97,118 @@ class AxisPart:
         return (self.e - 1 - self.base) // 2 + 2
 
 
-def restrict_block(r: np.ndarray, parts: list[AxisPart]) -> np.ndarray:
-    """R = P^T of a block's residual given with one halo layer on every side: the coarse values of the
-    centres the block owns (values beyond a dirichlet edge are the zero ring)."""
-    out = r
-    for d, p in enumerate(parts):
-        j0, k = 2 * p.i0 + p.base - p.s + 1, p.i1 - p.i0
-        centre = out[along_axis(d, out.ndim, slice(j0, j0 + 2 * k, 2))]
-        left = out[along_axis(d, out.ndim, slice(j0 - 1, j0 - 1 + 2 * k, 2))]
-        right = out[along_axis(d, out.ndim, slice(j0 + 1, j0 + 1 + 2 * k, 2))]
-        out = centre + 0.5 * (left + right)
-    return out[tuple(slice(1, -1) if d >= len(parts) else slice(None) for d in range(out.ndim))]
+def _cut(a: np.ndarray, start: tuple[int, ...], count: tuple[int, ...]) -> np.ndarray:
+    """A block of a global array, copied (one value broadcast over the grid: that value, 0-d)."""
+    if not any(a.strides):
+        return np.array(a.flat[0])
+    return a[tuple(slice(s, s + c) for s, c in zip(start, count))].copy()
 
 
-def prolong_block(slab: np.ndarray, parts: list[AxisPart]) -> np.ndarray:
-    """P of a coarse slab (coarse indices [a, b) per axis) onto the block's fine points."""
-    out = slab
-    for d, p in enumerate(parts):
-        x = np.arange(p.s, p.e) - p.base
-        first = np.floor_divide(x, 2) - p.a  # the coarse point at or left of x, in the slab
-        shape = [1] * out.ndim
-        shape[d] = x.size
-        w2 = (0.5 * (x % 2 == 1)).reshape(shape)  # a fine point between two coarse ones takes half of each
-        out = np.take(out, first, axis=d) * (1.0 - w2) + np.take(out, first + 1, axis=d) * w2
+def _ringed(arrays: Mapping[Any, np.ndarray], start: tuple[int, ...], count: tuple[int, ...],
+            ring: tuple[int, ...], periodic: bool) -> dict[Any, np.ndarray]:
+    """Each array's block padded by `ring`: periodic arrays over the whole grid wrap; others are
+    given with their ring, so the padded block is a plain slice (rings of neighbours agree)."""
+    if periodic:
+        out = {}
+        for k, a in arrays.items():
+            idx = [np.arange(s - rd, s + c + rd) % m for s, c, rd, m in zip(start, count, ring, a.shape)]
+            out[k] = a[np.ix_(*idx)]
+        return out
+    return {k: a[tuple(slice(s, s + c + 2 * rd) for s, c, rd in zip(start, count, ring))].copy()
+            for k, a in arrays.items()}
+
+
+def _class_block(classes: Mapping[Any, np.ndarray], n: tuple[int, ...], start: tuple[int, ...],
+                 count: tuple[int, ...], ring: tuple[int, ...]) -> dict[Any, np.ndarray]:
+    """Each c_o given per class (first, inside, last point of each axis of a grid of `n`) over a block
+    padded by `ring` (points beyond the grid take the edge's class: a dirichlet ring, read times zero)."""
+    out = {}
+    for o, c in classes.items():
+        for d, (m, s, k, rd) in enumerate(zip(n, start, count, ring)):
+            index = np.arange(s - rd, s + k + rd)
+            c = np.take(c, np.where(index <= 0, 0, np.where(index >= m - 1, 2, 1)), axis=d)
+        out[o] = c
     return out
+
+
+def _faces(grid: Grid, width: tuple[int, ...], itemsize: int) -> int:
+    """The least bytes an exchange of `width` sends from this rank's block of `grid`: its faces toward
+    neighbours (what a star stencil needs; the exchange also sends edges and corners)."""
+    lo, hi = grid.padding((1,) * grid.ndim, (0,) * grid.ndim)  # which sides have a neighbour
+    count = grid.count
+    return sum(itemsize * w * ((lo[d] > 0) + (hi[d] > 0)) * int(np.prod([c for k, c in enumerate(count) if k != d]))
+               for d, w in enumerate(width))
+
+
+AGGLOMERATE = 4096  # points per rank: a coarse level with fewer runs on rank 0, with the levels below it
+
+
+def halves(n: tuple[int, ...], periodic: bool) -> bool:
+    """Whether every axis of a grid of `n` unknowns halves (dirichlet: at least 3 points; periodic: at
+    least 6, an even number), as a level's restriction in blocks needs (Transfer.for_block)."""
+    least = 6 if periodic else 3
+    return all(m >= least and not (periodic and m % 2) for m in n)
+
+
+def even_bounds(n: tuple[int, ...], dims: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The halo library's even split of `n` over `dims` ranks, as block bounds per axis."""
+    return tuple(tuple(even_block(m, p, c)[0] for c in range(p)) + (m,) for m, p in zip(n, dims))
+
+
+Plan = list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]  # per coarse level: its interior, block bounds
+
+
+def coarse_plan(n: tuple[int, ...], bounds: tuple[tuple[int, ...], ...], periodic: bool, ranks: int,
+                radius: int, least: int | None = None) -> Plan:
+    """The coarse levels that run in blocks on every rank, each rank's block the coarse centres of
+    its block on the level above (so restriction and interpolation stay on the rank but for one
+    layer of halo). A level runs in blocks while every axis above it halves, it is no coarsest
+    level (more than multigrid.COARSEST points: one process would solve it directly), it has at least `least`
+    (default AGGLOMERATE) points per rank, and no block is thinner than 2 points or the operator's
+    `radius` (a Galerkin level's radius is at most the fine operator's); the levels below run on
+    rank 0. On one rank there is none: the hierarchy runs as in one process, whose transfers are
+    compiled. Every rank computes the same plan."""
+    least = AGGLOMERATE if least is None else least
+    base = 0 if periodic else 1
+    plan: Plan = []
+    while ranks > 1 and halves(n, periodic):
+        coarse = tuple(m // 2 for m in n)
+        bounds = tuple(tuple((b - base + 1) // 2 for b in axis) for axis in bounds)
+        thinnest = min(b1 - b0 for axis in bounds for b0, b1 in zip(axis, axis[1:]))
+        points = int(np.prod(coarse))
+        if points <= multigrid.COARSEST or points < least * ranks or thinnest < max(2, radius):
+            break
+        plan.append((coarse, bounds))
+        n = coarse
+    return plan
+
+
+@dataclass
+class BlockLevel:
+    """One level of the V-cycle in blocks, one per rank: its process grid, its operator (in the
+    V-cycle's type) and the exchanges its kernels and restriction need."""
+
+    grid: Grid
+    level: Level
+    ring: tuple[int, ...]  # the operator's radius: the halo of its buffers
+    halo: HaloExchanger  # the operator's u, `ring` wide (its refresh)
+    layer: HaloExchanger  # one layer of the residual, which the restriction reads
+    base: int  # coarse point I sits on fine 2I + base
+    transfer: Transfer  # R from the residual with its layer, P from the coarse slab around the block
+
+    @property
+    def op(self) -> CompiledOperator:
+        assert self.level.op is not None
+        return self.level.op
+
+    @property
+    def parts(self) -> list[AxisPart]:
+        return [AxisPart(s, s + c, self.base) for s, c in zip(self.grid.start, self.grid.count)]
+
+    def close(self) -> None:
+        self.halo.close()
+        self.layer.close()
+        self.grid.close()
 
 
 class DistributedMultigrid:
@@ -109,62 +216,103 @@ class DistributedMultigrid:
 
     def __init__(self, L: Operator, comm: Any, shape: tuple[int, ...] | None, rhs: Any, inputs: Mapping[str, Any],
                  method: str, tol: float, maxiter: int | None, what: str, dims: Any = None,
-                 threads: int | None = None, sweeps: int = 2, smoother: str = "jacobi") -> None:
+                 threads: int | None = None, sweeps: int | None = None, smoother: str = "jacobi") -> None:
         check_scalar(L, what, method)
         start = time.perf_counter()
         self.comm, self.L, self.what, self.sweeps, self.smoother = comm, L, what, sweeps, smoother
         self.tol, self.maxiter = tol, maxiter or 200
         periodic = L.ir.boundary == "periodic"
         self.root = comm.rank == 0
-        setup = _collectively(comm, lambda: self._setup_root(L, shape, rhs, inputs, method) if self.root else None)
-        shape, n, self.krylov, scalars, rho, dtype = comm.bcast(setup[:6] if self.root else None, root=0)
-        self.shape, self.n = shape, n
-        r = L.radius
+        self.halo_faces = 0
+        self.transfer_bytes = 0
+        problem = _collectively(comm, lambda: self._problem(L, shape, rhs, inputs) if self.root else None)
+        self.shape, n = comm.bcast(problem[:2] if self.root else None, root=0)
+        self.n = n
         self.grid = _collectively(comm, lambda: Grid(comm, n, periodic, dims))
-        base = 0 if periodic else 1
-        self.parts = [AxisPart(s, s + c, base) for s, c in zip(self.grid.start, self.grid.count)]
-        directions = [o for o in np.ndindex(*(3,) * len(n)) if any(v != 1 for v in o)]
-        directions = [tuple(v - 1 for v in o) for o in directions]
-        item = np.dtype(dtype).itemsize
-        self._u_halo = _collectively(comm, lambda: HaloExchanger(self.grid, r, 8, directions, r))
-        self._v_halo = _collectively(comm, lambda: HaloExchanger(self.grid, r, item, directions, r))
-        self._r_halo = _collectively(comm, lambda: HaloExchanger(self.grid, (1,) * len(n), item, directions))
-        fields = self._scatter(setup[6] if self.root else None)
+        plan = coarse_plan(n, even_bounds(n, self.grid.dims), periodic, comm.size, max(L.radius))
+        setup = _collectively(comm, lambda: self._setup_root(L, problem, plan, method) if self.root else None)
+        self.krylov, scalars, rho, dtype, symmetric, rings, self.sweeps = comm.bcast(
+            setup[:6] + (self.sweeps,) if self.root else None, root=0)
+        fields = self._scatter(setup[6] if self.root else None, [bounds for _, bounds in plan])
+        r = L.radius
+        self._u_halo = _collectively(comm, lambda: self._halo(self.grid, r, 8))
         local = tuple(c + 2 * rd for c, rd in zip(self.grid.count, r))
         inputs_here = {**scalars, **fields["coefficients"]}
         self.op = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp", threads,
                                                             block=True))  # CG's A p, in float64
-        self.op.refresh = self._exchange_u
-        self.cycled = self.op  # the V-cycle's fine level: in single precision where the solve in one process is
+        self.op.refresh = partial(self._exchange, self.grid, self._u_halo, r)
+        cycled = self.op  # the V-cycle's fine level: in single precision where the solve in one process is
         if dtype != "float64":
-            self.cycled = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp",
-                                                                    threads, block=True, dtype=dtype))
-            self.cycled.refresh = self._exchange_v
-        self.cycled.set_weight(jacobi_weight(rho, len(n)) * fields["inverse_diagonal"])
-        self.cycled.set_scales(jacobi_scales(len(n), sweeps))
-        self.level = Level(tuple(self.grid.count), self.cycled, [], inverse_diagonal=fields["inverse_diagonal"],
-                           rho=rho)
+            cycled = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp",
+                                                               threads, block=True, dtype=dtype))
         self.b = fields["b"]
+        self.blocks = [self._block_level(self.grid, cycled, r, rho, fields["inverse_diagonal"], dtype)]
+        for (cn, bounds), level, ring in zip(plan, fields["levels"], rings):
+            grid = _collectively(comm, lambda cn=cn, bounds=bounds: Grid(comm, cn, periodic, self.grid.dims, bounds))
+            inner = tuple(slice(rd, rd + c) for rd, c in zip(ring, grid.count))
+            ringed = level["coefficients"]
+            if "classes" in ringed:
+                ringed = _class_block(ringed["classes"], ringed["n"], ringed["start"], grid.count, ring)
+            op = _collectively(comm, lambda grid=grid, ringed=ringed: from_coefficients(
+                {o: c[inner] for o, c in ringed.items()}, grid.count, periodic, symmetric, "openmp",
+                threads, dtype, ringed=ringed))
+            self.blocks.append(self._block_level(grid, op, ring, level["rho"], level["inverse_diagonal"], dtype))
         self.coarse: Multigrid | None = setup[7] if self.root else None
-        self._near = self.grid.padding((1,) * len(n), (0,) * len(n))  # which sides have a neighbour
-        self.halo_faces = 0
-        self.transfer_bytes = 0
         self.setup_s = time.perf_counter() - start
 
+    @property
+    def cycled(self) -> CompiledOperator:
+        """The V-cycle's fine level (the operator, or its single-precision twin)."""
+        return self.blocks[0].op
+
+    @property
+    def levels(self) -> list[tuple[int, ...]]:
+        """Every level's interior, from the fine grid to the coarsest."""
+        in_blocks = [tuple(b.grid.interior) for b in self.blocks]
+        return in_blocks + (self.coarse.shapes if self.coarse is not None else [])
+
+    def _halo(self, grid: Grid, width: tuple[int, ...], itemsize: int) -> HaloExchanger:
+        directions = [tuple(v - 1 for v in o) for o in np.ndindex(*(3,) * grid.ndim) if any(v != 1 for v in o)]
+        return HaloExchanger(grid, width, itemsize, directions, width)
+
+    def _block_level(self, grid: Grid, op: CompiledOperator, ring: tuple[int, ...], rho: float,
+                     inverse_diagonal: np.ndarray, dtype: str) -> BlockLevel:
+        """A level in blocks: its exchanges, and its operator's Jacobi weights and polynomial."""
+        item = np.dtype(dtype).itemsize
+        halo = _collectively(self.comm, lambda: self._halo(grid, ring, item))
+        layer = _collectively(self.comm, lambda: self._halo(grid, (1,) * grid.ndim, item))
+        if op is not self.op:
+            op.refresh = partial(self._exchange, grid, halo, ring)
+        weight = jacobi_weight(rho, grid.ndim) * inverse_diagonal
+        op.set_weight(float(weight.flat[0]) if np.all(weight == weight.flat[0]) else weight)
+        op.set_scales(jacobi_scales(grid.ndim, self.sweeps))
+        level = Level(tuple(grid.count), op, [], inverse_diagonal=inverse_diagonal, rho=rho)
+        base = 0 if self.L.ir.boundary == "periodic" else 1
+        transfer = Transfer.for_block([(s, s + c, base) for s, c in zip(grid.start, grid.count)])
+        return BlockLevel(grid, level, ring, halo, layer, base, transfer)
+
     # -------------------------------------------------------------- rank 0's setup
-    def _setup_root(self, L: Operator, shape: tuple[int, ...] | None, rhs: Any, inputs: Mapping[str, Any],
-                    method: str) -> tuple[Any, ...]:
+    def _problem(self, L: Operator, shape: tuple[int, ...] | None, rhs: Any,
+                 inputs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The arrays' shape, the interior, b = rhs - g and the operator's inputs; refuses a grid whose
+        axes do not halve."""
         shape, rhs_flat = checked_problem(L, rhs, inputs, shape)
         _, g = assemble(L, shape, "float64", inputs, matrix=False)
-        b = rhs_flat - g
         periodic = L.ir.boundary == "periodic"
         n = L.interior_shape(shape)
-        least = 6 if periodic else 3
-        if any(m < least or (periodic and m % 2) for m in n):
+        if not halves(n, periodic):
+            least = 6 if periodic else 3
             raise StencilArgumentError(
                 f"{self.what}: over MPI ranks every axis must halve: at least {least} interior points"
                 f"{' and an even number (periodic)' if periodic else ''}, got {n}")
         params = {k: v for k, v in inputs.items() if k in L.ir.coefficients or k in L.ir.params}
+        return shape, n, (rhs_flat - g).reshape(n), params
+
+    def _setup_root(self, L: Operator, problem: tuple[Any, ...], plan: Plan, method: str) -> tuple[Any, ...]:
+        """What every rank needs (the Krylov method, scalars, the fine rho, the V-cycle's type, the
+        coarse levels' radii), each rank's blocks, and the levels below the planned ones."""
+        shape, n, b, params = problem
+        periodic = L.ir.boundary == "periodic"
         coefs = coefficient_stencil(L, shape, params)
         diag = diagonal(coefs, n)
         definite = bool(np.all(diag > 0) or np.all(diag < 0))
@@ -174,85 +322,148 @@ class DistributedMultigrid:
                                        f"and operator '{L.name}' is not one: use method='gmres'")
         krylov = "gmres" if method == "gmres" or not symmetric else "cg"
         rho = gershgorin_ratio(coefs, n)
-        inverse_diagonal = np.broadcast_to(1.0 / diag, n)
         dtype = preconditioner_dtype(L, diag)
+        if self.sweeps is None:
+            self.sweeps = cycle_sweeps(coefs, 0.0)
+        levels = []
+        for cn, _ in plan:
+            coefs, n = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
+            assert n == cn, (n, cn)
+            levels.append(self._coarse_level(coefs, n, periodic))
         coarse, cshape = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
-        level1 = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None, dtype)
-        mg = Multigrid(level1, coarse, cshape, periodic, self.what, symmetric, self.sweeps, smoother=self.smoother)
+        below = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None, dtype)
+        mg = Multigrid(below, coarse, cshape, periodic, self.what, symmetric, self.sweeps, smoother=self.smoother)
         scalars = {k: v for k, v in params.items() if k in L.ir.params}
         arrays = {k: np.asarray(v, float) for k, v in params.items() if k in L.ir.coefficients}
-        return shape, n, krylov, scalars, rho, dtype, (arrays, inverse_diagonal, b.reshape(n), shape), mg
+        fine = {"coefficients": arrays, "inverse_diagonal": np.broadcast_to(1.0 / diag, problem[1]), "b": b}
+        rings = [level["ring"] for level in levels]
+        return krylov, scalars, rho, dtype, symmetric, rings, (fine, levels), mg
 
-    def _scatter(self, data: tuple[Any, ...] | None) -> dict[str, Any]:
-        """Each rank's coefficient blocks (ring r), inverse diagonal and right-hand side block."""
+    def _coarse_level(self, coefs: Coefficients, n: tuple[int, ...], periodic: bool) -> dict[str, Any]:
+        """A level's global data for its blocks: its coefficients, D^-1, rho and radius (`ring`). The
+        coefficients are per class (`classes`, ClassCoefficients' compact values: each rank expands its
+        block) where the level has them so, else each c_o over the grid padded by the ring (`arrays`: zero
+        beyond a dirichlet edge, wrapped if periodic). Where x + o is beyond a dirichlet edge, c_o(x)
+        multiplies a zero; it takes the value at the centre, so that blocks at the edge find their
+        constant stencil as the whole grid does."""
+        diag = diagonal(coefs, n)
+        if np.any(diag == 0):
+            raise StencilArgumentError(f"{self.what}: multigrid's smoothers need a nonzero diagonal; a coarse "
+                                       "level has a zero on it: use method='direct'")
+        ring = tuple(max(abs(o[d]) for o in coefs) for d in range(len(n)))
+        level = {"inverse_diagonal": np.broadcast_to(1.0 / diag, n), "rho": gershgorin_ratio(coefs, n),
+                 "ring": ring}
+        if isinstance(coefs, ClassCoefficients):
+            classes = {}
+            for o, c in coefs.compact.items():
+                c = np.array(c, float)
+                for d, k in enumerate(o):
+                    if k:  # the first (k < 0) or last class along d reads beyond the edge
+                        c[along_axis(d, c.ndim, slice(0, 1) if k < 0 else slice(2, 3))] = c[(1,) * c.ndim]
+                classes[o] = c
+            return {**level, "classes": classes, "n": n}
+        padded = {}
+        for o, c in coefs.items():
+            full = np.array(np.broadcast_to(c, n), float)
+            if not periodic:
+                outside = np.ones(n, bool)
+                outside[tuple(slice(max(0, -k), m - max(0, k)) for k, m in zip(o, n))] = False
+                full[outside] = full[tuple(m // 2 for m in n)]
+                full = np.pad(full, [(rd, rd) for rd in ring])
+            padded[o] = full
+        return {**level, "arrays": padded}
+
+    def _scatter(self, data: tuple[Any, ...] | None, plan_bounds: list[tuple[tuple[int, ...], ...]]
+                 ) -> dict[str, Any]:
+        """Each rank's blocks: the fine coefficient arrays (ring r), inverse diagonal and right-hand side,
+        and per coarse level its coefficients (with their ring), inverse diagonal and rho."""
         r = self.L.radius
         periodic = self.L.ir.boundary == "periodic"
         pieces = None
         if self.root:
             assert data is not None
-            arrays, inverse_diagonal, b, shape = data
+            fine, levels = data
             pieces = []
             for rank in range(self.comm.size):
                 start, count = self.grid.block_of(rank)
-                inner = tuple(slice(s, s + c) for s, c in zip(start, count))
-                if periodic:  # whole-domain arrays: the ring wraps
-                    idx = [np.arange(s - rd, s + c + rd) % m for s, c, rd, m in zip(start, count, r, shape)]
-                    ringed = {k: a[np.ix_(*idx)] for k, a in arrays.items()}
-                else:  # arrays with their ring: block + ring is a plain slice
-                    ringed = {k: a[tuple(slice(s, s + c + 2 * rd) for s, c, rd in zip(start, count, r))]
-                              for k, a in arrays.items()}
-                pieces.append({"coefficients": ringed, "inverse_diagonal": inverse_diagonal[inner].copy(),
-                               "b": b[inner].copy()})
+                coords = self.grid.coords_of(rank)
+                mine = {"coefficients": _ringed(fine["coefficients"], start, count, r, periodic),
+                        "inverse_diagonal": _cut(fine["inverse_diagonal"], start, count),
+                        "b": _cut(fine["b"], start, count), "levels": []}
+                for level, bounds in zip(levels, plan_bounds):
+                    cstart = tuple(b[c] for b, c in zip(bounds, coords))
+                    ccount = tuple(b[c + 1] - b[c] for b, c in zip(bounds, coords))
+                    if "classes" in level:  # expanded on the rank: a few values per offset sent
+                        coefficients = {"classes": level["classes"], "n": level["n"], "start": cstart}
+                    else:
+                        coefficients = _ringed(level["arrays"], cstart, ccount, level["ring"], periodic)
+                    mine["levels"].append({"coefficients": coefficients, "rho": level["rho"],
+                                           "inverse_diagonal": _cut(level["inverse_diagonal"], cstart, ccount)})
+                pieces.append(mine)
         return self.comm.scatter(pieces, root=0)
 
     # -------------------------------------------------------------- halos
-    def _exchange(self, halo: HaloExchanger, padded: np.ndarray) -> None:
+    def _exchange(self, grid: Grid, halo: HaloExchanger, width: tuple[int, ...], padded: np.ndarray) -> None:
         halo.start(padded)
         halo.finish()
-        self.halo_faces += self._faces(self.L.radius, padded.itemsize)
+        self.halo_faces += _faces(grid, width, padded.itemsize)
 
-    def _exchange_u(self, padded: np.ndarray) -> None:
-        self._exchange(self._u_halo, padded)
-
-    def _exchange_v(self, padded: np.ndarray) -> None:
-        self._exchange(self._v_halo, padded)
-
-    def _residual_with_halo(self) -> np.ndarray:
-        """b - A u on the block with one exchanged layer around it."""
-        op = self.cycled
+    def _residual_with_halo(self, block: BlockLevel) -> np.ndarray:
+        """b - A u on the level's block with one exchanged layer around it."""
+        op = block.op
         op.residual()
         padded = op.padded(op.step + 1)
-        r = self.L.radius
-        inner = tuple(slice(rd - 1, p - rd + 1) for rd, p in zip(r, padded.shape))
+        inner = tuple(slice(rd - 1, p - rd + 1) for rd, p in zip(block.ring, padded.shape))
         layer = np.ascontiguousarray(padded[inner])
-        self._r_halo.start(layer)
-        self._r_halo.finish()
-        self.halo_faces += self._faces((1,) * len(r), layer.itemsize)
+        self._exchange(block.grid, block.layer, (1,) * len(block.ring), layer)
         return layer
 
-    def _faces(self, width: tuple[int, ...], itemsize: int) -> int:
-        """The least bytes an exchange of `width` sends from this block: its faces toward neighbours
-        (what a star stencil needs; the exchange also sends edges and corners)."""
-        lo, hi = self._near
-        count = self.grid.count
-        return sum(itemsize * w * ((lo[d] > 0) + (hi[d] > 0)) * int(np.prod([c for k, c in enumerate(count) if k != d]))
-                   for d, w in enumerate(width))
+    def _correction_slab(self, block: BlockLevel) -> np.ndarray:
+        """The level's u on its block and one layer around it (exchanged): the coarse values the level
+        above interpolates from."""
+        op = block.op
+        padded = op.padded(op.step)
+        self._exchange(block.grid, block.halo, block.ring, padded)
+        return padded[tuple(slice(rd - 1, rd + c + 1) for rd, c in zip(block.ring, block.grid.count))]
 
     @property
     def halo_bytes(self) -> int:
         """Bytes this rank's halo exchanges sent so far."""
-        return self._u_halo.bytes_sent + self._v_halo.bytes_sent + self._r_halo.bytes_sent
+        return self._u_halo.bytes_sent + sum(b.halo.bytes_sent + b.layer.bytes_sent for b in self.blocks)
 
     # -------------------------------------------------------------- the cycle and the solve
     def vcycle(self, b: np.ndarray) -> np.ndarray:
         """One V-cycle from zero for this rank's block of b: its block of x ~ A^-1 b, as a view into
         the fine level's kernel buffers (valid until their next kernel call)."""
-        op = self.cycled
+        self.cycled.set_rhs(b)
+        return self._cycle(0)
+
+    def _cycle(self, k: int) -> np.ndarray:
+        """The V-cycle from level k down, for the right-hand side in level k's buffers: levels in
+        blocks smooth, restrict into the next level's right-hand side and interpolate its
+        correction back over one layer of halo; the last one gathers its restriction on rank 0,
+        which runs the levels below, and takes back the slab of the correction it interpolates from."""
+        block = self.blocks[k]
+        op = block.op
         op.u[...] = 0.0
-        op.set_rhs(b)
-        smooth(self.level, self.smoother, self.sweeps, one_at_a_time=True)
-        coarse_part = restrict_block(self._residual_with_halo(), self.parts)
-        pieces = self.comm.gather((tuple(p.i0 for p in self.parts), coarse_part), root=0)
+        smooth(block.level, self.smoother, self.sweeps, one_at_a_time=True)
+        residual = self._residual_with_halo(block)
+        if k + 1 < len(self.blocks):
+            block.transfer.restrict(residual, self.blocks[k + 1].op.rhs, op.threads)
+            self._cycle(k + 1)
+            slab = self._correction_slab(self.blocks[k + 1])
+        else:
+            coarse_part = block.transfer.restrict(residual, np.empty(block.transfer.restricted[1], op.dtype),
+                                                  op.threads)
+            slab = self._agglomerated(block, coarse_part)
+        block.transfer.prolong_add(slab, op.u, op.threads)
+        smooth(block.level, self.smoother, self.sweeps, one_at_a_time=True)
+        return op.u  # a view into the kernel buffers, valid until their next kernel call
+
+    def _agglomerated(self, block: BlockLevel, coarse_part: np.ndarray) -> np.ndarray:
+        """The levels below `block` on rank 0: its restriction gathered, one V-cycle, and each rank's
+        slab of the correction scattered back."""
+        pieces = self.comm.gather((tuple(p.i0 for p in block.parts), coarse_part), root=0)
         slabs = None
         if self.root:
             assert self.coarse is not None and pieces is not None
@@ -261,19 +472,16 @@ class DistributedMultigrid:
                 b1[tuple(slice(f, f + m) for f, m in zip(first, piece.shape))] = piece
                 self.transfer_bytes += piece.nbytes
             e1 = self.coarse.vcycle(b1)
-            slabs = [self._slab(e1, rank).astype(op.dtype) for rank in range(self.comm.size)]
+            slabs = [self._slab(block.grid, e1, rank).astype(block.op.dtype) for rank in range(self.comm.size)]
             self.transfer_bytes += sum(s.nbytes for s in slabs)
-        slab = self.comm.scatter(slabs, root=0)
-        op.u[...] += prolong_block(slab, self.parts)
-        smooth(self.level, self.smoother, self.sweeps, one_at_a_time=True)
-        return op.u  # a view into the kernel buffers, valid until their next kernel call
+        return self.comm.scatter(slabs, root=0)
 
-    def _slab(self, e1: np.ndarray, rank: int) -> np.ndarray:
+    def _slab(self, grid: Grid, e1: np.ndarray, rank: int) -> np.ndarray:
         """The coarse values rank `rank` interpolates from: zero beyond a dirichlet edge, wrapped if periodic."""
-        start, count = self.grid.block_of(rank)
+        start, count = grid.block_of(rank)
         periodic = self.L.ir.boundary == "periodic"
         idx = []
-        for s, c, m in zip(start, count, e1.shape):
+        for s, c in zip(start, count):
             p = AxisPart(s, s + c, 0 if periodic else 1)
             idx.append(np.arange(p.a, p.b))
         if periodic:
@@ -323,9 +531,8 @@ class DistributedMultigrid:
 
     def close(self) -> None:
         self._u_halo.close()
-        self._v_halo.close()
-        self._r_halo.close()
-        self.grid.close()
+        for block_level in self.blocks:
+            block_level.close()
 
 
 def _grid(L: Operator, comm: Any, shape: tuple[int, ...], dims: Any) -> Grid:
@@ -412,10 +619,11 @@ def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] |
         u = block if blocks else mg.gather(block, ring)
         cycles = max(len(history) - 1, 1)
         info = SolveInfo(mg.krylov, f"multigrid-{mg.krylov}", len(history) - 1, history,
-                         [tuple(mg.n)] + (mg.coarse.shapes if mg.coarse else []), setup_s=t1 - t0, solve_s=t2 - t1,
+                         comm.bcast(mg.levels, root=0), setup_s=t1 - t0, solve_s=t2 - t1,
                          ranks=comm.size, halo_bytes_per_iteration=comm.allreduce(mg.halo_bytes) / cycles,
                          halo_face_bytes_per_iteration=comm.allreduce(mg.halo_faces) / cycles,
-                         gather_bytes_per_iteration=comm.bcast(mg.transfer_bytes, root=0) / cycles)
+                         gather_bytes_per_iteration=comm.bcast(mg.transfer_bytes, root=0) / cycles,
+                         levels_in_blocks=len(mg.blocks))
     finally:
         mg.close()
     if comm.rank != 0 and not blocks:

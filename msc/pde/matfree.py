@@ -303,10 +303,12 @@ class CompiledOperator:
     def _scale(self, sweep: int) -> float:
         return self._scales[sweep] if sweep < len(self._scales) else 1.0
 
-    def set_field(self, name: str, values: np.ndarray | float) -> None:
+    def set_field(self, name: str, values: np.ndarray | float, padded: bool = False) -> None:
         """A coefficient field's values over the grid of unknowns (a dirichlet ring stays zero,
-        periodic ghost cells wrap)."""
-        if self._ghosts is None:
+        periodic ghost cells wrap), or over the grid with its ring (`padded`)."""
+        if padded:
+            self._buffers[name][...] = values
+        elif self._ghosts is None:
             self._buffers[name][self._inner] = values
         else:
             put_level(self.kernels["apply"].ir, self._buffers[name], np.broadcast_to(values, self.n))
@@ -513,22 +515,29 @@ def from_operator(L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any]
 
 
 def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ...], periodic: bool,
-                      symmetric: bool, target: str, threads: int | None, dtype: str = "float64") -> CompiledOperator:
+                      symmetric: bool, target: str, threads: int | None, dtype: str = "float64",
+                      ringed: Mapping[tuple[int, ...], np.ndarray] | None = None) -> CompiledOperator:
     """The coefficient stencil sum_o c_o(x) v(x+o) on a grid of `shape` unknowns (kernels and buffers in `dtype`).
 
     When the operator is symmetric (c_{-o}(x) = c_o(x-o)), only the offsets o >= 0
     (lexicographically) are stored and c_{-o} is read shifted: half the coefficient traffic.
     Where the coefficients are one constant stencil (coarsen.uniform_region) they are kernel
     parameters, not fields: everywhere, or (dirichlet, grids of SPLIT_LEAST points or more) inside a
-    box, the fields' stencil running on the boundary planes around it only (Interior)."""
+    box, the fields' stencil running on the boundary planes around it only (Interior).
+
+    `ringed`: the grid is one rank's block of a larger one (`coefs` over the block, `ringed` each c_o
+    over the block padded by the stencil's radius, which a symmetric stencil reads shifted); u's ring
+    is a halo, filled by exchanges (`refresh`), whatever the boundary."""
     ndim = len(shape)
     zero = (0,) * ndim
     kept = sorted(o for o in coefs if not symmetric or o >= zero)
     names = tuple(f"mg_c{k}" for k in range(len(kept)))
+    block = ringed is not None
+    periodic = periodic and not block
     ring = (0,) * ndim if periodic else tuple(max(abs(o[d]) for o in coefs) for d in range(ndim))
     boundary = "periodic" if periodic else "dirichlet"
     tag = f"mg_stencil{ndim}d_{len(kept)}{'s' if symmetric else ''}"
-    region = uniform_region(coefs, shape, periodic)
+    region = uniform_region(coefs, shape, periodic or block)  # a block's neighbours are read: compare everywhere
     interior = None
     if region is not None:
         constant, values = _weighed_alike(region.values)
@@ -544,7 +553,7 @@ def from_coefficients(coefs: Mapping[tuple[int, ...], Any], shape: tuple[int, ..
     op = CompiledOperator(tag, _coefficient_sum(names, kept, symmetric, field), "v", ndim, boundary, {}, names, (),
                           shape, ring, target, threads, None, interior, dtype)
     for name, o in zip(names, kept):
-        op.set_field(name, coefs[o])
+        op.set_field(name, coefs[o] if ringed is None else ringed[o], padded=block)
     return op
 
 

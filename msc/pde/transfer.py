@@ -49,22 +49,56 @@ def _contiguous(tables: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]
             for a, dt in ((index, np.int64), (weight, np.float64))]
 
 
+Tables = list[tuple[np.ndarray, np.ndarray]]  # per axis: (indices, weights), k x points
+
+
 class Transfer:
     """P and R between a grid of `shape` and the grid its `axes` coarsen it to (None: kept)."""
 
     def __init__(self, shape: tuple[int, ...], axes: list[Axis1D | None]) -> None:
-        self.ndim = len(shape)
-        self.fine = tuple(shape)
-        self.coarse = tuple(n if ax is None else ax.m for n, ax in zip(shape, axes))
-        unit: list[Axis1D | None] = [None] * (3 - self.ndim)
-        padded_shape, padded_axes = (1,) * (3 - self.ndim) + self.fine, unit + list(axes)
-        self._restrict = _contiguous([_restriction_table(n, ax) for n, ax in zip(padded_shape, padded_axes)])
-        self._prolong = _contiguous([_interpolation_table(n, ax) for n, ax in zip(padded_shape, padded_axes)])
-        self._m = np.array((1,) * (3 - self.ndim) + self.coarse, np.int64)
-        self._n = np.array((1,) * (3 - self.ndim) + self.fine, np.int64)
+        coarse = tuple(n if ax is None else ax.m for n, ax in zip(shape, axes))
+        self._tables([_restriction_table(n, ax) for n, ax in zip(shape, axes)],
+                     [_interpolation_table(n, ax) for n, ax in zip(shape, axes)],
+                     (tuple(shape), coarse), (tuple(shape), coarse))
 
-    def _check(self, fine: np.ndarray, coarse: np.ndarray) -> None:
-        for a, shape, what in ((fine, self.fine, "fine"), (coarse, self.coarse, "coarse")):
+    @classmethod
+    def for_block(cls, spans: list[tuple[int, int, int]]) -> Transfer:
+        """R and P of one rank's block (msc.pde.distributed), per axis its fine points [s, e) and the
+        base (coarse point I sits on fine 2I + base): R from the block's array with one layer around
+        it (zero beyond a dirichlet edge) to the coarse points centred in the block, P from the coarse
+        slab around those (one coarse point more on each side) onto the block."""
+        out = cls.__new__(cls)
+        restriction, interpolation, centres, slab = [], [], [], []
+        for s, e, base in spans:
+            i0, i1 = (s - base + 1) // 2, (e - base + 1) // 2
+            a = i0 - 1
+            j = 2 * np.arange(i0, i1) + base - s + 1  # each centre's fine point, in the layered array
+            half = np.full(j.size, 0.5)
+            restriction.append((np.vstack([j, j - 1, j + 1]), np.vstack([np.ones(j.size), half, half])))
+            x = np.arange(s, e) - base
+            odd = 0.5 * (x % 2)  # a fine point between two coarse ones takes half of each
+            first = x // 2 - a  # the coarse point at or left of x, in the slab
+            interpolation.append((np.vstack([first, first + 1]), np.vstack([1.0 - odd, odd])))
+            centres.append(i1 - i0)
+            slab.append(i1 - i0 + 2)
+        block = tuple(e - s for s, e, _ in spans)
+        out._tables(restriction, interpolation, (tuple(n + 2 for n in block), tuple(centres)), (block, tuple(slab)))
+        return out
+
+    def _tables(self, restriction: Tables, interpolation: Tables, restricted: tuple[tuple[int, ...], ...],
+                prolonged: tuple[tuple[int, ...], ...]) -> None:
+        """The tables, padded to 3 axes, and the (fine, coarse) shapes R and P take."""
+        ndim = len(restricted[0])
+        unit_r = [(np.zeros((3, 1), np.int64), np.vstack([np.ones(1), np.zeros(1), np.zeros(1)]))] * (3 - ndim)
+        unit_p = [(np.zeros((2, 1), np.int64), np.vstack([np.ones(1), np.zeros(1)]))] * (3 - ndim)
+        self._restrict = _contiguous(unit_r + restriction)
+        self._prolong = _contiguous(unit_p + interpolation)
+        self.restricted, self.prolonged = restricted, prolonged
+        self.fine, self.coarse = prolonged
+
+    @staticmethod
+    def _check(fine: np.ndarray, coarse: np.ndarray, shapes: tuple[tuple[int, ...], ...]) -> None:
+        for a, shape, what in ((fine, shapes[0], "fine"), (coarse, shapes[1], "coarse")):
             if a.shape != shape:
                 raise ValueError(f"grid transfer: the {what} array has shape {a.shape}, expected {shape}")
         if fine.dtype != coarse.dtype:
@@ -73,17 +107,18 @@ class Transfer:
 
     def restrict(self, fine: np.ndarray, out: np.ndarray, threads: int) -> np.ndarray:
         """out = R fine (out: the coarse grid's array, a view may be given); returns out."""
-        self._check(fine, out)
-        _library(fine.dtype).mg_restrict(*_arrays(fine, layout(fine)[1], out, layout(out)[1], self._m),
-                               ctypes.c_long(self.fine[-1]), *_arrays(*self._restrict), ctypes.c_int(threads))
+        self._check(fine, out, self.restricted)
+        _library(fine.dtype).mg_restrict(*_arrays(fine, layout(fine)[1], out, layout(out)[1], layout(out)[0]),
+                                         ctypes.c_long(fine.shape[-1]), *_arrays(*self._restrict),
+                                         ctypes.c_int(threads))
         return out
 
     def prolong_add(self, coarse: np.ndarray, into: np.ndarray, threads: int) -> None:
         """into += P coarse (into: the fine grid's array, a view may be given)."""
-        self._check(into, coarse)
+        self._check(into, coarse, self.prolonged)
         _library(into.dtype).mg_prolong_add(*_arrays(coarse, layout(coarse)[1], into, layout(into)[1],
-                                           self._n), ctypes.c_long(self.coarse[-1]), *_arrays(*self._prolong),
-                                  ctypes.c_int(threads))
+                                                     layout(into)[0]), ctypes.c_long(coarse.shape[-1]),
+                                            *_arrays(*self._prolong), ctypes.c_int(threads))
 
 
 def _arrays(*arrays: np.ndarray) -> list[ctypes.c_void_p]:

@@ -15,6 +15,7 @@ struct msc_grid {
     int dims[3], periods[3], coords[3];
     long interior[3];        /* global interior points per dimension */
     long start[3], count[3]; /* this rank's block of the interior */
+    long thinnest[3];        /* the fewest points of any rank's block, per dimension */
 };
 
 typedef struct {
@@ -92,8 +93,37 @@ int msc_grid_create(MPI_Fint comm_f, int ndim, const int *dims, const int *perio
     int rank;
     MPI_Comm_rank(g->cart, &rank);
     MPI_Cart_coords(g->cart, rank, ndim, g->coords);
-    for (int d = 0; d < ndim; d++) msc_block(interior[d], g->dims[d], g->coords[d], &g->start[d], &g->count[d]);
+    for (int d = 0; d < ndim; d++) {
+        msc_block(interior[d], g->dims[d], g->coords[d], &g->start[d], &g->count[d]);
+        g->thinnest[d] = interior[d] / g->dims[d];
+    }
     *out = g;
+    return 0;
+}
+
+int msc_grid_split(msc_grid *g, const long *bounds, char *err, int errlen)
+{
+    const long *b = bounds;
+    long start[3], count[3], thinnest[3];
+    for (int d = 0; d < g->ndim; b += g->dims[d] + 1, d++) {
+        if (b[0] != 0 || b[g->dims[d]] != g->interior[d])
+            return fail(err, errlen, "dimension %s: block bounds must run from 0 to %ld, got %ld to %ld",
+                        DIM_NAMES[d], g->interior[d], b[0], b[g->dims[d]]);
+        thinnest[d] = g->interior[d];
+        for (int c = 0; c < g->dims[d]; c++) {
+            if (b[c + 1] <= b[c])
+                return fail(err, errlen, "dimension %s: block %d would be empty (bounds %ld, %ld)",
+                            DIM_NAMES[d], c, b[c], b[c + 1]);
+            if (b[c + 1] - b[c] < thinnest[d]) thinnest[d] = b[c + 1] - b[c];
+        }
+        start[d] = b[g->coords[d]];
+        count[d] = b[g->coords[d] + 1] - start[d];
+    }
+    for (int d = 0; d < g->ndim; d++) {
+        g->start[d] = start[d];
+        g->count[d] = count[d];
+        g->thinnest[d] = thinnest[d];
+    }
     return 0;
 }
 
@@ -173,7 +203,7 @@ int msc_halo_create(const msc_grid *g, const long *halo, const long *edge, int e
     for (int d = 0; d < g->ndim; d++) {
         if (halo[d] < 0 || edge[d] < 0)
             return fail(err, errlen, "negative halo width %ld", halo[d] < 0 ? halo[d] : edge[d]);
-        long thinnest = g->interior[d] / g->dims[d];
+        long thinnest = g->thinnest[d];
         if (halo[d] > thinnest && (g->dims[d] > 1 || g->periods[d]))
             return fail(err, errlen,
                         "dimension %s: the thinnest local block has %ld points, fewer than the halo width %ld "

@@ -31,6 +31,10 @@ void msc_block(long n, int parts, int index, long *start, long *count);
  * their numbering (no reordering). */
 int msc_grid_create(MPI_Fint comm, int ndim, const int *dims, const int *periodic,
                     const long *interior, msc_grid **out, char *err, int errlen);
+/* Replace the even split by given blocks (grids whose blocks follow another grid's: multigrid's coarse
+ * levels): bounds holds, per dimension d, dims[d] + 1 increasing points from 0 to the interior's size;
+ * block c of dimension d is [bounds[c], bounds[c + 1]). Every rank passes the same bounds. */
+int msc_grid_split(msc_grid *g, const long *bounds, char *err, int errlen);
 /* This rank's place: process-grid dims and coords, block start and count. */
 void msc_grid_layout(const msc_grid *g, int *dims, int *coords, long *start, long *count);
 /* The grid coordinates of any rank (for scattering and gathering). */

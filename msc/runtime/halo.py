@@ -60,6 +60,7 @@ def _library() -> ctypes.CDLL:
     signatures: dict[str, tuple[list[Any], Any]] = {
         "msc_block": ([l, i, i, lp, lp], None),
         "msc_grid_create": ([i, i, ip, ip, lp, pp, err, i], i),
+        "msc_grid_split": ([p, lp, err, i], i),
         "msc_grid_layout": ([p, ip, ip, lp, lp], None),
         "msc_grid_coords_of": ([p, i, ip], None),
         "msc_grid_free": ([p], None),
@@ -88,9 +89,12 @@ def block(n: int, parts: int, index: int) -> tuple[int, int]:
 
 
 class Grid:
-    """A Cartesian process grid over `comm` and this rank's block of the global interior."""
+    """A Cartesian process grid over `comm` and this rank's block of the global interior: an even
+    split, or the blocks `bounds` gives (per dimension, dims[d] + 1 points from 0 to the interior's
+    size; `dims` must then be given in full)."""
 
-    def __init__(self, comm: Any, interior: Sequence[int], periodic: bool, dims: Sequence[int] | None = None) -> None:
+    def __init__(self, comm: Any, interior: Sequence[int], periodic: bool, dims: Sequence[int] | None = None,
+                 bounds: Sequence[Sequence[int]] | None = None) -> None:
         lib = _library()
         self.ndim = len(interior)
         self.interior = tuple(interior)
@@ -103,6 +107,16 @@ class Grid:
             raise DistributedError(err.value.decode())
         self._handle = handle
         self._rank = comm.rank
+        self.bounds = None if bounds is None else tuple(tuple(int(v) for v in b) for b in bounds)
+        if self.bounds is not None:
+            if dims is None or len(self.bounds) != self.ndim or any(
+                    len(b) != k + 1 for b, k in zip(self.bounds, dims)):
+                self.close()
+                raise DistributedError(f"block bounds {self.bounds} need dims {dims} in full, one more bound "
+                                       "than ranks per dimension")
+            if lib.msc_grid_split(handle, _ints([v for b in self.bounds for v in b], ctypes.c_long), err, _ERRLEN):
+                self.close()
+                raise DistributedError(err.value.decode())
         d, c = _ints([0] * self.ndim), _ints([0] * self.ndim)
         s, n = _ints([0] * self.ndim, ctypes.c_long), _ints([0] * self.ndim, ctypes.c_long)
         lib.msc_grid_layout(handle, d, c, s, n)
@@ -118,7 +132,11 @@ class Grid:
 
     def block_of(self, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(start, count) per dimension of the block of `rank`."""
-        parts = [block(n, p, c) for n, p, c in zip(self.interior, self.dims, self.coords_of(rank))]
+        coords = self.coords_of(rank)
+        if self.bounds is not None:
+            return (tuple(b[c] for b, c in zip(self.bounds, coords)),
+                    tuple(b[c + 1] - b[c] for b, c in zip(self.bounds, coords)))
+        parts = [block(n, p, c) for n, p, c in zip(self.interior, self.dims, coords)]
         return tuple(s for s, _ in parts), tuple(n for _, n in parts)
 
     def padding(self, halo: Sequence[int], edge: Sequence[int], rank: int | None = None

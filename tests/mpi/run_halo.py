@@ -1,7 +1,8 @@
 """Under mpiexec: the halo library on its own, 1D-3D, periodic or not, faces
 only (star) or with edges and corners (box), padded less on a physical edge
-than toward a neighbour, split-phase with work between start and finish.
-Rank 0 prints one JSON dict: wrong cells and bytes per case."""
+than toward a neighbour, split-phase with work between start and finish, on the
+even split and on given block bounds (the even split's sizes in reverse order).
+Rank 0 prints one JSON dict: wrong cells and bytes per case, and the errors of bad bounds."""
 
 from __future__ import annotations
 
@@ -11,13 +12,26 @@ import json
 import numpy as np
 from mpi4py import MPI
 
-from msc.runtime.halo import Grid, HaloExchanger
+from msc.runtime.halo import DistributedError, Grid, HaloExchanger, block
 
 comm = MPI.COMM_WORLD
 report = {}
-for ndim, periodic, shape in itertools.product((1, 2, 3), (False, True), ("star", "box")):
+
+
+def reversed_bounds(interior: tuple[int, ...], dims: tuple[int, ...]) -> list[list[int]]:
+    """Blocks of the even split's sizes, the larger ones last (the even split puts them first)."""
+    sizes = [[block(n, p, c)[1] for c in reversed(range(p))] for n, p in zip(interior, dims)]
+    return [[0, *itertools.accumulate(s)] for s in sizes]
+
+
+for ndim, periodic, shape, split in itertools.product((1, 2, 3), (False, True), ("star", "box"), ("even", "given")):
     interior, halo, edge = (11, 7, 6)[:ndim], (2, 1, 2)[:ndim], (1, 0, 1)[:ndim]
     grid = Grid(comm, interior, periodic)
+    if split == "given":
+        dims = grid.dims
+        grid.close()
+        grid = Grid(comm, interior, periodic, dims, reversed_bounds(interior, dims))
+        assert grid.block_of(comm.rank) == (grid.start, grid.count)
     lo, hi = grid.padding(halo, edge)
     if shape == "star":
         dirs = [v for v in itertools.product((-1, 0, 1), repeat=ndim) if sum(map(abs, v)) == 1]
@@ -41,9 +55,20 @@ for ndim, periodic, shape in itertools.product((1, 2, 3), (False, True), ("star"
     work = float(np.sum(local[inner]))  # interior work while the messages travel
     exchanger.finish()
     wrong = int(np.count_nonzero(local != expected)) + (work != float(np.sum(local[inner])))
-    report[f"{ndim}d-{'periodic' if periodic else 'dirichlet'}-{shape}"] = {
+    report[f"{ndim}d-{'periodic' if periodic else 'dirichlet'}-{shape}-{split}"] = {
         "wrong": comm.allreduce(wrong), "bytes": comm.allreduce(exchanger.bytes_sent)}
     exchanger.close()
     grid.close()
+errors = {}
+p = comm.size
+bad = {"short": [list(range(p)) + [10]], "count": [list(range(p + 1)) + [11]]}
+if p > 1:
+    bad["empty"] = [[0] * p + [11]]
+for name, bounds in bad.items():
+    try:
+        Grid(comm, (11,), False, (p,), bounds)
+    except DistributedError as err:
+        errors[name] = str(err)
+report["errors"] = errors
 if comm.rank == 0:
     print(json.dumps(report))

@@ -10,6 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 import msc
+import msc.pde.distributed as distributed
 from msc import x, y, z
 from msc.pde.distributed import owned_block
 
@@ -35,20 +36,22 @@ def drift(u, h, v):
 
 
 def compare(name: str, L: msc.Operator, rhs: np.ndarray, method: str = "multigrid", dims: Any = None,
-            smoother: str = "jacobi", **inputs: Any) -> None:
-    blocks = in_blocks(L, rhs, method, dims, smoother, inputs)
+            smoother: str = "jacobi", tol: float = 1e-12, **inputs: Any) -> None:
+    blocks = in_blocks(L, rhs, method, dims, smoother, tol, inputs)
     on_root = {k: v if comm.rank == 0 or not isinstance(v, np.ndarray) else None for k, v in inputs.items()}
-    u, info = msc.solve(L, rhs if comm.rank == 0 else None, method=method, tol=1e-12, full_output=True,
+    u, info = msc.solve(L, rhs if comm.rank == 0 else None, method=method, tol=tol, full_output=True,
                         comm=comm, dims=dims, smoother=smoother, **on_root)
     if comm.rank != 0:
         assert u is None
         return
-    serial, sinfo = msc.solve(L, rhs, method=method, tol=1e-12, full_output=True, smoother=smoother, **inputs)
+    serial, sinfo = msc.solve(L, rhs, method=method, tol=tol, full_output=True, smoother=smoother, **inputs)
     results[name] = {"difference": float(np.abs(u - serial).max() / np.abs(serial).max()),
                      "iterations": info.iterations, "serial_iterations": sinfo.iterations, "solver": info.solver,
                      "halo_bytes_per_iteration": info.halo_bytes_per_iteration,
                      "halo_face_bytes_per_iteration": info.halo_face_bytes_per_iteration,
-                     "gather_bytes_per_iteration": info.gather_bytes_per_iteration, "ranks": info.ranks}
+                     "gather_bytes_per_iteration": info.gather_bytes_per_iteration, "ranks": info.ranks,
+                     "levels": info.levels, "serial_levels": sinfo.levels, "levels_in_blocks": info.levels_in_blocks,
+                     "residuals": info.residuals, "serial_residuals": sinfo.residuals}
     whole = np.zeros_like(serial)
     interior = tuple(slice(rd, n - rd) for rd, n in zip(L.radius, serial.shape)) if L.ir.boundary != "periodic" \
         else (slice(None),) * serial.ndim
@@ -57,7 +60,7 @@ def compare(name: str, L: msc.Operator, rhs: np.ndarray, method: str = "multigri
     results[name]["blocks_difference"] = float(np.abs(whole[interior] - serial[interior]).max() / np.abs(serial).max())
 
 
-def in_blocks(L: msc.Operator, rhs: np.ndarray, method: str, dims: Any, smoother: str,
+def in_blocks(L: msc.Operator, rhs: np.ndarray, method: str, dims: Any, smoother: str, tol: float,
               inputs: dict[str, Any]) -> list[tuple[tuple[slice, ...], np.ndarray]] | None:
     """msc.solve(..., blocks=True): each rank gives its blocks (arrays padded by the radius, the
     periodic ones wrapped) and gets its block of the solution; rank 0 gets every (slices, block)."""
@@ -70,7 +73,7 @@ def in_blocks(L: msc.Operator, rhs: np.ndarray, method: str, dims: Any, smoother
     else:
         ringed = tuple(slice(s.start, s.stop + 2 * rd) for s, rd in zip(mine, r))
         padded = {k: v[ringed] if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
-    u, info = msc.solve(L, rhs[mine], method=method, tol=1e-12, full_output=True, comm=comm, dims=dims,
+    u, info = msc.solve(L, rhs[mine], method=method, tol=tol, full_output=True, comm=comm, dims=dims,
                         smoother=smoother, shape=shape, blocks=True, **padded)
     assert u.shape == rhs[mine].shape and info.ranks == comm.size
     return comm.gather((mine, u), root=0)
@@ -88,6 +91,18 @@ compare("div_k_grad_3d_even_rows", div3, rng.random((20,) * 3), dims=(comm.size,
 compare("div_k_grad_3d_chebyshev", div3, rng.random((n,) * 3), smoother="chebyshev", k=k, h=1.0 / (n + 1), u=ring)
 compare("periodic_2d", helmholtz, rng.random((24, 30)), h=1.0 / 24)
 compare("drift_gmres_2d", drift, rng.random((27, 25)), method="gmres", h=1.0 / 28, v=20.0)
+
+distributed.AGGLOMERATE = 64  # small grids with coarse levels in blocks: every level above the coarsest
+m = 36
+X, Y, Z = np.meshgrid(*[np.linspace(0, 1, m + 2)] * 3, indexing="ij")
+k = 1 + 0.9 * np.sin(2 * np.pi * X) * np.sin(2 * np.pi * Y) * np.sin(2 * np.pi * Z)
+ring = np.zeros((m + 2,) * 3)
+ring[0] = 1.0
+compare("levels_in_blocks_3d", div3, rng.random((m,) * 3), k=k, h=1.0 / (m + 1), u=ring)
+compare("levels_in_blocks_poisson_3d", div3, rng.random((37, 36, 35)), k=np.ones((39, 38, 37)), h=1.0 / 38)
+compare("levels_in_blocks_periodic_2d", helmholtz, rng.random((128, 96)), tol=1e-10, h=1.0 / 128)
+compare("levels_in_blocks_gmres_2d", drift, rng.random((130, 99)), method="gmres", tol=1e-10, h=1.0 / 131, v=20.0)
+distributed.AGGLOMERATE = 4096
 
 errors = {}
 try:

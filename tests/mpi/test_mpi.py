@@ -29,9 +29,16 @@ SEEDS = [str(s) for s in range(16)]
 @pytest.mark.parametrize("ranks", RANKS)
 def test_halo_library(ranks):
     report = run_json(ranks, "run_halo.py")
-    assert all(case["wrong"] == 0 for case in report.values()), report
+    errors = report.pop("errors")
+    assert len(report) == 24 and all(case["wrong"] == 0 for case in report.values()), report
     if ranks > 1:  # a box stencil sends edges and corners on top of a star's faces
-        assert report["2d-dirichlet-box"]["bytes"] >= report["2d-dirichlet-star"]["bytes"] > 0
+        for split in ("even", "given"):
+            assert report[f"2d-dirichlet-box-{split}"]["bytes"] >= report[f"2d-dirichlet-star-{split}"]["bytes"] > 0
+    # given block bounds: from 0 to the interior's size, one more than ranks, no empty block
+    assert errors["short"].endswith("block bounds must run from 0 to 11, got 0 to 10"), errors
+    assert "one more bound than ranks per dimension" in errors["count"], errors
+    if ranks > 1:
+        assert errors["empty"].endswith("dimension x: block 0 would be empty (bounds 0, 0)"), errors
 
 
 @pytest.mark.parametrize("ranks", RANKS)
