@@ -636,35 +636,45 @@ def test_values_inside_the_given_unknown_do_not_change_the_solution():
 
 @pytest.mark.parametrize("n, dims, periodic", [((256, 256, 256), (2, 2, 2), False), ((37, 36, 35), (2, 2, 1), False),
                                                ((128, 96), (4, 1), True), ((126, 96), (4, 1), True),
-                                               ((130, 99), (3, 2), False),
-                                               ((64, 64, 64), (8, 2, 1), False)])
+                                               ((130, 99), (3, 2), False), ((64, 64, 64), (8, 2, 1), False),
+                                               ((256, 256, 256), (4, 4, 4), False), ((96, 80), (3, 5), True)])
 def test_coarse_levels_in_blocks_are_the_coarse_centres_of_the_blocks_above(n, dims, periodic):
-    """Over MPI ranks each coarse level in blocks gives every rank the coarse points centred in its
-    block above (restriction and interpolation stay on the rank but for one layer), its levels are
-    one process's, and it stops where a level would have too few points per rank or thin blocks."""
+    """Over MPI ranks each coarse level in blocks gives every rank that holds it the coarse points
+    centred in its blocks above (its own, or its children's where the level agglomerates onto fewer
+    ranks: the process grid halved along its most split axis), its levels are one process's, and it
+    keeps at least `least` points per rank and blocks of 2 points, else stops on rank 0."""
     from msc.pde import multigrid
     from msc.pde.coarsen import Axis1D
     from msc.pde.distributed import AxisPart, coarse_plan, even_bounds
 
-    ranks = int(np.prod(dims))
-    plan = coarse_plan(n, even_bounds(n, dims), periodic, ranks, radius=1, least=64)
-    shape, bounds = n, even_bounds(n, dims)
+    plan = coarse_plan(n, dims, periodic, radius=1, least=64)
+    shape, above_dims, bounds, shift = n, dims, even_bounds(n, dims), (0,) * len(n)
     base = 0 if periodic else 1
-    for coarse, coarse_bounds in plan:
-        assert coarse == tuple(Axis1D.of(m, periodic).m for m in shape)  # as one process coarsens
-        for axis, (above, below) in enumerate(zip(bounds, coarse_bounds)):
-            centres = np.array([c for c in range(coarse[axis]) if 0 <= 2 * c + base < shape[axis]])
-            for k in range(dims[axis]):
-                part = AxisPart(above[k], above[k + 1], base)
-                mine = centres[(2 * centres + base >= above[k]) & (2 * centres + base < above[k + 1])]
-                assert (below[k], below[k + 1]) == (part.i0, part.i1) == (mine[0], mine[-1] + 1)
-                assert below[k + 1] - below[k] >= 2
-        assert int(np.prod(coarse)) > multigrid.COARSEST and int(np.prod(coarse)) >= 64 * ranks
-        shape, bounds = coarse, coarse_bounds
-    assert coarse_plan(n, even_bounds(n, (1,) * len(n)), periodic, 1, radius=1, least=1) == []  # one rank
-    if n == (256, 256, 256):  # 128^3, 64^3, 32^3 in blocks; 16^3 has 512 points per rank: on rank 0
-        assert [c for c, _ in coarse_plan(n, even_bounds(n, dims), periodic, ranks, radius=1)] == [
-            (128,) * 3, (64,) * 3, (32,) * 3]
+    for planned in plan:
+        assert planned.n == tuple(Axis1D.of(m, periodic).m for m in shape)  # as one process coarsens
+        for axis in range(len(n)):
+            merged = planned.shift[axis] - shift[axis]  # halvings of the process grid along the axis
+            assert merged >= 0 and planned.dims[axis] == -(-above_dims[axis] // (1 << merged))
+            centres = np.array([c for c in range(planned.n[axis]) if 0 <= 2 * c + base < shape[axis]])
+            for parent in range(planned.dims[axis]):
+                children = [k for k in range(above_dims[axis]) if k >> merged == parent]
+                first, last = (AxisPart(bounds[axis][k], bounds[axis][k + 1], base)
+                               for k in (children[0], children[-1]))
+                lo, hi = bounds[axis][children[0]], bounds[axis][children[-1] + 1]
+                mine = centres[(2 * centres + base >= lo) & (2 * centres + base < hi)]
+                assert planned.bounds[axis][parent:parent + 2] == (first.i0, last.i1) == (mine[0], mine[-1] + 1)
+        assert int(np.prod(planned.n)) > multigrid.COARSEST
+        assert int(np.prod(planned.n)) >= 64 * int(np.prod(planned.dims)) and min(
+            b1 - b0 for axis in planned.bounds for b0, b1 in zip(axis, axis[1:])) >= 2
+        shape, above_dims, bounds, shift = planned.n, planned.dims, planned.bounds, planned.shift
+    assert coarse_plan(n, (1,) * len(n), periodic, radius=1, least=1) == []  # one rank
+    if (n, dims) == ((256, 256, 256), (2, 2, 2)):  # 128^3, 64^3, 32^3 in blocks; 16^3 has 512 points per rank
+        assert [(p.n, p.dims) for p in coarse_plan(n, dims, periodic, radius=1)] == [
+            ((128,) * 3, dims), ((64,) * 3, dims), ((32,) * 3, dims)]
+    if (n, dims) == ((256, 256, 256), (4, 4, 4)):  # 32^3 has 512 points on each of 64 ranks: onto 8 of them
+        assert [(p.n, p.dims, p.shift) for p in coarse_plan(n, dims, periodic, radius=1)] == [
+            ((128,) * 3, dims, (0, 0, 0)), ((64,) * 3, dims, (0, 0, 0)), ((32,) * 3, (2, 2, 2), (1, 1, 1))]
     if n == (64, 64, 64):  # 8 ranks along x: 32 points are blocks of 4, 16 would be blocks of 2: both thin enough
-        assert [c for c, _ in plan] == [(32,) * 3, (16,) * 3]
-        assert coarse_plan(n, even_bounds(n, dims), periodic, ranks, radius=3, least=64)[-1][0] == (32,) * 3
+        assert [(p.n, p.dims) for p in plan[:2]] == [((32,) * 3, dims), ((16,) * 3, dims)]
+        assert [(p.n, p.dims) for p in coarse_plan(n, dims, periodic, radius=3, least=64)[:2]] == [
+            ((32,) * 3, dims), ((16,) * 3, (4, 2, 1))]  # blocks of 4 where radius 3 needs 3

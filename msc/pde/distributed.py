@@ -1,25 +1,28 @@
-"""msc.solve over MPI ranks (`comm=`): the levels in blocks on every rank, the coarse ones agglomerated on rank 0.
+"""msc.solve over MPI ranks (`comm=`): every level in blocks, agglomerated onto fewer ranks as it shrinks.
 
 Each rank owns one block of the fine grid (a Cartesian process grid from the
 halo library, msc.runtime.halo) and runs the operator's compiled stencils on
 it (msc.pde.matfree, block=True), exchanging a halo of the operator's radius
-before every kernel call. The coarse levels run in blocks too while they are
-large enough (`coarse_plan`): each rank's block of a coarse level is the coarse
-points centred in its block above (the halo library's grid given these
-bounds), so a level's restriction reads one exchanged layer of the residual
-around the block and its interpolation one exchanged layer of the coarse
-correction, and nothing else moves between ranks. A level's operator is its
+before every kernel call. The coarse levels run in blocks too (`coarse_plan`):
+a rank's block of a coarse level is the coarse points centred in its block
+above (the halo library's grid given these bounds), so a level's restriction
+reads one exchanged layer of the residual around the block and its
+interpolation one exchanged layer of the coarse correction (compiled block
+transfers, msc.pde.transfer.Transfer.for_block). A level's operator is its
 Galerkin coefficient stencil (msc.pde.matfree.from_coefficients on the block,
-its coefficients with their ring). Below the last such level the hierarchy
-agglomerates onto rank 0: the restriction is gathered there, the rest of the
+its coefficients with their ring). Where a level would have too few points
+per rank, it agglomerates onto fewer ranks: the process grid halves along its
+most split axis, one rank of each pair (its parent) gathers its children's
+restrictions into its block, runs the cycle below, and sends each child the
+slab of the correction it interpolates from. Once one rank would be left, the
+hierarchy goes to rank 0: the restriction is gathered there, the rest of the
 hierarchy (Galerkin levels, the factored coarsest) runs as in one process, and
-each rank gets back the slab of the correction it interpolates from. The
-hierarchy is one process's, level for level. Krylov dot products are
-global sums (allreduce), so every rank takes the same steps and the result
-differs from one process only by rounding. As in one process, the V-cycle runs
-in single precision where `preconditioner_dtype` says so (its fine level a
-float32 twin of the operator, its halos and transfers float32), CG and its
-operator application in float64. Inputs are given on rank 0 (None
+each rank gets back its slab. The hierarchy is one process's, level for level.
+Krylov dot products are global sums (allreduce), so every rank takes the same
+steps and the result differs from one process only by rounding. As in one
+process, the V-cycle runs in single precision where `preconditioner_dtype` says
+so (its fine level a float32 twin of the operator, its halos and transfers
+float32), CG and its operator application in float64. Inputs are given on rank 0 (None
 elsewhere); rank 0 gets the solution, the other ranks None. With
 `blocks=True` each rank gives its own blocks instead (`owned_block` says
 which: the right-hand side over the block, every array over the block
@@ -155,31 +158,62 @@ def even_bounds(n: tuple[int, ...], dims: tuple[int, ...]) -> tuple[tuple[int, .
     return tuple(tuple(even_block(m, p, c)[0] for c in range(p)) + (m,) for m, p in zip(n, dims))
 
 
-Plan = list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]  # per coarse level: its interior, block bounds
+@dataclass(frozen=True)
+class PlannedLevel:
+    """A coarse level that runs in blocks: its interior, process grid and block bounds, and how often
+    the fine process grid was halved along each axis to give it (`shift`: the fine rank at
+    coordinates c holds a block where every c_d is a multiple of 2**shift_d, at coordinates c >> shift)."""
+
+    n: tuple[int, ...]
+    dims: tuple[int, ...]
+    bounds: tuple[tuple[int, ...], ...]
+    shift: tuple[int, ...]
+
+    def holds(self, fine_coords: tuple[int, ...]) -> bool:
+        return all(c % (1 << k) == 0 for c, k in zip(fine_coords, self.shift))
+
+    def coords(self, fine_coords: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(c >> k for c, k in zip(fine_coords, self.shift))
+
+    def block(self, coords: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(start, count) of the block at these coordinates of the level's process grid."""
+        return (tuple(b[c] for b, c in zip(self.bounds, coords)),
+                tuple(b[c + 1] - b[c] for b, c in zip(self.bounds, coords)))
 
 
-def coarse_plan(n: tuple[int, ...], bounds: tuple[tuple[int, ...], ...], periodic: bool, ranks: int,
-                radius: int, least: int | None = None) -> Plan:
-    """The coarse levels that run in blocks on every rank, each rank's block the coarse centres of
-    its block on the level above (so restriction and interpolation stay on the rank but for one
-    layer of halo). A level runs in blocks while every axis above it halves, it is no coarsest
-    level (more than multigrid.COARSEST points: one process would solve it directly), it has at least `least`
-    (default AGGLOMERATE) points per rank, and no block is thinner than 2 points or the operator's
-    `radius` (a Galerkin level's radius is at most the fine operator's); the levels below run on
-    rank 0. On one rank there is none: the hierarchy runs as in one process, whose transfers are
-    compiled. Every rank computes the same plan."""
+def _thinnest(bounds: tuple[tuple[int, ...], ...]) -> int:
+    return min(b1 - b0 for axis in bounds for b0, b1 in zip(axis, axis[1:]))
+
+
+def coarse_plan(n: tuple[int, ...], dims: tuple[int, ...], periodic: bool, radius: int,
+                least: int | None = None) -> list[PlannedLevel]:
+    """The coarse levels that run in blocks, on every rank or on fewer. A rank's block of a coarse
+    level is the coarse points centred in its block above (restriction and interpolation stay on the
+    rank but for one layer of halo). Where a level would have fewer than `least` (default
+    AGGLOMERATE) points per rank, or a block thinner than 2 points or the operator's `radius` (a
+    Galerkin level's radius is at most the fine operator's), the process grid halves along its most
+    split axis, pairs of blocks merging into one, until it has not: the level agglomerates onto
+    fewer ranks. Levels run in blocks while every axis above them halves, more than one rank is
+    left and they are no coarsest level (more than multigrid.COARSEST points: one process would
+    solve it directly); the levels below run on rank 0, as in one process. On one rank there is
+    none. Every rank computes the same plan."""
     least = AGGLOMERATE if least is None else least
     base = 0 if periodic else 1
-    plan: Plan = []
-    while ranks > 1 and halves(n, periodic):
-        coarse = tuple(m // 2 for m in n)
+    bounds, shift = even_bounds(n, dims), (0,) * len(n)
+    plan: list[PlannedLevel] = []
+    while halves(n, periodic):
+        n = tuple(m // 2 for m in n)
         bounds = tuple(tuple((b - base + 1) // 2 for b in axis) for axis in bounds)
-        thinnest = min(b1 - b0 for axis in bounds for b0, b1 in zip(axis, axis[1:]))
-        points = int(np.prod(coarse))
-        if points <= multigrid.COARSEST or points < least * ranks or thinnest < max(2, radius):
+        while int(np.prod(dims)) > 1 and (int(np.prod(n)) < least * int(np.prod(dims))
+                                          or _thinnest(bounds) < max(2, radius)):
+            d = max(range(len(dims)), key=lambda e: dims[e])  # the most split axis (the first of ties)
+            axis = bounds[d]
+            bounds = bounds[:d] + (axis[0::2] + ((axis[-1],) if dims[d] % 2 else ()),) + bounds[d + 1:]
+            dims = dims[:d] + ((dims[d] + 1) // 2,) + dims[d + 1:]
+            shift = shift[:d] + (shift[d] + 1,) + shift[d + 1:]
+        if int(np.prod(dims)) == 1 or int(np.prod(n)) <= multigrid.COARSEST:
             break
-        plan.append((coarse, bounds))
-        n = coarse
+        plan.append(PlannedLevel(n, dims, bounds, shift))
     return plan
 
 
@@ -188,6 +222,7 @@ class BlockLevel:
     """One level of the V-cycle in blocks, one per rank: its process grid, its operator (in the
     V-cycle's type) and the exchanges its kernels and restriction need."""
 
+    comm: Any  # the ranks that hold the level
     grid: Grid
     level: Level
     ring: tuple[int, ...]  # the operator's radius: the halo of its buffers
@@ -229,11 +264,12 @@ class DistributedMultigrid:
         self.shape, n = comm.bcast(problem[:2] if self.root else None, root=0)
         self.n = n
         self.grid = _collectively(comm, lambda: Grid(comm, n, periodic, dims))
-        plan = coarse_plan(n, even_bounds(n, self.grid.dims), periodic, comm.size, max(L.radius))
-        setup = _collectively(comm, lambda: self._setup_root(L, problem, plan, method) if self.root else None)
+        self._fine_coords = [self.grid.coords_of(rank) for rank in range(comm.size)]
+        self.plan = coarse_plan(n, self.grid.dims, periodic, max(L.radius))
+        setup = _collectively(comm, lambda: self._setup_root(L, problem, self.plan, method) if self.root else None)
         self.krylov, scalars, rho, dtype, symmetric, rings, self.sweeps = comm.bcast(
             setup[:6] + (self.sweeps,) if self.root else None, root=0)
-        fields = self._scatter(setup[6] if self.root else None, [bounds for _, bounds in plan])
+        fields = self._scatter(setup[6] if self.root else None)
         r = L.radius
         self._u_halo = _collectively(comm, lambda: self._halo(self.grid, r, 8))
         local = tuple(c + 2 * rd for c, rd in zip(self.grid.count, r))
@@ -241,22 +277,36 @@ class DistributedMultigrid:
         self.op = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp", threads,
                                                             block=True))  # CG's A p, in float64
         self.op.refresh = partial(self._exchange, self.grid, self._u_halo, r)
-        cycled = self.op  # the V-cycle's fine level: in single precision where the solve in one process is
-        if dtype != "float64":
-            cycled = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp",
-                                                               threads, block=True, dtype=dtype))
+
+        def fine_level() -> BlockLevel:
+            cycled = self.op  # the V-cycle's fine level: in single precision where the solve in one process is
+            if dtype != "float64":
+                cycled = from_operator(L, local, inputs_here, 0.0, 1.0, "openmp", threads, block=True, dtype=dtype)
+            return self._block_level(comm, self.grid, cycled, r, rho, fields["inverse_diagonal"], dtype)
+
         self.b = fields["b"]
-        self.blocks = [self._block_level(self.grid, cycled, r, rho, fields["inverse_diagonal"], dtype)]
-        for (cn, bounds), level, ring in zip(plan, fields["levels"], rings):
-            grid = _collectively(comm, lambda cn=cn, bounds=bounds: Grid(comm, cn, periodic, self.grid.dims, bounds))
-            inner = tuple(slice(rd, rd + c) for rd, c in zip(ring, grid.count))
-            ringed = level["coefficients"]
-            if "classes" in ringed:
-                ringed = _class_block(ringed["classes"], ringed["n"], ringed["start"], grid.count, ring)
-            op = _collectively(comm, lambda grid=grid, ringed=ringed: from_coefficients(
-                {o: c[inner] for o, c in ringed.items()}, grid.count, periodic, symmetric, "openmp",
-                threads, dtype, ringed=ringed))
-            self.blocks.append(self._block_level(grid, op, ring, level["rho"], level["inverse_diagonal"], dtype))
+        self.blocks: list[BlockLevel | None] = [_collectively(comm, fine_level)]
+        self._subs: list[Any] = []  # the communicators of levels on fewer ranks
+        level_comm, shift = comm, (0,) * len(n)
+        for planned, level, ring in zip(self.plan, fields["levels"], rings):
+            holds = planned.holds(self.grid.coords)
+            if planned.shift != shift:  # fewer ranks: a communicator of those that hold the level
+                level_comm = self._fewer(planned, holds)
+                shift = planned.shift
+
+            def coarse_level(planned: PlannedLevel = planned, level: dict[str, Any] = level,
+                             ring: tuple[int, ...] = ring, level_comm: Any = level_comm) -> BlockLevel:
+                grid = Grid(level_comm, planned.n, periodic, planned.dims, planned.bounds)
+                inner = tuple(slice(rd, rd + c) for rd, c in zip(ring, grid.count))
+                ringed = level["coefficients"]
+                if "classes" in ringed:
+                    ringed = _class_block(ringed["classes"], ringed["n"], ringed["start"], grid.count, ring)
+                op = from_coefficients({o: c[inner] for o, c in ringed.items()}, grid.count, periodic, symmetric,
+                                       "openmp", threads, dtype, ringed=ringed)
+                return self._block_level(level_comm, grid, op, ring, level["rho"], level["inverse_diagonal"], dtype)
+
+            self.blocks.append(_collectively(comm, lambda: coarse_level() if holds else None))
+        self._through = [self._relatives(k) for k in range(len(self.plan))]
         self.coarse: Multigrid | None = setup[7] if self.root else None
         self.setup_s = time.perf_counter() - start
 
@@ -267,20 +317,50 @@ class DistributedMultigrid:
 
     @property
     def levels(self) -> list[tuple[int, ...]]:
-        """Every level's interior, from the fine grid to the coarsest."""
-        in_blocks = [tuple(b.grid.interior) for b in self.blocks]
-        return in_blocks + (self.coarse.shapes if self.coarse is not None else [])
+        """Every level's interior, from the fine grid to the coarsest (rank 0's list)."""
+        return [tuple(self.n)] + [p.n for p in self.plan] + (self.coarse.shapes if self.coarse is not None else [])
+
+    @property
+    def ranks_per_level(self) -> list[int]:
+        """How many ranks hold each level (rank 0's list)."""
+        below = len(self.coarse.shapes) if self.coarse is not None else 0
+        return [self.comm.size] + [int(np.prod(p.dims)) for p in self.plan] + [1] * below
+
+    def _fewer(self, planned: PlannedLevel, holds: bool) -> Any:
+        """The communicator of the ranks that hold `planned` (its ranks in the order of its process
+        grid's coordinates; COMM_NULL where this rank does not). Collective."""
+        from mpi4py import MPI
+
+        key = int(np.ravel_multi_index(planned.coords(self.grid.coords), planned.dims)) if holds else 0
+        sub = self.comm.Split(0 if holds else MPI.UNDEFINED, key)
+        if holds:
+            self._subs.append(sub)
+        return sub if holds else None
+
+    def _relatives(self, k: int) -> tuple[int, list[int]] | None:
+        """From level k to k + 1 on fewer ranks: the rank that holds this rank's part of level k + 1 (its
+        parent), and the ranks whose parts of level k + 1 this rank holds (its children, itself among
+        them; empty where it holds no block of k + 1). None where level k + 1 is on the same ranks."""
+        above = self.plan[k - 1].shift if k else (0,) * len(self.n)
+        planned = self.plan[k]
+        if planned.shift == above:
+            return None
+        mine = planned.coords(self.grid.coords)
+        parent = self._fine_coords.index(tuple(c << s for c, s in zip(mine, planned.shift)))
+        children = [rank for rank, c in enumerate(self._fine_coords)
+                    if all(v % (1 << s) == 0 for v, s in zip(c, above)) and planned.coords(c) == mine]
+        return parent, children if planned.holds(self.grid.coords) else []
 
     def _halo(self, grid: Grid, width: tuple[int, ...], itemsize: int) -> HaloExchanger:
         directions = [tuple(v - 1 for v in o) for o in np.ndindex(*(3,) * grid.ndim) if any(v != 1 for v in o)]
         return HaloExchanger(grid, width, itemsize, directions, width)
 
-    def _block_level(self, grid: Grid, op: CompiledOperator, ring: tuple[int, ...], rho: float,
+    def _block_level(self, comm: Any, grid: Grid, op: CompiledOperator, ring: tuple[int, ...], rho: float,
                      inverse_diagonal: np.ndarray, dtype: str) -> BlockLevel:
         """A level in blocks: its exchanges, and its operator's Jacobi weights and polynomial."""
         item = np.dtype(dtype).itemsize
-        halo = _collectively(self.comm, lambda: self._halo(grid, ring, item))
-        layer = _collectively(self.comm, lambda: self._halo(grid, (1,) * grid.ndim, item))
+        halo = self._halo(grid, ring, item)
+        layer = self._halo(grid, (1,) * grid.ndim, item)
         if op is not self.op:
             op.refresh = partial(self._exchange, grid, halo, ring)
         weight = jacobi_weight(rho, grid.ndim) * inverse_diagonal
@@ -289,7 +369,7 @@ class DistributedMultigrid:
         level = Level(tuple(grid.count), op, [], inverse_diagonal=inverse_diagonal, rho=rho)
         base = 0 if self.L.ir.boundary == "periodic" else 1
         transfer = Transfer.for_block([(s, s + c, base) for s, c in zip(grid.start, grid.count)])
-        return BlockLevel(grid, level, ring, halo, layer, base, transfer)
+        return BlockLevel(comm, grid, level, ring, halo, layer, base, transfer)
 
     # -------------------------------------------------------------- rank 0's setup
     def _problem(self, L: Operator, shape: tuple[int, ...] | None, rhs: Any,
@@ -308,7 +388,8 @@ class DistributedMultigrid:
         params = {k: v for k, v in inputs.items() if k in L.ir.coefficients or k in L.ir.params}
         return shape, n, (rhs_flat - g).reshape(n), params
 
-    def _setup_root(self, L: Operator, problem: tuple[Any, ...], plan: Plan, method: str) -> tuple[Any, ...]:
+    def _setup_root(self, L: Operator, problem: tuple[Any, ...], plan: list[PlannedLevel],
+                    method: str) -> tuple[Any, ...]:
         """What every rank needs (the Krylov method, scalars, the fine rho, the V-cycle's type, the
         coarse levels' radii), each rank's blocks, and the levels below the planned ones."""
         shape, n, b, params = problem
@@ -326,9 +407,9 @@ class DistributedMultigrid:
         if self.sweeps is None:
             self.sweeps = cycle_sweeps(coefs, 0.0)
         levels = []
-        for cn, _ in plan:
+        for planned in plan:
             coefs, n = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
-            assert n == cn, (n, cn)
+            assert n == planned.n, (n, planned.n)
             levels.append(self._coarse_level(coefs, n, periodic))
         coarse, cshape = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
         below = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None, dtype)
@@ -373,10 +454,10 @@ class DistributedMultigrid:
             padded[o] = full
         return {**level, "arrays": padded}
 
-    def _scatter(self, data: tuple[Any, ...] | None, plan_bounds: list[tuple[tuple[int, ...], ...]]
-                 ) -> dict[str, Any]:
+    def _scatter(self, data: tuple[Any, ...] | None) -> dict[str, Any]:
         """Each rank's blocks: the fine coefficient arrays (ring r), inverse diagonal and right-hand side,
-        and per coarse level its coefficients (with their ring), inverse diagonal and rho."""
+        and per coarse level its coefficients (with their ring), inverse diagonal and rho (None for a
+        level the rank holds no block of)."""
         r = self.L.radius
         periodic = self.L.ir.boundary == "periodic"
         pieces = None
@@ -386,13 +467,15 @@ class DistributedMultigrid:
             pieces = []
             for rank in range(self.comm.size):
                 start, count = self.grid.block_of(rank)
-                coords = self.grid.coords_of(rank)
+                coords = self._fine_coords[rank]
                 mine = {"coefficients": _ringed(fine["coefficients"], start, count, r, periodic),
                         "inverse_diagonal": _cut(fine["inverse_diagonal"], start, count),
                         "b": _cut(fine["b"], start, count), "levels": []}
-                for level, bounds in zip(levels, plan_bounds):
-                    cstart = tuple(b[c] for b, c in zip(bounds, coords))
-                    ccount = tuple(b[c + 1] - b[c] for b, c in zip(bounds, coords))
+                for level, planned in zip(levels, self.plan):
+                    if not planned.holds(coords):
+                        mine["levels"].append(None)
+                        continue
+                    cstart, ccount = planned.block(planned.coords(coords))
                     if "classes" in level:  # expanded on the rank: a few values per offset sent
                         coefficients = {"classes": level["classes"], "n": level["n"], "start": cstart}
                     else:
@@ -418,18 +501,26 @@ class DistributedMultigrid:
         self._exchange(block.grid, block.layer, (1,) * len(block.ring), layer)
         return layer
 
-    def _correction_slab(self, block: BlockLevel) -> np.ndarray:
-        """The level's u on its block and one layer around it (exchanged): the coarse values the level
-        above interpolates from."""
+    def _correction(self, block: BlockLevel) -> np.ndarray:
+        """The level's u on its block with its halo exchanged: the padded buffer, from which the blocks of
+        the level above cut the coarse slab they interpolate from (`_slab_of`)."""
         op = block.op
         padded = op.padded(op.step)
         self._exchange(block.grid, block.halo, block.ring, padded)
-        return padded[tuple(slice(rd - 1, rd + c + 1) for rd, c in zip(block.ring, block.grid.count))]
+        return padded
+
+    @staticmethod
+    def _slab_of(block: BlockLevel, padded: np.ndarray, first: tuple[int, ...], shape: tuple[int, ...]
+                 ) -> np.ndarray:
+        """The coarse points [first - 1, first + shape + 1) of the level's padded buffer: the slab that
+        a block above with those coarse centres interpolates from."""
+        return padded[tuple(slice(f - o + rd - 1, f - o + rd + m + 1)
+                            for f, o, rd, m in zip(first, block.grid.start, block.ring, shape))]
 
     @property
     def halo_bytes(self) -> int:
         """Bytes this rank's halo exchanges sent so far."""
-        return self._u_halo.bytes_sent + sum(b.halo.bytes_sent + b.layer.bytes_sent for b in self.blocks)
+        return self._u_halo.bytes_sent + sum(b.halo.bytes_sent + b.layer.bytes_sent for b in self.blocks if b)
 
     # -------------------------------------------------------------- the cycle and the solve
     def vcycle(self, b: np.ndarray) -> np.ndarray:
@@ -439,42 +530,80 @@ class DistributedMultigrid:
         return self._cycle(0)
 
     def _cycle(self, k: int) -> np.ndarray:
-        """The V-cycle from level k down, for the right-hand side in level k's buffers: levels in
-        blocks smooth, restrict into the next level's right-hand side and interpolate its
-        correction back over one layer of halo; the last one gathers its restriction on rank 0,
-        which runs the levels below, and takes back the slab of the correction it interpolates from."""
+        """The V-cycle from level k down, for the right-hand side in level k's buffers (this rank holds
+        a block of level k). A level in blocks smooths, restricts its residual (with one exchanged layer)
+        and interpolates the next level's correction (with one exchanged layer of it) back: on the same
+        ranks, straight between the levels' buffers; onto fewer ranks, through its parent
+        (`_through_parent`); below the last level in blocks, through rank 0 (`_agglomerated`)."""
         block = self.blocks[k]
+        assert block is not None
         op = block.op
         op.u[...] = 0.0
         smooth(block.level, self.smoother, self.sweeps, one_at_a_time=True)
         residual = self._residual_with_halo(block)
-        if k + 1 < len(self.blocks):
-            block.transfer.restrict(residual, self.blocks[k + 1].op.rhs, op.threads)
+        below = self.blocks[k + 1] if k + 1 < len(self.blocks) else None
+        if below is not None and self._through[k] is None:
+            block.transfer.restrict(residual, below.op.rhs, op.threads)
             self._cycle(k + 1)
-            slab = self._correction_slab(self.blocks[k + 1])
+            slab = self._slab_of(below, self._correction(below), tuple(p.i0 for p in block.parts),
+                                 block.transfer.restricted[1])
         else:
-            coarse_part = block.transfer.restrict(residual, np.empty(block.transfer.restricted[1], op.dtype),
-                                                  op.threads)
-            slab = self._agglomerated(block, coarse_part)
+            part = block.transfer.restrict(residual, np.empty(block.transfer.restricted[1], op.dtype), op.threads)
+            if k + 1 < len(self.blocks):
+                slab = self._through_parent(k, block, part)
+            else:
+                slab = self._agglomerated(block, part)
         block.transfer.prolong_add(slab, op.u, op.threads)
         smooth(block.level, self.smoother, self.sweeps, one_at_a_time=True)
         return op.u  # a view into the kernel buffers, valid until their next kernel call
 
-    def _agglomerated(self, block: BlockLevel, coarse_part: np.ndarray) -> np.ndarray:
-        """The levels below `block` on rank 0: its restriction gathered, one V-cycle, and each rank's
-        slab of the correction scattered back."""
-        pieces = self.comm.gather((tuple(p.i0 for p in block.parts), coarse_part), root=0)
+    def _through_parent(self, k: int, block: BlockLevel, part: np.ndarray) -> np.ndarray:
+        """Level k + 1 on fewer ranks: this rank's restriction goes to its parent, which gathers its
+        children's parts into its block of level k + 1, runs the cycle from there, and sends each child
+        the slab of the correction it interpolates from."""
+        relatives = self._through[k]
+        assert relatives is not None
+        parent, children = relatives
+        first = tuple(p.i0 for p in block.parts)
+        up = self.comm.isend((first, part), dest=parent, tag=2 * k)
+        sent = []
+        below = self.blocks[k + 1]
+        if below is not None:  # this rank is a parent
+            places = {}
+            for child in children:
+                where, piece = self.comm.recv(source=child, tag=2 * k)
+                below.op.rhs[tuple(slice(f - o, f - o + m) for f, o, m in zip(where, below.grid.start,
+                                                                              piece.shape))] = piece
+                places[child] = (where, piece.shape)
+                self.transfer_bytes += piece.nbytes if child != self.comm.rank else 0
+            self._cycle(k + 1)
+            padded = self._correction(below)
+            for child, (where, shape) in places.items():
+                slab = np.ascontiguousarray(self._slab_of(below, padded, where, shape))
+                sent.append(self.comm.isend(slab, dest=child, tag=2 * k + 1))
+                self.transfer_bytes += slab.nbytes if child != self.comm.rank else 0
+        slab = self.comm.recv(source=parent, tag=2 * k + 1)
+        up.wait()
+        for request in sent:
+            request.wait()
+        return slab
+
+    def _agglomerated(self, block: BlockLevel, part: np.ndarray) -> np.ndarray:
+        """The levels below `block` on rank 0: the level's restriction gathered over the ranks that hold
+        it, one V-cycle, and each rank's slab of the correction scattered back."""
+        comm = block.comm
+        pieces = comm.gather((tuple(p.i0 for p in block.parts), part), root=0)
         slabs = None
         if self.root:
             assert self.coarse is not None and pieces is not None
             b1 = np.zeros(self.coarse.shapes[0])
-            for first, piece in pieces:
+            for rank, (first, piece) in enumerate(pieces):
                 b1[tuple(slice(f, f + m) for f, m in zip(first, piece.shape))] = piece
-                self.transfer_bytes += piece.nbytes
+                self.transfer_bytes += piece.nbytes if rank else 0
             e1 = self.coarse.vcycle(b1)
-            slabs = [self._slab(block.grid, e1, rank).astype(block.op.dtype) for rank in range(self.comm.size)]
-            self.transfer_bytes += sum(s.nbytes for s in slabs)
-        return self.comm.scatter(slabs, root=0)
+            slabs = [self._slab(block.grid, e1, rank).astype(block.op.dtype) for rank in range(comm.size)]
+            self.transfer_bytes += sum(s.nbytes for s in slabs[1:])
+        return comm.scatter(slabs, root=0)
 
     def _slab(self, grid: Grid, e1: np.ndarray, rank: int) -> np.ndarray:
         """The coarse values rank `rank` interpolates from: zero beyond a dirichlet edge, wrapped if periodic."""
@@ -532,7 +661,10 @@ class DistributedMultigrid:
     def close(self) -> None:
         self._u_halo.close()
         for block_level in self.blocks:
-            block_level.close()
+            if block_level is not None:
+                block_level.close()
+        for sub in self._subs:
+            sub.Free()
 
 
 def _grid(L: Operator, comm: Any, shape: tuple[int, ...], dims: Any) -> Grid:
@@ -620,9 +752,10 @@ def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] |
         cycles = max(len(history) - 1, 1)
         info = SolveInfo(mg.krylov, f"multigrid-{mg.krylov}", len(history) - 1, history,
                          comm.bcast(mg.levels, root=0), setup_s=t1 - t0, solve_s=t2 - t1,
+                         ranks_per_level=comm.bcast(mg.ranks_per_level, root=0),
                          ranks=comm.size, halo_bytes_per_iteration=comm.allreduce(mg.halo_bytes) / cycles,
                          halo_face_bytes_per_iteration=comm.allreduce(mg.halo_faces) / cycles,
-                         gather_bytes_per_iteration=comm.bcast(mg.transfer_bytes, root=0) / cycles,
+                         gather_bytes_per_iteration=comm.allreduce(mg.transfer_bytes) / cycles,
                          levels_in_blocks=len(mg.blocks))
     finally:
         mg.close()

@@ -64,8 +64,10 @@ class SolveInfo:
     ranks: int = 1
     halo_bytes_per_iteration: float = 0.0  # over MPI ranks: halo bytes all ranks sent, per Krylov iteration
     halo_face_bytes_per_iteration: float = 0.0  # ... the least of it: faces only (edges and corners left out)
-    gather_bytes_per_iteration: float = 0.0  # ... and bytes gathered to and scattered from rank 0
-    levels_in_blocks: int = 0  # ... and the multigrid levels that run in blocks on every rank (the rest on rank 0)
+    gather_bytes_per_iteration: float = 0.0  # ... bytes agglomeration moves between ranks (restrictions gathered
+    # onto fewer ranks or rank 0, corrections sent back)
+    levels_in_blocks: int = 0  # ... the multigrid levels that run in blocks over ranks (the rest on rank 0)
+    ranks_per_level: list[int] = field(default_factory=list)  # ... and how many ranks hold each level
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)

@@ -51,6 +51,7 @@ def compare(name: str, L: msc.Operator, rhs: np.ndarray, method: str = "multigri
                      "halo_face_bytes_per_iteration": info.halo_face_bytes_per_iteration,
                      "gather_bytes_per_iteration": info.gather_bytes_per_iteration, "ranks": info.ranks,
                      "levels": info.levels, "serial_levels": sinfo.levels, "levels_in_blocks": info.levels_in_blocks,
+                     "ranks_per_level": info.ranks_per_level,
                      "residuals": info.residuals, "serial_residuals": sinfo.residuals}
     whole = np.zeros_like(serial)
     interior = tuple(slice(rd, n - rd) for rd, n in zip(L.radius, serial.shape)) if L.ir.boundary != "periodic" \
@@ -102,6 +103,13 @@ compare("levels_in_blocks_3d", div3, rng.random((m,) * 3), k=k, h=1.0 / (m + 1),
 compare("levels_in_blocks_poisson_3d", div3, rng.random((37, 36, 35)), k=np.ones((39, 38, 37)), h=1.0 / 38)
 compare("levels_in_blocks_periodic_2d", helmholtz, rng.random((128, 96)), tol=1e-10, h=1.0 / 128)
 compare("levels_in_blocks_gmres_2d", drift, rng.random((130, 99)), method="gmres", tol=1e-10, h=1.0 / 131, v=20.0)
+distributed.AGGLOMERATE = 2048  # level 2 (16^3 in 3D, 64 x 48 in 2D) on 2 of 4 ranks: onto fewer ranks
+m = 64
+X, Y, Z = np.meshgrid(*[np.linspace(0, 1, m + 2)] * 3, indexing="ij")
+k = np.exp(np.sin(3 * X) * np.cos(2 * Y + Z))
+compare("fewer_ranks_3d", div3, rng.random((m,) * 3), tol=1e-10, k=k, h=1.0 / (m + 1))
+distributed.AGGLOMERATE = 1024
+compare("fewer_ranks_periodic_2d", helmholtz, rng.random((256, 192)), tol=1e-10, h=1.0 / 256)
 distributed.AGGLOMERATE = 4096
 
 errors = {}
