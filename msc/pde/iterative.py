@@ -29,7 +29,7 @@ import numpy as np
 
 from msc.errors import ConvergenceError, StencilArgumentError
 from msc.pde.assemble import coefficient_stencil
-from msc.pde.coarsen import Coefficients, diagonal, is_symmetric
+from msc.pde.coarsen import Coefficients, diagonal, gershgorin_ratio, is_symmetric
 from msc.pde.krylov import Monitor, cg, gmres
 from msc.pde.matfree import CompiledOperator, from_operator
 from msc.pde.multigrid import Multigrid
@@ -157,6 +157,8 @@ class IterativeSolver:
                             applied=self.fine)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self._direction, self._applied_direction = cg_direction(self.fine, cycled)
+        rho = self.mg.levels[0].rho or gershgorin_ratio(coefs, self.n)  # the fine level's, where it smooths
+        self._norm = rho * float(np.max(np.abs(diag)))  # >= ||A||_inf
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -231,7 +233,17 @@ class IterativeSolver:
             history += [h * true for h in more[1:]]
             true = self._residual_norm(x, b) / bnorm
             if true > self.tol:
-                raise ConvergenceError(f"{self.what}: the true residual {true:.2e} is above tol={self.tol:g}",
-                                       history)
+                raise ConvergenceError(f"{self.what}: the true residual {true:.2e} is above tol={self.tol:g}"
+                                       f"{self._floor_hint(x, bnorm)}", history)
         history[-1] = true
         return x, history
+
+    def _floor_hint(self, x: np.ndarray, bnorm: float) -> str:
+        """Where tol lies below what float64 can reach for this problem, a sentence saying so: rounding
+        in A x alone leaves a relative residual of about eps ||A|| ||x|| / ||b|| (a direct solve's
+        residual is of that order too)."""
+        floor = np.finfo(np.float64).eps * self._norm * float(np.sqrt(self._vectors.dot(x, x))) / bnorm
+        if floor < self.tol:
+            return ""
+        return (f"; tol is below what float64 reaches for this problem: rounding in A x alone leaves about "
+                f"{floor:.1e} (machine epsilon x ||A|| ||x|| / ||b||): ask for a tol above that")
