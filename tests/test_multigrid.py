@@ -14,7 +14,7 @@ import pytest
 
 import msc
 from msc import x, y, z
-from msc.pde.coarsen import Axis1D, diagonal, galerkin, galerkin_axis, sparse_matrix, uniform_region
+from msc.pde.coarsen import Axis1D, diagonal, galerkin, galerkin_axis, galerkin_block, sparse_matrix, uniform_region
 from msc.pde.matfree import from_coefficients
 from msc.pde.transfer import Transfer
 
@@ -123,6 +123,39 @@ def test_block_transfers_equal_the_whole_grid_s(periodic, shape, splits, dtype):
         into = np.ones(tuple(e - s for s, e in block), dtype)
         t.prolong_add(slab, into, threads=2)
         assert np.allclose(into - 1, prolonged[tuple(slice(s, e) for s, e in block)], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+@pytest.mark.parametrize("shape,splits", [((14, 11), ((0, 5, 14), (0, 6, 11))), ((12, 10), ((0, 3, 8, 12), (0, 10))),
+                                          ((9, 10, 8), ((0, 4, 9), (0, 7, 10), (0, 3, 8)))])
+@pytest.mark.parametrize("kind", ["variable", "constant"])
+def test_galerkin_on_blocks_equals_the_whole_grid_s(periodic, shape, splits, kind):
+    """Over MPI ranks each block forms its part of the coarse operator R A P from its coefficients with
+    one point around it: block by block, the whole grid's, variable or constant coefficients."""
+    if periodic:
+        shape = tuple(n + n % 2 for n in shape)
+        splits = tuple(axis[:-1] + (n,) for axis, n in zip(splits, shape))
+    rng = np.random.default_rng(sum(shape))
+    ndim = len(shape)
+    offsets = [o for o in itertools.product((-1, 0, 1), repeat=ndim) if sum(map(abs, o)) <= 1 or kind == "variable"]
+    coefs = {o: (rng.random(shape) if kind == "variable" else np.asarray(rng.random())) for o in offsets}
+    whole, coarse_shape = galerkin(coefs, shape, [Axis1D.of(n, periodic) for n in shape])
+    base = 0 if periodic else 1
+    for block in itertools.product(*[list(zip(axis, axis[1:])) for axis in splits]):
+        start, count = tuple(s for s, _ in block), tuple(e - s for s, e in block)
+        idx = [np.arange(s - 1, s + c + 1) for s, c in zip(start, count)]
+        if periodic:
+            ringed = {o: c if np.ndim(c) == 0 else c[np.ix_(*[i % n for i, n in zip(idx, shape)])]
+                      for o, c in coefs.items()}
+        else:
+            ringed = {o: c if np.ndim(c) == 0 else np.pad(c, 1)[np.ix_(*[i + 1 for i in idx])]
+                      for o, c in coefs.items()}
+        ours = galerkin_block(ringed, shape, start, count, periodic)
+        centres = tuple(slice((s - base + 1) // 2, (s + c - base + 1) // 2) for s, c in zip(start, count))
+        for o in set(ours) | set(whole):
+            theirs = np.broadcast_to(whole.get(o, 0.0), coarse_shape)[centres]
+            mine = np.broadcast_to(ours.get(o, 0.0), theirs.shape)
+            assert np.allclose(mine, theirs, rtol=1e-13, atol=1e-13), (o, block)
 
 
 def galerkin_hierarchy(ndim, n, periodic, levels, by_class=False):

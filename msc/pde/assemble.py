@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 class _Inputs:
     """Checked inputs: scalars, coefficient arrays (padded when periodic) and optional ring arrays."""
 
-    def __init__(self, op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[str, Any]) -> None:
+    def __init__(self, op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[str, Any],
+                 block: bool = False) -> None:
         where = f"operator '{op.name}'"
         if dtype not in ir.DTYPES:
             raise StencilArgumentError(f"{where}: dtype must be one of {ir.DTYPES}, got {dtype!r}")
@@ -37,9 +38,9 @@ class _Inputs:
             raise StencilArgumentError(f"{where}: shape must be {op.ir.ndim} integers, got {shape!r}")
         self.dtype = np.dtype(dtype)
         self.shape = tuple(int(n) for n in shape)
-        self.periodic = op.ir.boundary == "periodic"
+        self.periodic = op.ir.boundary == "periodic" and not block  # a block's arrays come with their ring
         self.r = op.radius
-        self.n = op.interior_shape(self.shape)
+        self.n = tuple(n - 2 * r for n, r in zip(self.shape, self.r)) if block else op.interior_shape(self.shape)
         if min(self.n) < 1:
             raise StencilArgumentError(
                 f"{where}: shape {self.shape} leaves no interior inside a ring of width {self.r}")
@@ -178,10 +179,13 @@ def _columns(n: tuple[int, ...], strides: list[int], offsets: tuple[int, ...], p
     out[:] = col.reshape(-1)
 
 
-def coefficient_stencil(op: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any]) -> dict[tuple[int, ...], Any]:
-    """A scalar operator's linear part as {offsets: coefficient} (a number, or an array over the interior)."""
+def coefficient_stencil(op: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any],
+                        block: bool = False) -> dict[tuple[int, ...], Any]:
+    """A scalar operator's linear part as {offsets: coefficient} (a number, or an array over the interior);
+    `block`: over one rank's block, the arrays of `shape` the block padded by the operator's radius
+    whatever its boundary (msc.pde.distributed)."""
     (f,) = op.ir.unknowns
-    data = _Inputs(op, shape, "float64", inputs)
+    data = _Inputs(op, shape, "float64", inputs, block)
     out: dict[tuple[int, ...], Any] = {}
     for (_, _, offsets), coef in op.linear_forms[f].terms.items():
         value = data.eval(coef)

@@ -91,8 +91,14 @@ def along_axis(axis: int, ndim: int, sl: slice) -> tuple[slice, ...]:
     return (slice(None),) * axis + (sl,) + (slice(None),) * (ndim - axis - 1)
 
 
-def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Axis1D) -> Coefficients:
+def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Axis1D,
+                  rows: tuple[int, int] | None = None, origin: int = 0) -> Coefficients:
     """R A P along one axis (the other axes untouched): the coarse coefficient stencil.
+
+    `rows`: only the coarse points [I0, I1) along the axis (one block of the grid over MPI ranks),
+    the coefficient arrays given along the axis from fine point `origin` on, over every fine point
+    those rows gather from (their centres and one beyond each side, not wrapped); every coarse offset
+    is kept, zero or not, so that all blocks have the same ones where they are given the same.
 
     The 1D weights of each coarse offset are found once per offset along the axis and summed
     before they multiply a coefficient array, over the fine points too where the coefficient is
@@ -100,12 +106,12 @@ def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Ax
     ndim = len(shape)
     out: dict[tuple[int, ...], np.ndarray] = {}
     products: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # c constant along the axis
-    weights = {a: _axis_weights(ax, a) for a in {offset[axis] for offset in coefs}}
+    weights = {a: _axis_weights(ax, a, rows) for a in {offset[axis] for offset in coefs}}
     for offset, c in coefs.items():
         key = lambda step: offset[:axis] + (step,) + offset[axis + 1:]  # noqa: E731
         if np.ndim(c) == ndim and np.shape(c)[axis] != 1:  # c varies along the axis
             for x, by_step in weights[offset[axis]]:
-                at_x = np.take(c, x, axis=axis)
+                at_x = np.take(c, x - origin, axis=axis)
                 for step, w in by_step.items():
                     _accumulate(out, key(step), at_x * _along(w, axis, ndim))
             continue
@@ -117,17 +123,23 @@ def galerkin_axis(coefs: Coefficients, shape: tuple[int, ...], axis: int, ax: Ax
             products.setdefault(key(step), []).append((np.asarray(c), w))
     for k, terms in products.items():
         _accumulate(out, k, _outer_sum(terms, axis, ndim))
-    return {k: v for k, v in out.items() if np.any(v != 0)}
+    return {k: v for k, v in out.items() if rows is not None or np.any(v != 0)}
 
 
-def _axis_weights(ax: Axis1D, a: int) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
-    """For a fine offset `a` along the axis: per fine support point x of the coarse rows, the
-    weights of (R A P) by coarse step (the coarse offset), each an array over the coarse rows."""
-    rows = np.arange(ax.m)
+def _axis_weights(ax: Axis1D, a: int, block: tuple[int, int] | None = None
+                  ) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
+    """For a fine offset `a` along the axis: per fine support point x of the coarse rows (all, or
+    those of `block`: x not wrapped), the weights of (R A P) by coarse step (the coarse offset),
+    each an array over the coarse rows."""
+    rows = np.arange(ax.m) if block is None else np.arange(*block)
+    support = ax.support()
+    if block is not None:  # each row's centre and its neighbours, not wrapped
+        centre = ax.centre[rows]
+        support = [(centre + k, w[rows]) for k, (_, w) in zip((0, -1, 1), support)]
     out = []
-    for x, w1 in ax.support():
+    for x, w1 in support:
         y = x + a
-        inside = np.ones(ax.m, bool) if ax.periodic else (y >= 0) & (y < ax.n)
+        inside = np.ones(rows.size, bool) if ax.periodic else (y >= 0) & (y < ax.n)
         y = y % ax.n
         by_step: dict[int, np.ndarray] = {}
         for j, w2 in ax.columns():
@@ -161,6 +173,22 @@ def _accumulate(out: dict[tuple[int, ...], np.ndarray], key: tuple[int, ...], te
         have += term
     else:
         out[key] = have + term
+
+
+def galerkin_block(coefs: Coefficients, n: tuple[int, ...], start: tuple[int, ...], count: tuple[int, ...],
+                   periodic: bool) -> Coefficients:
+    """R A P on one block of a grid of `n` unknowns, every axis coarsened (Axis1D.of): `coefs` each
+    c_o over the block [start, start + count) with one more point on every side (beyond a dirichlet
+    edge any value: the weights there are zero; periodic: wrapped), or broadcastable to it; the
+    result each coarse c_o over the coarse points centred in the block (their global indices from
+    (start - base + 1) // 2)."""
+    base = 0 if periodic else 1
+    shape = tuple(c + 2 for c in count)
+    for d, (m, s, c) in enumerate(zip(n, start, count)):
+        rows = ((s - base + 1) // 2, (s + c - base + 1) // 2)
+        coefs = galerkin_axis(coefs, shape, d, Axis1D.of(m, periodic), rows, s - 1)
+        shape = shape[:d] + (rows[1] - rows[0],) + shape[d + 1:]
+    return coefs
 
 
 def galerkin(coefs: Coefficients, shape: tuple[int, ...],
@@ -208,6 +236,13 @@ class ClassCoefficients(Mapping[tuple[int, ...], np.ndarray]):
 
     def __len__(self) -> int:
         return len(self.compact)
+
+
+def by_class(coefs: Coefficients, shape: tuple[int, ...]) -> Coefficients:
+    """A dirichlet coefficient stencil as ClassCoefficients where every c_o depends on the axes only
+    through the points' classes, else as given."""
+    compact = _compact(coefs, shape)
+    return coefs if compact is None else ClassCoefficients(compact, shape)
 
 
 def _compact(coefs: Coefficients, shape: tuple[int, ...]) -> dict[tuple[int, ...], np.ndarray] | None:

@@ -26,9 +26,12 @@ float32), CG and its operator application in float64. Inputs are given on rank 0
 elsewhere); rank 0 gets the solution, the other ranks None. With
 `blocks=True` each rank gives its own blocks instead (`owned_block` says
 which: the right-hand side over the block, every array over the block
-padded by the operator's radius) and gets its block of the solution; the
-setup still gathers the blocks on rank 0, which builds the coarse levels
-from the global coefficients and scatters each rank its blocks of them.
+padded by the operator's radius) and gets its block of the solution. The setup
+is in blocks too: each rank forms its coefficients, its part of each coarse
+level's Galerkin stencil (from its block and one exchanged point around it,
+msc.pde.coarsen.galerkin_block) and b's boundary part on its block; only the
+level below the last in blocks is gathered on rank 0. With inputs on rank 0,
+rank 0 scatters the fine arrays' blocks and b's first.
 
 Supported: scalar operators, dirichlet (any size) and periodic with even
 sizes; every axis must halve (at least 3 points, 6 periodic).
@@ -49,13 +52,11 @@ from msc.pde import multigrid
 from msc.pde.assemble import assemble, coefficient_stencil
 from msc.pde.coarsen import (
     Axis1D,
-    ClassCoefficients,
     Coefficients,
     along_axis,
-    diagonal,
-    galerkin,
+    by_class,
+    galerkin_block,
     gershgorin_ratio,
-    is_symmetric,
 )
 from msc.pde.iterative import SolveInfo, cg_direction, check_scalar, cycle_sweeps, preconditioner_dtype
 from msc.pde.krylov import cg, gmres
@@ -121,17 +122,57 @@ def _ringed(arrays: Mapping[Any, np.ndarray], start: tuple[int, ...], count: tup
             for k, a in arrays.items()}
 
 
-def _class_block(classes: Mapping[Any, np.ndarray], n: tuple[int, ...], start: tuple[int, ...],
-                 count: tuple[int, ...], ring: tuple[int, ...]) -> dict[Any, np.ndarray]:
-    """Each c_o given per class (first, inside, last point of each axis of a grid of `n`) over a block
-    padded by `ring` (points beyond the grid take the edge's class: a dirichlet ring, read times zero)."""
+def _trimmed(ringed: Mapping[Any, Any], width: int | tuple[int, ...]) -> dict[Any, Any]:
+    """Coefficient arrays padded by `width` cut down to one point around the block (what R A P reads)."""
     out = {}
-    for o, c in classes.items():
-        for d, (m, s, k, rd) in enumerate(zip(n, start, count, ring)):
-            index = np.arange(s - rd, s + k + rd)
-            c = np.take(c, np.where(index <= 0, 0, np.where(index >= m - 1, 2, 1)), axis=d)
+    for o, c in ringed.items():
+        if np.ndim(c) == 0:
+            out[o] = c
+            continue
+        widths = (width,) * c.ndim if isinstance(width, int) else width
+        out[o] = c[tuple(slice(w - 1, c.shape[d] - w + 1) for d, w in enumerate(widths))]
+    return out
+
+
+def _neutral_beyond_edges(padded: Mapping[Any, Any], ring: tuple[int, ...], grid: Grid,
+                          periodic: bool) -> dict[Any, Any]:
+    """The coefficients with c_o(x) at the block's centre value wherever x + o is beyond a dirichlet edge
+    of the grid: there it multiplies a zero, and so a block at the edge finds its constant stencil
+    (coarsen.uniform_region) as the whole grid does."""
+    if periodic:
+        return dict(padded)
+    out = {}
+    for o, c in padded.items():
+        if np.ndim(c) == 0:
+            out[o] = c
+            continue
+        c = c.copy()
+        inner = tuple(slice(rd, rd + k) for rd, k in zip(ring, grid.count))
+        centre = float(c[inner][tuple(k // 2 for k in grid.count)])
+        for d, k in enumerate(o):
+            if k < 0 and grid.start[d] == 0:
+                rows = slice(ring[d], ring[d] - k)
+            elif k > 0 and grid.start[d] + grid.count[d] == grid.interior[d]:
+                rows = slice(ring[d] + grid.count[d] - k, ring[d] + grid.count[d])
+            else:
+                continue
+            c[inner[:d] + (rows,) + inner[d + 1:]] = centre
         out[o] = c
     return out
+
+
+def _known_shape(shape: tuple[int, ...] | None, what: str) -> tuple[int, ...]:
+    if shape is None:
+        raise DistributedError(f"{what}: blocks=True needs the global array's shape= on every rank")
+    return tuple(int(n) for n in shape)
+
+
+def _check_halves(n: tuple[int, ...], periodic: bool, what: str) -> None:
+    if not halves(n, periodic):
+        least = 6 if periodic else 3
+        raise StencilArgumentError(
+            f"{what}: over MPI ranks every axis must halve: at least {least} interior points"
+            f"{' and an even number (periodic)' if periodic else ''}, got {n}")
 
 
 def _faces(grid: Grid, width: tuple[int, ...], itemsize: int) -> int:
@@ -143,7 +184,7 @@ def _faces(grid: Grid, width: tuple[int, ...], itemsize: int) -> int:
                for d, w in enumerate(width))
 
 
-AGGLOMERATE = 4096  # points per rank: a coarse level with fewer runs on rank 0, with the levels below it
+AGGLOMERATE = 4096  # points per rank: a coarse level with fewer agglomerates onto fewer ranks (`coarse_plan`)
 
 
 def halves(n: tuple[int, ...], periodic: bool) -> bool:
@@ -170,7 +211,7 @@ class PlannedLevel:
     shift: tuple[int, ...]
 
     def holds(self, fine_coords: tuple[int, ...]) -> bool:
-        return all(c % (1 << k) == 0 for c, k in zip(fine_coords, self.shift))
+        return _holds(fine_coords, self.shift)
 
     def coords(self, fine_coords: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(c >> k for c, k in zip(fine_coords, self.shift))
@@ -179,6 +220,12 @@ class PlannedLevel:
         """(start, count) of the block at these coordinates of the level's process grid."""
         return (tuple(b[c] for b, c in zip(self.bounds, coords)),
                 tuple(b[c + 1] - b[c] for b, c in zip(self.bounds, coords)))
+
+
+def _holds(fine_coords: tuple[int, ...], shift: tuple[int, ...]) -> bool:
+    """Whether the fine rank at these coordinates holds a block of a level on the process grid halved
+    `shift` times along each axis."""
+    return all(c % (1 << k) == 0 for c, k in zip(fine_coords, shift))
 
 
 def _thinnest(bounds: tuple[tuple[int, ...], ...]) -> int:
@@ -193,8 +240,9 @@ def coarse_plan(n: tuple[int, ...], dims: tuple[int, ...], periodic: bool, radiu
     AGGLOMERATE) points per rank, or a block thinner than 2 points or the operator's `radius` (a
     Galerkin level's radius is at most the fine operator's), the process grid halves along its most
     split axis, pairs of blocks merging into one, until it has not: the level agglomerates onto
-    fewer ranks. Levels run in blocks while every axis above them halves, more than one rank is
-    left and they are no coarsest level (more than multigrid.COARSEST points: one process would
+    fewer ranks. Levels run in blocks while they and the level above halve on every axis (their
+    restriction is a block transfer; one process keeps an axis that does not), more than one rank
+    is left and they are no coarsest level (more than multigrid.COARSEST points: one process would
     solve it directly); the levels below run on rank 0, as in one process. On one rank there is
     none. Every rank computes the same plan."""
     least = AGGLOMERATE if least is None else least
@@ -211,8 +259,8 @@ def coarse_plan(n: tuple[int, ...], dims: tuple[int, ...], periodic: bool, radiu
             bounds = bounds[:d] + (axis[0::2] + ((axis[-1],) if dims[d] % 2 else ()),) + bounds[d + 1:]
             dims = dims[:d] + ((dims[d] + 1) // 2,) + dims[d + 1:]
             shift = shift[:d] + (shift[d] + 1,) + shift[d + 1:]
-        if int(np.prod(dims)) == 1 or int(np.prod(n)) <= multigrid.COARSEST:
-            break
+        if int(np.prod(dims)) == 1 or int(np.prod(n)) <= multigrid.COARSEST or not halves(n, periodic):
+            break  # the rest on rank 0: one rank left, the coarsest, or an axis one process keeps
         plan.append(PlannedLevel(n, dims, bounds, shift))
     return plan
 
@@ -247,67 +295,65 @@ class BlockLevel:
 
 
 class DistributedMultigrid:
-    """Collective: every rank constructs it; arrays (`rhs`, coefficient fields) only on rank 0."""
+    """Collective: every rank constructs it. Inputs on rank 0 (None elsewhere), or with `blocks=True` each
+    rank's own blocks (`owned_block`): then no rank holds more of any level than its blocks of it (rank 0
+    also the levels it runs alone)."""
 
     def __init__(self, L: Operator, comm: Any, shape: tuple[int, ...] | None, rhs: Any, inputs: Mapping[str, Any],
                  method: str, tol: float, maxiter: int | None, what: str, dims: Any = None,
-                 threads: int | None = None, sweeps: int | None = None, smoother: str = "jacobi") -> None:
+                 threads: int | None = None, sweeps: int | None = None, smoother: str = "jacobi",
+                 blocks: bool = False) -> None:
         check_scalar(L, what, method)
         start = time.perf_counter()
-        self.comm, self.L, self.what, self.sweeps, self.smoother = comm, L, what, sweeps, smoother
+        self.comm, self.L, self.what, self.smoother = comm, L, what, smoother
         self.tol, self.maxiter = tol, maxiter or 200
-        periodic = L.ir.boundary == "periodic"
+        self.periodic = periodic = L.ir.boundary == "periodic"
         self.root = comm.rank == 0
         self.halo_faces = 0
         self.transfer_bytes = 0
-        problem = _collectively(comm, lambda: self._problem(L, shape, rhs, inputs) if self.root else None)
-        self.shape, n = comm.bcast(problem[:2] if self.root else None, root=0)
-        self.n = n
+        if blocks:
+            problem = None
+            shape = _collectively(comm, lambda: _known_shape(shape, what))
+        else:
+            problem = _collectively(comm, lambda: self._problem(L, shape, rhs, inputs) if self.root else None)
+            shape = comm.bcast(problem[0] if self.root else None, root=0)
+        self.shape, self.n = shape, n = shape, L.interior_shape(shape)
+        _collectively(comm, lambda: _check_halves(n, periodic, what))
         self.grid = _collectively(comm, lambda: Grid(comm, n, periodic, dims))
         self._fine_coords = [self.grid.coords_of(rank) for rank in range(comm.size)]
         self.plan = coarse_plan(n, self.grid.dims, periodic, max(L.radius))
-        setup = _collectively(comm, lambda: self._setup_root(L, problem, self.plan, method) if self.root else None)
-        self.krylov, scalars, rho, dtype, symmetric, rings, self.sweeps = comm.bcast(
-            setup[:6] + (self.sweeps,) if self.root else None, root=0)
-        fields = self._scatter(setup[6] if self.root else None)
         r = L.radius
-        self._u_halo = _collectively(comm, lambda: self._halo(self.grid, r, 8))
         local = tuple(c + 2 * rd for c, rd in zip(self.grid.count, r))
-        inputs_here = {**scalars, **fields["coefficients"]}
-        self.op = _collectively(comm, lambda: from_operator(L, local, inputs_here, 0.0, 1.0, "openmp", threads,
+        if blocks:
+            b, arrays, scalars = _collectively(comm, lambda: self._own_blocks(rhs, inputs, local))
+        else:
+            b, arrays, scalars = self._scatter(problem)
+        given = {**scalars, **arrays}
+        self._u_halo = _collectively(comm, lambda: self._halo(self.grid, r, 8))
+        self.op = _collectively(comm, lambda: from_operator(L, local, given, 0.0, 1.0, "openmp", threads,
                                                             block=True))  # CG's A p, in float64
+        self.b = b - self._boundary_part(inputs.get(L.ir.unknowns[0])) if blocks else b
         self.op.refresh = partial(self._exchange, self.grid, self._u_halo, r)
+        coefs = _collectively(comm, lambda: coefficient_stencil(L, local, given, block=True))
+        width = max(1, max(r))  # Galerkin reads one point around a block, the symmetry check the radius
+        ringed = self._ringed(self.grid, coefs, (width,) * len(n))
+        self.krylov, symmetric, rho, dtype = self._decide(coefs, ringed, width, method)
+        self.sweeps = cycle_sweeps(coefs, 0.0) if sweeps is None else sweeps
 
         def fine_level() -> BlockLevel:
             cycled = self.op  # the V-cycle's fine level: in single precision where the solve in one process is
             if dtype != "float64":
-                cycled = from_operator(L, local, inputs_here, 0.0, 1.0, "openmp", threads, block=True, dtype=dtype)
-            return self._block_level(comm, self.grid, cycled, r, rho, fields["inverse_diagonal"], dtype)
+                cycled = from_operator(L, local, given, 0.0, 1.0, "openmp", threads, block=True, dtype=dtype)
+            diag = np.asarray(coefs.get((0,) * len(n), 0.0), float)
+            return self._block_level(comm, self.grid, cycled, r, rho, 1.0 / diag, dtype)
 
-        self.b = fields["b"]
         self.blocks: list[BlockLevel | None] = [_collectively(comm, fine_level)]
         self._subs: list[Any] = []  # the communicators of levels on fewer ranks
-        level_comm, shift = comm, (0,) * len(n)
-        for planned, level, ring in zip(self.plan, fields["levels"], rings):
-            holds = planned.holds(self.grid.coords)
-            if planned.shift != shift:  # fewer ranks: a communicator of those that hold the level
-                level_comm = self._fewer(planned, holds)
-                shift = planned.shift
-
-            def coarse_level(planned: PlannedLevel = planned, level: dict[str, Any] = level,
-                             ring: tuple[int, ...] = ring, level_comm: Any = level_comm) -> BlockLevel:
-                grid = Grid(level_comm, planned.n, periodic, planned.dims, planned.bounds)
-                inner = tuple(slice(rd, rd + c) for rd, c in zip(ring, grid.count))
-                ringed = level["coefficients"]
-                if "classes" in ringed:
-                    ringed = _class_block(ringed["classes"], ringed["n"], ringed["start"], grid.count, ring)
-                op = from_coefficients({o: c[inner] for o, c in ringed.items()}, grid.count, periodic, symmetric,
-                                       "openmp", threads, dtype, ringed=ringed)
-                return self._block_level(level_comm, grid, op, ring, level["rho"], level["inverse_diagonal"], dtype)
-
-            self.blocks.append(_collectively(comm, lambda: coarse_level() if holds else None))
         self._through = [self._relatives(k) for k in range(len(self.plan))]
-        self.coarse: Multigrid | None = setup[7] if self.root else None
+        ringed = _trimmed(ringed, width)
+        for k in range(len(self.plan)):
+            ringed = self._coarse_level(k, ringed, symmetric, dtype, threads)
+        self.coarse = self._below(ringed, symmetric, dtype)
         self.setup_s = time.perf_counter() - start
 
     @property
@@ -328,7 +374,7 @@ class DistributedMultigrid:
 
     def _fewer(self, planned: PlannedLevel, holds: bool) -> Any:
         """The communicator of the ranks that hold `planned` (its ranks in the order of its process
-        grid's coordinates; COMM_NULL where this rank does not). Collective."""
+        grid's coordinates), None on a rank that does not. Collective."""
         from mpi4py import MPI
 
         key = int(np.ravel_multi_index(planned.coords(self.grid.coords), planned.dims)) if holds else 0
@@ -347,8 +393,7 @@ class DistributedMultigrid:
             return None
         mine = planned.coords(self.grid.coords)
         parent = self._fine_coords.index(tuple(c << s for c, s in zip(mine, planned.shift)))
-        children = [rank for rank, c in enumerate(self._fine_coords)
-                    if all(v % (1 << s) == 0 for v, s in zip(c, above)) and planned.coords(c) == mine]
+        children = [rank for rank, c in enumerate(self._fine_coords) if _holds(c, above) and planned.coords(c) == mine]
         return parent, children if planned.holds(self.grid.coords) else []
 
     def _halo(self, grid: Grid, width: tuple[int, ...], itemsize: int) -> HaloExchanger:
@@ -371,119 +416,230 @@ class DistributedMultigrid:
         transfer = Transfer.for_block([(s, s + c, base) for s, c in zip(grid.start, grid.count)])
         return BlockLevel(comm, grid, level, ring, halo, layer, base, transfer)
 
-    # -------------------------------------------------------------- rank 0's setup
+    # -------------------------------------------------------------- the fine level's inputs
     def _problem(self, L: Operator, shape: tuple[int, ...] | None, rhs: Any,
                  inputs: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The arrays' shape, the interior, b = rhs - g and the operator's inputs; refuses a grid whose
-        axes do not halve."""
+        """On rank 0, from the whole inputs: the arrays' shape, b = rhs - g over the interior and the
+        operator's inputs."""
         shape, rhs_flat = checked_problem(L, rhs, inputs, shape)
         _, g = assemble(L, shape, "float64", inputs, matrix=False)
-        periodic = L.ir.boundary == "periodic"
-        n = L.interior_shape(shape)
-        if not halves(n, periodic):
-            least = 6 if periodic else 3
-            raise StencilArgumentError(
-                f"{self.what}: over MPI ranks every axis must halve: at least {least} interior points"
-                f"{' and an even number (periodic)' if periodic else ''}, got {n}")
         params = {k: v for k, v in inputs.items() if k in L.ir.coefficients or k in L.ir.params}
-        return shape, n, (rhs_flat - g).reshape(n), params
+        return shape, (rhs_flat - g).reshape(L.interior_shape(shape)), params
 
-    def _setup_root(self, L: Operator, problem: tuple[Any, ...], plan: list[PlannedLevel],
-                    method: str) -> tuple[Any, ...]:
-        """What every rank needs (the Krylov method, scalars, the fine rho, the V-cycle's type, the
-        coarse levels' radii), each rank's blocks, and the levels below the planned ones."""
-        shape, n, b, params = problem
-        periodic = L.ir.boundary == "periodic"
-        coefs = coefficient_stencil(L, shape, params)
-        diag = diagonal(coefs, n)
-        definite = bool(np.all(diag > 0) or np.all(diag < 0))
-        symmetric = definite and is_symmetric(coefs, n, periodic)
-        if method == "cg" and not symmetric:
-            raise StencilArgumentError(f"{self.what}: CG needs a symmetric operator with a one-signed diagonal, "
-                                       f"and operator '{L.name}' is not one: use method='gmres'")
-        krylov = "gmres" if method == "gmres" or not symmetric else "cg"
-        rho = gershgorin_ratio(coefs, n)
-        dtype = preconditioner_dtype(L, diag)
-        if self.sweeps is None:
-            self.sweeps = cycle_sweeps(coefs, 0.0)
-        levels = []
-        for planned in plan:
-            coefs, n = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
-            assert n == planned.n, (n, planned.n)
-            levels.append(self._coarse_level(coefs, n, periodic))
-        coarse, cshape = galerkin(coefs, n, [Axis1D.of(m, periodic) for m in n])
-        below = from_coefficients(coarse, cshape, periodic, symmetric, "openmp", None, dtype)
-        mg = Multigrid(below, coarse, cshape, periodic, self.what, symmetric, self.sweeps, smoother=self.smoother)
-        scalars = {k: v for k, v in params.items() if k in L.ir.params}
-        arrays = {k: np.asarray(v, float) for k, v in params.items() if k in L.ir.coefficients}
-        fine = {"coefficients": arrays, "inverse_diagonal": np.broadcast_to(1.0 / diag, problem[1]), "b": b}
-        rings = [level["ring"] for level in levels]
-        return krylov, scalars, rho, dtype, symmetric, rings, (fine, levels), mg
-
-    def _coarse_level(self, coefs: Coefficients, n: tuple[int, ...], periodic: bool) -> dict[str, Any]:
-        """A level's global data for its blocks: its coefficients, D^-1, rho and radius (`ring`). The
-        coefficients are per class (`classes`, ClassCoefficients' compact values: each rank expands its
-        block) where the level has them so, else each c_o over the grid padded by the ring (`arrays`: zero
-        beyond a dirichlet edge, wrapped if periodic). Where x + o is beyond a dirichlet edge, c_o(x)
-        multiplies a zero; it takes the value at the centre, so that blocks at the edge find their
-        constant stencil as the whole grid does."""
-        diag = diagonal(coefs, n)
-        if np.any(diag == 0):
-            raise StencilArgumentError(f"{self.what}: multigrid's smoothers need a nonzero diagonal; a coarse "
-                                       "level has a zero on it: use method='direct'")
-        ring = tuple(max(abs(o[d]) for o in coefs) for d in range(len(n)))
-        level = {"inverse_diagonal": np.broadcast_to(1.0 / diag, n), "rho": gershgorin_ratio(coefs, n),
-                 "ring": ring}
-        if isinstance(coefs, ClassCoefficients):
-            classes = {}
-            for o, c in coefs.compact.items():
-                c = np.array(c, float)
-                for d, k in enumerate(o):
-                    if k:  # the first (k < 0) or last class along d reads beyond the edge
-                        c[along_axis(d, c.ndim, slice(0, 1) if k < 0 else slice(2, 3))] = c[(1,) * c.ndim]
-                classes[o] = c
-            return {**level, "classes": classes, "n": n}
-        padded = {}
-        for o, c in coefs.items():
-            full = np.array(np.broadcast_to(c, n), float)
-            if not periodic:
-                outside = np.ones(n, bool)
-                outside[tuple(slice(max(0, -k), m - max(0, k)) for k, m in zip(o, n))] = False
-                full[outside] = full[tuple(m // 2 for m in n)]
-                full = np.pad(full, [(rd, rd) for rd in ring])
-            padded[o] = full
-        return {**level, "arrays": padded}
-
-    def _scatter(self, data: tuple[Any, ...] | None) -> dict[str, Any]:
-        """Each rank's blocks: the fine coefficient arrays (ring r), inverse diagonal and right-hand side,
-        and per coarse level its coefficients (with their ring), inverse diagonal and rho (None for a
-        level the rank holds no block of)."""
+    def _scatter(self, problem: tuple[Any, ...] | None) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
+        """Each rank's block of b, its coefficient arrays over its block padded by the radius, and the
+        scalars, from rank 0's whole inputs."""
         r = self.L.radius
-        periodic = self.L.ir.boundary == "periodic"
         pieces = None
         if self.root:
-            assert data is not None
-            fine, levels = data
+            assert problem is not None
+            _, b, params = problem
+            scalars = {k: v for k, v in params.items() if k in self.L.ir.params}
+            arrays = {k: np.asarray(v, float) for k, v in params.items() if k in self.L.ir.coefficients}
             pieces = []
             for rank in range(self.comm.size):
                 start, count = self.grid.block_of(rank)
-                coords = self._fine_coords[rank]
-                mine = {"coefficients": _ringed(fine["coefficients"], start, count, r, periodic),
-                        "inverse_diagonal": _cut(fine["inverse_diagonal"], start, count),
-                        "b": _cut(fine["b"], start, count), "levels": []}
-                for level, planned in zip(levels, self.plan):
-                    if not planned.holds(coords):
-                        mine["levels"].append(None)
-                        continue
-                    cstart, ccount = planned.block(planned.coords(coords))
-                    if "classes" in level:  # expanded on the rank: a few values per offset sent
-                        coefficients = {"classes": level["classes"], "n": level["n"], "start": cstart}
-                    else:
-                        coefficients = _ringed(level["arrays"], cstart, ccount, level["ring"], periodic)
-                    mine["levels"].append({"coefficients": coefficients, "rho": level["rho"],
-                                           "inverse_diagonal": _cut(level["inverse_diagonal"], cstart, ccount)})
-                pieces.append(mine)
+                pieces.append((_cut(b, start, count), _ringed(arrays, start, count, r, self.periodic), scalars))
         return self.comm.scatter(pieces, root=0)
+
+    def _own_blocks(self, rhs: Any, inputs: Mapping[str, Any], local: tuple[int, ...]
+                    ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
+        """This rank's right-hand side over its block and coefficient arrays over it padded by the radius
+        (blocks=True), checked."""
+        count = self.grid.count
+        b = None if rhs is None else np.asarray(rhs, float)
+        if b is None or b.shape != count:
+            raise StencilArgumentError(f"{self.what}: rhs must be this rank's interior block of shape {count} "
+                                       f"(msc.pde.distributed.owned_block), got {None if b is None else b.shape}")
+        arrays = {k: np.asarray(v, float) for k, v in inputs.items()
+                  if isinstance(v, np.ndarray) and k in self.L.ir.coefficients}
+        ring = inputs.get(self.L.ir.unknowns[0])
+        for k, v in {**arrays, **({self.L.ir.unknowns[0]: np.asarray(ring)} if ring is not None else {})}.items():
+            if v.shape != local:
+                raise StencilArgumentError(f"{self.what}: {k} must be this rank's block padded by the radius "
+                                           f"{self.L.radius}, of shape {local}, got {v.shape}")
+        scalars = {k: v for k, v in inputs.items() if k in self.L.ir.params}
+        return b, arrays, scalars
+
+    def _boundary_part(self, ring: np.ndarray | None) -> np.ndarray:
+        """g over this rank's block (L u = A u + g): the operator applied to u = 0 inside, the given ring
+        values beyond a dirichlet edge and zero toward neighbours. Before the halo exchange is plugged in."""
+        op = self.op
+        padded = op.padded(op.step)
+        if ring is not None and not self.periodic:
+            lo, hi = self.grid.padding((1,) * self.grid.ndim, (0,) * self.grid.ndim)  # 1: a neighbour's side
+            kept = np.asarray(ring, float).copy()
+            kept[tuple(slice(rd, -rd) for rd in self.L.radius)] = 0.0
+            for d, (toward_lo, toward_hi, rd) in enumerate(zip(lo, hi, self.L.radius)):
+                if toward_lo:
+                    kept[along_axis(d, kept.ndim, slice(0, rd))] = 0.0
+                if toward_hi:
+                    kept[along_axis(d, kept.ndim, slice(-rd, None))] = 0.0
+            padded[...] = kept
+        g = np.array(op.applied_to_u(), float) + (0.0 if op.shift is None else op.shift)
+        padded[...] = 0.0
+        return g
+
+    # -------------------------------------------------------------- the levels' coefficients
+    def _ringed(self, grid: Grid, coefs: Mapping[Any, Any], width: tuple[int, ...]) -> dict[Any, Any]:
+        """Each coefficient array over this rank's block of `grid` padded by `width`, filled by a halo
+        exchange (zero beyond a dirichlet edge); numbers stay numbers. Collective over the grid's ranks."""
+        halo = self._halo(grid, width, 8)
+        try:
+            out: dict[Any, Any] = {}
+            for o, c in coefs.items():
+                if np.ndim(c) == 0:
+                    out[o] = float(c)
+                    continue
+                padded = np.zeros(tuple(k + 2 * w for k, w in zip(grid.count, width)))
+                padded[tuple(slice(w, w + k) for w, k in zip(width, grid.count))] = c
+                halo.start(padded)
+                halo.finish()
+                out[o] = padded
+            return out
+        finally:
+            halo.close()
+
+    def _decide(self, coefs: Mapping[Any, Any], ringed: Mapping[Any, Any], width: int,
+                method: str) -> tuple[str, bool, float, str]:
+        """The Krylov method, whether A is symmetric, the fine rho and the V-cycle's type, from every
+        rank's block (collective)."""
+        from mpi4py import MPI
+
+        comm = self.comm
+        zero = (0,) * len(self.n)
+        diag = np.asarray(coefs.get(zero, 0.0), float)
+        if comm.allreduce(bool(np.any(diag == 0)), op=MPI.LOR):
+            raise StencilArgumentError(f"{self.what}: multigrid's smoothers need a nonzero diagonal; the operator "
+                                       "has a zero on it: use method='direct'")
+        definite = comm.allreduce(bool(np.all(diag > 0)), op=MPI.LAND) or \
+            comm.allreduce(bool(np.all(diag < 0)), op=MPI.LAND)
+        scale = comm.allreduce(max(float(np.max(np.abs(c))) for c in coefs.values()), op=MPI.MAX)
+        symmetric = definite and comm.allreduce(self._symmetric_here(coefs, ringed, width, scale), op=MPI.LAND)
+        if method == "cg" and not symmetric:
+            raise StencilArgumentError(f"{self.what}: CG needs a symmetric operator with a one-signed diagonal, "
+                                       f"and operator '{self.L.name}' is not one: use method='gmres'")
+        rho = comm.allreduce(gershgorin_ratio(coefs, self.grid.count), op=MPI.MAX)
+        magnitude = np.abs(diag)
+        extremes = np.array([comm.allreduce(float(magnitude.min()), op=MPI.MIN),
+                             comm.allreduce(float(magnitude.max()), op=MPI.MAX)])
+        return "gmres" if method == "gmres" or not symmetric else "cg", symmetric, rho, \
+            preconditioner_dtype(self.L, extremes)
+
+    def _symmetric_here(self, coefs: Mapping[Any, Any], ringed: Mapping[Any, Any], width: int,
+                        scale: float, rtol: float = 1e-12) -> bool:
+        """c_o(x) == c_-o(x + o) at this rank's points x whose x + o is on the grid (coarsen.is_symmetric
+        on a block: c_-o read from its ring)."""
+        count, start = self.grid.count, self.grid.start
+        for o, c in coefs.items():
+            mirror = ringed.get(tuple(-k for k in o))
+            if np.ndim(c) == 0 and mirror is not None and np.ndim(mirror) == 0:  # constant coefficients
+                if abs(float(c) - float(mirror)) > rtol * scale:
+                    return False
+                continue
+            here = np.ones(count, bool)  # x + o on the grid
+            if not self.periodic:
+                for d, (k, s, m) in enumerate(zip(o, start, self.n)):
+                    x = np.arange(s, s + count[d]) + k
+                    here &= ((x >= 0) & (x < m)).reshape([-1 if e == d else 1 for e in range(len(o))])
+            mine = np.broadcast_to(c, count)[here]
+            if mirror is None:
+                there = np.zeros_like(mine)
+            elif np.ndim(mirror) == 0:
+                there = np.full_like(mine, float(mirror))
+            else:
+                there = mirror[tuple(slice(width + k, width + k + m) for k, m in zip(o, count))][here]
+            if mine.size and np.max(np.abs(mine - there)) > rtol * scale:
+                return False
+        return True
+
+    def _coarse_level(self, k: int, ringed: dict[Any, Any], symmetric: bool, dtype: str,
+                      threads: int | None) -> dict[Any, Any] | None:
+        """Level k + 1 from level k's coefficients on this rank's block with one point around it: its
+        Galerkin coefficients on the coarse points centred in the block, brought to the rank that holds
+        them (its parent, on fewer ranks), exchanged around each block, and its operator and exchanges
+        (`blocks[k + 1]`). Returns its coefficients with one point around this rank's block (None where
+        it holds none). Collective."""
+        from mpi4py import MPI
+
+        planned = self.plan[k]
+        above = self.blocks[k]
+        fewer = self._through[k] is not None
+        part = self._restricted(above, ringed, whole=fewer) if above is not None else {}
+        keys = sorted(set().union(*self.comm.allgather(set(part))))
+        holds = planned.holds(self.grid.coords)
+        mine: dict[Any, np.ndarray] = {}
+        if not fewer:
+            mine = {o: part.get(o, np.zeros(above.transfer.restricted[1])) for o in keys} if above else {}
+        else:
+            parent, children = self._through[k]
+            sent = self.comm.isend((tuple(p.i0 for p in above.parts), part), dest=parent, tag=7) if above else None
+            if holds:
+                cstart, ccount = planned.block(planned.coords(self.grid.coords))
+                mine = {o: np.zeros(ccount) for o in keys}
+                for child in children:
+                    first, piece = self.comm.recv(source=child, tag=7)
+                    for o, c in piece.items():
+                        mine[o][tuple(slice(f - s, f - s + m) for f, s, m in zip(first, cstart, c.shape))] = c
+            if sent is not None:
+                sent.wait()
+        level_comm = self._fewer(planned, holds) if fewer else \
+            (above.comm if above is not None else None)
+        ring = tuple(max(abs(o[d]) for o in keys) for d in range(len(self.n)))
+        diag = mine.get((0,) * len(self.n)) if holds else None
+        if self.comm.allreduce(bool(diag is not None and np.any(diag == 0)), op=MPI.LOR):
+            raise StencilArgumentError(f"{self.what}: multigrid's smoothers need a nonzero diagonal; a coarse "
+                                       "level has a zero on it: use method='direct'")
+        rho = self.comm.allreduce(gershgorin_ratio(mine, planned.n) if holds else 0.0, op=MPI.MAX)
+        if not holds:
+            self.blocks.append(None)
+            return None
+        grid = Grid(level_comm, planned.n, self.periodic, planned.dims, planned.bounds)
+        padded = self._ringed(grid, mine, ring)
+        inner = tuple(slice(rd, rd + c) for rd, c in zip(ring, grid.count))
+        edged = _neutral_beyond_edges(padded, ring, grid, self.periodic)
+        op = from_coefficients({o: c[inner] if np.ndim(c) else c for o, c in edged.items()}, grid.count,
+                               self.periodic, symmetric,
+                               "openmp", threads, dtype, ringed=edged)
+        assert diag is not None
+        self.blocks.append(self._block_level(level_comm, grid, op, ring, rho, 1.0 / diag, dtype))
+        return _trimmed(padded, ring)
+
+    def _restricted(self, block: BlockLevel, ringed: Mapping[Any, Any], whole: bool = False) -> dict[Any, np.ndarray]:
+        """R A P on this rank's block of a level (its coefficients with one point around it): over the
+        coarse points centred in the block, each an array broadcastable to them (`whole`: of their shape,
+        as sent to another rank)."""
+        grid = block.grid
+        coarse = galerkin_block(ringed, tuple(grid.interior), grid.start, grid.count, self.periodic)
+        if not whole:
+            return {o: np.asarray(c, float) for o, c in coarse.items()}
+        centres = block.transfer.restricted[1]
+        return {o: np.array(np.broadcast_to(c, centres), float) for o, c in coarse.items()}
+
+    def _below(self, ringed: dict[Any, Any] | None, symmetric: bool, dtype: str) -> Multigrid | None:
+        """The levels below the last in blocks, on rank 0: their first level's Galerkin coefficients from
+        every block (gathered over the last level's ranks), per class where they are so; None elsewhere.
+        Collective."""
+        last = self.blocks[-1]
+        part = self._restricted(last, ringed, whole=True) if last is not None and ringed is not None else {}
+        keys = sorted(set().union(*self.comm.allgather(set(part))))
+        pieces = last.comm.gather((tuple(p.i0 for p in last.parts), part), root=0) if last is not None else None
+
+        def build() -> Multigrid | None:
+            if not self.root:
+                return None
+            assert last is not None and pieces is not None
+            shape = tuple(Axis1D.of(m, self.periodic).m for m in last.grid.interior)
+            whole = {o: np.zeros(shape) for o in keys}
+            for first, piece in pieces:
+                for o, c in piece.items():
+                    whole[o][tuple(slice(f, f + m) for f, m in zip(first, c.shape))] = c
+            coefs: Coefficients = whole if self.periodic else by_class(whole, shape)
+            op = from_coefficients(coefs, shape, self.periodic, symmetric, "openmp", None, dtype)
+            return Multigrid(op, coefs, shape, self.periodic, self.what, symmetric, self.sweeps,
+                             smoother=self.smoother)
+
+        return _collectively(self.comm, build)
 
     # -------------------------------------------------------------- halos
     def _exchange(self, grid: Grid, halo: HaloExchanger, width: tuple[int, ...], padded: np.ndarray) -> None:
@@ -681,57 +837,6 @@ def owned_block(L: Operator, comm: Any, shape: tuple[int, ...], dims: Any = None
         grid.close()
 
 
-def _gather_blocks(L: Operator, comm: Any, shape: tuple[int, ...] | None, dims: Any, rhs: Any,
-                   inputs: Mapping[str, Any], what: str) -> tuple[Any, dict[str, Any]]:
-    """The global right-hand side and arrays on rank 0 (None elsewhere), from each rank's blocks: `rhs`
-    of the rank's interior block, each array of that block padded by the operator's radius."""
-    def known() -> tuple[int, ...]:
-        if shape is None:
-            raise DistributedError(f"{what}: blocks=True needs the global array's shape= on every rank")
-        return tuple(int(n) for n in shape)
-
-    shape = _collectively(comm, known)
-    grid = _grid(L, comm, shape, dims)
-    r = L.radius
-    periodic = L.ir.boundary == "periodic"
-    count, padded = grid.count, tuple(c + 2 * rd for c, rd in zip(grid.count, r))
-    arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
-
-    def check() -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        b = None if rhs is None else np.asarray(rhs, float)
-        if b is None or b.shape != count:
-            raise StencilArgumentError(f"{what}: rhs must be this rank's interior block of shape {count} "
-                                       f"(msc.pde.distributed.owned_block), got {None if b is None else b.shape}")
-        out = {k: np.asarray(v, float) for k, v in arrays.items()}
-        for k, v in out.items():
-            if v.shape != padded:
-                raise StencilArgumentError(f"{what}: {k} must be this rank's block padded by the radius {r}, of "
-                                           f"shape {padded}, got {v.shape}")
-        return b, out
-
-    try:
-        mine = _collectively(comm, check)
-        pieces = comm.gather((grid.start, mine), root=0)
-    finally:
-        grid.close()
-    scalars = {k: v for k, v in inputs.items() if k not in arrays}
-    if comm.rank != 0:
-        return None, {**scalars, **{k: None for k in arrays}}
-    assert pieces is not None
-    n = L.interior_shape(shape)
-    rhs_global = np.zeros(n)
-    globals_ = {k: np.zeros(shape) for k in arrays}
-    for start, (b, blocks) in pieces:
-        rhs_global[tuple(slice(s, s + c) for s, c in zip(start, b.shape))] = b
-        for k, block in blocks.items():
-            if periodic:  # the ring wraps: a block's own points only
-                inner = block[tuple(slice(rd, p - rd) for rd, p in zip(r, block.shape))]
-                globals_[k][tuple(slice(s, s + c) for s, c in zip(start, inner.shape))] = inner
-            else:  # block and ring: a plain slice of the array (rings of neighbours agree)
-                globals_[k][tuple(slice(s, s + p) for s, p in zip(start, block.shape))] = block
-    return rhs_global, {**scalars, **globals_}
-
-
 def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] | None, method: str, tol: float,
                       maxiter: int | None, smoother: str, full_output: bool, dims: Any, progress: bool,
                       inputs: Mapping[str, Any], blocks: bool = False) -> Any:
@@ -740,9 +845,8 @@ def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] |
     if method in ("auto", "direct"):
         method = "multigrid"  # over ranks the direct solve is not offered: auto means multigrid
     t0 = time.perf_counter()
-    if blocks:
-        rhs, inputs = _gather_blocks(L, comm, shape, dims, rhs, inputs, what)
-    mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims, smoother=smoother)
+    mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims, smoother=smoother,
+                              blocks=blocks)
     try:
         t1 = time.perf_counter()
         block, history = mg.solve(progress)
