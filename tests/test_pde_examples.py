@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -78,7 +84,7 @@ def test_gray_scott_explicit(tmp_path):
 
 def test_every_pde_example_is_exercised():
     assert {p.stem for p in EXAMPLES.glob("*.py")} == {"poisson_lshape", "heat_implicit", "stability", "grayscott",
-                                                            "poisson3d_multigrid"}
+                                                            "poisson3d_multigrid", "poisson3d_mpi"}
 
 
 def test_poisson3d_multigrid(tmp_path):
@@ -96,3 +102,33 @@ def test_implicit_heat_with_multigrid_matches_the_factored_steps(tmp_path):
     mg = heat.main(["--n", "40", "--steps", "5", "--solver", "multigrid", "--picture", str(tmp_path / "m.png")])
     assert mg["solver"] == "multigrid-cg"
     np.testing.assert_allclose(mg["u"], direct["u"], rtol=0, atol=1e-8)
+
+
+@pytest.mark.mpi
+def test_poisson3d_mpi_on_two_ranks(tmp_path):
+    """The MPI example (each rank fills and gets its own block) on 2 ranks: the sum and the lowest value of u
+    as the one-process solve of the same problem gives them, and the residual it prints within tol."""
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    exe = str(mpiexec) if mpiexec.exists() else shutil.which("mpiexec")
+    assert exe, "mpiexec not found: the test extra installs mpi4py and the mpich wheel"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    n = 48  # 48^3 and 24^3 in blocks on both ranks, 12^3 on rank 0
+    proc = subprocess.run([exe, "-n", "2", sys.executable, str(EXAMPLES / "poisson3d_mpi.py"), "--n", str(n)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"{n}^3 unknowns on 2 ranks: multigrid-cg" in out and "held by [2, 2, 1] ranks" in out
+    residual = float(re.search(r"relative residual ([0-9.e+-]+)", out).group(1))
+    total = float(re.search(r"sum of u = ([0-9.e+-]+)", out).group(1))
+    lowest = float(re.search(r"lowest u = ([0-9.e+-]+)", out).group(1))
+    example = load("poisson3d_mpi")
+    h = 1.0 / (n + 1)
+    everything = (slice(0, n + 2),) * 3
+    k = example.coefficient(*example.coordinates(everything, h))
+    f = example.source(*example.coordinates((slice(1, n + 1),) * 3, h))
+    u = msc.solve(example.diffusion, f, k=k, h=h, method="direct")[1:-1, 1:-1, 1:-1]
+    A, g = example.diffusion.matrix(shape=(n + 2,) * 3, k=k, h=h)
+    assert residual <= 1e-8 and np.linalg.norm(A @ u.ravel() + g - f.ravel()) <= 1e-10 * np.linalg.norm(f)
+    assert total == pytest.approx(u.sum(), rel=1e-6) and lowest == pytest.approx(u.min(), rel=1e-5)
+
