@@ -598,9 +598,8 @@ class DistributedMultigrid:
         padded = self._ringed(grid, mine, ring)
         inner = tuple(slice(rd, rd + c) for rd, c in zip(ring, grid.count))
         edged = _neutral_beyond_edges(padded, ring, grid, self.periodic)
-        op = from_coefficients({o: c[inner] if np.ndim(c) else c for o, c in edged.items()}, grid.count,
-                               self.periodic, symmetric,
-                               "openmp", threads, dtype, ringed=edged)
+        inside = {o: c[inner] if np.ndim(c) else c for o, c in edged.items()}
+        op = from_coefficients(inside, grid.count, self.periodic, symmetric, "openmp", threads, dtype, ringed=edged)
         assert diag is not None
         self.blocks.append(self._block_level(level_comm, grid, op, ring, rho, 1.0 / diag, dtype))
         return _trimmed(padded, ring)
