@@ -30,6 +30,12 @@ def helmholtz(u, h):
     return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 - 3 * u[x, y]
 
 
+@msc.operator(name="lap_source")
+def source_term(u, k, h):
+    """A constant part (a source term: L(0) != 0) that reads a coefficient field across the blocks."""
+    return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 + 3.0 * k[x + 1, y]
+
+
 @msc.operator
 def drift(u, h, v):
     return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 - v * (u[x + 1, y] - u[x - 1, y]) / (2 * h)
@@ -99,6 +105,10 @@ compare("div_k_grad_3d_even_rows", div3, rng.random((20,) * 3), dims=(comm.size,
 compare("div_k_grad_3d_chebyshev", div3, rng.random((n,) * 3), smoother="chebyshev", k=k, h=1.0 / (n + 1), u=ring)
 compare("periodic_2d", helmholtz, rng.random((24, 30)), h=1.0 / 24)
 compare("drift_gmres_2d", drift, rng.random((27, 25)), method="gmres", h=1.0 / 28, v=20.0)
+edge = np.zeros((66, 50))
+edge[:, 0] = 2.0
+compare("source_term_2d", source_term, rng.random((64, 48)), tol=1e-10, k=1 + rng.random((66, 50)), h=1.0 / 65,
+        u=edge)
 
 distributed.AGGLOMERATE = 64  # small grids with coarse levels in blocks: every level above the coarsest
 m = 36

@@ -18,7 +18,7 @@ IN_BLOCKS = ("levels_in_blocks_3d", "levels_in_blocks_poisson_3d", "levels_in_bl
              "levels_in_blocks_gmres_2d", "fewer_ranks_3d", "fewer_ranks_periodic_2d")  # coarse levels in blocks
 FEWER = ("fewer_ranks_3d", "fewer_ranks_periodic_2d")  # ... and on 4 ranks, level 2 on 2 of them
 CASES = ("div_k_grad_3d", "div_k_grad_3d_even_rows", "div_k_grad_3d_chebyshev", "periodic_2d", "drift_gmres_2d",
-         *IN_BLOCKS)
+         "source_term_2d", *IN_BLOCKS)  # source_term_2d: a constant part reading a field, a boundary value
 
 
 def test_distributed_multigrid_matches_one_process_on_any_rank_count():
