@@ -14,7 +14,16 @@ import pytest
 
 import msc
 from msc import x, y, z
-from msc.pde.coarsen import Axis1D, diagonal, galerkin, galerkin_axis, galerkin_block, sparse_matrix, uniform_region
+from msc.pde.coarsen import (
+    Axis1D,
+    diagonal,
+    first_centre,
+    galerkin,
+    galerkin_axis,
+    galerkin_block,
+    sparse_matrix,
+    uniform_region,
+)
 from msc.pde.matfree import from_coefficients
 from msc.pde.transfer import Transfer
 
@@ -695,8 +704,7 @@ def test_coarse_levels_in_blocks_are_the_coarse_centres_of_the_blocks_above(n, d
     ranks: the process grid halved along its most split axis), its levels are one process's, and it
     keeps at least `least` points per rank and blocks of 2 points, else stops on rank 0."""
     from msc.pde import multigrid
-    from msc.pde.coarsen import Axis1D
-    from msc.pde.distributed import AxisPart, coarse_plan, even_bounds
+    from msc.pde.distributed import coarse_plan, even_bounds
 
     plan = coarse_plan(n, dims, periodic, radius=1, least=64)
     shape, above_dims, bounds, shift = n, dims, even_bounds(n, dims), (0,) * len(n)
@@ -709,11 +717,10 @@ def test_coarse_levels_in_blocks_are_the_coarse_centres_of_the_blocks_above(n, d
             centres = np.array([c for c in range(planned.n[axis]) if 0 <= 2 * c + base < shape[axis]])
             for parent in range(planned.dims[axis]):
                 children = [k for k in range(above_dims[axis]) if k >> merged == parent]
-                first, last = (AxisPart(bounds[axis][k], bounds[axis][k + 1], base)
-                               for k in (children[0], children[-1]))
                 lo, hi = bounds[axis][children[0]], bounds[axis][children[-1] + 1]
                 mine = centres[(2 * centres + base >= lo) & (2 * centres + base < hi)]
-                assert planned.bounds[axis][parent:parent + 2] == (first.i0, last.i1) == (mine[0], mine[-1] + 1)
+                assert planned.bounds[axis][parent:parent + 2] == (first_centre(lo, base), first_centre(hi, base)) \
+                    == (mine[0], mine[-1] + 1)
         assert int(np.prod(planned.n)) > multigrid.COARSEST
         assert int(np.prod(planned.n)) >= 64 * int(np.prod(planned.dims)) and min(
             b1 - b0 for axis in planned.bounds for b0, b1 in zip(axis, axis[1:])) >= 2

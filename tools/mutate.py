@@ -248,7 +248,7 @@ MUTANTS = [
            "msc/pde/distributed.py", "            padded = self._correction(below)\n",
            "            padded = below.op.padded(below.op.step)\n", ("tests/mpi/test_multigrid_mpi.py",)),
     Mutant("a coarse level's blocks are not the coarse centres of the blocks above", "msc/pde/distributed.py",
-           "bounds = tuple(tuple((b - base + 1) // 2 for b in axis) for axis in bounds)",
+           "bounds = tuple(tuple(first_centre(b, base) for b in axis) for axis in bounds)",
            "bounds = tuple(tuple((b - base) // 2 for b in axis) for axis in bounds)",
            ("tests/test_multigrid.py::test_coarse_levels_in_blocks_are_the_coarse_centres_of_the_blocks_above",
             "tests/mpi/test_multigrid_mpi.py")),

@@ -175,17 +175,23 @@ def _accumulate(out: dict[tuple[int, ...], np.ndarray], key: tuple[int, ...], te
         out[key] = have + term
 
 
+def first_centre(fine: int, base: int) -> int:
+    """The first coarse point centred at or after fine point `fine` (coarse point I sits on fine
+    2I + base: 1 dirichlet, 0 periodic); a block of fine points [s, e) centres [first_centre(s),
+    first_centre(e))."""
+    return (fine - base + 1) // 2
+
+
 def galerkin_block(coefs: Coefficients, n: tuple[int, ...], start: tuple[int, ...], count: tuple[int, ...],
                    periodic: bool) -> Coefficients:
     """R A P on one block of a grid of `n` unknowns, every axis coarsened (Axis1D.of): `coefs` each
     c_o over the block [start, start + count) with one more point on every side (beyond a dirichlet
     edge any value: the weights there are zero; periodic: wrapped), or broadcastable to it; the
-    result each coarse c_o over the coarse points centred in the block (their global indices from
-    (start - base + 1) // 2)."""
+    result each coarse c_o over the coarse points centred in the block (`first_centre`)."""
     base = 0 if periodic else 1
     shape = tuple(c + 2 for c in count)
     for d, (m, s, c) in enumerate(zip(n, start, count)):
-        rows = ((s - base + 1) // 2, (s + c - base + 1) // 2)
+        rows = (first_centre(s, base), first_centre(s + c, base))
         coefs = galerkin_axis(coefs, shape, d, Axis1D.of(m, periodic), rows, s - 1)
         shape = shape[:d] + (rows[1] - rows[0],) + shape[d + 1:]
     return coefs

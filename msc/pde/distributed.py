@@ -55,6 +55,7 @@ from msc.pde.coarsen import (
     Coefficients,
     along_axis,
     by_class,
+    first_centre,
     galerkin_block,
     gershgorin_ratio,
 )
@@ -75,32 +76,6 @@ if TYPE_CHECKING:
     from msc.pde.operator import Operator
 
 
-@dataclass(frozen=True)
-class AxisPart:
-    """One axis of this rank's block: fine points [s, e), coarse centres [i0, i1), the coarse slab [a, b) it
-    interpolates from; coarse point I sits on fine 2I + base."""
-
-    s: int
-    e: int
-    base: int
-
-    @property
-    def i0(self) -> int:
-        return (self.s - self.base + 1) // 2
-
-    @property
-    def i1(self) -> int:
-        return (self.e - self.base + 1) // 2
-
-    @property
-    def a(self) -> int:
-        return (self.s - self.base - 1) // 2
-
-    @property
-    def b(self) -> int:
-        return (self.e - 1 - self.base) // 2 + 2
-
-
 def _cut(a: np.ndarray, start: tuple[int, ...], count: tuple[int, ...]) -> np.ndarray:
     """A block of a global array, copied (one value broadcast over the grid: that value, 0-d)."""
     if not any(a.strides):
@@ -108,7 +83,15 @@ def _cut(a: np.ndarray, start: tuple[int, ...], count: tuple[int, ...]) -> np.nd
     return a[tuple(slice(s, s + c) for s, c in zip(start, count))].copy()
 
 
-def _ringed(arrays: Mapping[Any, np.ndarray], start: tuple[int, ...], count: tuple[int, ...],
+def _place(into: np.ndarray, piece: np.ndarray, first: tuple[int, ...],
+           origin: tuple[int, ...] | None = None) -> None:
+    """A block given by its first point (global indices) put into an array whose first point is
+    `origin` (default: the grid's first)."""
+    origin = origin or (0,) * len(first)
+    into[tuple(slice(f - o, f - o + m) for f, o, m in zip(first, origin, piece.shape))] = piece
+
+
+def _padded_block(arrays: Mapping[Any, np.ndarray], start: tuple[int, ...], count: tuple[int, ...],
             ring: tuple[int, ...], periodic: bool) -> dict[Any, np.ndarray]:
     """Each array's block padded by `ring`: periodic arrays over the whole grid wrap; others are
     given with their ring, so the padded block is a plain slice (rings of neighbours agree)."""
@@ -251,7 +234,7 @@ def coarse_plan(n: tuple[int, ...], dims: tuple[int, ...], periodic: bool, radiu
     plan: list[PlannedLevel] = []
     while halves(n, periodic):
         n = tuple(m // 2 for m in n)
-        bounds = tuple(tuple((b - base + 1) // 2 for b in axis) for axis in bounds)
+        bounds = tuple(tuple(first_centre(b, base) for b in axis) for axis in bounds)
         while int(np.prod(dims)) > 1 and (int(np.prod(n)) < least * int(np.prod(dims))
                                           or _thinnest(bounds) < max(2, radius)):
             d = max(range(len(dims)), key=lambda e: dims[e])  # the most split axis (the first of ties)
@@ -285,8 +268,9 @@ class BlockLevel:
         return self.level.op
 
     @property
-    def parts(self) -> list[AxisPart]:
-        return [AxisPart(s, s + c, self.base) for s, c in zip(self.grid.start, self.grid.count)]
+    def centres(self) -> tuple[int, ...]:
+        """The first of the coarse points centred in this rank's block, per axis."""
+        return tuple(first_centre(s, self.base) for s in self.grid.start)
 
     def close(self) -> None:
         self.halo.close()
@@ -317,7 +301,8 @@ class DistributedMultigrid:
         else:
             problem = _collectively(comm, lambda: self._problem(L, shape, rhs, inputs) if self.root else None)
             shape = comm.bcast(problem[0] if self.root else None, root=0)
-        self.shape, self.n = shape, n = shape, L.interior_shape(shape)
+        n = L.interior_shape(shape)
+        self.shape, self.n = shape, n
         _collectively(comm, lambda: _check_halves(n, periodic, what))
         self.grid = _collectively(comm, lambda: Grid(comm, n, periodic, dims))
         self._fine_coords = [self.grid.coords_of(rank) for rank in range(comm.size)]
@@ -412,7 +397,7 @@ class DistributedMultigrid:
         op.set_weight(float(weight.flat[0]) if np.all(weight == weight.flat[0]) else weight)
         op.set_scales(jacobi_scales(grid.ndim, self.sweeps))
         level = Level(tuple(grid.count), op, [], inverse_diagonal=inverse_diagonal, rho=rho)
-        base = 0 if self.L.ir.boundary == "periodic" else 1
+        base = 0 if self.periodic else 1
         transfer = Transfer.for_block([(s, s + c, base) for s, c in zip(grid.start, grid.count)])
         return BlockLevel(comm, grid, level, ring, halo, layer, base, transfer)
 
@@ -439,7 +424,7 @@ class DistributedMultigrid:
             pieces = []
             for rank in range(self.comm.size):
                 start, count = self.grid.block_of(rank)
-                pieces.append((_cut(b, start, count), _ringed(arrays, start, count, r, self.periodic), scalars))
+                pieces.append((_cut(b, start, count), _padded_block(arrays, start, count, r, self.periodic), scalars))
         return self.comm.scatter(pieces, root=0)
 
     def _own_blocks(self, rhs: Any, inputs: Mapping[str, Any], local: tuple[int, ...]
@@ -573,14 +558,14 @@ class DistributedMultigrid:
             mine = {o: part.get(o, np.zeros(above.transfer.restricted[1])) for o in keys} if above else {}
         else:
             parent, children = self._through[k]
-            sent = self.comm.isend((tuple(p.i0 for p in above.parts), part), dest=parent, tag=7) if above else None
+            sent = self.comm.isend((above.centres, part), dest=parent, tag=7) if above else None
             if holds:
                 cstart, ccount = planned.block(planned.coords(self.grid.coords))
                 mine = {o: np.zeros(ccount) for o in keys}
                 for child in children:
                     first, piece = self.comm.recv(source=child, tag=7)
                     for o, c in piece.items():
-                        mine[o][tuple(slice(f - s, f - s + m) for f, s, m in zip(first, cstart, c.shape))] = c
+                        _place(mine[o], c, first, cstart)
             if sent is not None:
                 sent.wait()
         level_comm = self._fewer(planned, holds) if fewer else \
@@ -622,7 +607,7 @@ class DistributedMultigrid:
         last = self.blocks[-1]
         part = self._restricted(last, ringed, whole=True) if last is not None and ringed is not None else {}
         keys = sorted(set().union(*self.comm.allgather(set(part))))
-        pieces = last.comm.gather((tuple(p.i0 for p in last.parts), part), root=0) if last is not None else None
+        pieces = last.comm.gather((last.centres, part), root=0) if last is not None else None
 
         def build() -> Multigrid | None:
             if not self.root:
@@ -632,7 +617,7 @@ class DistributedMultigrid:
             whole = {o: np.zeros(shape) for o in keys}
             for first, piece in pieces:
                 for o, c in piece.items():
-                    whole[o][tuple(slice(f, f + m) for f, m in zip(first, c.shape))] = c
+                    _place(whole[o], c, first)
             coefs: Coefficients = whole if self.periodic else by_class(whole, shape)
             op = from_coefficients(coefs, shape, self.periodic, symmetric, "openmp", None, dtype)
             return Multigrid(op, coefs, shape, self.periodic, self.what, symmetric, self.sweeps,
@@ -700,7 +685,7 @@ class DistributedMultigrid:
         if below is not None and self._through[k] is None:
             block.transfer.restrict(residual, below.op.rhs, op.threads)
             self._cycle(k + 1)
-            slab = self._slab_of(below, self._correction(below), tuple(p.i0 for p in block.parts),
+            slab = self._slab_of(below, self._correction(below), block.centres,
                                  block.transfer.restricted[1])
         else:
             part = block.transfer.restrict(residual, np.empty(block.transfer.restricted[1], op.dtype), op.threads)
@@ -719,7 +704,7 @@ class DistributedMultigrid:
         relatives = self._through[k]
         assert relatives is not None
         parent, children = relatives
-        first = tuple(p.i0 for p in block.parts)
+        first = block.centres
         up = self.comm.isend((first, part), dest=parent, tag=2 * k)
         sent = []
         below = self.blocks[k + 1]
@@ -727,8 +712,7 @@ class DistributedMultigrid:
             places = {}
             for child in children:
                 where, piece = self.comm.recv(source=child, tag=2 * k)
-                below.op.rhs[tuple(slice(f - o, f - o + m) for f, o, m in zip(where, below.grid.start,
-                                                                              piece.shape))] = piece
+                _place(below.op.rhs, piece, where, below.grid.start)
                 places[child] = (where, piece.shape)
                 self.transfer_bytes += piece.nbytes if child != self.comm.rank else 0
             self._cycle(k + 1)
@@ -747,13 +731,13 @@ class DistributedMultigrid:
         """The levels below `block` on rank 0: the level's restriction gathered over the ranks that hold
         it, one V-cycle, and each rank's slab of the correction scattered back."""
         comm = block.comm
-        pieces = comm.gather((tuple(p.i0 for p in block.parts), part), root=0)
+        pieces = comm.gather((block.centres, part), root=0)
         slabs = None
         if self.root:
             assert self.coarse is not None and pieces is not None
             b1 = np.zeros(self.coarse.shapes[0])
             for rank, (first, piece) in enumerate(pieces):
-                b1[tuple(slice(f, f + m) for f, m in zip(first, piece.shape))] = piece
+                _place(b1, piece, first)
                 self.transfer_bytes += piece.nbytes if rank else 0
             e1 = self.coarse.vcycle(b1)
             slabs = [self._slab(block.grid, e1, rank).astype(block.op.dtype) for rank in range(comm.size)]
@@ -761,14 +745,12 @@ class DistributedMultigrid:
         return comm.scatter(slabs, root=0)
 
     def _slab(self, grid: Grid, e1: np.ndarray, rank: int) -> np.ndarray:
-        """The coarse values rank `rank` interpolates from: zero beyond a dirichlet edge, wrapped if periodic."""
+        """The coarse values rank `rank` interpolates from (its centres and one more on each side): zero
+        beyond a dirichlet edge, wrapped if periodic."""
         start, count = grid.block_of(rank)
-        periodic = self.L.ir.boundary == "periodic"
-        idx = []
-        for s, c in zip(start, count):
-            p = AxisPart(s, s + c, 0 if periodic else 1)
-            idx.append(np.arange(p.a, p.b))
-        if periodic:
+        base = 0 if self.periodic else 1
+        idx = [np.arange(first_centre(s, base) - 1, first_centre(s + c, base) + 1) for s, c in zip(start, count)]
+        if self.periodic:
             return e1[np.ix_(*[i % m for i, m in zip(idx, e1.shape)])]
         padded = np.pad(e1, 1)
         return padded[np.ix_(*[np.clip(i + 1, 0, m + 1) for i, m in zip(idx, e1.shape)])]
@@ -808,7 +790,7 @@ class DistributedMultigrid:
             return None
         assert blocks is not None
         out = np.zeros(self.shape) if ring is None else np.array(ring, float)
-        offset = (0,) * len(self.shape) if self.L.ir.boundary == "periodic" else self.L.radius
+        offset = (0,) * len(self.shape) if self.periodic else self.L.radius
         for start, piece in blocks:
             out[tuple(slice(s + o, s + o + c) for s, o, c in zip(start, offset, piece.shape))] = piece
         return out

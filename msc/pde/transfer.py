@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from msc.pde.coarsen import Axis1D
+from msc.pde.coarsen import Axis1D, first_centre
 from msc.pde.vectors import layout, typed_library
 
 
@@ -70,7 +70,7 @@ class Transfer:
         out = cls.__new__(cls)
         restriction, interpolation, centres, slab = [], [], [], []
         for s, e, base in spans:
-            i0, i1 = (s - base + 1) // 2, (e - base + 1) // 2
+            i0, i1 = first_centre(s, base), first_centre(e, base)
             a = i0 - 1
             j = 2 * np.arange(i0, i1) + base - s + 1  # each centre's fine point, in the layered array
             half = np.full(j.size, 0.5)
