@@ -4,7 +4,7 @@ with the default schedule (or the one given). Needs nvcc only (no GPU).
 Writes JSON (and prints a table).
 
     python3 benchmarks/cuda_resources.py [--json out.json] [--schedule "Schedule().tile(x=8, y=32)"]
-        [--dtypes float64,float32]
+        [--dtypes float64,float32] [--only heat3d,box3d27p]
 
 Occupancy is the share of an H100/H200 multiprocessor's 64 warps that the
 kernel's blocks can hold at once, limited by registers (65536 per
@@ -75,10 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json")
     ap.add_argument("--schedule", default="Schedule()")
     ap.add_argument("--dtypes", default="float64,float32")
+    ap.add_argument("--only", default=",".join(c.name for c in CASES[:4]), help="stencils, comma-separated")
     a = ap.parse_args(argv)
     schedule = parse_schedule(a.schedule)
     rows: list[dict[str, Any]] = []
-    for case in CASES[:4]:
+    names = a.only.split(",")
+    unknown = set(names) - {c.name for c in CASES}
+    if unknown:
+        ap.error(f"unknown stencil(s) {', '.join(sorted(unknown))}")
+    for case in (c for c in CASES if c.name in names):
         stencil = msc_stencil(case)
         for dtype in a.dtypes.split(","):
             source = get_target("cuda").source(stencil.poly(dtype), schedule)

@@ -34,7 +34,8 @@ HBM_GB_S = 4800.0
 SMS = 132
 CLOCK_HZ = 1.98e9
 SHARED_BYTES_PER_CLOCK = 128
-TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain"}  # counted schedule -> measured row
+TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
+         "streamed, 2 points of y per thread": "msc 2 points per thread"}
 
 
 def bound(row: dict[str, Any]) -> tuple[float, str]:

@@ -77,6 +77,18 @@ def msc_stencil(case: Case) -> Any:
     return msc.stencil(name=case.name)(body)
 
 
+def points_per_thread(stencil: Any, depth: int) -> Any:
+    """A 3D stencil's streamed tile of `depth` steps on the default's plane of points,
+    each thread taking ROWS points of y (half the default's threads): `unroll("y", 2)`."""
+    import msc
+    from msc.targets.gpu.cuda import ROW_BLOCKS, ROWS
+    from msc.targets.gpu.cuda_stream import block_tile
+
+    tile = block_tile(stencil.ir, depth, ROW_BLOCKS[0], ROWS)
+    assert tile is not None
+    return msc.Schedule().time_tile(depth, **tile).unroll(stencil.ir.dims[1], ROWS)
+
+
 @dataclass
 class Tool:
     """`steps_on(u0, steps)` -> (final device array, seconds of the time loop alone)."""
@@ -200,6 +212,10 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
     tools.append(msc_tool(cp, "msc plain", plain, "default"))
     mapped = msc.Schedule().parallel(st.ir.dims[0])
     tools.append(msc_tool(cp, "msc grid-mapped", st.compile(target="cuda", dtype=dtype, schedule=mapped), str(mapped)))
+    if case.ndim == 3:
+        rows = points_per_thread(st, 1)
+        tools.append(msc_tool(cp, "msc 2 points per thread", st.compile(target="cuda", dtype=dtype, schedule=rows),
+                              str(rows)))
     auto = st.compile(target="cuda", dtype=dtype, schedule="auto")
     auto.start(u=cp.asnumpy(u0))  # tunes on the device (trials of up to 64 steps)
     report = auto.report

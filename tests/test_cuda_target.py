@@ -608,6 +608,82 @@ def test_other_time_tiles_say_why_they_stay_in_global_memory():
     assert "time_tile(8, x=2, y=4, z=32)" in chosen and "skewed time tiles in global memory" in chosen
 
 
+def _row_cases() -> list[Any]:
+    from msc import t, x, y, z
+
+    @msc.stencil
+    def box27(u, a):  # constant weights and a parameter: partial sums
+        u[t + 1, x, y, z] = a * sum((1 + abs(i) + 2 * abs(j) + 3 * abs(m)) * u[t, x + i, y + j, z + m]
+                                    for i in (-1, 0, 1) for j in (-1, 0, 1) for m in (-1, 0, 1)) / 100
+
+    @msc.stencil
+    def star2(u, c):  # radius 2, weights read from an input: each point reads its ring of planes
+        u[t + 1, x, y, z] = u[t, x, y, z] + 0.05 * c[x, y, z] * sum(
+            u[t, x + i, y, z] + u[t, x, y + i, z] + u[t, x, y, z + i] - 3 * u[t, x, y, z] for i in (-2, -1, 1, 2))
+
+    rng = np.random.default_rng(3)
+    box = {"u": rng.random((19, 23, 30)), "a": 0.9}
+    star = {"u": rng.random((17, 26, 21)).astype(np.float32), "c": rng.random((17, 26, 21)).astype(np.float32)}
+    return [
+        (box27, msc.Schedule().time_tile(1, x=8, y=10, z=14).unroll("y", 2), box, "float64"),
+        (box27, msc.Schedule().time_tile(3, x=8, y=7, z=12).unroll("y", 3), box, "float64"),  # 13 rows: 15 loaded
+        (star2, msc.Schedule().time_tile(2, x=8, y=6, z=8).unroll("y", 2), star, "float32"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_streamed_threads_take_several_points_of_the_middle_dimension(index, assert_matches, reverse_blocks):
+    """`unroll(y, n)` on a 3D streamed tile: each thread loads, computes and writes n
+    consecutive points of y; partial sums read each neighbour once for all of them. One
+    step and several, a row count that does not divide the loaded rows, the ring form,
+    float32, and a run continued from an odd step, blocks and threads in reverse order."""
+    stencil, schedule, inputs, dtype = _row_cases()[index]
+    source = get_target("cuda").source(stencil.poly(dtype), schedule)
+    rows = schedule.unrolls[0][1]
+    assert f"{rows} points of y per thread" in source and "next0_1" in source
+    kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
+    for steps in (5, 6):
+        expected = stencil.reference(steps=steps, dtype=dtype, **inputs)
+        assert_matches(kernel.run(steps=steps, **inputs), expected, dtype, (stencil.name, schedule, steps))
+    sim = kernel.start(**inputs)
+    sim.advance(3)
+    sim.advance(4)
+    assert_matches({k: v.copy() for k, v in sim.fields.items()},
+                   stencil.reference(steps=7, dtype=dtype, **inputs), dtype, stencil.name)
+    if NVCC is not None:
+        with tempfile.TemporaryDirectory() as directory:
+            nvcc_check(source, Path(directory))
+
+
+def test_several_points_per_thread_share_their_neighbours():
+    """Two points of y per thread: a 27-point box reads 12 shared values per pair of
+    outputs and plane instead of 9 per output, the same global traffic per update (the
+    same tile, half the threads)."""
+    if not EMULATE:
+        pytest.skip("the counters are the emulator's")
+    stencil, _, inputs, dtype = _row_cases()[0]
+    counts = []
+    for rows in (1, 2):
+        schedule = msc.Schedule().time_tile(1, x=8, y=10, z=14)
+        kernel = stencil.compile(target="cuda", schedule=schedule.unroll("y", 2) if rows == 2 else schedule,
+                                 emulate=True)
+        kernel.run(steps=4, **inputs)
+        run = kernel.last_run
+        counts.append({key: value / run.updates for key, value in run.gpu.items() if key.endswith(("accesses", "bytes"))})
+    one, two = counts
+    assert two["shared_accesses"] < 0.8 * one["shared_accesses"], counts
+    assert two["load_bytes"] == pytest.approx(one["load_bytes"]) and two["store_bytes"] == one["store_bytes"]
+
+
+def test_points_per_thread_are_along_the_middle_dimension_of_3d_tiles():
+    box27 = _row_cases()[0][0]
+    source = get_target("cuda").source(box27.poly(), msc.Schedule().time_tile(1, x=8, y=10, z=14).unroll("z", 2))
+    assert ("skewed time tiles in global memory, not in shared memory: unroll() of streamed tiles takes the middle "
+            "dimension of a 3D stencil (its points per thread), not z") in source
+    flat = get_target("cuda").source(heat.poly(), msc.Schedule().time_tile(2, x=8, y=16).unroll("x", 2))
+    assert "not in shared memory: unroll() of streamed tiles takes the middle dimension of a 3D stencil" in flat
+
+
 @pytest.mark.parametrize("seed", [12, 24, 36])  # 2D two statements; 3D, its rings too large; 2D, two levels
 def test_time_tiles_of_the_targets_choice_run(seed, assert_matches):
     """`time_tile(depth)` with no sizes: the target's tile runs (in shared memory where the

@@ -36,6 +36,7 @@ DIFFERENTIAL = ["tests/test_openmp_differential.py", "-m", "not slow"]
 SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
 CUDA_TIME_TILES = ["tests/test_cuda_target.py::test_time_tiles_in_shared_memory_match_reference"]
+CUDA_ROWS = ["tests/test_cuda_target.py::test_streamed_threads_take_several_points_of_the_middle_dimension"]
 CUDA_DEFAULT = ["tests/test_cuda_target.py", "-k", "test_emulated_cuda_matches_reference and not True"]  # default launches
 IMPLICIT = ["tests/test_pde.py", "-k", "implicit"]
 
@@ -105,14 +106,18 @@ MUTANTS = [
            "k.Load(k.Ref(\"a\", q, k.Space.SHARED)))),))),\n        k.Barrier()))",
            "k.Load(k.Ref(\"a\", q, k.Space.SHARED)))),)))))", (*CUDA_TIME_TILES,)),
     Mutant("CUDA streamed tile computes before its plane is stored", "msc/targets/gpu/cuda_stream.py",
-           'k.Set(f"next{AHEAD - 1}", load(AHEAD, j)), k.Barrier()]', 'k.Set(f"next{AHEAD - 1}", load(AHEAD, j))]',
+           "for point in points),\n                          k.Barrier()]", "for point in points)]",
            (*CUDA_TIME_TILES,)),
     Mutant("CUDA streamed rings one plane short", "msc/targets/gpu/cuda_stream.py",
            "return 2 * self.stencil.radius[0] + (2 if self.depth == 1 else 1)",
            "return 2 * self.stencil.radius[0] + 1", (*CUDA_DEFAULT,)),
     Mutant("CUDA streamed ring's planes one point short", "msc/targets/gpu/cuda_stream.py",
-           "(depth, slots, math.prod(threads)), rows=2", "(depth, slots, math.prod(threads) - 1), rows=2",
+           "(depth, slots, math.prod(sides)), rows=2", "(depth, slots, math.prod(sides) - 1), rows=2",
            ("tests/test_cuda_target.py::test_time_tiles_in_shared_memory_match_reference",)),
+    Mutant("CUDA streamed thread's next point one column short of a row below", "msc/targets/gpu/cuda_stream.py",
+           "q + i * plan.points[1], f\"_{i}\")", "q + i * (plan.points[1] - 1), f\"_{i}\")", (*CUDA_ROWS,)),
+    Mutant("CUDA streamed thread's points all weigh the first point's neighbours", "msc/targets/gpu/cuda_stream.py",
+           "value[i * row + plan.shift(offsets)]", "value[plan.shift(offsets)]", (*CUDA_ROWS,)),
     Mutant("tensor-core staging without its barrier", "msc/targets/gpu/cuda_tensor_core.py",
            "    body += [kir.Barrier(),\n             kir.Decl(\"warp\"", "    body += [kir.Decl(\"warp\"",
            ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference",)),

@@ -89,6 +89,9 @@ class Expr:
     def and_(self, other: Expr) -> Expr:
         return Op("&&", self, other)
 
+    def or_(self, other: Expr) -> Expr:
+        return Op("||", self, other)
+
     def not_(self) -> Expr:
         return Not(self)
 

@@ -272,6 +272,10 @@ TIME_DEPTHS = (2, 3, 4, 8)
 # default: of one step, and of time tiles
 STREAM_BLOCKS = {2: ((64,), (256,)), 3: ((8, 32), (8, 64), (32, 32))}
 TIME_TILE_BLOCKS = {2: ((256,),), 3: ((32, 32),)}
+# 3D streamed blocks (threads, outer first) whose threads take ROWS points of the middle
+# dimension each (`unroll(y, ROWS)`), of one step and of time tiles
+ROWS = 2
+ROW_BLOCKS = ((8, 32), (16, 32))
 
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
@@ -280,26 +284,39 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     (a tile is a block), then time tiles of four depths (dirichlet stencils only), of
     the default block and, in 2D and 3D, of a larger one, that fit a block and whose
     halo leaves most of what a block loads computed into outputs
-    (`cuda_time_tile.pays`: a degenerate tile would take seconds per step)."""
+    (`cuda_time_tile.pays`: a degenerate tile would take seconds per step). In 3D the
+    streamed candidates include blocks whose threads take ROWS points of y each."""
     out = [Schedule()]
     streams = time_tile.default_stream(stencil) is not None
     if streams:
         out.append(Schedule().parallel(stencil.dims[0]))
-        for threads in STREAM_BLOCKS[stencil.ndim]:  # streamed blocks of other shapes, one step each
-            tiles = stream.block_tile(stencil, 1, threads)
-            if tiles is not None and time_tile.pays(stencil, 1, tiles):
-                out.append(Schedule().time_tile(1, **tiles))
+        out += _streamed(stencil, 1, [(threads, 1) for threads in STREAM_BLOCKS[stencil.ndim]] + _row_blocks(stencil))
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]
     if stencil.boundary == "dirichlet":
         for depth in TIME_DEPTHS:
-            shapes = [time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])]
+            tile = time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])
+            shapes = [Schedule().time_tile(depth, **tile)] if time_tile.pays(stencil, depth, tile) else []
             if streams:
-                shapes += [stream.block_tile(stencil, depth, threads) for threads in TIME_TILE_BLOCKS[stencil.ndim]]
-            for tile in filter(None, shapes):
-                schedule = Schedule().time_tile(depth, **tile)
-                if schedule not in out and time_tile.pays(stencil, depth, tile):
-                    out.append(schedule)
+                blocks = [(threads, 1) for threads in TIME_TILE_BLOCKS[stencil.ndim]] + _row_blocks(stencil)
+                shapes += _streamed(stencil, depth, blocks)
+            out += [schedule for schedule in shapes if schedule not in out]
+    return out
+
+
+def _row_blocks(stencil: ir.StencilIR) -> list[tuple[tuple[int, ...], int]]:
+    return [(threads, ROWS) for threads in ROW_BLOCKS] if stencil.ndim == 3 else []
+
+
+def _streamed(stencil: ir.StencilIR, depth: int, blocks: list[tuple[tuple[int, ...], int]]) -> list[Schedule]:
+    """Streamed tiles of `depth` steps for blocks of these threads (outer first), each
+    thread taking `rows` points of the middle dimension: those that fit and pay."""
+    out = []
+    for threads, rows in blocks:
+        tile = stream.block_tile(stencil, depth, threads, rows)
+        if tile is not None and time_tile.pays(stencil, depth, tile, rows):
+            schedule = Schedule().time_tile(depth, **tile)
+            out.append(schedule.unroll(stencil.dims[1], rows) if rows > 1 else schedule)
     return out
 
 

@@ -18,6 +18,10 @@ iteration lies between (the loaded plane's store comes before the first
 barrier, so with one step, where no barrier follows the step, its ring keeps
 one plane more).
 
+With `unroll(y, k)` on a 3D tile, each thread owns k consecutive points of
+the middle dimension instead of one (`StreamedTile.rows`): it loads, computes
+and writes all k, and its partial sums read each neighbour once for all k.
+
 The default launch of a qualifying stencil (2D or 3D, dirichlet, one
 statement, one past level: `cuda_time_tile.reason_not_shared`) is a streamed
 tile of depth 1; `time_tile(depth, ...)` tiles are streamed tiles of that
@@ -42,7 +46,7 @@ from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, STATIC_SHARED, DeviceFu
 RING = "msc_ring"  # the stages' rings of planes in shared memory
 SHARED_BYTES = 64 << 10  # dynamic shared memory a block may have on every device msc targets (AMD CDNA's LDS)
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
-AHEAD = 2  # planes each thread's loads run ahead of the one computed (loads in flight per thread)
+AHEAD = 2  # loads in flight per thread: planes its loads run ahead of the one computed, times its points per plane
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first
 Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weighted reads by streamed offset
 
@@ -56,11 +60,26 @@ class StreamedTile:
     depth: int
     chunk: int
     tile: tuple[int, ...]
+    rows: int = 1  # 3D: consecutive points per thread along the middle dimension (`unroll(y, rows)`)
+
+    @property
+    def ahead(self) -> int:
+        """Planes a thread's loads run ahead of the one computed: AHEAD loads in flight per thread."""
+        return max(1, AHEAD // self.rows)
+
+    @property
+    def points(self) -> tuple[int, ...]:
+        """Points of a plane per inner dimension, outer first: the tile and its halo
+        (in 3D the middle dimension rounded up to whole rows of threads)."""
+        points = [t + 2 * self.depth * r for t, r in zip(self.tile, self.stencil.radius[1:])]
+        points[0] = -(-points[0] // self.rows) * self.rows
+        return tuple(points)
 
     @property
     def threads(self) -> tuple[int, ...]:
-        """Threads per inner dimension, outer first: the tile and its halo."""
-        return tuple(t + 2 * self.depth * r for t, r in zip(self.tile, self.stencil.radius[1:]))
+        """Threads per inner dimension, outer first: a thread per point, but one per
+        `rows` points along the middle dimension of a 3D stencil."""
+        return (self.points[0] // self.rows, *self.points[1:])
 
     @cached_property
     def sums(self) -> tuple[Terms, ir.Expr | None] | None:
@@ -79,7 +98,7 @@ class StreamedTile:
     @property
     def shared_bytes(self) -> int:
         itemsize = 4 if self.stencil.dtype == "float32" else 8
-        return self.depth * self.slots * math.prod(self.threads) * itemsize
+        return self.depth * self.slots * math.prod(self.points) * itemsize
 
     @property
     def dynamic_shared(self) -> int:
@@ -91,20 +110,20 @@ class StreamedTile:
         threads = math.prod(self.threads)
         if threads > MAX_THREADS:
             return (f"its blocks of {' x '.join(map(str, self.threads))} threads (tile plus {self.depth} x radius "
-                    f"on each side) would be {threads} threads, more than {MAX_THREADS}")
+                    f"on each side{self._per_thread()}) would be {threads} threads, more than {MAX_THREADS}")
         if self.shared_bytes > SHARED_BYTES:
-            return (f"its {self.depth} rings of {self.slots} planes of {threads} points would take "
+            return (f"its {self.depth} rings of {self.slots} planes of {math.prod(self.points)} points would take "
                     f"{self.shared_bytes} bytes of shared memory, more than {SHARED_BYTES}")
         return None
 
     def shift(self, offsets: tuple[int, ...]) -> int:
         """Where a neighbour at these inner offsets (outer first) lies in a plane buffer, from the thread's point."""
-        return sum(o * math.prod(self.threads[d:]) for d, o in enumerate(offsets, 1))
+        return sum(o * math.prod(self.points[d:]) for d, o in enumerate(offsets, 1))
 
     def useful(self) -> float:
         """The share of the loaded points the block writes out (the rest is halo)."""
         halo = self.chunk + 2 * self.depth * self.stencil.radius[0]
-        return math.prod(self.tile) * self.chunk / (math.prod(self.threads) * halo)
+        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * halo)
 
     def grid(self) -> tuple[ix.Expr, ...]:
         """Blocks of a launch, x first: the innermost dimension, ..., the streamed one."""
@@ -118,7 +137,11 @@ class StreamedTile:
     def describe(self) -> str:
         tile = " x ".join(map(str, (self.chunk, *self.tile)))
         return (f"streamed tiles of {self.depth} step{'s' if self.depth > 1 else ''} in shared memory: tile {tile}, "
-                f"blocks of {' x '.join(map(str, self.threads))} threads marching along {self.stencil.dims[0]}")
+                f"blocks of {' x '.join(map(str, self.threads))} threads{self._per_thread()} marching along "
+                f"{self.stencil.dims[0]}")
+
+    def _per_thread(self) -> str:
+        return "" if self.rows == 1 else f", {self.rows} points of {self.stencil.dims[1]} per thread"
 
 
 def blocks(points: ix.Expr, size: int, cap: int) -> ix.Expr:
@@ -135,20 +158,22 @@ def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
     return tile
 
 
-def block_tile(stencil: ir.StencilIR, depth: int, threads: tuple[int, ...]) -> dict[str, int] | None:
+def block_tile(stencil: ir.StencilIR, depth: int, threads: tuple[int, ...], rows: int = 1) -> dict[str, int] | None:
     """The tile of a block of `threads` per inner dimension (outer first) streaming
-    `depth` steps: the block less its halo, through a chunk of at least CHUNK and
-    8 x depth x radius planes (a halo of at most a quarter); None where the halo
-    would leave fewer than 4 points along a dimension."""
-    tile = [n - 2 * depth * r for n, r in zip(threads, stencil.radius[1:])]
+    `depth` steps, with `rows` points per thread along a 3D stencil's middle dimension:
+    the block's points less their halo, through a chunk of at least CHUNK and 8 x depth
+    x radius planes (a halo of at most a quarter); None where the halo would leave
+    fewer than 4 points along a dimension."""
+    points = (threads[0] * rows, *threads[1:])
+    tile = [n - 2 * depth * r for n, r in zip(points, stencil.radius[1:])]
     if min(tile) < 4:
         return None
     return dict(zip(stencil.dims, (max(CHUNK, 8 * depth * stencil.radius[0]), *tile)))
 
 
-def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> StreamedTile:
+def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1) -> StreamedTile:
     dims = stencil.dims
-    return StreamedTile(stencil, depth, tiles[dims[0]], tuple(tiles[d] for d in dims[1:]))
+    return StreamedTile(stencil, depth, tiles[dims[0]], tuple(tiles[d] for d in dims[1:]), rows)
 
 
 def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
@@ -197,62 +222,108 @@ def tile_loops(stencil: ir.StencilIR, sizes: Sequence[int], axes: Sequence[str],
     return k.Block(tuple(body))
 
 
+@dataclass(frozen=True)
+class _Point:
+    """One of a thread's points of each plane (one per thread, or `rows` along the
+    middle dimension of a 3D stencil): its index per inner dimension in the block's
+    plane, its index in a plane buffer, and the suffix of its variables' names."""
+
+    local: dict[int, ix.Expr]
+    q: ix.Expr
+    suffix: str
+
+    def var(self, name: str) -> ix.Var:
+        return ix.Var(name + self.suffix)
+
+    def glob(self, d: int) -> str:
+        """The name of its global index along inner dimension d (only the middle one is its own)."""
+        return f"g{d}" + (self.suffix if d == 1 else "")
+
+
+def _points(plan: StreamedTile, local: dict[int, ix.Var], q: ix.Var) -> list[_Point]:
+    if plan.rows == 1:
+        return [_Point(dict(local), q, "")]
+    return [_Point({1: local[1] * plan.rows + i, 2: local[2]}, q + i * plan.points[1], f"_{i}")
+            for i in range(plan.rows)]
+
+
 def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     """The `__global__` function of the plan's streamed tiles, as kernel IR."""
     st, ndim, depth = plan.stencil, plan.stencil.ndim, plan.depth
-    r, r0, slots, threads = st.radius, st.radius[0], plan.slots, plan.threads
+    r, r0, slots, sides = st.radius, st.radius[0], plan.slots, plan.points
     inner = range(1, ndim)
     axes = (AXES[ndim - 1], *(AXES[ndim - 1 - d] for d in inner))  # the streamed dimension's blocks, the last on .x
     extents = [ix.Var(f"P{d}") for d in range(ndim)]
-    glob = [ix.Var(f"g{d}") for d in range(ndim)]
     local = {d: ix.Var(f"l{d}") for d in inner}
     q, p, j, steps = ix.Var("q"), ix.Var("p"), ix.Var("j"), ix.Var("steps")
-    first, planes, column, g0 = ix.Var("first"), ix.Var("planes"), ix.Var("column"), glob[0]
+    first, planes, g0 = ix.Var("first"), ix.Var("planes"), ix.Var("g0")
     summed = plan.sums
+    points = _points(plan, local, q)
 
-    def load(ahead: int, loaded: ix.Expr | None = None) -> ix.Expr:
-        """The block's plane `loaded` + `ahead` at the thread's column; 0 outside the array or the planes."""
+    def glob(point: _Point) -> list[ix.Var]:
+        return [g0, *(ix.Var(point.glob(d)) for d in inner)]
+
+    def load(point: _Point, ahead: int, loaded: ix.Expr | None = None) -> ix.Expr:
+        """The block's plane `loaded` + `ahead` at the point's column; 0 outside the array or the planes."""
         at, g = (ix.Lit(ahead), first + ahead) if loaded is None else (loaded + ahead, first + loaded + ahead)
-        inside = conjunction([ix.Var("in_plane"), at.lt(planes), g.ge(0), g.lt(extents[0])])
-        return ix.Select(inside, k.Load(k.Ref("src", g * ix.Var("plane") + column)), ix.Cast("real", ix.Lit(0)))
+        inside = conjunction([point.var("in_plane"), at.lt(planes), g.ge(0), g.lt(extents[0])])
+        return ix.Select(inside, k.Load(k.Ref("src", g * ix.Var("plane") + point.var("column"))),
+                         ix.Cast("real", ix.Lit(0)))
 
-    lines: list[k.Node] = [k.Decl(f"g{d}", "index", ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d] + local[d])
-                           for d in inner]
-    lines += [k.Decl("in_plane", "flag", conjunction([c for d in inner
-                                                      for c in (glob[d].ge(0), glob[d].lt(extents[d]))])),
-              k.Decl("interior", "flag", conjunction([c for d in inner
-                                                      for c in (glob[d].ge(r[d]), glob[d].lt(extents[d] - r[d]))])),
-              k.Decl("in_tile", "flag", conjunction([c for d in inner for c in (
-                  local[d].ge(depth * r[d]), local[d].lt(depth * r[d] + plan.tile[d - 1]))])),
-              k.Decl("column", "index", ix.linear(glob[1:], extents[1:])),
-              k.Comment("the block's first plane"),
+    lines: list[k.Node] = []
+    for d, point in ((d, point) for point in points for d in inner):
+        if not any(isinstance(n, k.Decl) and n.name == point.glob(d) for n in lines):
+            lines.append(k.Decl(point.glob(d), "index", ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d]
+                                + point.local[d]))
+    for point in points:
+        g = glob(point)
+        lines += [k.Decl("in_plane" + point.suffix, "flag",
+                         conjunction([c for d in inner for c in (g[d].ge(0), g[d].lt(extents[d]))])),
+                  k.Decl("interior" + point.suffix, "flag",
+                         conjunction([c for d in inner for c in (g[d].ge(r[d]), g[d].lt(extents[d] - r[d]))])),
+                  k.Decl("in_tile" + point.suffix, "flag", conjunction([c for d in inner for c in (
+                      point.local[d].ge(depth * r[d]), point.local[d].lt(depth * r[d] + plan.tile[d - 1]))])),
+                  k.Decl("column" + point.suffix, "index", ix.linear(g[1:], extents[1:]))]
+    lines += [k.Comment("the block's first plane"),
               k.Decl("first", "index", ix.Var("b0") * plan.chunk - depth * r0),
               k.Decl("planes", "int",
                      ix.Cast("int", ix.min_(plan.chunk + 2 * depth * r0, extents[0] + depth * r0 - first))),
-              *(k.Decl(f"next{a}", "value", load(a), const=False) for a in range(AHEAD))]
+              *(k.Decl(f"next{a}{point.suffix}", "value", load(point, a), const=False)
+                for a in range(plan.ahead) for point in points)]
     if summed is not None:
         lines.append(k.Comment("partial sums, own column's planes"))
-        lines += [k.Decl(f"{v}{s}_{m}", "value", ix.Lit(0), const=False) for v, n in (("a", 2 * r0 + 1), ("w", r0 + 1))
-                  for s in range(1, depth + 1) for m in range(n)]
-    step: list[k.Node] = [k.Store(ring(0, j & 1 if summed is not None else j % slots, q), ix.Var("next0")),
-                          *(k.Set(f"next{a}", ix.Var(f"next{a + 1}")) for a in range(AHEAD - 1)),
-                          k.Set(f"next{AHEAD - 1}", load(AHEAD, j)), k.Barrier()]
+        lines += [k.Decl(f"{v}{s}_{m}{point.suffix}", "value", ix.Lit(0), const=False)
+                  for v, n in (("a", 2 * r0 + 1), ("w", r0 + 1)) for s in range(1, depth + 1) for m in range(n)
+                  for point in points]
+    slot = j & 1 if summed is not None else j % slots
+    step: list[k.Node] = [*(k.Store(ring(0, slot, point.q), point.var("next0")) for point in points),
+                          *(k.Set(f"next{a}{point.suffix}", point.var(f"next{a + 1}"))
+                            for a in range(plan.ahead - 1) for point in points),
+                          *(k.Set(f"next{plan.ahead - 1}{point.suffix}", load(point, plan.ahead, j)) for point in points),
+                          k.Barrier()]
     window = [g0.ge(r0), g0.lt(extents[0] - r0)]
     for stage in range(1, depth + 1):
-        valid = [c for d in inner for c in (local[d].ge(stage * r[d]), local[d].lt(threads[d - 1] - stage * r[d]))]
-        done = conjunction([ix.Lit(stage).le(steps), ix.Var("interior"), *window, *valid])
+        valid = [[c for d in inner for c in (point.local[d].ge(stage * r[d]),
+                                             point.local[d].lt(sides[d - 1] - stage * r[d]))] for point in points]
+        done = [conjunction([ix.Lit(stage).le(steps), point.var("interior"), *window, *ok])
+                for point, ok in zip(points, valid)]
         last = stage == depth
         if summed is None:
-            at = {read: access(plan, read, stage, p, q, glob, extents) for read in ir.reads_of(st.statements[0].expr)}
-            value = k.Compute(st.statements[0].expr, tuple(at.items()), st.dtype)
-            out = [k.Decl("v", "value", k.Load(ring(stage - 1, p % slots, q)), const=False),
-                   k.If(done, k.Block((k.Set("v", value),))),
-                   _output(plan, p, False) if last else k.Store(ring(stage, p % slots, q), ix.Var("v"))]
+            out: list[k.Node] = []
+            for point, finished in zip(points, done):
+                at = {read: access(plan, read, stage, p, point.q, glob(point), extents)
+                      for read in ir.reads_of(st.statements[0].expr)}
+                value = k.Compute(st.statements[0].expr, tuple(at.items()), st.dtype)
+                out += [k.Decl("v" + point.suffix, "value", k.Load(ring(stage - 1, p % slots, point.q)), const=False),
+                        k.If(finished, k.Block((k.Set("v" + point.suffix, value),))),
+                        _output(plan, p, False, point) if last
+                        else k.Store(ring(stage, p % slots, point.q), point.var("v"))]
             body: list[k.Node] = [k.Decl("p", "int", j - stage * r0), k.Decl("g0", "index", first + p),
                                   k.If(p.ge(stage * r0), k.Block(tuple(out)))]
         else:
-            body = _summed_stage(plan, stage, summed, conjunction(valid), done)
-            body.append(_output(plan, p, True) if last else k.Store(ring(stage, p & 1, q), ix.Var("v")))
+            body = _summed_stage(plan, stage, summed, points, [conjunction(ok) for ok in valid], done)
+            body += [_output(plan, p, True, point) if last else k.Store(ring(stage, p & 1, point.q), point.var("v"))
+                     for point in points]
         step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {r0} behind the loaded one"
                                     + ("" if summed is None else ", done; partial sums of plane n")), *body),
                          scoped=True),
@@ -261,9 +332,10 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
     dynamic = 0 if plan.dynamic_shared else None  # rings over STATIC_SHARED go to dynamic shared memory
-    function = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(threads)), rows=2, offset=dynamic),
+    first_point = [local[1] * plan.rows, *(local[d] for d in inner[1:])] if plan.rows > 1 else list(local.values())
+    function = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(sides)), rows=2, offset=dynamic),
                         *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
-                        k.Decl("q", "int", ix.linear(list(local.values()), threads)),
+                        k.Decl("q", "int", ix.linear(first_point, sides)),
                         k.Decl("plane", "index", plane),
                         *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
     return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st))
@@ -283,25 +355,26 @@ def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, q: ix
     return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
 
 
-def _output(plan: StreamedTile, p: ix.Expr, summed: bool) -> k.If:
-    """The last step's value written out where it is an output of the block's tile."""
+def _output(plan: StreamedTile, p: ix.Expr, summed: bool, point: _Point) -> k.If:
+    """The last step's value of a point written out where it is an output of the block's tile."""
     reach = plan.depth * plan.stencil.radius[0]
     g0, r0, extent = ix.Var("g0"), plan.stencil.radius[0], ix.Var("P0")
-    where = [*([p.ge(reach)] if summed else []), ix.Var("in_tile"), ix.Var("interior"), p.lt(reach + plan.chunk),
+    where = [*([p.ge(reach)] if summed else []), point.var("in_tile"), point.var("interior"), p.lt(reach + plan.chunk),
              g0.ge(r0), g0.lt(extent - r0)]
-    stored = k.Store(k.Ref("dst", g0 * ix.Var("plane") + ix.Var("column")), ix.Var("v"))
+    stored = k.Store(k.Ref("dst", g0 * ix.Var("plane") + point.var("column")), point.var("v"))
     return k.If(conjunction(where), k.Block((stored,)))
 
 
-def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr | None], valid: ix.Expr,
-                  done: ix.Expr) -> list[k.Node]:
+def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr | None], points: list[_Point],
+                  valid: list[ix.Expr], done: list[ix.Expr]) -> list[k.Node]:
     """Step `stage` of the iteration as partial sums: the newest plane n of the stage
     before is weighted into the partial sums of the outputs n - r0 .. n + r0 (a{stage}_m
     is output p + m), output p = n - r0 is then complete (or its own value, w{stage}_0,
-    kept where the step does not compute it), and the sums move down one plane."""
+    kept where the step does not compute it), and the sums move down one plane. A
+    thread's points share the neighbours they read: each is read once."""
     st, r0, s = plan.stencil, plan.stencil.radius[0], stage
     terms, constant = summed
-    j, q, n = ix.Var("j"), ix.Var("q"), ix.Var("n")
+    j, n = ix.Var("j"), ix.Var("n")
 
     def weight(e: ir.Expr) -> ix.Expr:
         return k.Compute(e, (), st.dtype)
@@ -309,21 +382,46 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
     out: list[k.Node] = [k.Decl("n", "int", j - (s - 1) * r0), k.Decl("p", "int", j - s * r0),
                          k.Decl("g0", "index", ix.Var("first") + ix.Var("p")),
                          k.Decl("plane_n", "const pointer", k.Address(ring(s - 1, n & 1, ix.Lit(0))), restrict=False)]
-    out += [k.Set(f"w{s}_{m}", ix.Var(f"w{s}_{m + 1}")) for m in range(r0)]
-    out.append(k.Set(f"w{s}_{r0}", k.Load(k.Ref("plane_n", q, k.Space.SHARED))))
-    # each neighbour of the plane read once (the column's own value is w{s}_{r0})
-    shifts = sorted({plan.shift(offsets) for group in terms.values() for offsets, _ in group} - {0})
-    value = {0: ix.Var(f"w{s}_{r0}"), **{shift: ix.Var(f"u{i}") for i, shift in enumerate(shifts)}}
-    sums: list[k.Node] = [k.Decl(f"u{i}", "value", k.Load(k.Ref("plane_n", q + shift, k.Space.SHARED)))
+    for point in points:
+        out += [k.Set(f"w{s}_{m}{point.suffix}", point.var(f"w{s}_{m + 1}")) for m in range(r0)]
+        out.append(k.Set(f"w{s}_{r0}{point.suffix}", k.Load(k.Ref("plane_n", point.q, k.Space.SHARED))))
+    # each neighbour of the plane read once (a point's own value is its w{s}_{r0}); in
+    # 3D with several points a thread's neighbours are rows (relative to its first
+    # point's) and columns: `row` points apart
+    row = plan.points[1] if plan.rows > 1 else 0
+    own = {i * row: f"w{s}_{r0}{point.suffix}" for i, point in enumerate(points)}
+    reads = {i * row + plan.shift(offsets): i + offsets[0] for i in range(len(points))
+             for group in terms.values() for offsets, _ in group}
+    shifts = sorted(set(reads) - set(own))
+    value = {**{shift: ix.Var(name) for shift, name in own.items()},
+             **{shift: ix.Var(f"u{i}") for i, shift in enumerate(shifts)}}
+    sums: list[k.Node] = [k.Decl(f"u{i}", "value", _neighbour(plan, shift, reads[shift]))
                           for i, shift in enumerate(shifts)]
-    for dz in sorted(terms):
-        parts = [ix.Op("*", weight(w), value[plan.shift(offsets)]) for offsets, w in terms[dz]]
-        sums.append(k.Set(f"a{s}_{r0 - dz}", functools.reduce(lambda a, b: ix.Op("+", a, b), parts), op="+="))
-    out.append(k.If(valid, k.Block(tuple(sums))))
-    complete = ix.Var(f"a{s}_0")
-    if constant is not None:
-        complete = ix.Op("+", complete, weight(constant))
-    out.append(k.Decl("v", "value", ix.Select(done, complete, ix.Var(f"w{s}_0"))))
-    out += [k.Set(f"a{s}_{m}", ix.Var(f"a{s}_{m + 1}")) for m in range(2 * r0)]
-    out.append(k.Set(f"a{s}_{2 * r0}", ix.Lit(0)))
+    for i, (point, ok) in enumerate(zip(points, valid)):
+        adds: list[k.Node] = []
+        for dz in sorted(terms):
+            parts = [ix.Op("*", weight(w), value[i * row + plan.shift(offsets)]) for offsets, w in terms[dz]]
+            adds.append(k.Set(f"a{s}_{r0 - dz}{point.suffix}", functools.reduce(lambda a, b: ix.Op("+", a, b), parts),
+                              op="+="))
+        sums += adds if len(points) == 1 else [k.If(ok, k.Block(tuple(adds)))]
+    out.append(k.If(valid[0] if len(points) == 1 else functools.reduce(ix.Expr.or_, valid), k.Block(tuple(sums))))
+    for point, finished in zip(points, done):
+        complete = point.var(f"a{s}_0")
+        if constant is not None:
+            complete = ix.Op("+", complete, weight(constant))
+        out.append(k.Decl("v" + point.suffix, "value", ix.Select(finished, complete, point.var(f"w{s}_0"))))
+        out += [k.Set(f"a{s}_{m}{point.suffix}", point.var(f"a{s}_{m + 1}")) for m in range(2 * r0)]
+        out.append(k.Set(f"a{s}_{2 * r0}{point.suffix}", ix.Lit(0)))
     return out
+
+
+def _neighbour(plan: StreamedTile, shift: int, row: int) -> ix.Expr:
+    """The newest plane's value `shift` from the thread's first point, in `row` from its
+    first point's. With several points per thread, a neighbour in a row above or below
+    the thread's own is read only where that row is in the plane (0 elsewhere: no valid
+    point of the thread uses it)."""
+    load = k.Load(k.Ref("plane_n", ix.Var("q") + shift, k.Space.SHARED))
+    if plan.rows == 1 or 0 <= row < plan.rows:
+        return load
+    at = ix.Var("l1") * plan.rows + row
+    return ix.Select(at.ge(0) if row < 0 else at.lt(plan.points[0]), load, ix.Cast("real", ix.Lit(0)))

@@ -97,15 +97,24 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
         return why
     if set(tiles) != set(stencil.dims):
         return f"not every dimension is tiled (tile {', '.join(stencil.dims)} for shared memory)"
-    if s.order or s.unrolls or s.vector_loop or s.parallel_loop not in (None, *(f"{d}_tile" for d in stencil.dims)):
-        return "reorder/unroll/vectorize, or parallel() on a point loop, choose loops of the skewed tiles"
-    return tile_plan(stencil, s.time_depth, tiles).too_large()
+    if s.order or s.vector_loop or s.parallel_loop not in (None, *(f"{d}_tile" for d in stencil.dims)):
+        return "reorder/vectorize, or parallel() on a point loop, choose loops of the skewed tiles"
+    if s.unrolls and (stencil.ndim != 3 or len(s.unrolls) > 1 or s.unrolls[0][0] != stencil.dims[1]):
+        return (f"unroll() of streamed tiles takes the middle dimension of a 3D stencil (its points per thread), "
+                f"not {', '.join(name for name, _ in s.unrolls)}")
+    return tile_plan(stencil, s.time_depth, tiles, points_per_thread(s)).too_large()
 
 
-def tile_plan(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> SharedTimeTile | StreamedTile:
-    """A shared-memory time tile of `depth` steps and these sizes: streamed in 2D and 3D, a box in 1D."""
+def points_per_thread(schedule: Schedule) -> int:
+    """Points per thread along the middle dimension of a streamed 3D tile: `unroll(y, rows)`."""
+    return schedule.unrolls[0][1] if schedule.unrolls else 1
+
+
+def tile_plan(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1) -> SharedTimeTile | StreamedTile:
+    """A shared-memory time tile of `depth` steps and these sizes: streamed in 2D and 3D
+    (`rows` points per thread along a 3D stencil's middle dimension), a box in 1D."""
     if stencil.ndim > 1:
-        return stream.streamed_tile(stencil, depth, tiles)
+        return stream.streamed_tile(stencil, depth, tiles, rows)
     return SharedTimeTile(stencil, depth, tuple(tiles[d] for d in stencil.dims))
 
 
@@ -126,11 +135,11 @@ def default_tile(stencil: ir.StencilIR, depth: int, block: tuple[int, ...]) -> d
     return dict(zip(stencil.dims, tile))
 
 
-def pays(stencil: ir.StencilIR, depth: int, tiles: dict[str, int]) -> bool:
+def pays(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1) -> bool:
     """Whether a block of this time tile fits and computes outputs with at least
     MIN_USEFUL of the points it loads: below that, the halo's redundant work costs
     more than the steps it fuses save (a 1x1 tile, say)."""
-    plan = tile_plan(stencil, depth, tiles)
+    plan = tile_plan(stencil, depth, tiles, rows)
     return plan.too_large() is None and plan.useful() >= MIN_USEFUL
 
 
@@ -148,7 +157,8 @@ def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> Shared
         return default_stream(stencil)
     if not schedule.schedule.time_depth or reason_not_shared(stencil, schedule) is not None:
         return None
-    return tile_plan(stencil, schedule.schedule.time_depth, dict(schedule.schedule.tiles))
+    return tile_plan(stencil, schedule.schedule.time_depth, dict(schedule.schedule.tiles),
+                     points_per_thread(schedule.schedule))
 
 
 def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:
