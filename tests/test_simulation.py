@@ -57,6 +57,19 @@ def test_fields_are_read_only_views_of_kept_buffers():
     assert wave.compile().last_run.steps == 0 and sim.kernel.last_run.steps == 3
 
 
+def test_kernel_buffers_start_on_a_page():
+    """Rows of 2 KiB (256 doubles) in a buffer that starts on a page never straddle one."""
+    from msc.runtime.buffers import PAGE, aligned_empty
+
+    for shape, dtype in (((3, 256, 256), "float64"), ((7,), "float32"), ((1,), "float64")):
+        for zeroed in (False, True):
+            a = aligned_empty(shape, dtype, zeroed=zeroed)
+            assert a.ctypes.data % PAGE == 0 and a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.c_contiguous
+            assert not zeroed or not a.any()
+    sim = wave.compile().start(**wave_inputs())
+    assert all(b.ctypes.data % PAGE == 0 for b in sim._host_buffers().values())
+
+
 def test_periodic_fields_have_the_domain_shape(assert_matches):
     u0 = np.random.default_rng(4).random((9, 35))
     sim = drift.compile().start(u=u0, a=0.3)
