@@ -1,8 +1,9 @@
 """Memory traffic of msc's CUDA kernels per grid-point update, counted by the
 CUDA emulator (docs/cuda.md "Counters"), for the standard stencils of
 benchmarks/stencils_gpu.py: the grid-mapped launch (one point per thread,
-`parallel` on the outermost dimension), the default launch (streamed tiles)
-and time tiles of depth 4, in float64 and float32. Runs on the CPU (g++ only).
+`parallel` on the outermost dimension), the default launch (streamed tiles),
+time tiles of depth 4 and the tensor-core kernels (fp64 in float64, tf32 in
+float32), in float64 and float32. Runs on the CPU (g++ only).
 Writes JSON and prints a table; the goals of docs/cuda.md are checked and
 reported ("meets").
 
@@ -39,11 +40,12 @@ STANDARD = ("heat2d", "box2d9p", "heat3d", "box3d27p")
 DEPTH = 4
 
 
-def schedules(stencil: msc.Stencil) -> dict[str, msc.Schedule]:
-    """The grid-mapped launch, the default, time_tile(DEPTH); in 3D also streamed tiles
-    (one step and DEPTH) whose threads take 2 points of y each."""
+def schedules(stencil: msc.Stencil, dtype: str) -> dict[str, msc.Schedule]:
+    """The grid-mapped launch, the default, time_tile(DEPTH), tensor cores (fp64, or tf32 in
+    float32); in 3D also streamed tiles (one step and DEPTH) whose threads take 2 points of y each."""
     out = {"grid-mapped": msc.Schedule().parallel("x"), "default (streamed)": msc.Schedule(),
-           f"time_tile({DEPTH})": msc.Schedule().time_tile(DEPTH)}
+           f"time_tile({DEPTH})": msc.Schedule().time_tile(DEPTH),
+           "tensor cores": msc.Schedule().tensor_cores("fp64" if dtype == "float64" else "tf32")}
     if stencil.ir.ndim == 3:
         for depth in (1, DEPTH):
             label = "streamed" if depth == 1 else f"time_tile({depth})"
@@ -57,7 +59,7 @@ def measure(name: str, dtype: str, steps: int) -> list[dict[str, Any]]:
     u = np.random.default_rng(0).random(SHAPES[case.ndim]).astype(dtype)
     itemsize = np.dtype(dtype).itemsize
     rows = []
-    for label, schedule in schedules(stencil).items():
+    for label, schedule in schedules(stencil, dtype).items():
         kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=True)
         start = time.perf_counter()
         out = kernel.run(steps=steps, u=u)

@@ -36,6 +36,7 @@ CLOCK_HZ = 1.98e9
 SHARED_BYTES_PER_CLOCK = 128
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
+TENSOR_CORES = {"float64": "msc tensor cores (fp64)", "float32": "msc tensor cores (tf32)"}
 
 
 def bound(row: dict[str, Any]) -> tuple[float, str]:
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for r in counted:
         gst, what = bound(r)
-        tool = measured.get((r["stencil"], r["dtype"]), {}).get(TOOLS.get(r["schedule"], ""))
+        name = TENSOR_CORES[r["dtype"]] if r["schedule"] == "tensor cores" else TOOLS.get(r["schedule"], "")
+        tool = measured.get((r["stencil"], r["dtype"]), {}).get(name)
         got = tool["gstencil_per_s"] if tool else None
         rows.append({"stencil": r["stencil"], "dtype": r["dtype"], "schedule": r["schedule"], "bound_gstencil_per_s": gst,
                      "bounded_by": what, "measured_gstencil_per_s": got})

@@ -286,6 +286,23 @@ def test_counters_model_coalescing(lib, offset, stride, load_sectors):
     assert got["launches"] == 1 and got["shared_accesses"] == 0
 
 
+@pytest.mark.parametrize(("ldm", "ways"), [(4, 1), (8, 2), (16, 4), (20, 1)])
+def test_counters_model_fragment_loads_and_stores_as_one_access(lib, ldm, ways):
+    """A warp's load_matrix_sync or store_matrix_sync is one access over the fragment's rows,
+    whatever lane holds which element. An 8 x 4 double fragment's 8 rows of 32 bytes: 64 or
+    128 bytes apart they share 16 or 8 banks (2 and 4 times the ideal 2 wavefronts), 160
+    bytes apart they cover all 32 (the tensor-core staging's padded pitch). Then an 8 x 8
+    product stored in 512 contiguous bytes: its ideal 4 wavefronts (2 elements per lane,
+    which counted lane by lane in the emulator's element order would look conflicted)."""
+    counters = lib("counters")
+    counters.run_fragment.argtypes = [ctypes.c_int]
+    before = cuda_emu.read_counters(counters.msc_emu_counters)
+    assert counters.run_fragment(ldm) == 0
+    got = cuda_emu.counted(before, cuda_emu.read_counters(counters.msc_emu_counters))
+    assert got["shared_accesses"] == 2 and got["shared_wavefronts_per_access"] == (2 * ways + 4) / 6
+    assert got["store_bytes"] == got["load_bytes"] == 0
+
+
 @pytest.mark.parametrize(("stride", "ways"), [(1, 1), (2, 2), (32, 32), (0, 1), (33, 1), (4, 4)])
 def test_counters_model_bank_conflicts(lib, stride, ways):
     """Lane i writes and reads shared float word stride * i: conflict-free, n-way

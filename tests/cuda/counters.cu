@@ -17,6 +17,26 @@ __global__ void banks(float* out, int stride) {
     out[i] = s[(stride * i) % 1024];
 }
 
+/* one warp loads m8n8k4's 8 x 4 double A fragment from shared memory, its rows ldm doubles
+ * apart (never written: the poison is loaded; only the counts matter), and stores the 8 x 8
+ * product to shared memory, rows 8 doubles apart (512 contiguous bytes) */
+__global__ void fragment(int ldm) {
+    MSC_DYNAMIC_SHARED(double, s);  // 8 x 24 doubles for A, then 8 x 8 for the product
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 8, 8, 4, double, nvcuda::wmma::row_major> a;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 8, 8, 4, double, nvcuda::wmma::row_major> b;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 8, 8, 4, double> c;
+    nvcuda::wmma::load_matrix_sync(a, s, ldm);
+    nvcuda::wmma::fill_fragment(b, 1.0);
+    nvcuda::wmma::fill_fragment(c, 0.0);
+    nvcuda::wmma::mma_sync(c, a, b, c);
+    nvcuda::wmma::store_matrix_sync(s + 8 * 24, c, 8, nvcuda::wmma::mem_row_major);
+}
+
+extern "C" int run_fragment(int ldm) {
+    MSC_LAUNCH(fragment, dim3(1), dim3(32), sizeof(double) * 8 * 32, ldm);
+    return cudaDeviceSynchronize() != cudaSuccess;
+}
+
 extern "C" int run_strided(int offset, int stride) {
     double *a = 0, *b = 0;
     if (cudaMalloc((void**)&a, sizeof(double) * 4096) != cudaSuccess) return 1;

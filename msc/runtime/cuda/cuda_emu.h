@@ -68,7 +68,10 @@
  *   model of DRAM traffic (each sector read or written once per launch);
  *   shared: wavefronts per warp-level access (the most distinct 4-byte words
  *   any of the 32 banks must serve, at least the request's bytes / 128) and
- *   the ideal for those accesses (bytes / 128, rounded up); launches.
+ *   the ideal for those accesses (bytes / 128, rounded up); launches. A wmma
+ *   load_matrix_sync or store_matrix_sync is one warp-level access over the
+ *   whole fragment (its rows at the ldm pitch), whatever lane holds which
+ *   element: the emulator's element order is its own, not the hardware's.
  * The model assumes lanes run in lockstep (the k-th execution of an
  * instruction by each lane is one access) and g++'s loads stand for nvcc's
  * (the same source, both optimising; registers and caching may differ).
@@ -403,7 +406,9 @@ inline void remove_region(const char* start) {
  * instrumentation callbacks read only this (the counting code is instrumented too). */
 inline bool listening = false;
 
-inline void note_access(const void* p, unsigned bytes, bool store, const void* instruction) {
+/* One access by the running thread: the k-th execution of `instruction`, or with `same`
+ * more of the execution noted last (a wmma fragment's elements: one access of the warp). */
+inline void note_access(const void* p, unsigned bytes, bool store, const void* instruction, bool same = false) {
     Runtime& r = rt();
     const char* c = static_cast<const char*>(p);
     const bool shared = in_shared(c);
@@ -414,7 +419,7 @@ inline void note_access(const void* p, unsigned bytes, bool store, const void* i
     auto& mine = n.executions[r.current];
     auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == instruction; });
     if (it == mine.end()) it = mine.insert(mine.end(), {instruction, 0});
-    WarpAccess& a = n.accesses[AccessKey{r.current / 32, instruction, it->second++}];
+    WarpAccess& a = n.accesses[AccessKey{r.current / 32, instruction, same ? it->second - 1 : it->second++}];
     a.shared = shared;
     a.bytes += bytes;
     const uintptr_t first = (uintptr_t)c, last = first + bytes - 1;
@@ -1370,6 +1375,11 @@ inline void lane_copy(const MemRequest<fragment<Use, M, N, K, T, L>>& q, int lan
     typedef typename Frag::element_type E;
     constexpr int cols = dims<Use, M, N, K>::cols;
     E* base = static_cast<E*>(q.pointer);
+#ifdef MSC_CUDA_EMU_COUNT
+    /* counted as one access of the warp over the whole fragment: the element order is the emulator's */
+    const bool counted = msc_emu::listening;
+    msc_emu::listening = false;
+#endif
     for (int e = 0; e < Frag::num_elements; ++e) {
         const int p = position<Use, M, N, K>(lane, e, Frag::num_elements), r = p / cols, c = p % cols;
         E& cell = base[q.col_major ? (size_t)c * q.ldm + r : (size_t)r * q.ldm + c];
@@ -1377,7 +1387,15 @@ inline void lane_copy(const MemRequest<fragment<Use, M, N, K, T, L>>& q, int lan
             cell = q.frag->x[e];
         else
             q.frag->x[e] = cell;
+#ifdef MSC_CUDA_EMU_COUNT
+        if (counted)
+            msc_emu::note_access(&cell, sizeof(E), Store, reinterpret_cast<const void*>(&lane_copy<Use, M, N, K, T, L, Store>),
+                                 e > 0);
+#endif
     }
+#ifdef MSC_CUDA_EMU_COUNT
+    msc_emu::listening = counted;
+#endif
 }
 
 inline void no_combine(void* const*, unsigned) {}

@@ -14,7 +14,8 @@ column range in one plane.
   fp16 with `__float2half`), zeros past the array (Dirichlet) or wrapped
   (periodic); columns are laid out so `plan.column_alignment(source)` lands
   on 256 bits and the row pitch is a multiple of 32 bytes, as wmma loads
-  require.
+  require, padded (columns never loaded) to the pitch whose fragment loads
+  meet the fewest bank conflicts.
 * Products: per line and chunk, in the plan's order, one `load_matrix_sync`
   of the input operand at `line.input_origin(chunk, k)`, one of the weight
   block, `mma_sync`. The weight blocks (`line.band`) are filled by
@@ -30,6 +31,7 @@ to run a plan, emulated or on a device, against `replay` and the reference.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import math
 from collections.abc import Mapping, Sequence
@@ -54,6 +56,7 @@ from msc.targets.gpu.tensor_core import Source, TensorCorePlan, tensor_core_plan
 from msc.targets.templates_env import render
 
 ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
+BANK_BYTES = 128  # shared memory serves 32 banks of 4 bytes per wavefront
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
 MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
 MAX_WARPS = 4
@@ -74,9 +77,10 @@ class Staging:
     plane_below: int
     rows: int
     row_below: int
-    pitch: int  # elements per row, a multiple of 32 bytes
+    pitch: int  # elements per row, a multiple of 32 bytes, padded so that fragment loads meet no bank conflicts
     column_offset: int  # staging column of the tile's first column
     offset: int  # first element of this source's region
+    columns: int  # staged columns of a row (the fragments read no others; the rest of the pitch is padding)
 
     @property
     def size(self) -> int:
@@ -134,18 +138,33 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
 
 def _staging(plan: TensorCorePlan, sources: list[Source], warps: int) -> list[Staging]:
     shape = plan.shape
-    align = ALIGN_BYTES // _OPERAND[shape.operand][1]  # == shape.k for every shape
+    op_bytes = _OPERAND[shape.operand][1]
+    align = ALIGN_BYTES // op_bytes  # == shape.k for every shape
     out, offset = [], 0
     for source in sources:
         halo = plan.halo(source)
         (rl, rh), (cl, ch) = halo[-2], halo[-1]
         planes, below = (halo[0][0] + halo[0][1] + 1, halo[0][0]) if plan.ndim == 3 else (1, 0)
         column_offset = cl + (-plan.column_alignment(source) - cl) % align
-        pitch = math.ceil((column_offset + shape.n + ch) / align) * align
-        stage = Staging(source, planes, below, warps * shape.m + rl + rh, rl, pitch, column_offset, offset)
+        # operand fragments read from this staging: A (m rows of k) for column lines, B (k rows of n) for row lines
+        reads = {(shape.m, shape.k) if line.axis == "cols" else (shape.k, shape.n)
+                 for line in plan.lines if line.source == source}
+        least = math.ceil((column_offset + shape.n + ch) / align) * align
+        pitch = min((least + i * align for i in range(BANK_BYTES // ALIGN_BYTES)),
+                    key=lambda p: max(_wavefronts(p * op_bytes, rows, cols * op_bytes) for rows, cols in reads))
+        stage = Staging(source, planes, below, warps * shape.m + rl + rh, rl, pitch, column_offset, offset, least)
         out.append(stage)
         offset += stage.size
     return out
+
+
+def _wavefronts(pitch_bytes: int, rows: int, row_bytes: int) -> float:
+    """Shared-memory wavefronts of a warp's fragment load of `rows` rows of `row_bytes`
+    at this pitch, over the ideal (1.0: no bank conflicts): the most distinct 4-byte words
+    one of the 32 banks serves, at least the bytes over BANK_BYTES (the emulator's model)."""
+    banks = collections.Counter((r * pitch_bytes + b) // 4 % 32 for r in range(rows) for b in range(0, row_bytes, 4))
+    ideal = math.ceil(rows * row_bytes / BANK_BYTES)
+    return max(max(banks.values()), ideal) / ideal
 
 
 def _source_name(source: Source) -> str:
@@ -193,7 +212,8 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
         else:  # zeros past the array: the tail tiles and zero-weight columns
             inside = conjunction([b for c, d, r in zip(coords, dims, ring) for b in (c.ge(-r), c.lt(d + r))])
             value = ix.Select(inside, kir.Load(kir.Ref(src, index(coords))), ix.Lit(0))
-        stage.append(kir.Store(kir.Ref("stage", s.offset + e, kir.Space.SHARED), _to_operand(shape.operand, value)))
+        staged = kir.Store(kir.Ref("stage", s.offset + e, kir.Space.SHARED), _to_operand(shape.operand, value))
+        stage.append(staged if s.columns == s.pitch else kir.If((e % s.pitch).lt(s.columns), kir.Block((staged,))))
         body.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(s.size), kir.Block(tuple(stage)),
                              step=ix.Var("blockDim.x"), kind="int"))
     body += [kir.Barrier(),
