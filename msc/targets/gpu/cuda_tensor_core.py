@@ -6,8 +6,9 @@ unit's fragments, loads, products and stores are kernel IR nodes), printed
 by the CUDA printer, and its host helpers (`<name>_bands`, `<name>_launch`,
 `<name>_step`) from templates/cuda_tensor_core*.cu.j2; `source_file(kernels)`
 makes a complete .cu that includes msc_cuda.h. Per block: `warps` warps
-stacked along the rows, each computing one m x n output tile of the same
-column range in one plane.
+stacked along the rows, each computing `tiles` m x n output tiles side by
+side (TILES, one accumulator each, where shared memory and wmma's alignment
+allow) of the same column range in one plane.
 
 * Staging: each source's tile plus `plan.halo(source)` goes to dynamic
   shared memory in the operand type (tf32 rounded with `__float_to_tf32`,
@@ -17,11 +18,14 @@ column range in one plane.
   require, padded (columns never loaded) to the pitch whose fragment loads
   meet the fewest bank conflicts.
 * Products: per line and chunk, in the plan's order, one `load_matrix_sync`
-  of the input operand at `line.input_origin(chunk, k)`, one of the weight
-  block, `mma_sync`. The weight blocks (`line.band`) are filled by
+  of the weight block, then per tile one of the input operand at
+  `line.input_origin(chunk, k)` (n columns further per tile) and `mma_sync`
+  into that tile's accumulator: independent chains, each weight block
+  loaded once for all tiles. The weight blocks (`line.band`) are filled by
   `<name>_bands` from the scalar parameters on the host.
-* Output: `store_matrix_sync` to shared memory, the plan's constant added,
-  the interior points written. Fragments are touched only through
+* Output: `store_matrix_sync` to shared memory (rows padded against bank
+  conflicts, `tile_pitch`), the plan's constant added, the interior points
+  written. Fragments are touched only through
   load/store/fill, so nothing depends on the fragment element order.
 
 `<name>_launch` takes device pointers (a time loop calls it per step);
@@ -52,7 +56,7 @@ from msc.runtime import build, cuda_emu
 from msc.targets.gpu.cuda_pass import CustomLaunch, DeviceFunction
 from msc.targets.gpu.cuda_printer import CudaPrinter
 from msc.targets.gpu.cuda_stream import conjunction
-from msc.targets.gpu.tensor_core import Source, TensorCorePlan, tensor_core_plan
+from msc.targets.gpu.tensor_core import MmaShape, Source, TensorCorePlan, tensor_core_plan
 from msc.targets.templates_env import render
 
 ALIGN_BYTES = 32  # wmma: 256-bit aligned pointers
@@ -60,6 +64,7 @@ BANK_BYTES = 128  # shared memory serves 32 banks of 4 bytes per wavefront
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
 MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
 MAX_WARPS = 4
+TILES = 4  # output tiles per warp along the columns: independent MMA chains, each weight block loaded once for all
 
 _OPERAND = {"double": ("double", 8), "tf32": ("float", 4), "half": ("__half", 2)}  # storage type, bytes
 _ACC_BYTES = {"double": 8, "float": 4}
@@ -98,6 +103,7 @@ class TensorCoreKernel:
     radius: tuple[int, ...]
     wrap: bool  # levels have no ring and reads wrap (periodic, unpadded); else a ring of `radius`
     warps: int
+    tiles: int  # m x n output tiles per warp, side by side along the columns (one accumulator each)
     staging: tuple[Staging, ...]
     shared_bytes: int
     band_elements: int
@@ -119,10 +125,13 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
     _, op_bytes = _OPERAND[shape.operand]
     acc_bytes = _ACC_BYTES[shape.accumulator]
     sources = list(dict.fromkeys(line.source for line in plan.lines))
-    for warps in range(MAX_WARPS, 0, -1):
-        staging = _staging(plan, sources, warps)
+    # a warp's next tile starts n columns on: wmma's 256-bit alignment allows it unless n columns are
+    # fewer bytes (fp16's n = 8 halves)
+    widths = (TILES, 1) if shape.n * op_bytes % ALIGN_BYTES == 0 else (1,)
+    for warps, tiles in ((w, t) for w in range(MAX_WARPS, 0, -1) for t in widths):
+        staging = _staging(plan, sources, warps, tiles)
         stage_bytes = sum(s.size for s in staging) * op_bytes
-        shared = stage_bytes + warps * shape.m * shape.n * acc_bytes
+        shared = stage_bytes + warps * shape.m * tile_pitch(shape, tiles) * acc_bytes
         if shared <= MAX_SHARED:
             break
     else:
@@ -131,12 +140,12 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
                             f"{MAX_SHARED} bytes of a block")
     band_elements = sum(len(line.chunks) * (shape.k * shape.n if line.axis == "cols" else shape.m * shape.k)
                         for line in plan.lines)
-    kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius, wrap, warps,
+    kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius, wrap, warps, tiles,
                               tuple(staging), shared, band_elements, "")
     return TensorCoreKernel(**{**kernel.__dict__, "code": _print(kernel)})
 
 
-def _staging(plan: TensorCorePlan, sources: list[Source], warps: int) -> list[Staging]:
+def _staging(plan: TensorCorePlan, sources: list[Source], warps: int, tiles: int) -> list[Staging]:
     shape = plan.shape
     op_bytes = _OPERAND[shape.operand][1]
     align = ALIGN_BYTES // op_bytes  # == shape.k for every shape
@@ -149,13 +158,26 @@ def _staging(plan: TensorCorePlan, sources: list[Source], warps: int) -> list[St
         # operand fragments read from this staging: A (m rows of k) for column lines, B (k rows of n) for row lines
         reads = {(shape.m, shape.k) if line.axis == "cols" else (shape.k, shape.n)
                  for line in plan.lines if line.source == source}
-        least = math.ceil((column_offset + shape.n + ch) / align) * align
-        pitch = min((least + i * align for i in range(BANK_BYTES // ALIGN_BYTES)),
-                    key=lambda p: max(_wavefronts(p * op_bytes, rows, cols * op_bytes) for rows, cols in reads))
+        least = math.ceil((column_offset + tiles * shape.n + ch) / align) * align
+        pitch = _least_conflicts(least, op_bytes, reads)
         stage = Staging(source, planes, below, warps * shape.m + rl + rh, rl, pitch, column_offset, offset, least)
         out.append(stage)
         offset += stage.size
     return out
+
+
+def _least_conflicts(least: int, element_bytes: int, reads: set[tuple[int, int]]) -> int:
+    """Of the four pitches from `least` elements up, 32 bytes apart (wmma's alignment), the
+    one whose fragment accesses of (rows, columns) meet the fewest bank conflicts."""
+    step = ALIGN_BYTES // element_bytes
+    return min((least + i * step for i in range(BANK_BYTES // ALIGN_BYTES)),
+               key=lambda p: max(_wavefronts(p * element_bytes, rows, cols * element_bytes) for rows, cols in reads))
+
+
+def tile_pitch(shape: MmaShape, tiles: int) -> int:
+    """Elements between the rows of a warp's output tiles in shared memory: its `tiles`
+    accumulators stored side by side, padded against bank conflicts."""
+    return _least_conflicts(tiles * shape.n, _ACC_BYTES[shape.accumulator], {(shape.m, shape.n)})
 
 
 def _wavefronts(pitch_bytes: int, rows: int, row_bytes: int) -> float:
@@ -177,6 +199,7 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     shared memory, the MMAs of every line and chunk, the tile stored, the interior written."""
     plan, shape = kern.plan, kern.plan.shape
     m, n, kk, nd = shape.m, shape.n, shape.k, plan.ndim
+    width, pitch = kern.tiles * n, tile_pitch(shape, kern.tiles)  # the columns of a warp's tiles, their row pitch
     _, op_bytes = _OPERAND[shape.operand]
     t, acc_t = _C_TYPE[kern.dtype], shape.accumulator
     dims = [ix.Var(f"n{d}") for d in range(nd)]
@@ -193,9 +216,10 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     body: list[kir.Node] = [
         kir.Buffer("stage", kir.Space.SHARED, (sum(s.size for s in kern.staging),), element=_ELEMENT[shape.operand],
                    offset=0),
-        kir.Buffer("tiles", kir.Space.SHARED, (kern.warps * m * n,), element=_ELEMENT[acc_t],
+        kir.Buffer("tiles", kir.Space.SHARED, (kern.warps * m * pitch,), element=_ELEMENT[acc_t],
                    offset=sum(s.size for s in kern.staging) * op_bytes),
-        kir.Decl("c0", "int", ix.Var("blockIdx.x") * n), kir.Decl("r0", "int", ix.Var("blockIdx.y") * (kern.warps * m)),
+        kir.Decl("c0", "int", ix.Var("blockIdx.x") * width),
+        kir.Decl("r0", "int", ix.Var("blockIdx.y") * (kern.warps * m)),
         *([kir.Decl("z", "int", ix.Var("blockIdx.z"))] if nd == 3 else [])]
     for s in kern.staging:
         src = f"src_{_source_name(s.source)}"
@@ -221,8 +245,8 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
              kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
              kir.Fragment("a", "a", (m, n, kk), _FRAGMENT[shape.operand]),
              kir.Fragment("b", "b", (m, n, kk), _FRAGMENT[shape.operand]),
-             kir.Fragment("acc", "accumulator", (m, n, kk), _ELEMENT[acc_t]),
-             kir.MatrixFill("acc", ix.Cast(acc_t, ix.Lit(0)))]
+             *(kir.Fragment(f"acc{i}", "accumulator", (m, n, kk), _ELEMENT[acc_t]) for i in range(kern.tiles)),
+             *(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
     stage_of = {s.source: s for s in kern.staging}
     band = 0
     for line in plan.lines:
@@ -233,28 +257,31 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
             o = line.input_origin(chunk, kk)
             first = ix.Op("+", ix.Op("*", ix.Lit(o[0] + s.plane_below), ix.Lit(s.rows)), tr) if nd == 3 else tr
             row = first + (o[-2] + s.row_below)
-            operand = ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset)  # pointer arithmetic
-            weight = ix.Var(weights) + band
-            if line.axis == "cols":
-                body += [kir.MatrixLoad("a", operand, s.pitch), kir.MatrixLoad("b", weight, n)]
-                band += kk * n
-            else:
-                body += [kir.MatrixLoad("a", weight, kk), kir.MatrixLoad("b", operand, s.pitch)]
-                band += m * kk
-            body.append(kir.MatrixMultiply("acc", "a", "b"))
+            # the weight block is b for column lines (a for row lines) in every tile's product, the input
+            # the other; loaded after the first tile's input, whose load then reads the staging first
+            weight, (input_fragment, weight_fragment) = ix.Var(weights) + band, ("a", "b") if line.axis == "cols" \
+                else ("b", "a")
+            for i in range(kern.tiles):
+                operand = ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset + i * n)  # a pointer
+                body.append(kir.MatrixLoad(input_fragment, operand, s.pitch))
+                if i == 0:
+                    body.append(kir.MatrixLoad(weight_fragment, weight, n if line.axis == "cols" else kk))
+                body.append(kir.MatrixMultiply(f"acc{i}", "a", "b"))
+            band += kk * n if line.axis == "cols" else m * kk
     r, c = ix.Var("r"), ix.Var("c")
     written = kir.Store(kir.Ref("out", index([*([z] if nd == 3 else []), r, c])),
-                        ix.Cast(t, ix.Op("+", kir.Load(kir.Ref("tile", e, kir.Space.SHARED)), ix.Var("constant"))))
-    body += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * n), restrict=False,
+                        ix.Cast(t, ix.Op("+", kir.Load(kir.Ref("tile", ix.Op("/", e, ix.Lit(width)) * pitch + e % width,
+                                                                kir.Space.SHARED)), ix.Var("constant"))))
+    body += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * pitch), restrict=False,
                       element=_ELEMENT[acc_t]),
-             kir.MatrixStore(ix.Var("tile"), "acc", n),
+             *(kir.MatrixStore(ix.Var("tile") + i * n, f"acc{i}", pitch) for i in range(kern.tiles)),
              kir.Barrier("warp"),
-             kir.Loop("e", ix.Var("lane"), e.lt(m * n), kir.Block((
-                 kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(n))),
-                 kir.Decl("c", "int", ix.Var("c0") + e % n),
+             kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
+                 kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
+                 kir.Decl("c", "int", ix.Var("c0") + e % width),
                  kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
     rows = kern.warps * m
-    grid = (ix.Op("/", dims[-1] + (n - 1), ix.Lit(n)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
+    grid = (ix.Op("/", dims[-1] + (width - 1), ix.Lit(width)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
             dims[0] if nd == 3 else ix.Lit(1))
     scope = (("double *" if t == "double" else "float *", "out"),
              *((f"const {t} *", f"src_{_source_name(s.source)}") for s in kern.staging),
