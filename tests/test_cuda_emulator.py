@@ -332,3 +332,25 @@ def test_reverse_thread_order_exposes_a_missing_barrier(lib, monkeypatch, order,
         np.testing.assert_array_equal(out, expected)
     else:
         assert np.isnan(out[1:]).all()
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("barrier", [1, 0])
+def test_warps_run_apart_until_a_barrier(lib, monkeypatch, order, barrier):
+    """Thread i reads what thread i + 32 (the next warp) wrote, past a __syncwarp only.
+    A block runs warp by warp, each as far as it goes before the next: so in the forward
+    order warp 0 reads before warp 1 has written (the NaN poison), and warp 1 reads what
+    warp 0 wrote; in the reverse order the other way round. With __syncthreads both read
+    the values."""
+    monkeypatch.setenv(cuda_emu.THREAD_ORDER, order)
+    run = lib("order").run_next_warp
+    run.argtypes = [PTR, ctypes.c_int, ctypes.c_int]
+    out = np.zeros(64, np.float32)
+    assert run(ptr(out), 64, barrier) == 0
+    expected = (np.arange(64, dtype=np.float32) + 32) % 64 + 1
+    if barrier:
+        np.testing.assert_array_equal(out, expected)
+        return
+    late, early = (slice(0, 32), slice(32, 64)) if order == "forward" else (slice(32, 64), slice(0, 32))
+    assert np.isnan(out[late]).all()
+    np.testing.assert_array_equal(out[early], expected[early])

@@ -32,11 +32,15 @@
  * it, so a write of the value already there is not seen. Unset or
  * "forward": blocks in order of their linear index, writes not checked.
  *
- * Thread order. With MSC_CUDA_EMU_THREADS=reverse (read at every launch;
- * cuda_emu.py: THREAD_ORDER) a block's threads run last first: a thread then
- * runs ahead of its lower neighbours, so a read of what a lower thread writes,
- * without a barrier between, sees the value from before (or shared memory's
- * NaN poison) instead of passing by luck, as it does in the forward order.
+ * Thread order. A block runs warp by warp: each warp as far as it goes (to a
+ * __syncthreads, or its end) before the next, its lanes in order; a warp
+ * collective makes its lanes wait for each other, not for other warps. With
+ * MSC_CUDA_EMU_THREADS=reverse (read at every launch; cuda_emu.py:
+ * THREAD_ORDER) the warps and their lanes run last first: a thread then runs
+ * ahead of its lower neighbours, so a read of what a lower thread (or warp)
+ * writes, without a barrier between, sees the value from before (or shared
+ * memory's NaN poison) instead of passing by luck, as it does in the forward
+ * order.
  *
  * Detected errors (each stops the launch; the error is sticky, as a kernel
  * fault is on a device: cudaGetLastError, cudaDeviceSynchronize and every
@@ -272,6 +276,7 @@ struct Runtime {
     Runtime() { getcontext(&fresh); }
     unsigned current = 0;
     unsigned barrier_arrived = 0;
+    unsigned long barriers = 0;       // the __syncthreads the running block has passed
     const std::function<void()>* body = nullptr;
     const char* kernel = "";
     char* dynamic_shared = nullptr;
@@ -602,6 +607,7 @@ inline void block_barrier(const char* file, int line) {
                       where(o.file, o.line) + ", " + thread_name(t) + " at " + where(file, line));
         for (Thread& o : r.threads) o.state = State::Ready;
         r.barrier_arrived = 0;
+        ++r.barriers;
     }
     yield();
 }
@@ -726,37 +732,55 @@ inline bool run_block() {
     poison_shared();
     counting().executions.assign(n, {});
     unsigned done = 0;
+    bool faulted = false;
+    /* Run thread i until it waits or ends; false if it was not ready. */
+    const auto run_thread = [&](unsigned i) {
+        Thread& t = r.threads[i];
+        if (t.state != State::Ready) return false;
+        if (t.stack == nullptr) {
+            t.stack = take_stack();
+            t.ctx = r.fresh;  // a copy: getcontext costs a system call per thread
+            t.ctx.uc_stack.ss_sp = t.stack;
+            t.ctx.uc_stack.ss_size = MSC_CUDA_EMU_STACK_BYTES;
+            t.ctx.uc_link = &r.scheduler;
+            makecontext(&t.ctx, fiber_main, 0);
+        }
+        r.current = i;
+        threadIdx = t.idx;
+        listening = true;
+        swapcontext(&r.scheduler, &t.ctx);
+        listening = false;
+        if (r.faulted) {
+            faulted = true;
+        } else if (t.state == State::Done) {
+            r.free_stacks.push_back(t.stack);
+            t.stack = nullptr;
+            ++done;
+        }
+        return true;
+    };
+    const unsigned warps = (n + 31) / 32;
     while (done < n) {
         bool ran = false;
-        for (unsigned j = 0; j < n; ++j) {
-            const unsigned i = r.reverse_threads ? n - 1 - j : j;
-            Thread& t = r.threads[i];
-            if (t.state != State::Ready) continue;
-            if (t.stack == nullptr) {
-                t.stack = take_stack();
-                t.ctx = r.fresh;  // a copy: getcontext costs a system call per thread
-                t.ctx.uc_stack.ss_sp = t.stack;
-                t.ctx.uc_stack.ss_size = MSC_CUDA_EMU_STACK_BYTES;
-                t.ctx.uc_link = &r.scheduler;
-                makecontext(&t.ctx, fiber_main, 0);
+        /* each warp as far as it goes (to a __syncthreads, or its end) before the next: warps are
+           independent on a device, so one that reads what another writes without a barrier between
+           sees the value from before (or the poison) in one of the two orders; once a __syncthreads
+           lets the block go on, the first warp runs first again */
+        const unsigned long barriers = r.barriers;
+        for (unsigned v = 0; v < warps && !faulted && r.barriers == barriers; ++v) {
+            const unsigned first = (r.reverse_threads ? warps - 1 - v : v) * 32, lanes = std::min(32u, n - first);
+            for (bool warp_ran = true; warp_ran && !faulted && r.barriers == barriers;) {
+                warp_ran = false;
+                for (unsigned j = 0; j < lanes && !faulted && r.barriers == barriers; ++j)
+                    warp_ran |= run_thread(first + (r.reverse_threads ? lanes - 1 - j : j));
+                ran |= warp_ran;
             }
-            r.current = i;
-            threadIdx = t.idx;
-            ran = true;
-            listening = true;
-            swapcontext(&r.scheduler, &t.ctx);
-            listening = false;
-            if (r.faulted) {
-                r.fault = block_name() + " " + thread_name(r.threads[r.current]) + ": " + r.fault;
-                for (Thread& o : r.threads)
-                    if (o.stack != nullptr) r.free_stacks.push_back(o.stack);
-                return false;
-            }
-            if (t.state == State::Done) {
-                r.free_stacks.push_back(t.stack);
-                t.stack = nullptr;
-                ++done;
-            }
+        }
+        if (faulted) {
+            r.fault = block_name() + " " + thread_name(r.threads[r.current]) + ": " + r.fault;
+            for (Thread& o : r.threads)
+                if (o.stack != nullptr) r.free_stacks.push_back(o.stack);
+            return false;
         }
         if (!ran && done < n) {
             r.faulted = true;
