@@ -8,7 +8,9 @@ by the CUDA printer, and its host helpers (`<name>_bands`, `<name>_launch`,
 makes a complete .cu that includes msc_cuda.h. Per block: `warps` warps
 stacked along the rows, each computing `tiles` m x n output tiles side by
 side (TILES, one accumulator each, where shared memory and wmma's alignment
-allow) of the same column range in one plane.
+allow) of the same column range in one plane; in 3D a block computes PLANES
+planes in order, each source's staging a ring of the planes it reads (all of
+them staged at the block's first plane, then only the newest per plane).
 
 * Staging: each source's tile plus `plan.halo(source)` goes to dynamic
   shared memory in the operand type (tf32 rounded with `__float_to_tf32`,
@@ -65,6 +67,7 @@ DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
 MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
 MAX_WARPS = 4
 TILES = 4  # output tiles per warp along the columns: independent MMA chains, each weight block loaded once for all
+PLANES = 16  # 3D: output planes a block computes in order, staging each input plane once into a ring of planes
 
 _OPERAND = {"double": ("double", 8), "tf32": ("float", 4), "half": ("__half", 2)}  # storage type, bytes
 _ACC_BYTES = {"double": 8, "float": 4}
@@ -220,42 +223,52 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                    offset=sum(s.size for s in kern.staging) * op_bytes),
         kir.Decl("c0", "int", ix.Var("blockIdx.x") * width),
         kir.Decl("r0", "int", ix.Var("blockIdx.y") * (kern.warps * m)),
-        *([kir.Decl("z", "int", ix.Var("blockIdx.z"))] if nd == 3 else [])]
+        *([kir.Decl("z0", "int", ix.Var("blockIdx.z") * PLANES)] if nd == 3 else [])]
+    step: list[kir.Node] = []  # in 3D, per plane z of the block's PLANES
     for s in kern.staging:
         src = f"src_{_source_name(s.source)}"
         coords: list[ix.Expr] = [ix.Var("r"), ix.Var("c")]
         stage = [kir.Comment(f"{s.source[0]} (dt {s.source[1]})"),
                  kir.Decl("c", "int", ix.Var("c0") + e % s.pitch - s.column_offset),
                  kir.Decl("r", "int", ix.Var("r0") + ix.Op("/", e, ix.Lit(s.pitch)) % s.rows - s.row_below)]
-        if nd == 3:
-            stage.append(kir.Decl("p", "int", z + ix.Op("/", e, ix.Lit(s.pitch * s.rows)) - s.plane_below))
+        at, count = e, ix.Lit(s.size)
+        if nd == 3:  # the block's first plane stages every plane of the ring, each next one only its newest
+            plane, above = s.rows * s.pitch, s.planes - 1 - s.plane_below
+            opening = z.eq(ix.Var("z0"))
+            stage.append(kir.Decl("p", "int", ix.Select(opening, z + ix.Op("/", e, ix.Lit(plane)) - s.plane_below,
+                                                        z + above)))
             coords = [ix.Var("p"), *coords]
+            at = _slot(ix.Var("p"), s.planes) * plane + e % plane
+            count = ix.Select(opening, ix.Lit(s.size), ix.Lit(plane))
         if kern.wrap:
             wrapped = [ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)]
             value: ix.Expr = kir.Load(kir.Ref(src, index(wrapped)))
         else:  # zeros past the array: the tail tiles and zero-weight columns
             inside = conjunction([b for c, d, r in zip(coords, dims, ring) for b in (c.ge(-r), c.lt(d + r))])
             value = ix.Select(inside, kir.Load(kir.Ref(src, index(coords))), ix.Lit(0))
-        staged = kir.Store(kir.Ref("stage", s.offset + e, kir.Space.SHARED), _to_operand(shape.operand, value))
+        staged = kir.Store(kir.Ref("stage", s.offset + at, kir.Space.SHARED), _to_operand(shape.operand, value))
         stage.append(staged if s.columns == s.pitch else kir.If((e % s.pitch).lt(s.columns), kir.Block((staged,))))
-        body.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(s.size), kir.Block(tuple(stage)),
+        step.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(count), kir.Block(tuple(stage)),
                              step=ix.Var("blockDim.x"), kind="int"))
-    body += [kir.Barrier(),
-             kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
-             kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
-             kir.Fragment("a", "a", (m, n, kk), _FRAGMENT[shape.operand]),
-             kir.Fragment("b", "b", (m, n, kk), _FRAGMENT[shape.operand]),
-             *(kir.Fragment(f"acc{i}", "accumulator", (m, n, kk), _ELEMENT[acc_t]) for i in range(kern.tiles)),
+    warp = [kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
+            kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
+            kir.Fragment("a", "a", (m, n, kk), _FRAGMENT[shape.operand]),
+            kir.Fragment("b", "b", (m, n, kk), _FRAGMENT[shape.operand]),
+            *(kir.Fragment(f"acc{i}", "accumulator", (m, n, kk), _ELEMENT[acc_t]) for i in range(kern.tiles))]
+    if nd == 2:
+        body += step
+        step = []
+    step += [kir.Barrier(), *(warp if nd == 2 else []),
              *(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
     stage_of = {s.source: s for s in kern.staging}
     band = 0
     for line in plan.lines:
         s = stage_of[line.source]
-        body.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
+        step.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
                                 f"offsets {line.lo}..{line.hi}"))
         for chunk in line.chunks:
             o = line.input_origin(chunk, kk)
-            first = ix.Op("+", ix.Op("*", ix.Lit(o[0] + s.plane_below), ix.Lit(s.rows)), tr) if nd == 3 else tr
+            first = ix.Op("+", ix.Op("*", _slot(z + o[0], s.planes), ix.Lit(s.rows)), tr) if nd == 3 else tr
             row = first + (o[-2] + s.row_below)
             # the weight block is b for column lines (a for row lines) in every tile's product, the input
             # the other; loaded after the first tile's input, whose load then reads the staging first
@@ -263,16 +276,16 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                 else ("b", "a")
             for i in range(kern.tiles):
                 operand = ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset + i * n)  # a pointer
-                body.append(kir.MatrixLoad(input_fragment, operand, s.pitch))
+                step.append(kir.MatrixLoad(input_fragment, operand, s.pitch))
                 if i == 0:
-                    body.append(kir.MatrixLoad(weight_fragment, weight, n if line.axis == "cols" else kk))
-                body.append(kir.MatrixMultiply(f"acc{i}", "a", "b"))
+                    step.append(kir.MatrixLoad(weight_fragment, weight, n if line.axis == "cols" else kk))
+                step.append(kir.MatrixMultiply(f"acc{i}", "a", "b"))
             band += kk * n if line.axis == "cols" else m * kk
     r, c = ix.Var("r"), ix.Var("c")
     written = kir.Store(kir.Ref("out", index([*([z] if nd == 3 else []), r, c])),
                         ix.Cast(t, ix.Op("+", kir.Load(kir.Ref("tile", ix.Op("/", e, ix.Lit(width)) * pitch + e % width,
                                                                 kir.Space.SHARED)), ix.Var("constant"))))
-    body += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * pitch), restrict=False,
+    step += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * pitch), restrict=False,
                       element=_ELEMENT[acc_t]),
              *(kir.MatrixStore(ix.Var("tile") + i * n, f"acc{i}", pitch) for i in range(kern.tiles)),
              kir.Barrier("warp"),
@@ -280,13 +293,24 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                  kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
                  kir.Decl("c", "int", ix.Var("c0") + e % width),
                  kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
+    if nd == 2:
+        body += step
+    else:  # the block's planes in order: the rings keep what the next plane reads again
+        body += [*warp, kir.Loop("z", ix.Var("z0"), z.lt(ix.Var("z0") + PLANES).and_(z.lt(dims[0])),
+                                 kir.Block((*step, kir.Comment("before the next plane overwrites a ring's oldest"),
+                                            kir.Barrier())), kind="int")]
     rows = kern.warps * m
     grid = (ix.Op("/", dims[-1] + (width - 1), ix.Lit(width)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
-            dims[0] if nd == 3 else ix.Lit(1))
+            ix.Op("/", dims[0] + (PLANES - 1), ix.Lit(PLANES)) if nd == 3 else ix.Lit(1))
     scope = (("double *" if t == "double" else "float *", "out"),
              *((f"const {t} *", f"src_{_source_name(s.source)}") for s in kern.staging),
              (acc_t, "constant"), *(("int", f"n{d}") for d in range(nd)))
     return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,), scope)
+
+
+def _slot(plane: ix.Expr, planes: int) -> ix.Expr:
+    """The ring slot of a source's staged plane (planes from -planes on)."""
+    return (plane + planes) % planes
 
 
 def _to_operand(operand: str, value: ix.Expr) -> ix.Expr:
