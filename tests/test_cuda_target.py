@@ -597,15 +597,22 @@ def test_time_tiles_in_shared_memory_match_reference(index, assert_matches, reve
     source = get_target("cuda").source(stencil.poly(dtype), schedule)
     shared = "MSC_SHARED(real, msc_ring, [" if stencil.ir.ndim > 1 else "MSC_SHARED(real, msc_tt, [2]"
     assert shared in source and "in shared memory" in source
+    _runs_match(stencil, schedule, source, inputs, dtype, 9, assert_matches)
+
+
+def _runs_match(stencil: msc.Stencil, schedule: msc.Schedule, source: str, inputs: dict[str, Any], dtype: str,
+                steps: int, assert_matches: Any) -> None:
+    """Runs of `steps` and `steps` + 1 steps (the newest level ends in either ring slot) and one
+    continued from the odd step 3 match the reference, emulated; nvcc compiles the source."""
     kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
-    for steps in (9, 10):  # the newest level ends in either ring slot
-        expected = stencil.reference(steps=steps, dtype=dtype, **inputs)
-        assert_matches(kernel.run(steps=steps, **inputs), expected, dtype, (stencil.name, steps))
-    sim = kernel.start(**inputs)  # continued from an odd step, t0 = 3
+    for count in (steps, steps + 1):
+        expected = stencil.reference(steps=count, dtype=dtype, **inputs)
+        assert_matches(kernel.run(steps=count, **inputs), expected, dtype, (stencil.name, schedule, count))
+    sim = kernel.start(**inputs)
     sim.advance(3)
-    sim.advance(7)
+    sim.advance(steps - 2)
     assert_matches({k: v.copy() for k, v in sim.fields.items()},
-                   stencil.reference(steps=10, dtype=dtype, **inputs), dtype, stencil.name)
+                   stencil.reference(steps=steps + 1, dtype=dtype, **inputs), dtype, stencil.name)
     if NVCC is not None:
         with tempfile.TemporaryDirectory() as directory:
             nvcc_check(source, Path(directory))
@@ -670,18 +677,7 @@ def test_streamed_threads_take_several_points_of_the_middle_dimension(index, ass
     source = get_target("cuda").source(stencil.poly(dtype), schedule)
     rows = schedule.unrolls[0][1]
     assert f"{rows} points of y per thread" in source and "next0_1" in source
-    kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
-    for steps in (5, 6):
-        expected = stencil.reference(steps=steps, dtype=dtype, **inputs)
-        assert_matches(kernel.run(steps=steps, **inputs), expected, dtype, (stencil.name, schedule, steps))
-    sim = kernel.start(**inputs)
-    sim.advance(3)
-    sim.advance(4)
-    assert_matches({k: v.copy() for k, v in sim.fields.items()},
-                   stencil.reference(steps=7, dtype=dtype, **inputs), dtype, stencil.name)
-    if NVCC is not None:
-        with tempfile.TemporaryDirectory() as directory:
-            nvcc_check(source, Path(directory))
+    _runs_match(stencil, schedule, source, inputs, dtype, 5, assert_matches)
 
 
 def test_several_points_per_thread_share_their_neighbours():
@@ -698,7 +694,8 @@ def test_several_points_per_thread_share_their_neighbours():
                                  emulate=True)
         kernel.run(steps=4, **inputs)
         run = kernel.last_run
-        counts.append({key: value / run.updates for key, value in run.gpu.items() if key.endswith(("accesses", "bytes"))})
+        counts.append({key: value / run.updates for key, value in run.gpu.items()
+                       if key.endswith(("accesses", "bytes"))})
     one, two = counts
     assert two["shared_accesses"] < 0.8 * one["shared_accesses"], counts
     assert two["load_bytes"] == pytest.approx(one["load_bytes"]) and two["store_bytes"] == one["store_bytes"]

@@ -64,7 +64,8 @@ def test_kernel_buffers_start_on_a_page():
     for shape, dtype in (((3, 256, 256), "float64"), ((7,), "float32"), ((1,), "float64")):
         for zeroed in (False, True):
             a = aligned_empty(shape, dtype, zeroed=zeroed)
-            assert a.ctypes.data % PAGE == 0 and a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.c_contiguous
+            assert a.ctypes.data % PAGE == 0 and a.shape == shape and a.dtype == np.dtype(dtype)
+            assert a.flags.c_contiguous
             assert not zeroed or not a.any()
     sim = wave.compile().start(**wave_inputs())
     assert all(b.ctypes.data % PAGE == 0 for b in sim._host_buffers().values())

@@ -1413,8 +1413,8 @@ inline void lane_copy(const MemRequest<fragment<Use, M, N, K, T, L>>& q, int lan
             q.frag->x[e] = cell;
 #ifdef MSC_CUDA_EMU_COUNT
         if (counted)
-            msc_emu::note_access(&cell, sizeof(E), Store, reinterpret_cast<const void*>(&lane_copy<Use, M, N, K, T, L, Store>),
-                                 e > 0);
+            msc_emu::note_access(&cell, sizeof(E), Store,
+                                 reinterpret_cast<const void*>(&lane_copy<Use, M, N, K, T, L, Store>), e > 0);
 #endif
     }
 #ifdef MSC_CUDA_EMU_COUNT

@@ -299,7 +299,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     step: list[k.Node] = [*(k.Store(ring(0, slot, point.q), point.var("next0")) for point in points),
                           *(k.Set(f"next{a}{point.suffix}", point.var(f"next{a + 1}"))
                             for a in range(plan.ahead - 1) for point in points),
-                          *(k.Set(f"next{plan.ahead - 1}{point.suffix}", load(point, plan.ahead, j)) for point in points),
+                          *(k.Set(f"next{plan.ahead - 1}{point.suffix}", load(point, plan.ahead, j))
+                            for point in points),
                           k.Barrier()]
     window = [g0.ge(r0), g0.lt(extents[0] - r0)]
     for stage in range(1, depth + 1):
