@@ -167,7 +167,9 @@ def test_gpu_time_tiles_are_kernel_ir_the_gpu_printer_prints():
 def test_the_tensor_core_kernel_is_kernel_ir_with_the_matrix_unit(precision):
     """The wmma kernel is built as kernel IR: operands staged in shared memory of their
     own type, fragments loaded, multiplied and stored by matrix-unit nodes that only the
-    GPU printer prints, a warp's barrier before its tile is read back."""
+    GPU printer prints, a warp's barrier before its tiles are read back; per chunk one
+    weight load for the warp's tiles (4 but in fp16), each with its own accumulator; in 3D
+    a block barrier before the next plane's staging."""
     from test_tensor_core import CASES, make_stencil
 
     from msc.codegen import kernel_ir as k
@@ -181,18 +183,20 @@ def test_the_tensor_core_kernel_is_kernel_ir_with_the_matrix_unit(precision):
     function = cuda_tensor_core.device_function(kernel)
     nodes = list(k.walk(function.body))
     products = [n for n in nodes if isinstance(n, k.MatrixMultiply)]
-    assert len(products) == kernel.plan.mmas_per_tile
+    assert kernel.tiles == (1 if precision == "fp16" else 4)
+    assert len(products) == kernel.plan.mmas_per_tile * kernel.tiles
     loads = [n for n in nodes if isinstance(n, k.MatrixLoad)]
-    assert len(loads) == 2 * len(products) and {n.fragment for n in loads} == {"a", "b"}
+    assert len(loads) == len(products) + kernel.plan.mmas_per_tile and {n.fragment for n in loads} == {"a", "b"}
     staged = {n.name: n for n in nodes if isinstance(n, k.Buffer)}
     assert staged["stage"].element == {"fp64": "float64", "tf32": "float32", "fp16": "float16"}[precision]
     assert staged["stage"].offset == 0 and staged["tiles"].offset > 0
-    assert [n.workers for n in nodes if isinstance(n, k.Barrier)] == ["all", "warp"]
+    assert [n.workers for n in nodes if isinstance(n, k.Barrier)] == ["all", "warp", "all"]
     for node in (n for n in nodes if isinstance(n, (k.Fragment, k.MatrixLoad, k.MatrixMultiply, k.MatrixStore))):
         with pytest.raises(TypeError, match="only a printer for a matrix unit prints it"):
             CPrinter(dtype).lines(node)
     text = "\n".join(CudaPrinter(dtype).lines(function.body))
-    assert text.count("nvcuda::wmma::mma_sync(acc, a, b, acc);") == len(products) and "__syncwarp();" in text
+    assert all(text.count(f"nvcuda::wmma::mma_sync(acc{i}, a, b, acc{i});") == kernel.plan.mmas_per_tile
+               for i in range(kernel.tiles)) and "__syncwarp();" in text
 
 
 def test_an_option_the_target_lacks_is_named(tmp_path):

@@ -131,7 +131,7 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
     # a warp's next tile starts n columns on: wmma's 256-bit alignment allows it unless n columns are
     # fewer bytes (fp16's n = 8 halves)
     widths = (TILES, 1) if shape.n * op_bytes % ALIGN_BYTES == 0 else (1,)
-    for warps, tiles in ((w, t) for w in range(MAX_WARPS, 0, -1) for t in widths):
+    for tiles, warps in ((t, w) for t in widths for w in range(MAX_WARPS, 0, -1)):  # wide tiles before more warps
         staging = _staging(plan, sources, warps, tiles)
         stage_bytes = sum(s.size for s in staging) * op_bytes
         shared = stage_bytes + warps * shape.m * tile_pitch(shape, tiles) * acc_bytes
