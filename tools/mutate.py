@@ -141,7 +141,7 @@ MUTANTS = [
            "kir.Comment(\"before the next plane overwrites a ring's oldest\")",
            ("tests/test_cuda_tensor_core.py::test_3d_blocks_stream_their_planes",)),
     Mutant("tensor-core staging without its barrier", "msc/targets/gpu/cuda_tensor_core.py",
-           "step += [kir.Barrier(), *(warp if nd == 2 else [])", "step += [*(warp if nd == 2 else [])",
+           "staged = [*staging, kir.Barrier()]", "staged = [*staging]",
            ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference",)),
     Mutant("tensor-core tile read back without __syncwarp", "msc/targets/gpu/cuda_tensor_core.py",
            '             kir.Barrier("warp"),\n', "",

@@ -270,11 +270,12 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
         return ix.Select(inside, k.Load(k.Ref("src", g * ix.Var("plane") + point.var("column"))),
                          ix.Cast("real", ix.Lit(0)))
 
-    lines: list[k.Node] = []
-    for d, point in ((d, point) for point in points for d in inner):
-        if not any(isinstance(n, k.Decl) and n.name == point.glob(d) for n in lines):
-            lines.append(k.Decl(point.glob(d), "index", ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d]
-                                + point.local[d]))
+    indices: dict[str, k.Node] = {}  # each global index once: the points share all but the middle one
+    for point in points:
+        for d in inner:
+            start = ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d]  # the block's first point along d
+            indices.setdefault(point.glob(d), k.Decl(point.glob(d), "index", start + point.local[d]))
+    lines: list[k.Node] = list(indices.values())
     for point in points:
         g = glob(point)
         lines += [k.Decl("in_plane" + point.suffix, "flag",
@@ -333,10 +334,9 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
     dynamic = 0 if plan.dynamic_shared else None  # rings over STATIC_SHARED go to dynamic shared memory
-    first_point = [local[1] * plan.rows, *(local[d] for d in inner[1:])] if plan.rows > 1 else list(local.values())
     function = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(sides)), rows=2, offset=dynamic),
                         *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
-                        k.Decl("q", "int", ix.linear(first_point, sides)),
+                        k.Decl("q", "int", ix.linear(list(points[0].local.values()), sides)),
                         k.Decl("plane", "index", plane),
                         *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
     return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st))

@@ -224,7 +224,7 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
         kir.Decl("c0", "int", ix.Var("blockIdx.x") * width),
         kir.Decl("r0", "int", ix.Var("blockIdx.y") * (kern.warps * m)),
         *([kir.Decl("z0", "int", ix.Var("blockIdx.z") * PLANES)] if nd == 3 else [])]
-    step: list[kir.Node] = []  # in 3D, per plane z of the block's PLANES
+    staging: list[kir.Node] = []  # in 3D, for plane z of the block's PLANES
     for s in kern.staging:
         src = f"src_{_source_name(s.source)}"
         coords: list[ix.Expr] = [ix.Var("r"), ix.Var("c")]
@@ -248,23 +248,19 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
             value = ix.Select(inside, kir.Load(kir.Ref(src, index(coords))), ix.Lit(0))
         staged = kir.Store(kir.Ref("stage", s.offset + at, kir.Space.SHARED), _to_operand(shape.operand, value))
         stage.append(staged if s.columns == s.pitch else kir.If((e % s.pitch).lt(s.columns), kir.Block((staged,))))
-        step.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(count), kir.Block(tuple(stage)),
-                             step=ix.Var("blockDim.x"), kind="int"))
+        staging.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(count), kir.Block(tuple(stage)),
+                                step=ix.Var("blockDim.x"), kind="int"))
     warp = [kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
             kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
             kir.Fragment("a", "a", (m, n, kk), _FRAGMENT[shape.operand]),
             kir.Fragment("b", "b", (m, n, kk), _FRAGMENT[shape.operand]),
             *(kir.Fragment(f"acc{i}", "accumulator", (m, n, kk), _ELEMENT[acc_t]) for i in range(kern.tiles))]
-    if nd == 2:
-        body += step
-        step = []
-    step += [kir.Barrier(), *(warp if nd == 2 else []),
-             *(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
+    products: list[kir.Node] = [*(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
     stage_of = {s.source: s for s in kern.staging}
     band = 0
     for line in plan.lines:
         s = stage_of[line.source]
-        step.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
+        products.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
                                 f"offsets {line.lo}..{line.hi}"))
         for chunk in line.chunks:
             o = line.input_origin(chunk, kk)
@@ -276,16 +272,16 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                 else ("b", "a")
             for i in range(kern.tiles):
                 operand = ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset + i * n)  # a pointer
-                step.append(kir.MatrixLoad(input_fragment, operand, s.pitch))
+                products.append(kir.MatrixLoad(input_fragment, operand, s.pitch))
                 if i == 0:
-                    step.append(kir.MatrixLoad(weight_fragment, weight, n if line.axis == "cols" else kk))
-                step.append(kir.MatrixMultiply(f"acc{i}", "a", "b"))
+                    products.append(kir.MatrixLoad(weight_fragment, weight, n if line.axis == "cols" else kk))
+                products.append(kir.MatrixMultiply(f"acc{i}", "a", "b"))
             band += kk * n if line.axis == "cols" else m * kk
     r, c = ix.Var("r"), ix.Var("c")
     written = kir.Store(kir.Ref("out", index([*([z] if nd == 3 else []), r, c])),
                         ix.Cast(t, ix.Op("+", kir.Load(kir.Ref("tile", ix.Op("/", e, ix.Lit(width)) * pitch + e % width,
                                                                 kir.Space.SHARED)), ix.Var("constant"))))
-    step += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * pitch), restrict=False,
+    products += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * pitch), restrict=False,
                       element=_ELEMENT[acc_t]),
              *(kir.MatrixStore(ix.Var("tile") + i * n, f"acc{i}", pitch) for i in range(kern.tiles)),
              kir.Barrier("warp"),
@@ -293,11 +289,13 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                  kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
                  kir.Decl("c", "int", ix.Var("c0") + e % width),
                  kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
+    staged = [*staging, kir.Barrier()]
     if nd == 2:
-        body += step
+        body += [*staged, *warp, *products]
     else:  # the block's planes in order: the rings keep what the next plane reads again
         body += [*warp, kir.Loop("z", ix.Var("z0"), z.lt(ix.Var("z0") + PLANES).and_(z.lt(dims[0])),
-                                 kir.Block((*step, kir.Comment("before the next plane overwrites a ring's oldest"),
+                                 kir.Block((*staged, *products,
+                                            kir.Comment("before the next plane overwrites a ring's oldest"),
                                             kir.Barrier())), kind="int")]
     rows = kern.warps * m
     grid = (ix.Op("/", dims[-1] + (width - 1), ix.Lit(width)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
