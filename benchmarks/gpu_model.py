@@ -36,7 +36,9 @@ CLOCK_HZ = 1.98e9
 SHARED_BYTES_PER_CLOCK = 128
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
-TENSOR_CORES = {"float64": "msc tensor cores (fp64)", "float32": "msc tensor cores (tf32)"}
+PRECISION = {"float64": "fp64", "float32": "tf32"}  # the tensor cores' operands in each dtype
+TENSOR_CORES = {"tensor cores": "msc tensor cores ({})",  # counted schedule -> measured row, of the precision
+                "tensor cores, time_tile(4)": "msc tensor cores + time tiles ({})"}
 
 
 def bound(row: dict[str, Any]) -> tuple[float, str]:
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for r in counted:
         gst, what = bound(r)
-        name = TENSOR_CORES[r["dtype"]] if r["schedule"] == "tensor cores" else TOOLS.get(r["schedule"], "")
+        tensor_cores = TENSOR_CORES.get(r["schedule"])
+        name = tensor_cores.format(PRECISION[r["dtype"]]) if tensor_cores else TOOLS.get(r["schedule"], "")
         tool = measured.get((r["stencil"], r["dtype"]), {}).get(name)
         got = tool["gstencil_per_s"] if tool else None
         rows.append({"stencil": r["stencil"], "dtype": r["dtype"], "schedule": r["schedule"], "bound_gstencil_per_s": gst,

@@ -8,12 +8,13 @@ the driver's CUDA); pystencils is optional (its rows say why they are missing).
     python3 benchmarks/stencils_gpu.py --json results.json [--quick] [--only heat2d,star2d2r]
         [--dtypes float64,float32] [--repeat 5]
 
-msc runs five ways: the default launch ("plain": streamed tiles, docs/cuda.md),
+msc runs six ways: the default launch ("plain": streamed tiles, docs/cuda.md),
 the grid-mapped launch (a point per thread, `parallel` on the outermost
 dimension: the default before streaming), the tuner's choice
 ("tuned", schedule="auto", timed on the device by msc's tuner on a
 device-resident simulation), the fastest time tile the tuner timed
-("time-tiled") and tensor cores (fp64 for float64, tf32 for float32). Every
+("time-tiled") and tensor cores (fp64 for float64, tf32 for float32), in 2D
+also fused with time tiles of FUSED_DEPTH steps. Every
 tool's final field is compared with the hand-written kernel's, so a fast
 wrong answer shows. Times are CUDA events around the time loop alone; tools
 and the copy are timed round robin (best of the rounds);
@@ -57,12 +58,15 @@ class Case:
         return [(o, 1.0 / len(points)) for o in points]  # an average: values stay bounded over many steps
 
 
+FUSED_DEPTH = 4  # steps per launch of the fused tensor-core kernel
+
 CASES = [
     Case("heat2d", 2, False, 1, 4096, 100),  # 128 MiB per float64 level: a few times the L2 of any GPU
     Case("box2d9p", 2, True, 1, 4096, 100),
     Case("heat3d", 3, False, 1, 256, 50),
     Case("box3d27p", 3, True, 1, 256, 50),
     *(Case(f"star2d{r}r", 2, False, r, 4096, 100) for r in range(2, 5)),
+    Case("box2d25p", 2, True, 2, 4096, 100),  # a box of radius 2: where tensor cores should win
 ]
 
 
@@ -233,6 +237,10 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
         tools.append(msc_tool(cp, f"msc tensor cores ({precision})", kernel, precision))
     except msc.errors.MscError as e:
         missing["msc tensor cores"] = str(e)
+    if case.ndim == 2:
+        fused = msc.Schedule().tensor_cores(precision).time_tile(FUSED_DEPTH)
+        tools.append(msc_tool(cp, f"msc tensor cores + time tiles ({precision})",
+                              st.compile(target="cuda", dtype=dtype, schedule=fused), str(fused)))
     copy = copy_bandwidth(cp, int(u0.nbytes))
     best: dict[str, float] = {}
     finals: dict[str, Any] = {}
@@ -271,8 +279,10 @@ def precompile(case: Case, dtype: str) -> None:
     from msc.targets.gpu.cuda import cuda_candidates
 
     st = msc_stencil(case)
-    schedules: list[Any] = [*cuda_candidates(st.typed(dtype)),
-                            msc.Schedule().tensor_cores("fp64" if dtype == "float64" else "tf32")]
+    precision = "fp64" if dtype == "float64" else "tf32"
+    schedules: list[Any] = [*cuda_candidates(st.typed(dtype)), msc.Schedule().tensor_cores(precision)]
+    if case.ndim == 2:
+        schedules.append(msc.Schedule().tensor_cores(precision).time_tile(FUSED_DEPTH))
 
     def build(schedule: Any) -> None:
         try:

@@ -107,6 +107,30 @@ def test_staging_is_aligned_for_wmma(kernels):
             assert kernel.shared_bytes <= ctc.MAX_SHARED
 
 
+def test_held_weights_are_loaded_once_and_shared_inputs_once(kernels):
+    """Where the weight blocks fit WEIGHT_REGISTERS, a warp loads each into a fragment of its own
+    before its products, and an input fragment that several (tile, chunk) products read is loaded
+    once: fewer loads than products, the same products."""
+    from msc.codegen import kernel_ir as k
+
+    held = 0
+    for precision in PRECISIONS:
+        for kernel in kernels[precision][1]:
+            if ctc.weight_registers(kernel) > ctc.WEIGHT_REGISTERS:
+                continue
+            held += 1
+            nodes = list(k.walk(ctc.device_function(kernel).body))
+            loads = [n for n in nodes if isinstance(n, k.MatrixLoad)]
+            products = [n for n in nodes if isinstance(n, k.MatrixMultiply)]
+            weights = [n for n in loads if n.fragment.startswith("w")]
+            assert len(weights) == kernel.plan.mmas_per_tile
+            assert all(nodes.index(w) < nodes.index(products[0]) for w in weights)
+            assert len(products) == kernel.plan.mmas_per_tile * kernel.tiles
+            if kernel.tiles > 1 and any(line.axis == "cols" and len(line.chunks) > 1 for line in kernel.plan.lines):
+                assert len(loads) - len(weights) < len(products)
+    assert held >= 10
+
+
 def test_nvcc_compiles_every_tensor_core_kernel(kernels, tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:

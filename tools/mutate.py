@@ -39,6 +39,8 @@ CUDA_TIME_TILES = ["tests/test_cuda_target.py::test_time_tiles_in_shared_memory_
 CUDA_ROWS = ["tests/test_cuda_target.py::test_streamed_threads_take_several_points_of_the_middle_dimension"]
 CUDA_DEFAULT = ["tests/test_cuda_target.py", "-k", "test_emulated_cuda_matches_reference and not True"]  # default launches
 IMPLICIT = ["tests/test_pde.py", "-k", "implicit"]
+FUSED_TC = "msc/targets/gpu/cuda_tensor_core_tile.py"
+FUSED_TC_TEST = "tests/test_cuda_tensor_core_tile.py::test_fused_steps_equal_reference_and_replay"
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ MUTANTS = [
            "for i in range(BANK_BYTES // ALIGN_BYTES)", "for i in range(1)",
            ("tests/test_cuda_target.py::test_tensor_core_kernels_meet_no_bank_conflicts",)),
     Mutant("tensor-core staging loads its padding columns", "msc/targets/gpu/cuda_tensor_core.py",
-           "staged if s.columns == s.pitch else", "staged if True else",
+           "stores if s.columns == s.pitch else", "stores if True else",
            ("tests/test_cuda_target.py::test_tensor_core_kernels_meet_no_bank_conflicts",)),
     Mutant("CUDA emulator counts a fragment's elements lane by lane", "msc/runtime/cuda/cuda_emu.h",
            "same ? it->second - 1 : it->second++", "it->second++",
@@ -143,9 +145,21 @@ MUTANTS = [
     Mutant("tensor-core staging without its barrier", "msc/targets/gpu/cuda_tensor_core.py",
            "staged = [*staging, kir.Barrier()]", "staged = [*staging]",
            ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference",)),
+    Mutant("tensor-core input fragment reused by the tiles beside it", "msc/targets/gpu/cuda_tensor_core.py",
+           "(line.source, input_fragment, *o[:-1], o[-1] + i * shape.n)", "(line.source, input_fragment, *o[:-1], o[-1])",
+           ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference", FUSED_TC_TEST)),
+    Mutant("fused tensor-core step without its barrier", FUSED_TC,
+           "kir.Comment(\"before the next step reads what this one wrote\"),\n                 kir.Barrier()",
+           "kir.Comment(\"before the next step reads what this one wrote\")", (FUSED_TC_TEST,)),
+    Mutant("fused tensor-core frame one step of rows short", FUSED_TC,
+           "reach = depth - 1  #", "reach = depth - 2  #", (FUSED_TC_TEST,)),
+    Mutant("fused tensor-core step writes the ring's first row", FUSED_TC,
+           "inside = conjunction([r.ge(0),", "inside = conjunction([r.ge(-1),", (FUSED_TC_TEST,)),
+    Mutant("fused tensor-core step writes the copy it reads", FUSED_TC,
+           "stepped.offset + (1 - cur) * stepped.size", "stepped.offset + cur * stepped.size", (FUSED_TC_TEST,)),
     Mutant("tensor-core tile read back without __syncwarp", "msc/targets/gpu/cuda_tensor_core.py",
-           '             kir.Barrier("warp"),\n', "",
-           ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference",)),
+           'range(kern.tiles)),\n            kir.Barrier("warp")]', "range(kern.tiles))]",
+           ("tests/test_cuda_tensor_core.py::test_emulated_kernel_equals_replay_and_reference", FUSED_TC_TEST)),
     Mutant("CUDA emulator leaves shared memory unpoisoned", "msc/runtime/cuda/cuda_emu.h",
            "    poison_shared();\n", "",
            ("tests/test_cuda_emulator.py::test_shared_memory_another_block_wrote_is_poison",)),

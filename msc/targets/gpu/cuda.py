@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
@@ -40,6 +41,8 @@ from msc.runtime.kernel import BOX_ENTRY, ENTRY
 from msc.targets import ctarget
 from msc.targets.gpu import cuda_pass as mapping
 from msc.targets.gpu import cuda_stream as stream
+from msc.targets.gpu import cuda_tensor_core
+from msc.targets.gpu import cuda_tensor_core_tile as tensor_core_tile
 from msc.targets.gpu import cuda_time_tile as time_tile
 from msc.targets.gpu.cuda_pass import CustomLaunch
 from msc.targets.gpu.cuda_printer import CudaPrinter
@@ -78,8 +81,6 @@ class GPUPlatform(ctarget.Platform):
         """Device code of its own for `launch` (None: print the mapped kernel IR)."""
         if schedule.schedule.tensor_core_precision is None:
             return None
-        from msc.targets.gpu import cuda_tensor_core  # it builds on this module
-
         return cuda_tensor_core.custom_launch(poly, schedule, launch)
 
 
@@ -165,6 +166,10 @@ class CudaTarget(ctarget.CTarget):
         device = [f"d_{a}" if a in {_pointer(f) for f in stencil.fields} else a for a in arguments]
         entry = dict(name=name, parameters=parameters, arguments=arguments, device_arguments=device,
                      **ctarget.entry_values(stencil, box))
+        sched = schedule.schedule
+        if sched.tensor_core_precision and sched.time_depth and not box:
+            source, loop = tensor_core_tile.entry_loop(stencil, sched, name)
+            return dict(entry, launches=[dict(source=source)], body=printer.lines(loop))
         tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
         if tiled is not None:
             function = time_tile.device_function(tiled, f"{name}_tt")
@@ -200,6 +205,14 @@ class CudaTarget(ctarget.CTarget):
         host = k.transform_kernel(host, fill)
         note = [] if why is None else [k.Comment(f"skewed time tiles in global memory, not in shared memory: {why}")]
         return dict(entry, launches=printed, body=printer.lines(k.Block((*note, host.body))))
+
+    def complete(self, poly: PolyIR, schedule: Schedule | None) -> Schedule | None:
+        """A time tile with tensor cores that names no sizes takes the fused kernel's tile where it fuses."""
+        if (schedule is not None and schedule.tensor_core_precision and schedule.time_depth and not schedule.tiles
+                and tensor_core_tile.reason(poly.ir, schedule) is None):
+            tile = tensor_core_tile.default_tile(poly.ir, schedule.tensor_core_precision, schedule.time_depth)
+            return replace(schedule, tiles=tuple(tile.items()))
+        return super().complete(poly, schedule)
 
     # -- building ----------------------------------------------------------------
 

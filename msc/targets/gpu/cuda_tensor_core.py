@@ -40,8 +40,8 @@ from __future__ import annotations
 import collections
 import ctypes
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from msc.codegen.printers.c import c_int
 from msc.codegen.printers.cexpr import c_expr
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
-from msc.poly.schedule import LoweredSchedule
+from msc.poly.schedule import LoweredSchedule, Schedule
 from msc.runtime import build, cuda_emu
 from msc.targets.gpu.cuda_pass import CustomLaunch, DeviceFunction
 from msc.targets.gpu.cuda_printer import CudaPrinter
@@ -67,6 +67,7 @@ DEFAULT_SHARED = 48 * 1024  # dynamic shared memory without cudaFuncSetAttribute
 MAX_SHARED = 163 * 1024  # the opt-in limit of sm_80 (sm_90: 227 KiB): the kernels run on both
 MAX_WARPS = 4
 TILES = 4  # output tiles per warp along the columns: independent MMA chains, each weight block loaded once for all
+WEIGHT_REGISTERS = 32  # at most these 32-bit registers per lane hold the weight blocks for a whole block's work
 PLANES = 16  # 3D: output planes a block computes in order, staging each input plane once into a ring of planes
 
 _OPERAND = {"double": ("double", 8), "tf32": ("float", 4), "half": ("__half", 2)}  # storage type, bytes
@@ -89,9 +90,11 @@ class Staging:
     column_offset: int  # staging column of the tile's first column
     offset: int  # first element of this source's region
     columns: int  # staged columns of a row (the fragments read no others; the rest of the pitch is padding)
+    copies: int = 1  # 2: the level a fused time tile steps, in two copies it steps between
 
     @property
     def size(self) -> int:
+        """Elements of one copy."""
         return self.planes * self.rows * self.pitch
 
 
@@ -111,6 +114,7 @@ class TensorCoreKernel:
     shared_bytes: int
     band_elements: int
     code: str
+    fused: bool = False  # a launch takes up to `steps` steps (a fused time tile, cuda_tensor_core_tile.py)
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -125,16 +129,10 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
     if dtype not in _C_TYPE:
         raise ScheduleError(f"tensor_cores: dtype must be float64 or float32, got {dtype!r}")
     shape = plan.shape
-    _, op_bytes = _OPERAND[shape.operand]
-    acc_bytes = _ACC_BYTES[shape.accumulator]
-    sources = list(dict.fromkeys(line.source for line in plan.lines))
-    # a warp's next tile starts n columns on: wmma's 256-bit alignment allows it unless n columns are
-    # fewer bytes (fp16's n = 8 halves)
-    widths = (TILES, 1) if shape.n * op_bytes % ALIGN_BYTES == 0 else (1,)
-    for tiles, warps in ((t, w) for t in widths for w in range(MAX_WARPS, 0, -1)):  # wide tiles before more warps
-        staging = _staging(plan, sources, warps, tiles)
-        stage_bytes = sum(s.size for s in staging) * op_bytes
-        shared = stage_bytes + warps * shape.m * tile_pitch(shape, tiles) * acc_bytes
+    widest = tiles_per_warp(shape)
+    for tiles, warps in ((t, w) for t in dict.fromkeys((widest, 1)) for w in range(MAX_WARPS, 0, -1)):
+        staging = staging_of(plan, (0, 0), (warps * shape.m, tiles * shape.n))  # wide tiles before more warps
+        shared = shared_bytes(shape, staging, warps, tiles)
         if shared <= MAX_SHARED:
             break
     else:
@@ -145,28 +143,46 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
                         for line in plan.lines)
     kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius, wrap, warps, tiles,
                               tuple(staging), shared, band_elements, "")
-    return TensorCoreKernel(**{**kernel.__dict__, "code": _print(kernel)})
+    return replace(kernel, code=printed(kernel, device_function(kernel)))
 
 
-def _staging(plan: TensorCorePlan, sources: list[Source], warps: int, tiles: int) -> list[Staging]:
+def staging_of(plan: TensorCorePlan, before: tuple[int, int], end: tuple[int, int],
+               stepped: Source | None = None) -> list[Staging]:
+    """Where each source of the plan sits in shared memory, for products whose output fragments
+    start from `before` (rows, columns) before a block's first output point to `end` after it
+    (fragments included); `stepped` gets two copies."""
     shape = plan.shape
     op_bytes = _OPERAND[shape.operand][1]
     align = ALIGN_BYTES // op_bytes  # == shape.k for every shape
     out, offset = [], 0
-    for source in sources:
+    for source in dict.fromkeys(line.source for line in plan.lines):
         halo = plan.halo(source)
         (rl, rh), (cl, ch) = halo[-2], halo[-1]
+        rl, cl = rl + before[0], cl + before[1]
         planes, below = (halo[0][0] + halo[0][1] + 1, halo[0][0]) if plan.ndim == 3 else (1, 0)
         column_offset = cl + (-plan.column_alignment(source) - cl) % align
         # operand fragments read from this staging: A (m rows of k) for column lines, B (k rows of n) for row lines
         reads = {(shape.m, shape.k) if line.axis == "cols" else (shape.k, shape.n)
                  for line in plan.lines if line.source == source}
-        least = math.ceil((column_offset + tiles * shape.n + ch) / align) * align
+        least = math.ceil((column_offset + end[1] + ch) / align) * align
         pitch = _least_conflicts(least, op_bytes, reads)
-        stage = Staging(source, planes, below, warps * shape.m + rl + rh, rl, pitch, column_offset, offset, least)
+        stage = Staging(source, planes, below, end[0] + rl + rh, rl, pitch, column_offset, offset, least,
+                        2 if source == stepped else 1)
         out.append(stage)
-        offset += stage.size
+        offset += stage.size * stage.copies
     return out
+
+
+def tiles_per_warp(shape: MmaShape) -> int:
+    """TILES, unless n columns of the operand are fewer bytes than wmma's 256-bit alignment (fp16's
+    n = 8 halves): a warp's next tile starts n columns on."""
+    return TILES if shape.n * _OPERAND[shape.operand][1] % ALIGN_BYTES == 0 else 1
+
+
+def shared_bytes(shape: MmaShape, staging: Sequence[Staging], warps: int, tiles: int) -> int:
+    """Dynamic shared memory of a block: the staging (copies included) and each warp's output tiles."""
+    staged = sum(s.size * s.copies for s in staging) * _OPERAND[shape.operand][1]
+    return staged + warps * shape.m * tile_pitch(shape, tiles) * _ACC_BYTES[shape.accumulator]
 
 
 def _least_conflicts(least: int, element_bytes: int, reads: set[tuple[int, int]]) -> int:
@@ -201,32 +217,18 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     """The kernel's `__global__` function as kernel IR: stage each source's tile and halo in
     shared memory, the MMAs of every line and chunk, the tile stored, the interior written."""
     plan, shape = kern.plan, kern.plan.shape
-    m, n, kk, nd = shape.m, shape.n, shape.k, plan.ndim
-    width, pitch = kern.tiles * n, tile_pitch(shape, kern.tiles)  # the columns of a warp's tiles, their row pitch
-    _, op_bytes = _OPERAND[shape.operand]
-    t, acc_t = _C_TYPE[kern.dtype], shape.accumulator
-    dims = [ix.Var(f"n{d}") for d in range(nd)]
-    ring = [0 if kern.wrap else r for r in kern.radius]
+    m, n, nd = shape.m, shape.n, plan.ndim
+    width = kern.tiles * n  # the columns of a warp's tiles
+    t = _C_TYPE[kern.dtype]
+    dims = extents(nd)
     e, z, tr = ix.Var("e"), ix.Var("z"), ix.Var("tr")
-    weights = f"{kern.name}_weights"
-
-    def index(coords: list[ix.Expr]) -> ix.Expr:  # array element of interior coordinates (already wrapped/valid)
-        at: ix.Expr = ix.Cast("size_t", coords[0] + ring[0])
-        for d in range(1, nd):
-            at = ix.Op("+", at * (dims[d] + 2 * ring[d]), coords[d] + ring[d])
-        return at
-
     body: list[kir.Node] = [
-        kir.Buffer("stage", kir.Space.SHARED, (sum(s.size for s in kern.staging),), element=_ELEMENT[shape.operand],
-                   offset=0),
-        kir.Buffer("tiles", kir.Space.SHARED, (kern.warps * m * pitch,), element=_ELEMENT[acc_t],
-                   offset=sum(s.size for s in kern.staging) * op_bytes),
+        *buffers(kern),
         kir.Decl("c0", "int", ix.Var("blockIdx.x") * width),
         kir.Decl("r0", "int", ix.Var("blockIdx.y") * (kern.warps * m)),
         *([kir.Decl("z0", "int", ix.Var("blockIdx.z") * PLANES)] if nd == 3 else [])]
     staging: list[kir.Node] = []  # in 3D, for plane z of the block's PLANES
     for s in kern.staging:
-        src = f"src_{_source_name(s.source)}"
         coords: list[ix.Expr] = [ix.Var("r"), ix.Var("c")]
         stage = [kir.Comment(f"{s.source[0]} (dt {s.source[1]})"),
                  kir.Decl("c", "int", ix.Var("c0") + e % s.pitch - s.column_offset),
@@ -240,55 +242,25 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
             coords = [ix.Var("p"), *coords]
             at = _slot(ix.Var("p"), s.planes) * plane + e % plane
             count = ix.Select(opening, ix.Lit(s.size), ix.Lit(plane))
-        if kern.wrap:
-            wrapped = [ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)]
-            value: ix.Expr = kir.Load(kir.Ref(src, index(wrapped)))
-        else:  # zeros past the array: the tail tiles and zero-weight columns
-            inside = conjunction([b for c, d, r in zip(coords, dims, ring) for b in (c.ge(-r), c.lt(d + r))])
-            value = ix.Select(inside, kir.Load(kir.Ref(src, index(coords))), ix.Lit(0))
-        staged = kir.Store(kir.Ref("stage", s.offset + at, kir.Space.SHARED), _to_operand(shape.operand, value))
-        stage.append(staged if s.columns == s.pitch else kir.If((e % s.pitch).lt(s.columns), kir.Block((staged,))))
+        stage += stage_stores(kern, s, coords, at)
         staging.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(count), kir.Block(tuple(stage)),
                                 step=ix.Var("blockDim.x"), kind="int"))
-    warp = [kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
-            kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), kir.Decl("tr", "int", ix.Var("warp") * m),
-            kir.Fragment("a", "a", (m, n, kk), _FRAGMENT[shape.operand]),
-            kir.Fragment("b", "b", (m, n, kk), _FRAGMENT[shape.operand]),
-            *(kir.Fragment(f"acc{i}", "accumulator", (m, n, kk), _ELEMENT[acc_t]) for i in range(kern.tiles))]
-    products: list[kir.Node] = [*(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
-    stage_of = {s.source: s for s in kern.staging}
-    band = 0
-    for line in plan.lines:
-        s = stage_of[line.source]
-        products.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
-                                f"offsets {line.lo}..{line.hi}"))
-        for chunk in line.chunks:
-            o = line.input_origin(chunk, kk)
-            first = ix.Op("+", ix.Op("*", _slot(z + o[0], s.planes), ix.Lit(s.rows)), tr) if nd == 3 else tr
-            row = first + (o[-2] + s.row_below)
-            # the weight block is b for column lines (a for row lines) in every tile's product, the input
-            # the other; loaded after the first tile's input, whose load then reads the staging first
-            weight, (input_fragment, weight_fragment) = ix.Var(weights) + band, ("a", "b") if line.axis == "cols" \
-                else ("b", "a")
-            for i in range(kern.tiles):
-                operand = ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset + i * n)  # a pointer
-                products.append(kir.MatrixLoad(input_fragment, operand, s.pitch))
-                if i == 0:
-                    products.append(kir.MatrixLoad(weight_fragment, weight, n if line.axis == "cols" else kk))
-                products.append(kir.MatrixMultiply(f"acc{i}", "a", "b"))
-            band += kk * n if line.axis == "cols" else m * kk
+    held = weight_registers(kern) <= WEIGHT_REGISTERS
+    warp = warp_fragments(kern, kir.Decl("tr", "int", ix.Var("warp") * m), held=held)
+
+    def operand(s: Staging, o: tuple[int, ...], i: int) -> ix.Expr:  # a pointer to the input fragment
+        first = ix.Op("+", ix.Op("*", _slot(z + o[0], s.planes), ix.Lit(s.rows)), tr) if nd == 3 else tr
+        row = first + (o[-2] + s.row_below)
+        return ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset + i * n)
+
     r, c = ix.Var("r"), ix.Var("c")
-    written = kir.Store(kir.Ref("out", index([*([z] if nd == 3 else []), r, c])),
-                        ix.Cast(t, ix.Op("+", kir.Load(kir.Ref("tile", ix.Op("/", e, ix.Lit(width)) * pitch + e % width,
-                                                                kir.Space.SHARED)), ix.Var("constant"))))
-    products += [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (m * pitch), restrict=False,
-                      element=_ELEMENT[acc_t]),
-             *(kir.MatrixStore(ix.Var("tile") + i * n, f"acc{i}", pitch) for i in range(kern.tiles)),
-             kir.Barrier("warp"),
-             kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                 kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
-                 kir.Decl("c", "int", ix.Var("c0") + e % width),
-                 kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
+    written = kir.Store(kir.Ref("out", element(kern, [*([z] if nd == 3 else []), r, c])),
+                        ix.Cast(t, ix.Op("+", tile_value(kern), ix.Var("constant"))))
+    products = [*products_of(kern, operand, held), *stored_tiles(kern),
+                kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
+                    kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
+                    kir.Decl("c", "int", ix.Var("c0") + e % width),
+                    kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
     staged = [*staging, kir.Barrier()]
     if nd == 2:
         body += [*staged, *warp, *products]
@@ -300,10 +272,159 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     rows = kern.warps * m
     grid = (ix.Op("/", dims[-1] + (width - 1), ix.Lit(width)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
             ix.Op("/", dims[0] + (PLANES - 1), ix.Lit(PLANES)) if nd == 3 else ix.Lit(1))
-    scope = (("double *" if t == "double" else "float *", "out"),
-             *((f"const {t} *", f"src_{_source_name(s.source)}") for s in kern.staging),
-             (acc_t, "constant"), *(("int", f"n{d}") for d in range(nd)))
-    return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,), scope)
+    return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,), scope(kern))
+
+
+# ---------------------------------------------------------------- pieces of a kernel (fused time tiles share them)
+
+
+def extents(ndim: int) -> list[ix.Var]:
+    """The interior's extents, the kernel's parameters n0, n1[, n2]."""
+    return [ix.Var(f"n{d}") for d in range(ndim)]
+
+
+def scope(kern: TensorCoreKernel, *extra: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """The kernel's parameters (type, name): out, the sources, the constant, the extents, then `extra`."""
+    t = _C_TYPE[kern.dtype]
+    return (("double *" if t == "double" else "float *", "out"),
+            *((f"const {t} *", f"src_{_source_name(s.source)}") for s in kern.staging),
+            (kern.plan.shape.accumulator, "constant"), *(("int", f"n{d}") for d in range(kern.plan.ndim)), *extra)
+
+
+def buffers(kern: TensorCoreKernel) -> list[kir.Node]:
+    """The dynamic shared memory: `stage` (every source's staging, copies included), then `tiles`
+    (each warp's output tiles)."""
+    shape = kern.plan.shape
+    staged = sum(s.size * s.copies for s in kern.staging)
+    return [kir.Buffer("stage", kir.Space.SHARED, (staged,), element=_ELEMENT[shape.operand], offset=0),
+            kir.Buffer("tiles", kir.Space.SHARED, (kern.warps * shape.m * tile_pitch(shape, kern.tiles),),
+                       element=_ELEMENT[shape.accumulator], offset=staged * _OPERAND[shape.operand][1])]
+
+
+def element(kern: TensorCoreKernel, coords: list[ix.Expr]) -> ix.Expr:
+    """The array element of interior coordinates (already wrapped or in the array)."""
+    ring = [0 if kern.wrap else r for r in kern.radius]
+    dims = extents(kern.plan.ndim)
+    at: ix.Expr = ix.Cast("size_t", coords[0] + ring[0])
+    for d in range(1, kern.plan.ndim):
+        at = ix.Op("+", at * (dims[d] + 2 * ring[d]), coords[d] + ring[d])
+    return at
+
+
+def stage_stores(kern: TensorCoreKernel, s: Staging, coords: list[ix.Expr], at: ix.Expr) -> list[kir.Node]:
+    """Element `at` of each copy of `s` = the source at interior `coords`, in the operand type:
+    wrapped (periodic), or zero past the array (dirichlet: the tail tiles and zero-weight columns);
+    the pitch's padding columns are left alone."""
+    src, dims = f"src_{_source_name(s.source)}", extents(kern.plan.ndim)
+    if kern.wrap:
+        wrapped = [ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)]
+        value: ix.Expr = kir.Load(kir.Ref(src, element(kern, wrapped)))
+    else:
+        inside = conjunction([b for c, d, r in zip(coords, dims, kern.radius) for b in (c.ge(-r), c.lt(d + r))])
+        value = ix.Select(inside, kir.Load(kir.Ref(src, element(kern, coords))), ix.Lit(0))
+    value = to_operand(kern.plan.shape.operand, value)
+    stores = [kir.Store(kir.Ref("stage", s.offset + copy * s.size + at, kir.Space.SHARED), value)
+              for copy in range(s.copies)]
+    return stores if s.columns == s.pitch else [kir.If((ix.Var("e") % s.pitch).lt(s.columns), kir.Block(tuple(stores)))]
+
+
+def warp_fragments(kern: TensorCoreKernel, *first: kir.Node, held: bool = False) -> list[kir.Node]:
+    """The warp's number and lane, `first`, its operand fragments and one accumulator per tile, then,
+    `held`, the weight blocks (`weight_fragments`), the operand fragments only those inputs take."""
+    shape, acc = kern.plan.shape, _ELEMENT[kern.plan.shape.accumulator]
+    mnk = (shape.m, shape.n, shape.k)
+    roles = {"a" if line.axis == "cols" else "b" for line in kern.plan.lines} if held else {"a", "b"}
+    return [kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
+            kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), *first,
+            *(kir.Fragment(role, role, mnk, _FRAGMENT[shape.operand]) for role in ("a", "b") if role in roles),
+            *(kir.Fragment(f"acc{i}", "accumulator", mnk, acc) for i in range(kern.tiles)),
+            *(weight_fragments(kern) if held else [])]
+
+
+def products_of(kern: TensorCoreKernel, operand: Callable[[Staging, tuple[int, ...], int], ix.Expr],
+                held: bool = False) -> list[kir.Node]:
+    """The warp's accumulators zeroed, then its MMAs: per line and chunk, in the plan's order, the
+    weight block loaded once for the tiles and per tile the input fragment at `operand(staging,
+    input origin, tile)`; or, with the weight blocks `held` (`weight_fragments`), per distinct input
+    fragment (a tile's chunk is often another tile's next one) one load and every MMA that reads it."""
+    plan, shape = kern.plan, kern.plan.shape
+    acc_t = shape.accumulator
+    out: list[kir.Node] = [*(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
+    stage_of = {s.source: s for s in kern.staging}
+    blocks = iter(_weight_blocks(kern))
+    reads: dict[tuple[object, ...], list[kir.Node]] = {}  # held: an input fragment's load, then its MMAs
+    for line in plan.lines:
+        s = stage_of[line.source]
+        if not held:
+            out.append(kir.Comment(f"{line.source[0]} (dt {line.source[1]}): {line.axis} line, shift {line.shift}, "
+                                   f"offsets {line.lo}..{line.hi}"))
+        input_fragment = "a" if line.axis == "cols" else "b"
+        for chunk in line.chunks:
+            o = line.input_origin(chunk, shape.k)
+            # the weight block is b for column lines (a for row lines) in every tile's product, the input
+            # the other; loaded after the first tile's input, whose load then reads the staging first
+            j, load = next(blocks)
+            weight = f"w{j}" if held else load.fragment
+            a, b = ("a", weight) if line.axis == "cols" else (weight, "b")
+            for i in range(kern.tiles):
+                fetch = kir.MatrixLoad(input_fragment, operand(s, o, i), s.pitch)
+                product = kir.MatrixMultiply(f"acc{i}", a, b)
+                if held:
+                    reads.setdefault((line.source, input_fragment, *o[:-1], o[-1] + i * shape.n), [fetch]).append(product)
+                    continue
+                out += [fetch, load, product] if i == 0 else [fetch, product]
+    if held:
+        out.append(kir.Comment("each input fragment loaded once, for every tile and weight block that reads it"))
+    return out + [node for nodes in reads.values() for node in nodes]
+
+
+def _weight_blocks(kern: TensorCoreKernel) -> list[tuple[int, kir.MatrixLoad]]:
+    """Per line and chunk in the plan's order: its number and the load of its weight block into
+    fragment b (a column line) or a (a row line)."""
+    shape, weights = kern.plan.shape, f"{kern.name}_weights"
+    out, band = [], 0
+    for line in kern.plan.lines:
+        for _ in line.chunks:
+            fragment, stride = ("b", shape.n) if line.axis == "cols" else ("a", shape.k)
+            out.append((len(out), kir.MatrixLoad(fragment, ix.Var(weights) + band, stride)))
+            band += shape.k * shape.n if line.axis == "cols" else shape.m * shape.k
+    return out
+
+
+def weight_fragments(kern: TensorCoreKernel) -> list[kir.Node]:
+    """Every weight block loaded once into a fragment of its own (w0, w1, ...), for `products_of(held=True)`:
+    held for all of a block's tiles, planes and steps, where they take at most WEIGHT_REGISTERS."""
+    shape = kern.plan.shape
+    mnk = (shape.m, shape.n, shape.k)
+    out: list[kir.Node] = []
+    for j, load in _weight_blocks(kern):
+        out += [kir.Fragment(f"w{j}", load.fragment, mnk, _FRAGMENT[shape.operand]),
+                kir.MatrixLoad(f"w{j}", load.address, load.stride)]
+    return out
+
+
+def weight_registers(kern: TensorCoreKernel) -> int:
+    """32-bit registers per lane that `weight_fragments` hold."""
+    shape = kern.plan.shape
+    elements = sum(shape.k * shape.n if load.fragment == "b" else shape.m * shape.k for _, load in _weight_blocks(kern))
+    return elements * _OPERAND[shape.operand][1] // (4 * 32)
+
+
+def stored_tiles(kern: TensorCoreKernel) -> list[kir.Node]:
+    """The warp's accumulators stored side by side to its rows of `tiles` (`tile`), then a warp barrier."""
+    shape = kern.plan.shape
+    pitch = tile_pitch(shape, kern.tiles)
+    return [kir.Decl("tile", "pointer", ix.Var("tiles") + ix.Var("warp") * (shape.m * pitch), restrict=False,
+                     element=_ELEMENT[shape.accumulator]),
+            *(kir.MatrixStore(ix.Var("tile") + i * shape.n, f"acc{i}", pitch) for i in range(kern.tiles)),
+            kir.Barrier("warp")]
+
+
+def tile_value(kern: TensorCoreKernel) -> ix.Expr:
+    """Element `e` (row-major over m x tiles * n) of the warp's stored tiles."""
+    width, pitch = kern.tiles * kern.plan.shape.n, tile_pitch(kern.plan.shape, kern.tiles)
+    e = ix.Var("e")
+    return kir.Load(kir.Ref("tile", ix.Op("/", e, ix.Lit(width)) * pitch + e % width, kir.Space.SHARED))
 
 
 def _slot(plane: ix.Expr, planes: int) -> ix.Expr:
@@ -311,7 +432,7 @@ def _slot(plane: ix.Expr, planes: int) -> ix.Expr:
     return (plane + planes) % planes
 
 
-def _to_operand(operand: str, value: ix.Expr) -> ix.Expr:
+def to_operand(operand: str, value: ix.Expr) -> ix.Expr:
     """`value` converted to the MMA's operand type (tf32 and half: rounded from float)."""
     if operand == "double":
         return ix.Cast("double", value)
@@ -319,10 +440,11 @@ def _to_operand(operand: str, value: ix.Expr) -> ix.Expr:
     return ix.Call(to, (ix.Cast("float", value),))
 
 
-def _print(kern: TensorCoreKernel) -> str:
+def printed(kern: TensorCoreKernel, function: DeviceFunction) -> str:
+    """The kernel's CUDA source: `function` (its `__global__` function) and the host helpers (a
+    fused kernel's `<name>_launch` takes `steps` too)."""
     plan, shape = kern.plan, kern.plan.shape
     printer = CudaPrinter(kern.dtype)
-    function = device_function(kern)
     coefficient = lambda e: c_expr(e, "float64", _no_field, lambda p: f"p_{p}")  # noqa: E731
     lines, band = [], 0
     for line in plan.lines:
@@ -340,15 +462,17 @@ def _print(kern: TensorCoreKernel) -> str:
                   sources=[f"src_{_source_name(s.source)}" for s in kern.staging],
                   dims=[f"n{d}" for d in range(plan.ndim)], grid=[c_int(g) for g in function.grid],
                   opt_in=kern.shared_bytes > DEFAULT_SHARED, shared_bytes=kern.shared_bytes,
+                  steps=kern.fused,
                   constant=coefficient(plan.constant) if plan.constant is not None else "0.0")
 
 
 def standalone_entry(kern: TensorCoreKernel) -> str:
-    """`extern "C" int <name>_step(out, sources..., params..., extents...)`: one step on host arrays
-    (copied to the device and back; out's ring is kept)."""
+    """`extern "C" int <name>_step(out, sources..., params..., extents...[, steps])`: one step (a fused
+    kernel: `steps`) on host arrays (copied to the device and back; out's ring is kept)."""
     dims = [f"n{d}" for d in range(kern.plan.ndim)]
     ring = [0 if kern.wrap else r for r in kern.radius]
     return render("cuda_tensor_core_step.cu.j2", name=kern.name, t=_C_TYPE[kern.dtype], params=kern.params, dims=dims,
+                  steps=kern.fused,
                   sources=[f"src_{_source_name(s)}" for s in kern.sources],
                   count=" * ".join(f"(size_t)({d} + {2 * r})" for d, r in zip(dims, ring)))
 
@@ -366,9 +490,12 @@ def source_file(kernels: Sequence[TensorCoreKernel]) -> str:
 
 
 def step(kernel: TensorCoreKernel, library: ctypes.CDLL, read: Mapping[Source, np.ndarray],
-         out: np.ndarray, params: Mapping[str, float]) -> np.ndarray:
-    """Run `<name>_step` of a built library: one step of the statement into a copy of `out`
-    (arrays in the reference layout: the interior plus the stencil's ring, none when the kernel wraps)."""
+         out: np.ndarray, params: Mapping[str, float], steps: int = 1) -> np.ndarray:
+    """Run `<name>_step` of a built library: one step of the statement into a copy of `out` (a fused
+    kernel: `steps` steps, from the level `read` holds of out's field) (arrays in the reference layout:
+    the interior plus the stencil's ring, none when the kernel wraps)."""
+    if steps != 1 and not kernel.fused:
+        raise ValueError(f"{kernel.name}: a kernel of one step cannot take {steps}")
     c_t = np.dtype(kernel.dtype)
     result = np.array(out, dtype=c_t, order="C")
     arrays = [np.ascontiguousarray(read[s], dtype=c_t) for s in kernel.sources]
@@ -377,7 +504,8 @@ def step(kernel: TensorCoreKernel, library: ctypes.CDLL, read: Mapping[Source, n
     ring = [0 if kernel.wrap else r for r in kernel.radius]
     interior = [e - 2 * r for e, r in zip(result.shape, ring)]
     args = [result.ctypes.data_as(ctypes.c_void_p), *(a.ctypes.data_as(ctypes.c_void_p) for a in arrays),
-            *(ctypes.c_double(params[p]) for p in kernel.params), *(ctypes.c_int(n) for n in interior)]
+            *(ctypes.c_double(params[p]) for p in kernel.params), *(ctypes.c_int(n) for n in interior),
+            *([ctypes.c_int(steps)] if kernel.fused else [])]
     status = getattr(library, f"{kernel.name}_step")(*args)
     if status != 0:
         raise RuntimeError(f"{kernel.name}_step failed with CUDA error {status}")
@@ -392,6 +520,17 @@ def build_emulated(kernels: Sequence[TensorCoreKernel], name: str) -> ctypes.CDL
 # ---------------------------------------------------------------- the CUDA target's hook
 
 ROUNDED = {"tf32": 10, "fp16": 10}  # mantissa bits of the precisions that round float64 operands
+
+def check_loss(stencil: ir.StencilIR, schedule: Schedule) -> None:
+    """ScheduleError for tf32 or fp16 operands on a float64 stencil, unless `lossy=True` accepts them."""
+    precision = schedule.tensor_core_precision
+    if stencil.dtype == "float64" and precision in ROUNDED and not schedule.tensor_core_lossy:
+        raise ScheduleError(
+            f"tensor_cores({precision!r}) on float64 stencil '{stencil.name}': {precision} operands keep "
+            f"{ROUNDED[precision]} mantissa bits (about 5e-4 relative error per output, docs/tensor_cores.md), "
+            f"against float64's 52; use tensor_cores('fp64'), or tensor_cores({precision!r}, lossy=True) to accept "
+            "the loss, or compile with dtype='float32'")
+
 
 def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: DeviceFunction) -> CustomLaunch | None:
     """Under `Schedule().tensor_cores(precision)`, the tensor-core kernel of the statement that
@@ -417,12 +556,7 @@ def custom_launch(poly: PolyIR, schedule: LoweredSchedule, launch: DeviceFunctio
     assign = assigns[0]
     index = next(i for i, st in enumerate(stencil.statements) if st.target == assign.field and st.expr == assign.rhs)
     kernel = generate(stencil, index, precision, stencil.dtype, f"{launch.name}_tc")
-    if stencil.dtype == "float64" and precision in ROUNDED and not sched.tensor_core_lossy:
-        raise ScheduleError(
-            f"tensor_cores({precision!r}) on float64 stencil '{stencil.name}': {precision} operands keep "
-            f"{ROUNDED[precision]} mantissa bits (about 5e-4 relative error per output, docs/tensor_cores.md), "
-            f"against float64's 52; use tensor_cores('fp64'), or tensor_cores({precision!r}, lossy=True) to accept "
-            "the loss, or compile with dtype='float32'")
+    check_loss(stencil, sched)
     pointers = [level_name(assign.field, 1), *(array_name(*source) for source in kernel.sources)]
     missing = sorted(set(pointers) - {name for _, name in launch.scope})
     assert not missing, f"launch {launch.name} has no level pointers {missing} in scope"

@@ -20,6 +20,7 @@ memory (`passes/cuda.py`); `reason_not_shared` says why.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from msc import ir
@@ -223,21 +224,31 @@ def device_function(plan: SharedTimeTile | StreamedTile, name: str) -> DeviceFun
 
 
 def host_loop(plan: SharedTimeTile | StreamedTile, function: DeviceFunction) -> k.Block:
-    """The time loop: one launch per `depth` steps between the two ring slots,
-    then the newest level moved to the slot the ring convention gives it (when the
-    number of launches leaves it in the other)."""
-    buf, slot, t, volume = ring_buffer(plan.stencil.statements[0].target), ix.Var("slot"), ix.Var("t"), ix.Var("V")
-    shared, periods = plan.dynamic_shared, ix.Var("t0") + ix.Var("T")
-    args = (ix.Var(buf) + (1 - slot) * volume, ix.Var(buf) + slot * volume,
-            *(ix.Var(name) for _, name in function.scope[2:]))
-    launch = k.Launch(function.name, function.grid, function.block, args, shared)
+    """The time loop of the plan's launches (`ring_loop`)."""
+    shared = plan.dynamic_shared
+
+    def launch(dst: ix.Expr, src: ix.Expr) -> k.Node:
+        return k.Launch(function.name, function.grid, function.block,
+                        (dst, src, *(ix.Var(name) for _, name in function.scope[2:])), shared)
+
+    setup = [k.SharedLimit(function.name, shared)] if shared else []
+    return ring_loop(plan.stencil, plan.depth, plan.describe(), launch, setup)
+
+
+def ring_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Callable[[ix.Expr, ix.Expr], k.Node],
+              setup: Sequence[k.Node] = ()) -> k.Block:
+    """The time loop: `launch(dst, src)` (up to `steps` steps, at most `depth`) per `depth`
+    steps between the two ring slots, then the newest level moved to the slot the ring
+    convention gives it (when the number of launches leaves it in the other)."""
+    buf, slot, t, volume = ring_buffer(stencil.statements[0].target), ix.Var("slot"), ix.Var("t"), ix.Var("V")
+    periods = ix.Var("t0") + ix.Var("T")
     return k.Block((
-        k.Comment(plan.describe()),
-        *([k.SharedLimit(function.name, shared)] if shared else []),
+        k.Comment(comment),
+        *setup,
         k.Decl("slot", "index", ix.Var("t0") % 2, const=False),
         k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((
-            k.Decl("steps", "index", ix.min_(plan.depth, ix.Var("T") - t)),
-            launch,
-            k.Set("slot", 1 - slot))), step=ix.Lit(plan.depth)),
+            k.Decl("steps", "index", ix.min_(depth, ix.Var("T") - t)),
+            launch(ix.Var(buf) + (1 - slot) * volume, ix.Var(buf) + slot * volume),
+            k.Set("slot", 1 - slot))), step=ix.Lit(depth)),
         k.If(slot.ne(periods % 2), k.Block((
             k.DeviceCopy(ix.Var(buf) + periods % 2 * volume, ix.Var(buf) + slot * volume, volume),)))))
