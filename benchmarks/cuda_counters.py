@@ -71,7 +71,7 @@ def measure(name: str, dtype: str, steps: int) -> list[dict[str, Any]]:
         error = float(np.max(np.abs(out["u"] - expected)))
         run = kernel.last_run
         per = {key: run.gpu[key] / run.updates
-               for key in ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_accesses")}
+               for key in ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_accesses", "mma_flops")}
         row = {"stencil": name, "dtype": dtype, "schedule": label, "shape": list(u.shape), "steps": steps,
                "updates": run.updates, "launches": run.gpu["launches"], "max_abs_error": error,
                "emulated_seconds": seconds, **{f"{k}_per_update": v for k, v in per.items()},
@@ -88,8 +88,8 @@ def measure(name: str, dtype: str, steps: int) -> list[dict[str, Any]]:
         rows.append(row)
         print(f"{name:9s} {dtype:8s} {label:20s} load {per['load_bytes']:6.2f} store {per['store_bytes']:5.2f} "
               f"sectors {per['sectors']:6.3f} dram {per['dram_bytes']:6.2f} B/update, shared {per['shared_accesses']:5.3f}/update, "
-              f"wavefronts "
-              f"{row['shared_wavefronts_per_access'] or 0:4.2f}, error {error:.1e}, "
+              f"wavefronts {row['shared_wavefronts_per_access'] or 0:4.2f}, mma {per['mma_flops']:5.1f} flop/update, "
+              f"error {error:.1e}, "
               f"goals {'met' if all(ok for _, ok in goals) else 'MISSED'} ({seconds:.1f} s)", flush=True)
     return rows
 

@@ -16,7 +16,12 @@ barriers, instruction issue, L2, is taken as free):
   at 1.98 GHz (the SXM part's SM count and the clock nvidia-smi reported);
 - L1: the 32-byte `sectors` of the global accesses per update, which pass
   through each SM's L1 at 128 bytes per clock (the same path as shared memory,
-  counted apart).
+  counted apart);
+- tensor cores: `mma_flops` per update (2 m n k per warp's mma_sync) at the
+  H200's dense tensor rate of the kernel's operands (datasheet: fp64 67
+  TFLOP/s; tf32 989 with sparsity, so 494.5 dense), fp64 for float64 rows and
+  tf32 for float32 rows, as benchmarks/cuda_counters.py runs them (counters
+  from before mma_flops was counted have none: no tensor bound).
 So the prediction is an upper bound: the measured figure over it is how
 close the kernel comes to what its traffic allows. The counts come from
 small emulated grids, where halos weigh more than at the measured sizes.
@@ -34,6 +39,7 @@ HBM_GB_S = 4800.0
 SMS = 132
 CLOCK_HZ = 1.98e9
 SHARED_BYTES_PER_CLOCK = 128
+TENSOR_FLOPS = {"float64": 67e12, "float32": 494.5e12}  # dense fp64 and tf32 tensor rates of the H200
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
 PRECISION = {"float64": "fp64", "float32": "tf32"}  # the tensor cores' operands in each dtype
@@ -49,7 +55,8 @@ def bound(row: dict[str, Any]) -> tuple[float, str]:
         32 * itemsize / SHARED_BYTES_PER_CLOCK)
     shared_s = wavefronts / (SMS * CLOCK_HZ)
     l1_s = row["sectors_per_update"] * 32 / (SHARED_BYTES_PER_CLOCK * SMS * CLOCK_HZ)
-    seconds, what = max((dram_s, "DRAM"), (shared_s, "shared memory"), (l1_s, "L1"))
+    tensor_s = row.get("mma_flops_per_update", 0.0) / TENSOR_FLOPS[row["dtype"]]
+    seconds, what = max((dram_s, "DRAM"), (shared_s, "shared memory"), (l1_s, "L1"), (tensor_s, "tensor cores"))
     return 1e-9 / seconds, what
 
 

@@ -293,7 +293,8 @@ def test_counters_model_fragment_loads_and_stores_as_one_access(lib, ldm, ways):
     128 bytes apart they share 16 or 8 banks (2 and 4 times the ideal 2 wavefronts), 160
     bytes apart they cover all 32 (the tensor-core staging's padded pitch). Then an 8 x 8
     product stored in 512 contiguous bytes: its ideal 4 wavefronts (2 elements per lane,
-    which counted lane by lane in the emulator's element order would look conflicted)."""
+    which counted lane by lane in the emulator's element order would look conflicted). Its one
+    mma_sync counts 2 m n k flops."""
     counters = lib("counters")
     counters.run_fragment.argtypes = [ctypes.c_int]
     before = cuda_emu.read_counters(counters.msc_emu_counters)
@@ -301,6 +302,7 @@ def test_counters_model_fragment_loads_and_stores_as_one_access(lib, ldm, ways):
     got = cuda_emu.counted(before, cuda_emu.read_counters(counters.msc_emu_counters))
     assert got["shared_accesses"] == 2 and got["shared_wavefronts_per_access"] == (2 * ways + 4) / 6
     assert got["store_bytes"] == got["load_bytes"] == 0
+    assert got["mma_flops"] == 2 * 8 * 8 * 4  # one mma_sync of m8n8k4
 
 
 @pytest.mark.parametrize(("stride", "ways"), [(1, 1), (2, 2), (32, 32), (0, 1), (33, 1), (4, 4)])

@@ -131,18 +131,24 @@ def test_held_weights_are_loaded_once_and_shared_inputs_once(kernels):
     assert held >= 10
 
 
-def test_nvcc_compiles_every_tensor_core_kernel(kernels, tmp_path):
+def assert_nvcc_compiles(tmp_path, sources: dict[str, str], what: str) -> None:
+    """nvcc compiles each source (name: text) for sm_80 and sm_90 without a warning; a skip
+    naming `what` where nvcc is not on PATH."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        pytest.skip("nvcc not found on PATH: the tensor-core kernels are not compiled for sm_80/sm_90")
+        pytest.skip(f"nvcc not found on PATH: {what} are not compiled for sm_80/sm_90")
     files = []
-    for precision in PRECISIONS:
-        path = tmp_path / f"tensor_cores_{precision}.cu"
-        path.write_text(ctc.source_file(kernels[precision][1]))
-        files.append(str(path))
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+        files.append(str(tmp_path / name))
     command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_nvcc_compiles_every_tensor_core_kernel(kernels, tmp_path):
+    assert_nvcc_compiles(tmp_path, {f"tensor_cores_{p}.cu": ctc.source_file(kernels[p][1]) for p in PRECISIONS},
+                         "the tensor-core kernels")
 
 
 # ---------------------------------------------------------------- through the CUDA target
@@ -253,17 +259,7 @@ def test_refusals_name_the_term_and_the_primitive():
 
 @pytest.mark.slow  # the kernels are the ones test_nvcc_compiles_every_tensor_core_kernel compiles
 def test_nvcc_compiles_target_sources_with_tensor_cores(tmp_path):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found on PATH: the CUDA target's tensor-core sources are not compiled")
     target = get_target("cuda")
-    files = []
-    for precision in PRECISIONS:
-        for case in TARGET_CASES[:2]:
-            st = make_stencil(*case)
-            path = tmp_path / f"{precision}_{case[0]}.cu"
-            path.write_text(target.source(st.poly(dtype_of(precision)), msc.Schedule().tensor_cores(precision)))
-            files.append(str(path))
-    command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
+    sources = {f"{p}_{case[0]}.cu": target.source(make_stencil(*case).poly(dtype_of(p)), msc.Schedule().tensor_cores(p))
+               for p in PRECISIONS for case in TARGET_CASES[:2]}
+    assert_nvcc_compiles(tmp_path, sources, "the CUDA target's tensor-core sources")

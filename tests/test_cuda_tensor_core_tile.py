@@ -8,13 +8,11 @@ with their reason."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from typing import Any
 
 import numpy as np
 import pytest
-from test_cuda_tensor_core import NVCC_FLAGS
+from test_cuda_tensor_core import assert_nvcc_compiles
 
 import msc
 from msc.errors import ScheduleError
@@ -177,14 +175,6 @@ def test_schedules_that_cannot_fuse_are_refused():
 
 
 def test_nvcc_compiles_fused_kernels(kernels, tmp_path):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found on PATH: the fused tensor-core kernels are not compiled for sm_80/sm_90")
-    files = []
-    for precision in PRECISIONS:
-        path = tmp_path / f"fused_{precision}.cu"
-        path.write_text(tc.source_file([k.kernel for _, _, ks in kernels[precision][0] for k in ks]))
-        files.append(str(path))
-    command = [nvcc, "-c", *NVCC_FLAGS, f"-I{cuda_emu.EMULATOR_DIR}", *files, "-odir", str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
+    sources = {f"fused_{p}.cu": tc.source_file([k.kernel for _, _, ks in kernels[p][0] for k in ks])
+               for p in PRECISIONS}
+    assert_nvcc_compiles(tmp_path, sources, "the fused tensor-core kernels")

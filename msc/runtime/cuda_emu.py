@@ -47,7 +47,7 @@ COUNTING_FLAGS = ("-DMSC_CUDA_EMU_COUNT", "-fsanitize=kernel-address", "--param"
 COUNTERS_SWITCH = "MSC_CUDA_EMU_COUNTERS"
 #: the counters msc_emu_counters writes, in order
 COUNTERS = ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_wavefronts", "shared_ideal",
-            "shared_accesses", "launches")
+            "shared_accesses", "launches", "mma_flops")
 #: g++ flags of an emulated program (-O1: the emulator's templates make -O2 about twice as slow to
 #: compile, and emulated kernels are small; -fno-gnu-unique keeps the emulator's state private to
 #: each library a process loads).
@@ -108,7 +108,7 @@ def read_counters(fn: Callable[[Any], None]) -> tuple[int, ...]:
 
 def counted(before: tuple[int, ...], after: tuple[int, ...] | None) -> dict[str, float]:
     """What was counted between two readings: load_bytes, store_bytes, sectors,
-    dram_bytes, launches, shared_accesses and shared_wavefronts_per_access (the
+    dram_bytes, launches, mma_flops, shared_accesses and shared_wavefronts_per_access (the
     wavefronts over the conflict-free ideal: 1.0 = no bank conflicts; 1.0 with
     no shared accesses)."""
     assert after is not None

@@ -76,6 +76,7 @@
  *   load_matrix_sync or store_matrix_sync is one warp-level access over the
  *   whole fragment (its rows at the ldm pitch), whatever lane holds which
  *   element: the emulator's element order is its own, not the hardware's.
+ *   mma flops: 2 m n k per warp's mma_sync (the tensor cores' work).
  * The model assumes lanes run in lockstep (the k-th execution of an
  * instruction by each lane is one access) and g++'s loads stand for nvcc's
  * (the same source, both optimising; registers and caching may differ).
@@ -305,6 +306,7 @@ inline Runtime& rt() {
 struct Totals {  // cumulative over the library's life; msc_emu_counters reads them
     long long load_bytes = 0, store_bytes = 0, sectors = 0, dram_bytes = 0;
     long long shared_wavefronts = 0, shared_ideal = 0, shared_accesses = 0, launches = 0;
+    long long mma_flops = 0;  // 2 m n k per warp's mma_sync
 };
 
 struct WarpAccess {  // what the lanes of one warp did at the k-th execution of one instruction
@@ -476,7 +478,8 @@ extern "C" __attribute__((visibility("hidden"))) void __asan_handle_no_return(vo
 extern "C" void msc_emu_counters(long long* out) {
     const msc_emu::Totals& t = msc_emu::counting().totals;
     const long long values[] = {t.load_bytes, t.store_bytes, t.sectors, t.dram_bytes,
-                                t.shared_wavefronts, t.shared_ideal, t.shared_accesses, t.launches};
+                                t.shared_wavefronts, t.shared_ideal, t.shared_accesses, t.launches,
+                                t.mma_flops};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; ++i) out[i] = values[i];
 }
 #endif /* MSC_CUDA_EMU_COUNT */
@@ -1486,6 +1489,9 @@ inline void mma_combine(void* const* lanes, unsigned) {
             const int p = position<accumulator, M, N, K>(l, e, C::num_elements);
             c[p / N][p % N] = static_cast<Q*>(lanes[l])->c->x[e];
         }
+#ifdef MSC_CUDA_EMU_COUNT
+    msc_emu::counting().totals.mma_flops += 2LL * M * N * K;
+#endif
     /* each block product summed exactly (in double), rounded once to the accumulator type, then added */
     for (int l = 0; l < 32; ++l)
         for (int e = 0; e < C::num_elements; ++e) {

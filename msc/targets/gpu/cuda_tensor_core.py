@@ -147,10 +147,11 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
 
 
 def staging_of(plan: TensorCorePlan, before: tuple[int, int], end: tuple[int, int],
-               stepped: Source | None = None) -> list[Staging]:
+               stepped: Source | None = None, stored: bool = False) -> list[Staging]:
     """Where each source of the plan sits in shared memory, for products whose output fragments
     start from `before` (rows, columns) before a block's first output point to `end` after it
-    (fragments included); `stepped` gets two copies."""
+    (fragments included); `stepped` gets two copies, and its pitch also suits accumulators
+    `stored` into it."""
     shape = plan.shape
     op_bytes = _OPERAND[shape.operand][1]
     align = ALIGN_BYTES // op_bytes  # == shape.k for every shape
@@ -164,6 +165,8 @@ def staging_of(plan: TensorCorePlan, before: tuple[int, int], end: tuple[int, in
         # operand fragments read from this staging: A (m rows of k) for column lines, B (k rows of n) for row lines
         reads = {(shape.m, shape.k) if line.axis == "cols" else (shape.k, shape.n)
                  for line in plan.lines if line.source == source}
+        if stored and source == stepped:
+            reads.add((shape.m, shape.n))
         least = math.ceil((column_offset + end[1] + ch) / align) * align
         pitch = _least_conflicts(least, op_bytes, reads)
         stage = Staging(source, planes, below, end[0] + rl + rh, rl, pitch, column_offset, offset, least,
@@ -315,17 +318,23 @@ def stage_stores(kern: TensorCoreKernel, s: Staging, coords: list[ix.Expr], at: 
     """Element `at` of each copy of `s` = the source at interior `coords`, in the operand type:
     wrapped (periodic), or zero past the array (dirichlet: the tail tiles and zero-weight columns);
     the pitch's padding columns are left alone."""
-    src, dims = f"src_{_source_name(s.source)}", extents(kern.plan.ndim)
+    value = staged_value(kern, s.source, coords)
+    stores = [kir.Store(kir.Ref("stage", s.offset + copy * s.size + at, kir.Space.SHARED), value)
+              for copy in range(s.copies)]
+    return stores if s.columns == s.pitch else [kir.If((ix.Var("e") % s.pitch).lt(s.columns), kir.Block(tuple(stores)))]
+
+
+def staged_value(kern: TensorCoreKernel, source: Source, coords: list[ix.Expr]) -> ix.Expr:
+    """The source at interior `coords` in the operand type: wrapped (periodic), or zero past the
+    array (dirichlet)."""
+    src, dims = f"src_{_source_name(source)}", extents(kern.plan.ndim)
     if kern.wrap:
         wrapped = [ix.Call(f"{kern.name}_wrap", (c, d)) for c, d in zip(coords, dims)]
         value: ix.Expr = kir.Load(kir.Ref(src, element(kern, wrapped)))
     else:
         inside = conjunction([b for c, d, r in zip(coords, dims, kern.radius) for b in (c.ge(-r), c.lt(d + r))])
         value = ix.Select(inside, kir.Load(kir.Ref(src, element(kern, coords))), ix.Lit(0))
-    value = to_operand(kern.plan.shape.operand, value)
-    stores = [kir.Store(kir.Ref("stage", s.offset + copy * s.size + at, kir.Space.SHARED), value)
-              for copy in range(s.copies)]
-    return stores if s.columns == s.pitch else [kir.If((ix.Var("e") % s.pitch).lt(s.columns), kir.Block(tuple(stores)))]
+    return to_operand(kern.plan.shape.operand, value)
 
 
 def warp_fragments(kern: TensorCoreKernel, *first: kir.Node, held: bool = False) -> list[kir.Node]:
@@ -342,14 +351,15 @@ def warp_fragments(kern: TensorCoreKernel, *first: kir.Node, held: bool = False)
 
 
 def products_of(kern: TensorCoreKernel, operand: Callable[[Staging, tuple[int, ...], int], ix.Expr],
-                held: bool = False) -> list[kir.Node]:
-    """The warp's accumulators zeroed, then its MMAs: per line and chunk, in the plan's order, the
+                held: bool = False, start: ix.Expr | None = None) -> list[kir.Node]:
+    """The warp's accumulators set to `start` (zero), then its MMAs: per line and chunk, in the plan's order, the
     weight block loaded once for the tiles and per tile the input fragment at `operand(staging,
     input origin, tile)`; or, with the weight blocks `held` (`weight_fragments`), per distinct input
     fragment (a tile's chunk is often another tile's next one) one load and every MMA that reads it."""
     plan, shape = kern.plan, kern.plan.shape
     acc_t = shape.accumulator
-    out: list[kir.Node] = [*(kir.MatrixFill(f"acc{i}", ix.Cast(acc_t, ix.Lit(0))) for i in range(kern.tiles))]
+    first = ix.Cast(acc_t, ix.Lit(0)) if start is None else start
+    out: list[kir.Node] = [*(kir.MatrixFill(f"acc{i}", first) for i in range(kern.tiles))]
     stage_of = {s.source: s for s in kern.staging}
     blocks = iter(_weight_blocks(kern))
     reads: dict[tuple[object, ...], list[kir.Node]] = {}  # held: an input fragment's load, then its MMAs

@@ -54,6 +54,7 @@ class FusedTile:
     rows: int
     cols: int
     halo: tuple[int, int]  # the frame's reach beyond the tile: (depth - 1) x radius (columns rounded up to k)
+    direct: bool  # steps store their accumulators straight into the next copy (fp64, output columns aligned)
 
     @property
     def warps(self) -> int:
@@ -112,11 +113,14 @@ def _geometry(plan: TensorCorePlan, stencil: ir.StencilIR, depth: int, rows: int
     shape = plan.shape
     reach = depth - 1  # what the steps after the first still need; the first's reads are the plan's halo
     halo = (reach * stencil.radius[0], math.ceil(reach * stencil.radius[1] / shape.k) * shape.k)
-    return FusedTile(shape, tc.tiles_per_warp(shape), depth, rows, cols, halo)
+    # the stepped level's output columns lie on 32-byte boundaries where its input operands' column
+    # (modulo k) does; fp64 accumulators are its operands
+    direct = shape.operand == "double" and plan.column_alignment((plan.target, 0)) == 0
+    return FusedTile(shape, tc.tiles_per_warp(shape), depth, rows, cols, halo, direct)
 
 
 def _staging(plan: TensorCorePlan, tile: FusedTile) -> list[tc.Staging]:
-    return tc.staging_of(plan, tile.halo, tile.end, stepped=(plan.target, 0))
+    return tc.staging_of(plan, tile.halo, tile.end, stepped=(plan.target, 0), stored=tile.direct)
 
 
 def default_tile(stencil: ir.StencilIR, precision: str, depth: int) -> dict[str, int]:
@@ -226,34 +230,59 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
     value = ix.Op("+", tc.tile_value(kern), ix.Var("constant"))
     inside = conjunction([r.ge(0), r.lt(n0), c.ge(0), c.lt(n1)])
 
-    def units(count: tuple[int, int], before: tuple[int, int], write: kir.Node, where: list[ix.Expr]) -> kir.Loop:
+    def through_tiles(write: kir.Node, where: list[ix.Expr]) -> list[kir.Node]:
+        """The unit's tiles stored to the warp's output tiles, its points (in `where` and the interior)
+        written by `write`."""
+        return [*tc.stored_tiles(kern),
+                kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
+                    kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))),
+                    kir.Decl("fc", "int", uc + e % width),
+                    kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc),
+                    kir.If(conjunction([*where, inside]), kir.Block((write,))))), step=ix.Lit(32), kind="int"),
+                kir.Comment("before the warp's next unit overwrites its tiles"),
+                kir.Barrier("warp")]
+
+    def units(count: tuple[int, int], before: tuple[int, int], finish: list[kir.Node],
+              start: ix.Expr | None = None) -> kir.Loop:
         rows, across = count
         return kir.Loop("u", ix.Var("warp"), u.lt(rows * across), kir.Block((
             kir.Decl("ur", "int", ix.Op("/", u, ix.Lit(across)) * m - before[0]),
             kir.Decl("uc", "int", u % across * width - before[1]),
-            *tc.products_of(kern, operand, held), *tc.stored_tiles(kern),
-            kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))),
-                kir.Decl("fc", "int", uc + e % width),
-                kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc),
-                kir.If(conjunction([*where, inside]), kir.Block((write,))))), step=ix.Lit(32), kind="int"),
-            kir.Comment("before the warp's next unit overwrites its tiles"),
-            kir.Barrier("warp"))), step=ix.Lit(kern.warps), kind="int")
+            *tc.products_of(kern, operand, held, start), *finish)), step=ix.Lit(kern.warps), kind="int")
 
-    following = kir.Store(kir.Ref("stage", stepped.offset + (1 - cur) * stepped.size + at(stepped, fr, fc),
-                                  kir.Space.SHARED), tc.to_operand(tile.shape.operand, value))
+    following = stepped.offset + (1 - cur) * stepped.size
+    if tile.direct:  # fp64, the output columns aligned: the accumulators (started at the constant) go straight in
+        # a unit reaching past the interior puts back what the staging put there (the ring, zeros past the array)
+        edge = conjunction([(ix.Var("r0") + ur).ge(0), (ix.Var("r0") + ur + m).le(n0),
+                            (ix.Var("c0") + uc).ge(0), (ix.Var("c0") + uc + width).le(n1)]).not_()
+        restore = kir.Store(kir.Ref("stage", following + at(stepped, fr, fc), kir.Space.SHARED),
+                            tc.staged_value(kern, stepped.source, [r, c]))
+        step = units(tile.frame, tile.halo, [
+            *(kir.MatrixStore(ix.Var("stage") + following + at(stepped, ur, uc + i * tile.shape.n), f"acc{i}",
+                              stepped.pitch) for i in range(kern.tiles)),
+            kir.If(edge, kir.Block((
+                kir.Barrier("warp"),
+                kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
+                    kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))),
+                    kir.Decl("fc", "int", uc + e % width),
+                    kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc),
+                    kir.If(inside.not_(), kir.Block((restore,))))), step=ix.Lit(32), kind="int"))))],
+            ix.Var("constant"))
+    else:
+        step = units(tile.frame, tile.halo, through_tiles(kir.Store(
+            kir.Ref("stage", following + at(stepped, fr, fc), kir.Space.SHARED),
+            tc.to_operand(tile.shape.operand, value)), []))
     result = kir.Store(kir.Ref("out", tc.element(kern, [r, c])), ix.Cast(t, value))
     s_ = ix.Var("s")
     body += [kir.Comment(f"steps before the last: the frame, {tile.frame[0]} fragment rows x {tile.frame[1]} units "
                          f"from ({-tile.halo[0]}, {-tile.halo[1]})"),
              kir.Loop("s", ix.Lit(0), s_.lt(ix.Var("steps") - 1), kir.Block((
-                 kir.Decl("cur", "int", s_ % 2),
-                 units(tile.frame, tile.halo, following, []),
+                 kir.Decl("cur", "int", s_ % 2), step,
                  kir.Comment("before the next step reads what this one wrote"),
                  kir.Barrier())), kind="int"),
              kir.Comment("the last step: the tile, into global memory"),
              kir.Decl("cur", "int", (ix.Var("steps") - 1) % 2),
-             units(tile.last, (0, 0), result, [fr.lt(tile.rows), fc.lt(tile.cols)])]
+             units(tile.last, (0, 0), through_tiles(result, [fr.lt(tile.rows), fc.lt(tile.cols)]))]
     grid = (ix.Op("/", n1 + (tile.cols - 1), ix.Lit(tile.cols)), ix.Op("/", n0 + (tile.rows - 1), ix.Lit(tile.rows)),
             ix.Lit(1))
     return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,),
