@@ -139,10 +139,8 @@ def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: st
         raise ScheduleError(f"tensor_cores: statement writing '{plan.target}': staging its sources for one "
                             f"{shape.m} x {shape.n} tile needs {shared} bytes of shared memory, over the "
                             f"{MAX_SHARED} bytes of a block")
-    band_elements = sum(len(line.chunks) * (shape.k * shape.n if line.axis == "cols" else shape.m * shape.k)
-                        for line in plan.lines)
     kernel = TensorCoreKernel(name, plan, dtype, stencil_ir.params, stencil_ir.radius, wrap, warps, tiles,
-                              tuple(staging), shared, band_elements, "")
+                              tuple(staging), shared, band_elements(plan), "")
     return replace(kernel, code=printed(kernel, device_function(kernel)))
 
 
@@ -174,6 +172,16 @@ def staging_of(plan: TensorCorePlan, before: tuple[int, int], end: tuple[int, in
         out.append(stage)
         offset += stage.size * stage.copies
     return out
+
+
+def block_elements(shape: MmaShape, axis: str) -> int:
+    """Elements of one weight block: k x n for a column line (b), m x k for a row line (a)."""
+    return shape.k * shape.n if axis == "cols" else shape.m * shape.k
+
+
+def band_elements(plan: TensorCorePlan) -> int:
+    """Elements of every weight block of the plan, in issue order (the `<name>_weights` array)."""
+    return sum(len(line.chunks) * block_elements(plan.shape, line.axis) for line in plan.lines)
 
 
 def tiles_per_warp(shape: MmaShape) -> int:
@@ -379,8 +387,9 @@ def products_of(kern: TensorCoreKernel, operand: Callable[[Staging, tuple[int, .
             for i in range(kern.tiles):
                 fetch = kir.MatrixLoad(input_fragment, operand(s, o, i), s.pitch)
                 product = kir.MatrixMultiply(f"acc{i}", a, b)
-                if held:
-                    reads.setdefault((line.source, input_fragment, *o[:-1], o[-1] + i * shape.n), [fetch]).append(product)
+                if held:  # keyed by where the input fragment starts
+                    key = (line.source, input_fragment, *o[:-1], o[-1] + i * shape.n)
+                    reads.setdefault(key, [fetch]).append(product)
                     continue
                 out += [fetch, load, product] if i == 0 else [fetch, product]
     if held:
@@ -397,7 +406,7 @@ def _weight_blocks(kern: TensorCoreKernel) -> list[tuple[int, kir.MatrixLoad]]:
         for _ in line.chunks:
             fragment, stride = ("b", shape.n) if line.axis == "cols" else ("a", shape.k)
             out.append((len(out), kir.MatrixLoad(fragment, ix.Var(weights) + band, stride)))
-            band += shape.k * shape.n if line.axis == "cols" else shape.m * shape.k
+            band += block_elements(shape, line.axis)
     return out
 
 
@@ -416,7 +425,7 @@ def weight_fragments(kern: TensorCoreKernel) -> list[kir.Node]:
 def weight_registers(kern: TensorCoreKernel) -> int:
     """32-bit registers per lane that `weight_fragments` hold."""
     shape = kern.plan.shape
-    elements = sum(shape.k * shape.n if load.fragment == "b" else shape.m * shape.k for _, load in _weight_blocks(kern))
+    elements = band_elements(kern.plan)
     return elements * _OPERAND[shape.operand][1] // (4 * 32)
 
 

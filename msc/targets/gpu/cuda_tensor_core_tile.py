@@ -1,7 +1,7 @@
 """Tensor cores fused with time tiles: one launch advances up to `depth` steps of a
 2D statement's tensor-core plan (msc/targets/gpu/tensor_core.py) in shared memory.
 
-`Schedule().tensor_cores(p).time_tile(depth[, y=rows, x=cols])` on a 2D dirichlet
+`Schedule().tensor_cores(p).time_tile(depth[, x=rows, y=cols])` on a 2D dirichlet
 stencil of one statement whose field keeps one past level (the shared-memory
 time tiles' condition, `cuda_time_tile.qualifies`). A block owns `rows` x `cols`
 output points (`default_tile` when the schedule names no sizes):
@@ -13,7 +13,11 @@ output points (`default_tile` when the schedule names no sizes):
   values and points past the array stay zero. The frame's warps take units
   of `tiles` fragments side by side. Points near the frame's edge read
   stale neighbours, but the region still valid shrinks by the radius per
-  step: after `steps` steps exactly the tile is valid.
+  step: after `steps` steps exactly the tile is valid. In fp64, where the
+  output columns lie on 32-byte boundaries (`FusedTile.direct`), the
+  accumulators start at the constant and are stored straight into the other
+  copy, and a unit reaching past the interior puts back what the staging put
+  there; elsewhere they go through the warp's output tiles.
 * Each source is staged once, the frame and the plan's halo (the first
   step's reads); the level it steps goes into both copies.
 * The last step computes the tile's own fragments into global memory.
@@ -144,6 +148,8 @@ def default_tile(stencil: ir.StencilIR, precision: str, depth: int) -> dict[str,
 
 @dataclass(frozen=True)
 class FusedKernel:
+    """The fused kernel (its code and host helpers) and where its fragments lie."""
+
     kernel: tc.TensorCoreKernel
     tile: FusedTile
 
@@ -193,10 +199,8 @@ def generate(stencil: ir.StencilIR, precision: str, depth: int, tiles: dict[str,
         raise ScheduleError(f"tensor_cores with time_tile({depth}, {stencil.dims[0]}={rows}, {stencil.dims[1]}={cols}) "
                             f"on stencil '{stencil.name}': the tile and its halo need {shared} bytes of shared memory, "
                             f"over the {tc.MAX_SHARED} bytes of a block; take a smaller tile or depth")
-    band = sum(len(line.chunks) * (shape.k * shape.n if line.axis == "cols" else shape.m * shape.k)
-               for line in plan.lines)
     kernel = tc.TensorCoreKernel(name, plan, stencil.dtype, stencil.params, stencil.radius, False, tile.warps,
-                                 tile.tiles, tuple(staging), shared, band, "", fused=True)
+                                 tile.tiles, tuple(staging), shared, tc.band_elements(plan), "", fused=True)
     return FusedKernel(replace(kernel, code=tc.printed(kernel, device_function(kernel, tile))), tile)
 
 
