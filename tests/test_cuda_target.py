@@ -31,7 +31,7 @@ from msc.errors import ScheduleError, TargetError
 from msc.runtime.build import atomic_write_text, cache_dir
 from msc.targets.gpu import cuda_stream
 from msc.targets.gpu import cuda_time_tile as time_tile
-from msc.targets.gpu.cuda import cuda_candidates
+from msc.targets.gpu.cuda import TENSOR_DEPTHS, cuda_candidates
 from msc.tune.tuner import AutoKernel
 
 NVCC = shutil.which("nvcc")
@@ -524,10 +524,33 @@ def test_degenerate_time_tiles_are_not_tuning_candidates():
     assert not time_tile.pays(star4.ir, 4, {"x": 1, "y": 1})
     for stencil in (star4.ir, heat.ir):
         for schedule in cuda_candidates(stencil):
-            if schedule.time_depth:
+            if schedule.time_depth and not schedule.tensor_core_precision:  # fused: test_tensor_core_candidates
                 plan = cuda_stream.streamed_tile(stencil, schedule.time_depth, dict(schedule.tiles))
                 assert plan.useful() >= time_tile.MIN_USEFUL and plan.too_large() is None, schedule
     assert {s.time_depth for s in cuda_candidates(heat.ir)} == {0, 1, 2, 3, 4, 8}
+
+
+def test_tensor_core_candidates():
+    """A float64 stencil with a tensor-core plan adds tensor_cores("fp64") to the tuning space, in 2D
+    also fused with time tiles of 2, 4 and 8 steps (where a tile fits), each with its tile named and
+    each matching the reference under the emulator; a float32 stencil adds none (tf32 is never
+    chosen for the user), nor does a nonlinear one."""
+    from msc import t, x, y
+
+    @msc.stencil
+    def square(u):
+        u[t + 1, x, y] = u[t, x, y] * u[t, x + 1, y]
+
+    tensor = [s for s in cuda_candidates(heat.ir) if s.tensor_core_precision]
+    assert [s.time_depth for s in tensor] == [0, *TENSOR_DEPTHS]
+    assert all(s.tensor_core_precision == "fp64" and (s.tiles or not s.time_depth) for s in tensor)
+    assert not [s for s in cuda_candidates(heat.ir.with_dtype("float32")) if s.tensor_core_precision]
+    assert not [s for s in cuda_candidates(square.ir) if s.tensor_core_precision]
+    u = np.random.default_rng(3).random((20, 70))
+    expected = heat.reference(steps=5, u=u, alpha=0.1)["u"]
+    for schedule in tensor[:2]:
+        got = heat.compile("cuda", schedule=schedule, emulate=True).run(steps=5, u=u, alpha=0.1)["u"]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
 
 @pytest.mark.slow

@@ -46,6 +46,7 @@ from msc.targets.gpu import cuda_tensor_core_tile as tensor_core_tile
 from msc.targets.gpu import cuda_time_tile as time_tile
 from msc.targets.gpu.cuda_pass import CustomLaunch
 from msc.targets.gpu.cuda_printer import CudaPrinter
+from msc.targets.gpu.tensor_core import tensor_core_plan
 from msc.targets.templates_env import render
 from msc.tune.tuner import AutoKernel, Estimate
 
@@ -298,7 +299,8 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     the default block and, in 2D and 3D, of a larger one, that fit a block and whose
     halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step). In 3D the
-    streamed candidates include blocks whose threads take ROWS points of y each."""
+    streamed candidates include blocks whose threads take ROWS points of y each. Then
+    `tensor_candidates`."""
     out = [Schedule()]
     streams = time_tile.default_stream(stencil) is not None
     if streams:
@@ -314,6 +316,31 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
                 blocks = [(threads, 1) for threads in TIME_TILE_BLOCKS[stencil.ndim]] + _row_blocks(stencil)
                 shapes += _streamed(stencil, depth, blocks)
             out += [schedule for schedule in shapes if schedule not in out]
+    return out + tensor_candidates(stencil)
+
+
+TENSOR_DEPTHS = (2, 4, 8)  # steps per launch of the fused tensor-core candidates
+
+
+def tensor_candidates(stencil: ir.StencilIR) -> list[Schedule]:
+    """For a float64 stencil of one statement with a tensor-core plan: `tensor_cores("fp64")`
+    (exact to rounding, so the tuner may choose it; tf32 and fp16 are never chosen for the
+    user), and where it fuses, with time tiles of TENSOR_DEPTHS steps whose tile fits."""
+    tensor = Schedule().tensor_cores("fp64")
+    if stencil.dtype != "float64" or len(stencil.statements) != 1:
+        return []
+    try:
+        tensor_core_plan(stencil, 0, "fp64")
+    except ScheduleError:  # not linear with constant weights, or not 2D/3D
+        return []
+    out = [tensor]
+    if stencil.boundary == "dirichlet" and tensor_core_tile.reason(stencil, tensor.time_tile(2)) is None:
+        for depth in TENSOR_DEPTHS:
+            try:
+                tile = tensor_core_tile.default_tile(stencil, "fp64", depth)
+            except ScheduleError:  # no tile of this depth's halo fits
+                continue
+            out.append(tensor.time_tile(depth, **tile))
     return out
 
 
