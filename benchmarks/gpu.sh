@@ -47,7 +47,7 @@ MSC_CUDA_ON_DEVICE=1 timeout "${MSC_GPU_TEST_S:-150}" python3 -m pytest -q -m "n
 # a sample of kernels (global, staged, time tile, tensor cores) under compute-sanitizer: out-of-bounds
 # accesses and shared-memory races; built by the tests' cache above, so each run is short
 if command -v compute-sanitizer >/dev/null; then
-    timeout 60 python3 benchmarks/gpu_sample.py 2>&1 | tee "$out/gpu_sample.log" || status=1  # builds them
+    timeout 90 python3 benchmarks/gpu_sample.py 2>&1 | tee "$out/gpu_sample.log" || status=1  # builds them
     for tool in memcheck racecheck; do
         timeout "${MSC_GPU_SANITIZE_S:-45}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
             python3 benchmarks/gpu_sample.py 2>&1 | tee "$out/gpu_$tool.log" || status=1

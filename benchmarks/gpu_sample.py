@@ -33,7 +33,9 @@ def upwind(u):  # type: ignore[no-untyped-def]  # not a weighted sum: streamed t
     u[t + 1, x, y] = u[t, x, y] - 0.2 * msc.where(u[t, x, y] > 0.5, u[t, x, y] - u[t, x - 1, y], u[t, x, y + 1] - u[t, x, y])
 
 
-SAMPLE = [  # streamed (partial sums, and rings), staged, streamed time tiles (64 KiB of dynamic shared memory)
+SAMPLE = [  # streamed (partial sums, and rings), staged, streamed time tiles (64 KiB of dynamic shared memory),
+    # tensor cores (one step; fused with time tiles: heat stores its accumulators straight into the next copy,
+    # box through the warps' output tiles)
     (heat, msc.Schedule()),
     (upwind, msc.Schedule()),
     (upwind, msc.Schedule().time_tile(3)),
@@ -42,6 +44,8 @@ SAMPLE = [  # streamed (partial sums, and rings), staged, streamed time tiles (6
     (heat, msc.Schedule().time_tile(8, x=64, y=496)),
     (box, msc.Schedule().tile(x=16, y=32)),
     (box, msc.Schedule().tensor_cores("fp64")),
+    (heat, msc.Schedule().tensor_cores("fp64").time_tile(4)),
+    (box, msc.Schedule().tensor_cores("fp64").time_tile(4)),
 ]
 
 
