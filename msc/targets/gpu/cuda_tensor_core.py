@@ -117,6 +117,11 @@ class TensorCoreKernel:
     fused: bool = False  # a launch takes up to `steps` steps (a fused time tile, cuda_tensor_core_tile.py)
 
     @property
+    def holds_weights(self) -> bool:
+        """Whether each warp holds every weight block in a fragment of its own (`weight_fragments`)."""
+        return weight_registers(self) <= WEIGHT_REGISTERS
+
+    @property
     def sources(self) -> tuple[Source, ...]:
         return tuple(s.source for s in self.staging)
 
@@ -256,8 +261,7 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
         stage += stage_stores(kern, s, coords, at)
         staging.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(count), kir.Block(tuple(stage)),
                                 step=ix.Var("blockDim.x"), kind="int"))
-    held = weight_registers(kern) <= WEIGHT_REGISTERS
-    warp = warp_fragments(kern, kir.Decl("tr", "int", ix.Var("warp") * m), held=held)
+    warp = warp_fragments(kern, kir.Decl("tr", "int", ix.Var("warp") * m))
 
     def operand(s: Staging, o: tuple[int, ...], i: int) -> ix.Expr:  # a pointer to the input fragment
         first = ix.Op("+", ix.Op("*", _slot(z + o[0], s.planes), ix.Lit(s.rows)), tr) if nd == 3 else tr
@@ -267,7 +271,7 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     r, c = ix.Var("r"), ix.Var("c")
     written = kir.Store(kir.Ref("out", element(kern, [*([z] if nd == 3 else []), r, c])),
                         ix.Cast(t, ix.Op("+", tile_value(kern), ix.Var("constant"))))
-    products = [*products_of(kern, operand, held), *stored_tiles(kern),
+    products = [*products_of(kern, operand), *stored_tiles(kern),
                 kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
                     kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
                     kir.Decl("c", "int", ix.Var("c0") + e % width),
@@ -345,9 +349,11 @@ def staged_value(kern: TensorCoreKernel, source: Source, coords: list[ix.Expr]) 
     return to_operand(kern.plan.shape.operand, value)
 
 
-def warp_fragments(kern: TensorCoreKernel, *first: kir.Node, held: bool = False) -> list[kir.Node]:
+def warp_fragments(kern: TensorCoreKernel, *first: kir.Node) -> list[kir.Node]:
     """The warp's number and lane, `first`, its operand fragments and one accumulator per tile, then,
-    `held`, the weight blocks (`weight_fragments`), the operand fragments only those inputs take."""
+    where the kernel holds its weights, the weight blocks (`weight_fragments`), the operand fragments
+    only those inputs take."""
+    held = kern.holds_weights
     shape, acc = kern.plan.shape, _ELEMENT[kern.plan.shape.accumulator]
     mnk = (shape.m, shape.n, shape.k)
     roles = {"a" if line.axis == "cols" else "b" for line in kern.plan.lines} if held else {"a", "b"}
@@ -359,12 +365,13 @@ def warp_fragments(kern: TensorCoreKernel, *first: kir.Node, held: bool = False)
 
 
 def products_of(kern: TensorCoreKernel, operand: Callable[[Staging, tuple[int, ...], int], ix.Expr],
-                held: bool = False, start: ix.Expr | None = None) -> list[kir.Node]:
-    """The warp's accumulators set to `start` (zero), then its MMAs: per line and chunk, in the plan's order, the
-    weight block loaded once for the tiles and per tile the input fragment at `operand(staging,
-    input origin, tile)`; or, with the weight blocks `held` (`weight_fragments`), per distinct input
-    fragment (a tile's chunk is often another tile's next one) one load and every MMA that reads it."""
-    plan, shape = kern.plan, kern.plan.shape
+                start: ix.Expr | None = None) -> list[kir.Node]:
+    """The warp's accumulators set to `start` (zero), then its MMAs: per line and chunk, in the
+    plan's order, the weight block loaded once for the tiles and per tile the input fragment at
+    `operand(staging, input origin, tile)`; or, where the kernel holds its weight blocks
+    (`weight_fragments`), per distinct input fragment (a tile's chunk is often another tile's next
+    one) one load and every MMA that reads it."""
+    plan, shape, held = kern.plan, kern.plan.shape, kern.holds_weights
     acc_t = shape.accumulator
     first = ix.Cast(acc_t, ix.Lit(0)) if start is None else start
     out: list[kir.Node] = [*(kir.MatrixFill(f"acc{i}", first) for i in range(kern.tiles))]
@@ -411,8 +418,8 @@ def _weight_blocks(kern: TensorCoreKernel) -> list[tuple[int, kir.MatrixLoad]]:
 
 
 def weight_fragments(kern: TensorCoreKernel) -> list[kir.Node]:
-    """Every weight block loaded once into a fragment of its own (w0, w1, ...), for `products_of(held=True)`:
-    held for all of a block's tiles, planes and steps, where they take at most WEIGHT_REGISTERS."""
+    """Every weight block loaded once into a fragment of its own (w0, w1, ...), which `products_of` then
+    uses: held for all of a block's tiles, planes and steps, where they take at most WEIGHT_REGISTERS."""
     shape = kern.plan.shape
     mnk = (shape.m, shape.n, shape.k)
     out: list[kir.Node] = []

@@ -229,8 +229,7 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
             kir.Decl("c", "int", ix.Var("c0") + e % s.pitch - s.column_offset),
             kir.Decl("r", "int", ix.Var("r0") + ix.Op("/", e, ix.Lit(s.pitch)) - s.row_below),
             *tc.stage_stores(kern, s, [r, c], e))), step=ix.Var("blockDim.x"), kind="int"))
-    held = tc.weight_registers(kern) <= tc.WEIGHT_REGISTERS
-    body += [kir.Barrier(), *tc.warp_fragments(kern, held=held)]
+    body += [kir.Barrier(), *tc.warp_fragments(kern)]
     value = ix.Op("+", tc.tile_value(kern), ix.Var("constant"))
     inside = conjunction([r.ge(0), r.lt(n0), c.ge(0), c.lt(n1)])
 
@@ -252,7 +251,7 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
         return kir.Loop("u", ix.Var("warp"), u.lt(rows * across), kir.Block((
             kir.Decl("ur", "int", ix.Op("/", u, ix.Lit(across)) * m - before[0]),
             kir.Decl("uc", "int", u % across * width - before[1]),
-            *tc.products_of(kern, operand, held, start), *finish)), step=ix.Lit(kern.warps), kind="int")
+            *tc.products_of(kern, operand, start), *finish)), step=ix.Lit(kern.warps), kind="int")
 
     following = stepped.offset + (1 - cur) * stepped.size
     if tile.direct:  # fp64, the output columns aligned: the accumulators (started at the constant) go straight in
