@@ -23,7 +23,7 @@ def check_case(case, assert_matches) -> None:
     # 1D kernels share the only loop among threads, and statements of LARGE_READS or more reads keep
     # their C simple for the compiler's sake: neither stores whole lines by default
     if case.stencil.ir.ndim > 1 and max(len(s.reads) for s in case.stencil.ir.statements) < LARGE_READS:
-        assert "msc_put_line(" in kernel.source
+        assert "msc_line_aligned(" in kernel.source
     assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, case)
     sim = kernel.start(**case.inputs)
     sim.advance(case.split)

@@ -202,7 +202,7 @@ def test_innermost_loops_store_whole_lines():
     leading row (x + 1) d points ahead."""
     plain = heat.compile().source
     streamed = heat.compile(schedule=Schedule().stream_stores()).source
-    assert "msc_put_line(" in plain and "msc_stream_fence" not in plain
+    assert "msc_line_aligned(" in plain and "msc_put_line(" not in plain and "msc_stream_fence" not in plain
     assert "msc_put_line(" in streamed and streamed.count("msc_stream_fence();") == 2
     prefetching = heat.compile(schedule=Schedule().prefetch(100)).source
     assert "__builtin_prefetch(&f_u_t0[(c2 + 1) * P1 + msc_base + 100]);" in prefetching
