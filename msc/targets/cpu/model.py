@@ -42,7 +42,8 @@ def estimate(poly: PolyIR, shape: tuple[int, ...], schedule: Schedule) -> Estima
     writes = len(stencil.statements) * (1 if schedule.streaming else 2)
     sweep = points * (levels + writes) * itemsize
     bandwidth, cores = memory_bandwidth(), usable_cores()
-    compute = points * sum(summed_flops(st) for st in stencil.statements) / (cores * CORE_GFLOPS * 1e9)
+    in_cache = bool(schedule.time_depth)
+    compute = points * sum(summed_flops(st, in_cache) for st in stencil.statements) / (cores * CORE_GFLOPS * 1e9)
     memory = sweep / bandwidth
     cache = 0.0
     if schedule.time_depth:

@@ -92,7 +92,7 @@ class CPUPlatform(ctarget.Platform):
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         rows = x86.row_dim(poly, schedule)
         if rows is not None:
-            kernel = row_sums(kernel, rows)
+            kernel = row_sums(kernel, rows, in_cache=bool(schedule.schedule.time_depth))
         kernel, lines = x86.line_stores(kernel, poly, schedule)
         if schedule.schedule.streaming:
             kernel = x86.stream_fences(kernel)
