@@ -208,6 +208,36 @@ def test_innermost_loops_store_whole_lines():
     assert "__builtin_prefetch(&f_u_t0[(c2 + 1) * P1 + msc_base + 100]);" in prefetching
 
 
+@msc.stencil
+def heat3(u):
+    u[t + 1, x, y, msc.z] = 0.4 * u[t, x, y, msc.z] + 0.1 * (u[t, x - 1, y, msc.z] + u[t, x + 1, y, msc.z]
+                                                         + u[t, x, y - 1, msc.z] + u[t, x, y + 1, msc.z]
+                                                         + u[t, x, y, msc.z - 1] + u[t, x, y, msc.z + 1])
+
+
+@pytest.mark.parametrize("stencil, schedule, mapping", [
+    (heat3, Schedule().time_tile(4, x=3, y=5), "schedule(dynamic, 1)"),
+    (heat3, Schedule().time_tile(4, x=3, y=5).parallel("x"), "schedule(static)"),
+    (heat, Schedule().time_tile(4, x=3), "schedule(static)"),
+    (heat3, Schedule().tile(x=3, y=5), "schedule(static)"),
+], ids=str)
+def test_wavefront_tiles_of_two_tiled_dimensions_are_handed_out_one_at_a_time(stencil, schedule, mapping,
+                                                                               assert_matches):
+    """A time tile's wavefront of tiles in two dimensions shares its tiles dynamically (they differ in
+    work); the points of a tile made parallel, a 2D wavefront and a sweep's tiles stay static. Each
+    against the reference, one-shot and continued over a partial tile."""
+    kernel = stencil.compile(schedule=schedule, threads=2)
+    assert f"#pragma omp for {mapping}" in kernel.source
+    assert kernel.source.count("#pragma omp for ") == 1
+    u0 = np.random.default_rng(3).random((11, 13, 17) if stencil is heat3 else (17, 19))
+    expected = stencil.reference(steps=9, u=u0)
+    assert_matches(kernel.run(steps=9, u=u0), expected, context=schedule)
+    sim = kernel.start(u=u0)
+    sim.advance(5)
+    sim.advance(4)
+    assert_matches(sim.fields, expected, context=f"continued: {schedule}")
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA levels below are x86-64's")
 @pytest.mark.parametrize("isa", ["-march=x86-64", "-march=x86-64-v3", "-march=x86-64-v4"], ids=lambda f: f[7:])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -327,6 +327,8 @@ MUTANTS = [
            ("tests/test_athread_simd.py::test_rows_of_any_length_match_the_reference",)),
     Mutant("row sums stop one point short of a strip's last point", "msc/codegen/row_sums.py",
            "end + high)),", "end + high - 1)),", ("tests/test_row_sums.py",)),
+    Mutant("a 2D wavefront's tiles handed out dynamically", "msc/targets/cpu/openmp.py",
+           "DYNAMIC_TILED_DIMS = 2", "DYNAMIC_TILED_DIMS = 1", ("tests/test_schedules.py", "-k", "wavefront")),
     Mutant("row sums inside time tiles held to a sweep's saving", "msc/codegen/row_sums.py",
            "(not in_cache and after > MOST_ACCESSES * before)", "(after > MOST_ACCESSES * before)",
            ("tests/test_row_sums.py",)),
