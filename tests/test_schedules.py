@@ -317,6 +317,31 @@ def test_auto_tuner_copies_the_inputs_in_once_and_every_trial_goes_on_from_the_l
     assert len(starts) == 2 and len(buffers) == 1  # the tuning's one copy, then the run's own
 
 
+def test_a_timing_runs_a_band_of_time_tiles_per_thread(tmp_path, monkeypatch, assert_matches):
+    """Along one tiled dimension a band of time tiles is a chain (one tile per wavefront), so a timing
+    of one band runs on one thread at a time: every timing of such a tile runs a band per thread, as far
+    as the trial's steps allow. Tiles in two dimensions and sweeps need no more than a tile's depth."""
+    from msc.tune import tuner
+    from msc.tune.tuner import _bands
+
+    assert _bands(Schedule().time_tile(16, x=64), 2, 64) == 2
+    assert _bands(Schedule().time_tile(16, x=64), 2, 16) == 1  # a run no longer than one band
+    assert _bands(Schedule().time_tile(16, x=64), 1, 64) == 1
+    assert _bands(Schedule().time_tile(4, x=8, y=8), 2, 64) == 1
+    assert _bands(Schedule(), 2, 64) == 1
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuner, "SAMPLE_S", 1e-9)  # the shortest timings: whole tiles, and the bands
+    timings: list[tuple[msc.Schedule, int]] = []
+    timing = tuner.AutoKernel._timing
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", lambda self, kernel, steps: timings.append(
+        (kernel.schedule, steps)) or timing(self, kernel, steps))
+    kernel = heat.compile(target="openmp", schedule="auto", threads=2)
+    u0 = np.random.default_rng(8).random((66, 70))
+    assert_matches(kernel.run(steps=40, u=u0), heat.reference(steps=40, u=u0))
+    tiles = [(s, steps) for s, steps in timings if s.time_depth]
+    assert tiles and all(steps == s.time_depth * min(s.threads or 2, 40 // s.time_depth) for s, steps in tiles), tiles
+
+
 def _tuned_by_stand_ins(tmp_path, monkeypatch, assert_matches, ms) -> tuple[object, list[msc.Schedule]]:
     """heat tuned with a stand-in cost model that ranks shallow, narrow time tiles best and the stand-in
     clock `ms` (ms/step by schedule); the kernel (checked against the reference) and the schedules timed."""

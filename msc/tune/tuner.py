@@ -190,6 +190,18 @@ SAMPLE_S = 0.15  # a timing runs whole time tiles for at least this long (at mos
 FEWER_THREADS_BELOW_MS = 0.5
 
 
+def _bands(schedule: Schedule, threads: int, trial_steps: int) -> int:
+    """The bands of time tiles (each `time_depth` steps) one timing of `schedule` runs at least. Along one
+    tiled dimension a band's tiles form a chain (each tile's wavefront holds that band's one tile), so
+    one band runs on one thread at a time: box2d9p 4096^2, `time_tile(16, x=64)` took 8.4-9.0 ms/step over
+    16 steps and 4.3-5.4 over 32 or 64. A timing runs a band per thread, as far as the trial's steps
+    allow (a run as short as the trial has no more to overlap either). With two or more tiled dimensions,
+    one band's wavefronts already hold many tiles."""
+    if not schedule.time_depth or len(schedule.tiles) != 1:
+        return 1
+    return max(1, min(threads, trial_steps // schedule.time_depth))
+
+
 def trial_steps_for(steps: int) -> int:
     """Candidates are timed on the run's own step count (capped): how deep a
     time tile pays off depends on how many steps there are to fuse."""
@@ -348,16 +360,16 @@ class AutoKernel:
                  trial_steps: int) -> tuple[Any, int]:
         """The kernel of `schedule` and the steps of one timing: whole time tiles, enough
         for SAMPLE_S seconds at the speed of a first step (which also starts threads),
-        at most the trial's steps. (The first step is one step, not a whole deep tile:
-        a tile of 16 or 32 steps of a 256^3 grid took as long as the timing.) The
-        inputs are copied in once per tuning, by the first trial; every later step
-        goes on from the last one, in the same buffers (`_timing`)."""
+        at most the trial's steps, and at least `_bands` of tiles. (The first step is
+        one step, not a whole deep tile: a tile of 16 or 32 steps of a 256^3 grid took
+        as long as the timing.) The inputs are copied in once per tuning, by the first
+        trial; every later step goes on from the last one, in the same buffers (`_timing`)."""
         kernel = self._compile(schedule, threads)
         self._current = kernel.start(**inputs) if self._current is None else kernel.follow(self._current)
         whole = max(1, schedule.time_depth)
         self._current.advance(1)
         per_step = max(kernel.last_run.seconds, 1e-9)
-        steps = max(whole, min(trial_steps, math.ceil(SAMPLE_S / per_step)))
+        steps = max(whole * _bands(schedule, threads, trial_steps), min(trial_steps, math.ceil(SAMPLE_S / per_step)))
         return kernel, -(-steps // whole) * whole
 
     def _timing(self, kernel: Any, steps: int) -> float:
