@@ -71,8 +71,24 @@ def test_tuner_table_is_the_committed_run():
         figures = (", ".join(f"{f['tuning_s']:.1f}" for f in row["fresh"]),
                    f"{row['exhaustive']['tuning_s']:.1f} ({row['exhaustive']['timed']})",
                    f"{row['worst_fresh_over_exhaustive']:.2f}x", f"{row['fresh_spread']:.2f}x")
-        line = next((ln for ln in text.splitlines() if ln.startswith(f"| {row['stencil']} ")), "")
-        assert all(figure in line for figure in figures), (row["stencil"], figures, line)
+        assert _table_has_row(text, row["stencil"], figures), (row["stencil"], figures)
+
+
+def _table_has_row(text: str, stencil: str, figures: tuple[str, ...]) -> bool:
+    """Whether a table row of `text` for `stencil` holds every one of `figures`."""
+    return any(all(f in line for f in figures) for line in text.splitlines() if line.startswith(f"| {stencil} "))
+
+
+def test_in_cache_table_is_the_committed_run():
+    """docs/benchmarks.md's table of time tiles against their loops in cache is
+    benchmarks/results/in_cache.json, row by row."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "in_cache.json").read_text())
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for row in data["rows"]:
+        figures = (row["schedule"].removeprefix("Schedule()."),
+                   *(f"{row[key]:.2f}" for key in ("in_cache_gstencils_1_thread", "full_gstencils_1_thread",
+                                                   "full_gstencils_per_thread", "per_thread_for_2x_best_peer")))
+        assert _table_has_row(text, row["stencil"], figures), (row["stencil"], figures)
 
 
 def test_full_size_stencil_tables_are_the_committed_run():

@@ -1,0 +1,132 @@
+"""How close a time tile comes to its own loop in cache. For each standard
+stencil (benchmarks/stencils.py's CASES) and a time tile:
+- the loop in cache: the same schedule on a grid whose levels fit in the
+  core's L2 (rows as long as at full size, few of them: one tile covers the
+  grid), many steps on 1 thread;
+- the tile at full size on 1 thread and on every thread (also per thread).
+With a JSON of benchmarks/stencils.py, each row also says the speed per
+thread that 2.0x that run's best peer asks for (the issue's goal for heat2d
+and heat3d). Best of --repeat rounds, the three timings interleaved in each.
+
+    python3 benchmarks/in_cache.py --json benchmarks/results/in_cache.json \\
+        [--stencils benchmarks/results/stencils-full.json] [--only heat3d]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stencils import CASES, Case, msc_stencil  # noqa: E402
+
+import msc  # noqa: E402
+from msc.runtime.build import atomic_write_text  # noqa: E402
+from msc.runtime.threads import usable_cores  # noqa: E402
+from msc.tune.machine import cache_bytes  # noqa: E402
+
+#: the time tiles the tuner chose in the last full-size run (docs/benchmarks.md), used without --stencils
+TILES = {"heat2d": "Schedule().time_tile(8, x=32)", "box2d9p": "Schedule().time_tile(8, x=8)",
+         "heat3d": "Schedule().time_tile(8, x=32, y=32)", "box3d27p": "Schedule().time_tile(8, x=32, y=64)"}
+FULL_STEPS = 32
+IN_CACHE_UPDATES = 2e8  # points x steps of the in-cache run
+
+
+def schedule_of(text: str) -> msc.Schedule:
+    """A schedule as the benchmarks write it ("Schedule().time_tile(8, x=32).with_threads(2)"), threads dropped."""
+    return eval(re.sub(r"\.with_threads\(\d+\)", "", text), {"Schedule": msc.Schedule})  # the benchmarks' own JSON
+
+
+def in_cache_shape(case: Case) -> tuple[int, ...]:
+    """Rows of the full size, as many as keep a level within a third of the L2 (one ring of two
+    levels and what the tile's halo adds), and at least 3 interior rows along each other axis."""
+    level_bytes = cache_bytes().get(2, 512 * 1024) // 3
+    rows = max(level_bytes // (case.n * 8), 3 ** (case.ndim - 1))
+    side = max(int(rows ** (1 / (case.ndim - 1))), 3)
+    return (side + 2,) * (case.ndim - 1) + (case.n,)
+
+
+def rate(kernel: Any, u0: np.ndarray, steps: int) -> float:
+    kernel.run(steps=steps, u=u0)
+    return math.prod(n - 2 for n in u0.shape) * steps / kernel.last_run.seconds / 1e9
+
+
+def best_peer_ms(run: dict[str, Any] | None, name: str) -> tuple[str, float] | None:
+    if run is None:
+        return None
+    case = next((c for c in run["cases"] if c["stencil"] == name), None)
+    if case is None:
+        return None
+    peers = {tool: entry["ms_per_step"] for tool, entry in case["tools"].items() if not tool.startswith("msc")}
+    tool = min(peers, key=peers.__getitem__)
+    return tool, peers[tool]
+
+
+def measure(case: Case, tile: str, threads: int, repeat: int, peers: dict[str, Any] | None) -> dict[str, Any]:
+    stencil = msc_stencil(case)
+    schedule = schedule_of(tile)
+    rng = np.random.default_rng(0)
+    small = rng.random(in_cache_shape(case))
+    full = rng.random((case.n,) * case.ndim)
+    small_steps = max(int(IN_CACHE_UPDATES / math.prod(n - 2 for n in small.shape)), FULL_STEPS)
+    one = stencil.compile(schedule=schedule.with_threads(1), threads=1)
+    many = stencil.compile(schedule=schedule.with_threads(threads), threads=threads)
+    best = {"in_cache_1": 0.0, "full_1": 0.0, "full_n": 0.0}
+    for _ in range(repeat):
+        best["in_cache_1"] = max(best["in_cache_1"], rate(one, small, small_steps))
+        best["full_1"] = max(best["full_1"], rate(one, full, FULL_STEPS))
+        best["full_n"] = max(best["full_n"], rate(many, full, FULL_STEPS))
+    row = {"stencil": case.name, "schedule": str(schedule), "threads": threads,
+           "in_cache_shape": list(small.shape), "in_cache_steps": small_steps,
+           "in_cache_gstencils_1_thread": best["in_cache_1"],
+           "full_gstencils_1_thread": best["full_1"],
+           "full_gstencils": best["full_n"],
+           "full_gstencils_per_thread": best["full_n"] / threads}
+    if peers is not None:
+        tool, ms = peers
+        points = (case.n - 2) ** case.ndim
+        row["best_peer"] = {"tool": tool, "ms_per_step": ms}
+        row["per_thread_for_2x_best_peer"] = 2 * points / (ms * 1e-3) / 1e9 / threads
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--stencils", help="a JSON of benchmarks/stencils.py: its time tiles and best peers")
+    parser.add_argument("--only", help="comma-separated stencil names")
+    parser.add_argument("--threads", type=int, default=usable_cores())
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    run = json.loads(Path(args.stencils).read_text()) if args.stencils else None
+    only = set(args.only.split(",")) if args.only else None
+    rows = []
+    for case in CASES:
+        if only and case.name not in only:
+            continue
+        tile = TILES[case.name]
+        if run is not None:
+            chosen = next((c for c in run["cases"] if c["stencil"] == case.name), {})
+            tile = chosen.get("msc_schedules", {}).get("msc_time_tiled", tile)
+        row = measure(case, tile, args.threads, args.repeat, best_peer_ms(run, case.name))
+        rows.append(row)
+        need = row.get("per_thread_for_2x_best_peer")
+        print(f"{case.name}: {row['schedule']}: in cache {row['in_cache_gstencils_1_thread']:.2f} GStencil/s on 1 "
+              f"thread {tuple(row['in_cache_shape'])}; at full size {row['full_gstencils_1_thread']:.2f} on 1, "
+              f"{row['full_gstencils_per_thread']:.2f} per thread on {args.threads}"
+              + (f"; 2.0x the best peer needs {need:.2f} per thread" if need else ""), flush=True)
+    result = {"machine": platform.processor() or platform.machine(), "caches": cache_bytes(),
+              "threads": args.threads, "stencils_json": args.stencils, "rows": rows}
+    atomic_write_text(Path(args.json), json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
