@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import PEERS  # noqa: E402
 from stencils import CASES, Case, msc_stencil  # noqa: E402
 
 import msc  # noqa: E402
@@ -59,18 +60,13 @@ def rate(kernel: Any, u0: np.ndarray, steps: int) -> float:
     return math.prod(n - 2 for n in u0.shape) * steps / kernel.last_run.seconds / 1e9
 
 
-def best_peer_ms(run: dict[str, Any] | None, name: str) -> tuple[str, float] | None:
-    if run is None:
-        return None
-    case = next((c for c in run["cases"] if c["stencil"] == name), None)
-    if case is None:
-        return None
-    peers = {tool: entry["ms_per_step"] for tool, entry in case["tools"].items() if not tool.startswith("msc")}
-    tool = min(peers, key=peers.__getitem__)
-    return tool, peers[tool]
+def best_peer(case: dict[str, Any]) -> tuple[str, float]:
+    """The fastest peer of a case of benchmarks/stencils.py's JSON, and its ms per step."""
+    ms, tool = min((case["tools"][p]["ms_per_step"], p) for p in PEERS if p in case["tools"])
+    return tool, ms
 
 
-def measure(case: Case, tile: str, threads: int, repeat: int, peers: dict[str, Any] | None) -> dict[str, Any]:
+def measure(case: Case, tile: str, threads: int, repeat: int, peer: tuple[str, float] | None) -> dict[str, Any]:
     stencil = msc_stencil(case)
     schedule = schedule_of(tile)
     rng = np.random.default_rng(0)
@@ -90,8 +86,8 @@ def measure(case: Case, tile: str, threads: int, repeat: int, peers: dict[str, A
            "full_gstencils_1_thread": best["full_1"],
            "full_gstencils": best["full_n"],
            "full_gstencils_per_thread": best["full_n"] / threads}
-    if peers is not None:
-        tool, ms = peers
+    if peer is not None:
+        tool, ms = peer
         points = (case.n - 2) ** case.ndim
         row["best_peer"] = {"tool": tool, "ms_per_step": ms}
         row["per_thread_for_2x_best_peer"] = 2 * points / (ms * 1e-3) / 1e9 / threads
@@ -112,11 +108,9 @@ def main() -> None:
     for case in CASES:
         if only and case.name not in only:
             continue
-        tile = TILES[case.name]
-        if run is not None:
-            chosen = next((c for c in run["cases"] if c["stencil"] == case.name), {})
-            tile = chosen.get("msc_schedules", {}).get("msc_time_tiled", tile)
-        row = measure(case, tile, args.threads, args.repeat, best_peer_ms(run, case.name))
+        measured = next((c for c in run["cases"] if c["stencil"] == case.name), None) if run else None
+        tile = measured["msc_schedules"]["msc_time_tiled"] if measured else TILES[case.name]
+        row = measure(case, tile, args.threads, args.repeat, best_peer(measured) if measured else None)
         rows.append(row)
         need = row.get("per_thread_for_2x_best_peer")
         print(f"{case.name}: {row['schedule']}: in cache {row['in_cache_gstencils_1_thread']:.2f} GStencil/s on 1 "
