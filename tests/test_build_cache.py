@@ -58,3 +58,30 @@ def test_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
     with pytest.raises(CompileError, match="C compiler 'no-such-cc' not found"):
         build_shared_library(SOURCE % 3, "answer", cc="no-such-cc")
+
+
+def test_generator_fingerprint_names_the_code_the_process_runs(tmp_path):
+    """The kernel index and the tuning cache are keyed by a hash of the generator's sources,
+    taken once per process: a generator file edited while a process runs (here, in a copy
+    of the package) leaves that process's fingerprint as it was, so the kernels the process
+    still generates with the code it loaded are never indexed under the edited code's key.
+    A new process sees the edit."""
+    import shutil
+    import subprocess
+    import sys
+
+    import msc
+
+    shutil.copytree(Path(msc.__file__).parent, tmp_path / "msc", ignore=shutil.ignore_patterns("__pycache__"))
+    edited = tmp_path / "msc" / "targets" / "node.py"
+    script = ("import sys; from pathlib import Path; from msc.runtime.build import generator_fingerprint as f; "
+              f"a = f(); p = Path({str(edited)!r}); p.write_text(p.read_text() + '\\n# edited\\n'); "
+              "print(a, f())")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    first, during = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                   env=env, cwd=tmp_path).stdout.split()
+    assert during == first
+    fresh = "from msc.runtime.build import generator_fingerprint as f; print(f())"
+    after = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, check=True,
+                           env=env, cwd=tmp_path).stdout.strip()
+    assert after != first

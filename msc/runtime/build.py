@@ -304,10 +304,12 @@ def write_tree(directory: Path, files: dict[str, str]) -> Path:
     return directory
 
 
+@functools.lru_cache(maxsize=1)
 def generator_fingerprint() -> str:
     """A hash of the code generator's own sources (targets, passes, printers, templates, IR, PolyIR,
     schedules, the platforms' cost models): a changed generator never reuses an indexed kernel or a
-    tuning choice."""
+    tuning choice. Taken once per process, so it names the code the process runs: a generator
+    edited while a process runs does not index that process's kernels under the edited code."""
     package = Path(__file__).resolve().parents[1]
     files = sorted(p for layer in ("ir", "poly", "codegen", "targets") for p in (package / layer).rglob("*")
                    if p.is_file() and p.suffix in (".py", ".j2", ".h", ".c"))
