@@ -294,18 +294,20 @@ def test_streamed_launches_read_each_point_about_once():
 
 
 def test_time_tile_steps_hand_their_own_values_on_in_registers():
-    """A streamed time tile's step stores its plane in shared memory for the neighbours
-    and hands each point's own value to the next step in registers: only step 1 reads a
-    point's own value back. heat's time_tile(4) on 66 x 258: 0.231 shared accesses per
-    update, against 0.264 when every step read it back."""
+    """A streamed time tile stores each loaded plane and each step's plane in shared memory
+    for the neighbours and hands each point's own value on to the next step in registers:
+    no step reads it back. heat's time_tile(4) on 66 x 258: 0.214 shared accesses per
+    update, against 0.264 when every step read it back. The default launch (one step)
+    reads the loaded value back (docs/cuda.md)."""
     if not EMULATE:
         pytest.skip("the counters are the emulator's")
     u = np.random.default_rng(7).random((66, 258))
     kernel = heat.compile(target="cuda", emulate=True, schedule=msc.Schedule().time_tile(4))
-    assert kernel.source.count("plane_n[q]") == 1  # step 1's own value; steps 2-4 take theirs in registers
+    assert "plane_n[q]" not in kernel.source
     np.testing.assert_allclose(kernel.run(steps=8, u=u, alpha=0.1)["u"],
                                heat.reference(steps=8, u=u, alpha=0.1)["u"], rtol=1e-13)
-    assert kernel.last_run.gpu["shared_accesses"] <= 0.24 * kernel.last_run.updates
+    assert kernel.last_run.gpu["shared_accesses"] <= 0.22 * kernel.last_run.updates
+    assert heat.compile(target="cuda", emulate=True).source.count("plane_n[q]") == 1
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("fp64", "float64"), ("tf32", "float32"), ("fp16", "float32")])

@@ -298,6 +298,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                   for point in points]
     slot = j & 1 if summed is not None else j % slots
     step: list[k.Node] = [*(k.Store(ring(0, slot, point.q), point.var("next0")) for point in points),
+                          *(node for point in points if summed is not None and depth > 1
+                            for node in _hand_on(plan, 1, point, point.var("next0"))),
                           *(k.Set(f"next{a}{point.suffix}", point.var(f"next{a + 1}"))
                             for a in range(plan.ahead - 1) for point in points),
                           *(k.Set(f"next{plan.ahead - 1}{point.suffix}", load(point, plan.ahead, j))
@@ -385,7 +387,7 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
     out: list[k.Node] = [k.Decl("n", "int", j - (s - 1) * r0), k.Decl("p", "int", j - s * r0),
                          k.Decl("g0", "index", ix.Var("first") + ix.Var("p")),
                          k.Decl("plane_n", "const pointer", k.Address(ring(s - 1, n & 1, ix.Lit(0))), restrict=False)]
-    if s == 1:  # the loaded plane: its own value read back (see _hand_on)
+    if s == 1 and plan.depth == 1:  # the default launch reads the loaded value back (see _hand_on)
         out += [node for point in points
                 for node in _hand_on(plan, 1, point, k.Load(k.Ref("plane_n", point.q, k.Space.SHARED)))]
     # each neighbour of the plane read once (a point's own value is its w{s}_{r0}); in
@@ -420,12 +422,12 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
 
 def _hand_on(plan: StreamedTile, stage: int, point: _Point, value: ix.Expr) -> list[k.Node]:
     """The point's newest plane for step `stage`: its planes w{stage}_0 .. w{stage}_{r0}
-    move down one and `value` is the newest. A step hands its own value on to the next
-    in registers, right after storing it for the neighbours, so no step after the first
-    reads a point's own value back from shared memory. Step 1 reads the loaded value
-    back: handed on in registers, it let ptxas pipeline the default launch's loads at
-    60 registers a thread instead of 31 (heat3d, float64, sm_90: occupancy 50% instead
-    of 100%)."""
+    move down one and `value` is the newest. In a time tile the loaded value and each
+    step's own value are handed on in registers, right after they are stored for the
+    neighbours, so no step reads a point's own value back from shared memory. A tile of
+    one step (the default launch) reads the loaded value back: handed on in registers,
+    it let ptxas pipeline that launch's loads at 60 registers a thread instead of 31
+    (heat3d, float64, sm_90: occupancy 50% instead of 100%)."""
     r0, suffix = plan.stencil.radius[0], point.suffix
     return [*(k.Set(f"w{stage}_{m}{suffix}", point.var(f"w{stage}_{m + 1}")) for m in range(r0)),
             k.Set(f"w{stage}_{r0}{suffix}", value)]
