@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import msc
 from msc.errors import CompileError
 from msc.runtime import build_shared_library, load_library
 from msc.runtime.build import DEFAULT_CFLAGS
@@ -66,15 +70,9 @@ def test_generator_fingerprint_names_the_code_the_process_runs(tmp_path):
     of the package) leaves that process's fingerprint as it was, so the kernels the process
     still generates with the code it loaded are never indexed under the edited code's key.
     A new process sees the edit."""
-    import shutil
-    import subprocess
-    import sys
-
-    import msc
-
     shutil.copytree(Path(msc.__file__).parent, tmp_path / "msc", ignore=shutil.ignore_patterns("__pycache__"))
     edited = tmp_path / "msc" / "targets" / "node.py"
-    script = ("import sys; from pathlib import Path; from msc.runtime.build import generator_fingerprint as f; "
+    script = ("from pathlib import Path; from msc.runtime.build import generator_fingerprint as f; "
               f"a = f(); p = Path({str(edited)!r}); p.write_text(p.read_text() + '\\n# edited\\n'); "
               "print(a, f())")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))

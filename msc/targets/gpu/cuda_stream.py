@@ -87,6 +87,13 @@ class StreamedTile:
         return partial_sums(self.stencil)
 
     @property
+    def loaded_in_registers(self) -> bool:
+        """Whether step 1 takes each point's loaded value in registers, as each step takes
+        its point's own value from the step before: time tiles of partial sums. The default
+        launch (one step) reads it back from shared memory (see `_hand_on`)."""
+        return self.sums is not None and self.depth > 1
+
+    @property
     def slots(self) -> int:
         """Planes in a stage's ring: summed, the newest plane, double-buffered; else the
         2 x radius + 1 a step reads, and with one step one more, for the loaded plane is
@@ -298,7 +305,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                   for point in points]
     slot = j & 1 if summed is not None else j % slots
     step: list[k.Node] = [*(k.Store(ring(0, slot, point.q), point.var("next0")) for point in points),
-                          *(node for point in points if summed is not None and depth > 1
+                          *(node for point in points if plan.loaded_in_registers
                             for node in _hand_on(plan, 1, point, point.var("next0"))),
                           *(k.Set(f"next{a}{point.suffix}", point.var(f"next{a + 1}"))
                             for a in range(plan.ahead - 1) for point in points),
@@ -387,7 +394,7 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
     out: list[k.Node] = [k.Decl("n", "int", j - (s - 1) * r0), k.Decl("p", "int", j - s * r0),
                          k.Decl("g0", "index", ix.Var("first") + ix.Var("p")),
                          k.Decl("plane_n", "const pointer", k.Address(ring(s - 1, n & 1, ix.Lit(0))), restrict=False)]
-    if s == 1 and plan.depth == 1:  # the default launch reads the loaded value back (see _hand_on)
+    if s == 1 and not plan.loaded_in_registers:  # the default launch reads the loaded value back
         out += [node for point in points
                 for node in _hand_on(plan, 1, point, k.Load(k.Ref("plane_n", point.q, k.Space.SHARED)))]
     # each neighbour of the plane read once (a point's own value is its w{s}_{r0}); in
