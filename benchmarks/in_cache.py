@@ -30,6 +30,7 @@ from report import PEERS  # noqa: E402
 from stencils import CASES, Case, msc_stencil  # noqa: E402
 
 import msc  # noqa: E402
+from msc.poly.schedule import parse_schedule  # noqa: E402
 from msc.runtime.build import atomic_write_text  # noqa: E402
 from msc.runtime.threads import usable_cores  # noqa: E402
 from msc.tune.machine import cache_bytes  # noqa: E402
@@ -43,7 +44,9 @@ IN_CACHE_UPDATES = 2e8  # points x steps of the in-cache run
 
 def schedule_of(text: str) -> msc.Schedule:
     """A schedule as the benchmarks write it ("Schedule().time_tile(8, x=32).with_threads(2)"), threads dropped."""
-    return eval(re.sub(r"\.with_threads\(\d+\)", "", text), {"Schedule": msc.Schedule})  # the benchmarks' own JSON
+    schedule = parse_schedule(re.sub(r"\.with_threads\(\d+\)", "", text))
+    assert isinstance(schedule, msc.Schedule), text
+    return schedule
 
 
 def in_cache_shape(case: Case) -> tuple[int, ...]:
