@@ -208,6 +208,22 @@ def test_innermost_loops_store_whole_lines():
     assert "__builtin_prefetch(&f_u_t0[(c2 + 1) * P1 + msc_base + 100]);" in prefetching
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("schedule", [Schedule(), Schedule().stream_stores(), Schedule().time_tile(3, x=4)], ids=str)
+def test_rows_of_every_length_around_a_line_match_the_reference(dtype, schedule, assert_matches):
+    """A row of at least a line is a peel and a rest computed as whole lines in vector lanes, each
+    storing its own points only, around the aligned lines; a shorter row runs point by point. Rows
+    of 1 to 2 lines + 3 points (8 or 16 per line), starting at every alignment (one row after another)."""
+    kernel = heat.compile(schedule=schedule, dtype=dtype, threads=2)
+    assert kernel.source.count("msc_edge[c") == 4  # two edge lines computed, two stored from
+    rng = np.random.default_rng(5)
+    line = 64 // np.dtype(dtype).itemsize
+    for columns in range(3, 2 * line + 6):
+        u0 = rng.random((11, columns)).astype(dtype)
+        assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, dtype=dtype, u=u0), dtype,
+                       context=f"{schedule}, {columns} columns")
+
+
 @msc.stencil
 def heat3(u):
     u[t + 1, x, y, msc.z] = 0.4 * u[t, x, y, msc.z] + 0.1 * (u[t, x - 1, y, msc.z] + u[t, x + 1, y, msc.z]

@@ -2,10 +2,12 @@
 
 The innermost loop along the last dimension (when it is not work-shared,
 unrolled or dependence-carrying, and its body is one statement storing to
-its field) becomes a scalar peel up to the first aligned store, then
-MSC_LINE points at a time stored straight into the aligned line (streaming:
+its field) becomes a peel up to the first aligned store, then MSC_LINE
+points at a time stored straight into the aligned line (streaming:
 computed into an aligned line buffer and put out with one streaming store),
-then a scalar rest. Streamed stores
+then a rest. The peel and the rest are computed as one whole line each
+(the row's first and last MSC_LINE points, in vector lanes) and store only
+their own points. Streamed stores
 are weakly ordered: a fence drains them at the end of each work-shared
 iteration and of the kernel. `prefetch(d)` issues, once per line, a
 prefetch of each field level's leading access d points ahead.
@@ -25,6 +27,8 @@ from msc.poly.schedule import LARGE_READS, LoweredSchedule, carried_example
 LINE = ix.Var("MSC_LINE")  # points per 64-byte line
 LINE_BUFFER = "msc_line"
 LINE_BASE = "msc_base"
+EDGE_BUFFER = "msc_edge"  # a row's first or last MSC_LINE points, computed whole
+EDGE_FROM = "msc_from"  # the point at which the edge buffer starts
 
 
 def _row_loop(poly: PolyIR, lowered: LoweredSchedule, explain: bool) -> tuple[int, str | None]:
@@ -86,18 +90,37 @@ def _prefetches(st: k.Assign, base: tuple[ix.Expr, ...], distance: int) -> list[
             for (f, dt), offsets in leading.items()]
 
 
-def _in_lines(loop: k.Loop, distance: int, streaming: bool) -> k.Node:
-    """`loop` as a scalar peel, whole aligned lines and a scalar rest. An
-    ordinary line is stored straight into the field: a line buffer copied out
-    through a 64-byte vector type compiles, without AVX-512, to scalar reloads
-    that cost 1.2-1.7x on time tiles (ADR 0014). A streamed line goes through
-    the buffer, which the streaming store takes whole."""
+def _row_end(loop: k.Loop) -> ix.Expr | None:
+    """The first point past the row loop's last one, where its condition is
+    an upper bound on its iterator (as isl prints every loop's); None otherwise
+    (the loop is then left as it is)."""
+    cond = loop.cond
+    if isinstance(cond, ix.Op) and cond.lhs == ix.Var(loop.iterator) and cond.op in ("<", "<="):
+        return cond.rhs if cond.op == "<" else cond.rhs + 1
+    return None
+
+
+def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
+    """`loop`, which ends before `end`, as a peel, whole aligned lines and a
+    rest. An ordinary line is stored straight into the field: a line buffer
+    copied out through a 64-byte vector type compiles, without AVX-512, to
+    scalar reloads that cost 1.2-1.7x on time tiles (ADR 0014). A streamed
+    line goes through the buffer, which the streaming store takes whole.
+
+    In a row of at least a line, the peel and the rest are each one line
+    computed in vector lanes into an edge buffer (the row's first and last
+    MSC_LINE points), from which they store their own points; a shorter row
+    runs point by point. Point by point, a 256-point row's peel and rest (14
+    points) cost heat3d's streamed sweeps 1.17-1.3x (ADR 0014, second
+    revision). No point is stored twice, and the row loop carries no
+    dependence, so a point computed early reads what it would have read."""
     st = loop.body.body[0]
     assert isinstance(st, k.Assign) and loop.init is not None and loop.cond is not None
     it, base_point = ix.Var(loop.iterator), ix.Var(LINE_BASE)
     at_base = {loop.iterator: base_point}
     base = tuple(ix.substitute(c, at_base) for c in st.coords)
     last = ix.substitute(loop.cond, {loop.iterator: it + LINE - 1})
+    aligned = ix.Call("msc_line_aligned", (k.Address(st.lhs),))
     scalar = k.Block((st,))
     if streaming:
         into_line = replace(st, lhs=k.Ref(LINE_BUFFER, it - base_point, k.Space.STACK))
@@ -106,18 +129,37 @@ def _in_lines(loop: k.Loop, distance: int, streaming: bool) -> k.Node:
             k.Call("msc_put_line", (k.Address(st.lhs.substituted(at_base)), ix.Var(LINE_BUFFER))),)
     else:
         into_line, buffer, put = st, (), ()
-    return k.Block((
-        k.Decl(loop.iterator, "index", loop.init, const=False),
-        k.Loop(loop.iterator, None, loop.cond.and_(ix.Call("msc_line_aligned", (k.Address(st.lhs),)).not_()), scalar),
-        k.Loop(loop.iterator, None, last, k.Block((
-            *buffer,
-            k.Decl(LINE_BASE, "index", it),
-            *_prefetches(st, base, distance),
-            k.Loop(loop.iterator, base_point, it.lt(base_point + LINE), k.Block((into_line,)), vector=True),
-            *put,
-        )), step=LINE),
-        k.Loop(loop.iterator, None, loop.cond, scalar),
-    ), scoped=True)
+    lines = k.Loop(loop.iterator, None, last, k.Block((
+        *buffer,
+        k.Decl(LINE_BASE, "index", it),
+        *_prefetches(st, base, distance),
+        k.Loop(loop.iterator, base_point, it.lt(base_point + LINE), k.Block((into_line,)), vector=True),
+        *put,
+    )), step=LINE)
+    edge_from = ix.Var(EDGE_FROM)
+    into_edge = replace(st, lhs=k.Ref(EDGE_BUFFER, it - edge_from, k.Space.STACK))
+    from_edge = k.Block((k.Store(st.lhs, k.Load(k.Ref(EDGE_BUFFER, it - edge_from, k.Space.STACK))),))
+
+    def edge(first: ix.Expr | None, stores_while: ix.Expr) -> k.Block:
+        """The line of points from `first` (None: from where the edge buffer starts) computed
+        into the edge buffer; the row's points from the iterator on stored from it while `stores_while`."""
+        return k.Block((
+            *([] if first is None else [k.Set(EDGE_FROM, first)]),
+            k.Loop(loop.iterator, edge_from, it.lt(edge_from + LINE), k.Block((into_edge,)), vector=True),
+            k.Loop(loop.iterator, None, stores_while, from_edge),
+        ))
+
+    return k.Block((k.Decl(loop.iterator, "index", loop.init, const=False), k.If(
+        last,
+        k.Block((
+            k.Buffer(EDGE_BUFFER, k.Space.STACK, (LINE,), align=64),
+            k.Decl(EDGE_FROM, "index", it, const=False),
+            k.If(aligned.not_(), edge(None, aligned.not_())),
+            lines,
+            k.If(loop.cond, edge(end - LINE, loop.cond)),
+        )),
+        k.Block((k.Loop(loop.iterator, None, loop.cond, scalar),)),
+    )), scoped=True)
 
 
 def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tuple[k.Kernel, bool]:
@@ -132,7 +174,8 @@ def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tup
         if (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == ix.Lit(1)
                 and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)
                 and node.body.body[0].lhs.space == k.Space.GLOBAL):
-            return _in_lines(node, distance, streaming)
+            end = _row_end(node)
+            return node if end is None else _in_lines(node, end, distance, streaming)
         return node
 
     return k.transform_kernel(kernel, rewrite), True
