@@ -36,8 +36,8 @@ from msc.runtime.threads import usable_cores  # noqa: E402
 from msc.tune.machine import cache_bytes  # noqa: E402
 
 #: the time tiles the tuner chose in the last full-size run (docs/benchmarks.md), used without --stencils
-TILES = {"heat2d": "Schedule().time_tile(8, x=32)", "box2d9p": "Schedule().time_tile(8, x=8)",
-         "heat3d": "Schedule().time_tile(8, x=32, y=32)", "box3d27p": "Schedule().time_tile(8, x=32, y=64)"}
+TILES = {"heat2d": "Schedule().time_tile(8, x=32)", "box2d9p": "Schedule().time_tile(8, x=16)",
+         "heat3d": "Schedule().time_tile(16, x=32, y=32)", "box3d27p": "Schedule().time_tile(8, x=16, y=64)"}
 FULL_STEPS = 32
 IN_CACHE_UPDATES = 2e8  # points x steps of the in-cache run
 
