@@ -333,6 +333,15 @@ class Loop:
     mapping: str | None = None
     kind: str = "index"
 
+    def end(self) -> ix.Expr | None:
+        """The first point the loop does not run, from a condition `it < end` or `it <= last`
+        on its iterator (as isl prints a loop's); None for any other condition."""
+        cond = self.cond
+        if not (isinstance(cond, ix.Op) and cond.op in ("<", "<=") and cond.lhs == ix.Var(self.iterator)
+                and self.iterator not in ix.variables(cond.rhs)):
+            return None
+        return cond.rhs if cond.op == "<" else cond.rhs + 1
+
 
 @dataclass(frozen=True)
 class If:

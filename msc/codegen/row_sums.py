@@ -204,15 +204,6 @@ def summed_flops(statement: ir.Statement, in_cache: bool) -> int:
     return expr_flops(statement.expr) if grouping is None else grouping.flops()
 
 
-def _end(loop: k.Loop) -> ix.Expr | None:
-    """The loop's end (its first point not run), from a condition `it < end` or `it <= last`."""
-    cond = loop.cond
-    if not (isinstance(cond, ix.Op) and cond.op in ("<", "<=") and cond.lhs == ix.Var(loop.iterator)
-            and loop.iterator not in ix.variables(cond.rhs)):
-        return None
-    return cond.rhs if cond.op == "<" else cond.rhs + 1
-
-
 def _strip(loop: k.Loop, st: k.Assign, grouping: _Grouping, rows: dict[tuple[Level, tuple[int, ...]], k.Ref],
            end: ix.Expr) -> k.Block:
     """`loop` cut into strips; per strip, each group's sums, then the points from them."""
@@ -257,7 +248,7 @@ def row_sums(kernel: k.Kernel, dim: int, in_cache: bool) -> k.Kernel:
         st = node.body.body[0]
         if st.coords[-1] != ix.Var(node.iterator) or any(node.iterator in ix.variables(c) for c in st.coords[:-1]):
             return node
-        end = _end(node)
+        end = node.end()
         plan = None if end is None else _plan(st, in_cache)
         return node if plan is None or end is None else _strip(node, st, *plan, end)
 

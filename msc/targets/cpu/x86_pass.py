@@ -90,16 +90,6 @@ def _prefetches(st: k.Assign, base: tuple[ix.Expr, ...], distance: int) -> list[
             for (f, dt), offsets in leading.items()]
 
 
-def _row_end(loop: k.Loop) -> ix.Expr | None:
-    """The first point past the row loop's last one, where its condition is
-    an upper bound on its iterator (as isl prints every loop's); None otherwise
-    (the loop is then left as it is)."""
-    cond = loop.cond
-    if isinstance(cond, ix.Op) and cond.lhs == ix.Var(loop.iterator) and cond.op in ("<", "<="):
-        return cond.rhs if cond.op == "<" else cond.rhs + 1
-    return None
-
-
 def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
     """`loop`, which ends before `end`, as a peel, whole aligned lines and a
     rest. An ordinary line is stored straight into the field: a line buffer
@@ -174,7 +164,7 @@ def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tup
         if (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == ix.Lit(1)
                 and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)
                 and node.body.body[0].lhs.space == k.Space.GLOBAL):
-            end = _row_end(node)
+            end = node.end()  # None: left as it is (isl prints every loop's condition as a bound)
             return node if end is None else _in_lines(node, end, distance, streaming)
         return node
 
