@@ -82,7 +82,7 @@ MUTANTS = [
            "edge(end - LINE, loop.cond)", "edge(end - LINE, last)",
            (*SCHEDULES,)),
     Mutant("a row's peel computes the line a point late", "msc/targets/cpu/x86_pass.py",
-           "edge(None, aligned.not_())", "edge(it + 1, aligned.not_())",
+           "edge(it, aligned.not_())", "edge(it + 1, aligned.not_())",
            (*SCHEDULES,)),
     Mutant("floor division rounds toward zero", "msc/codegen/printers/c.py",
            "return a >= 0 ? a / b : -((-a + b - 1) / b);", "return a / b;",

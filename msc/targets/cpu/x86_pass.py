@@ -130,21 +130,20 @@ def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.N
     into_edge = replace(st, lhs=k.Ref(EDGE_BUFFER, it - edge_from, k.Space.STACK))
     from_edge = k.Block((k.Store(st.lhs, k.Load(k.Ref(EDGE_BUFFER, it - edge_from, k.Space.STACK))),))
 
-    def edge(first: ix.Expr | None, stores_while: ix.Expr) -> k.Block:
-        """The line of points from `first` (None: from where the edge buffer starts) computed
-        into the edge buffer; the row's points from the iterator on stored from it while `stores_while`."""
+    def edge(first: ix.Expr, stores_while: ix.Expr) -> k.Block:
+        """The line of points from `first` computed into an edge buffer; the row's points
+        from the iterator on stored from it while `stores_while`."""
         return k.Block((
-            *([] if first is None else [k.Set(EDGE_FROM, first)]),
+            k.Buffer(EDGE_BUFFER, k.Space.STACK, (LINE,), align=64),
+            k.Decl(EDGE_FROM, "index", first),
             k.Loop(loop.iterator, edge_from, it.lt(edge_from + LINE), k.Block((into_edge,)), vector=True),
             k.Loop(loop.iterator, None, stores_while, from_edge),
-        ))
+        ))  # the body of an `if`, whose braces scope the buffer
 
     return k.Block((k.Decl(loop.iterator, "index", loop.init, const=False), k.If(
         last,
         k.Block((
-            k.Buffer(EDGE_BUFFER, k.Space.STACK, (LINE,), align=64),
-            k.Decl(EDGE_FROM, "index", it, const=False),
-            k.If(aligned.not_(), edge(None, aligned.not_())),
+            k.If(aligned.not_(), edge(it, aligned.not_())),
             lines,
             k.If(loop.cond, edge(end - LINE, loop.cond)),
         )),
