@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from msc import ir
 from msc.errors import MscError
@@ -51,18 +52,18 @@ class Stencil:
             ".compile(target=...).run(...) or .emit(target, directory)"
         )
 
-    def typed(self, dtype: str | None = None) -> ir.StencilIR:
+    def typed(self, dtype: DTypeLike = None) -> ir.StencilIR:
         """The IR in `dtype` (None: the stencil's own, float64 unless declared)."""
         return self.ir if dtype is None else self.ir.with_dtype(dtype)
 
-    def poly(self, dtype: str | None = None) -> PolyIR:
+    def poly(self, dtype: DTypeLike = None) -> PolyIR:
         return _poly(self.typed(dtype))
 
-    def reference(self, steps: int, dtype: str | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+    def reference(self, steps: int, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the numpy reference interpreter (the ground truth)."""
         return run_reference(self.typed(dtype), steps, inputs)
 
-    def compile(self, target: str = "openmp", dtype: str | None = None, threads: int | None = None,
+    def compile(self, target: str = "openmp", dtype: DTypeLike = None, threads: int | None = None,
                 schedule: Any = None, **options: Any) -> Any:
         """JIT-build the stencil for `target`; returns a kernel with `.run(steps=..., **inputs)`.
         `options` are the target's own (its `compile_options`), e.g. `emulate=True`."""
@@ -72,7 +73,7 @@ class Stencil:
         check_options(target, "compile", options, backend.compile_options)
         return backend.compile(self.poly(dtype), threads=threads, schedule=schedule, **options)
 
-    def emit(self, target: str, directory: str | Path, dtype: str | None = None, schedule: Any = None,
+    def emit(self, target: str, directory: str | Path, dtype: DTypeLike = None, schedule: Any = None,
              **options: Any) -> Path:
         """Write a standalone source tree (kernel, driver, Makefile) into `directory`.
         `options` are the target's own (its `emit_options`), e.g. `chip=...`."""

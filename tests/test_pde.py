@@ -198,8 +198,9 @@ def test_generated_linear_operators_match_reference(ndim, radius):
         np.testing.assert_allclose(A @ u[inner].ravel() + g, ref.ravel(), rtol=1e-11, atol=1e-11)
 
 
-def test_float32_matrix():
-    A, _ = lap5.matrix(shape=(6, 6), dtype="float32", h=1.0)
+@pytest.mark.parametrize("dtype", ["float32", np.float32])
+def test_float32_matrix(dtype):
+    A, _ = lap5.matrix(shape=(6, 6), dtype=dtype, h=1.0)
     assert A.dtype == np.float32
 
 

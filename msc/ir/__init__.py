@@ -19,11 +19,26 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Generic, Iterator, TypeVar, Union
 
+import numpy as np
+
 from msc.errors import StencilArgumentError
 
 DTYPES = ("float64", "float32")
 BOUNDARIES = ("dirichlet", "periodic")
 DIM_NAMES = ("x", "y", "z")
+
+
+def dtype_name(dtype: object, where: str) -> str:
+    """`dtype` as one of DTYPES: its name ("float32") or anything numpy reads as
+    one (np.float32, np.dtype("f4"), float); anything else is an error naming `where`."""
+    try:
+        numpy_dtype = None if dtype is None else np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError:
+        numpy_dtype = None
+    name = numpy_dtype.name if numpy_dtype is not None and numpy_dtype.isnative else None
+    if name not in DTYPES:
+        raise StencilArgumentError(f"{where}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return name
 MATH_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs")
 BINARY_FUNCTIONS = ("minimum", "maximum", "atan2")
 ARITH_OPS = ("+", "-", "*", "/", "**")
@@ -343,11 +358,9 @@ class StencilIR:
     dtype: str = "float64"
     loc: SourceLoc | None = field(default=None, compare=False)
 
-    def with_dtype(self, dtype: str) -> StencilIR:
-        if dtype not in DTYPES:
-            raise StencilArgumentError(
-                f"stencil '{self.name}': dtype must be one of {', '.join(DTYPES)}, got {dtype!r}"
-            )
+    def with_dtype(self, dtype: object) -> StencilIR:
+        """This stencil in `dtype` (a name of DTYPES or a numpy dtype of one)."""
+        dtype = dtype_name(dtype, f"stencil '{self.name}'")
         return replace(self, dtype=dtype, fields=tuple(replace(f, dtype=dtype) for f in self.fields))
 
     def field(self, name: str) -> FieldDecl:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from msc import ir
 from msc.errors import StencilArgumentError
@@ -29,11 +30,10 @@ if TYPE_CHECKING:
 class _Inputs:
     """Checked inputs: scalars, coefficient arrays (padded when periodic) and optional ring arrays."""
 
-    def __init__(self, op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[str, Any],
+    def __init__(self, op: Operator, shape: tuple[int, ...], dtype: DTypeLike, inputs: Mapping[str, Any],
                  block: bool = False) -> None:
         where = f"operator '{op.name}'"
-        if dtype not in ir.DTYPES:
-            raise StencilArgumentError(f"{where}: dtype must be one of {ir.DTYPES}, got {dtype!r}")
+        dtype = ir.dtype_name(dtype, where)
         if len(shape) != op.ir.ndim or not all(isinstance(n, (int, np.integer)) for n in shape):
             raise StencilArgumentError(f"{where}: shape must be {op.ir.ndim} integers, got {shape!r}")
         self.dtype = np.dtype(dtype)
@@ -79,7 +79,7 @@ class _Inputs:
         return evaluate(e, lambda fr: self.window(fr.name, fr.offsets), self.params, self.dtype)
 
 
-def assemble(op: Operator, shape: tuple[int, ...], dtype: str, inputs: Mapping[str, Any],
+def assemble(op: Operator, shape: tuple[int, ...], dtype: DTypeLike, inputs: Mapping[str, Any],
              matrix: bool = True) -> tuple[sp.csr_array | None, np.ndarray]:
     """(A, g) for `op` over arrays of `shape`; A is None when matrix=False (g only)."""
     forms = op.linear_forms

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from msc import ir
 from msc.frontend import context
@@ -254,7 +255,7 @@ class Operator:
             return tuple(shape)
         return tuple(n - 2 * r for n, r in zip(shape, self.radius))
 
-    def matrix(self, shape: tuple[int, ...], dtype: str = "float64", **inputs: Any) -> tuple[Any, np.ndarray]:
+    def matrix(self, shape: tuple[int, ...], dtype: DTypeLike = "float64", **inputs: Any) -> tuple[Any, np.ndarray]:
         """(A, g) with L(u) = A @ u_interior + g over the interior unknowns (C order, fields stacked).
 
         `shape` is the arrays' shape, ring included; coefficient fields and scalars are given by
@@ -282,7 +283,7 @@ class Operator:
             return r
         return substitute(self.ir.exprs[f], swap)
 
-    def apply(self, dtype: str | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+    def apply(self, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
         """L applied by the reference interpreter: {unknown: L_f(u) over the interior}."""
         now = {f: (f, 0) for f in self.ir.unknowns}
         st = self.stencil_ir([(f, self.timed(f, now)) for f in self.ir.unknowns], name=f"{self.name}_apply")

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from msc import ir
 from msc.errors import StencilArgumentError
@@ -76,10 +77,10 @@ class ExplicitStencil(Stencil):
     def strip(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {k: v for k, v in out.items() if k not in self.stages}
 
-    def reference(self, steps: int, dtype: str | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+    def reference(self, steps: int, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
         return self.strip(super().reference(steps, dtype, **self.with_stages(inputs)))
 
-    def compile(self, target: str = "openmp", dtype: str | None = None, threads: int | None = None,
+    def compile(self, target: str = "openmp", dtype: DTypeLike = None, threads: int | None = None,
                 schedule: Any = None) -> Any:
         kernel = super().compile(target, dtype=dtype, threads=threads, schedule=schedule)
         return kernel if not self.stages else _StageKernel(kernel, self)

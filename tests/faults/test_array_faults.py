@@ -79,13 +79,21 @@ def test_float32_array_suggests_running_in_float32(kernel):
     assert heat.reference(steps=2, dtype="float32", u=u, alpha=0.1)["u"].dtype == np.float32
 
 
-@pytest.mark.parametrize("dtype", ["float16", "int64", ">f8", "float128"])
+@pytest.mark.parametrize("dtype", ["float16", "int64", ">f8", "float128", "not a dtype"])
 def test_unsupported_compile_dtype_is_an_msc_error(dtype):
     for call in (lambda: heat.compile(dtype=dtype), lambda: heat.emit("openmp", "never", dtype=dtype),
                  lambda: heat.reference(steps=1, dtype=dtype, u=_u(), alpha=0.1)):
         with pytest.raises(StencilArgumentError, match=f"stencil 'heat': dtype must be one of float64, float32, "
                                                        f"got '{dtype}'"):
             call()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.dtype("float32"), "f4"])
+def test_compile_dtype_may_be_a_numpy_dtype(dtype):
+    u = _u().astype(np.float32)
+    got = heat.compile(dtype=dtype).run(steps=2, u=u, alpha=0.1)["u"]
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, heat.reference(steps=2, dtype="float32", u=u, alpha=0.1)["u"], rtol=1e-6)
 
 
 def test_shape_larger_than_memory_is_refused_before_allocation(kernel):
