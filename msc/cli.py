@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 import msc
 from msc.codegen import target_names
-from msc.errors import MscError, StencilArgumentError, StencilDefinitionError
-from msc.poly.schedule import parse_schedule
-from msc.runtime.build import atomic_write_text
+from msc.errors import MscError, StencilDefinitionError, TargetError
+from msc.poly.schedule import Schedule, parse_schedule
+from msc.runtime.build import atomic_write_text, atomic_write_with
 from msc.stencil import Stencil
 
 
@@ -30,7 +32,7 @@ class UsageError(MscError):
 
 
 def load_source(source: str) -> Stencil:
-    """A stencil from `path/file.py:function` or `path/file.msc`."""
+    """The stencil of `path/file.py:NAME` (a @msc.stencil; nothing is called) or `path/file.msc`."""
     if source.endswith(".msc"):
         from msc.stencil import load_stencil
 
@@ -39,7 +41,7 @@ def load_source(source: str) -> Stencil:
         return load_stencil(source)
     path, sep, func = source.rpartition(":")
     if not sep or not path.endswith(".py"):
-        raise UsageError(f"SOURCE must be path/file.py:function or path/file.msc, got {source!r}")
+        raise UsageError(f"SOURCE must be path/file.py:NAME or path/file.msc, got {source!r}")
     if not Path(path).is_file():
         raise UsageError(f"no such file: {path}")
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
@@ -53,11 +55,10 @@ def load_source(source: str) -> Stencil:
     obj = getattr(module, func, None)
     if obj is None:
         raise UsageError(f"{path} has no function {func!r}")
-    if isinstance(obj, Stencil):
-        return obj
-    if callable(obj):
-        return msc.stencil(obj)
-    raise UsageError(f"{path}:{func} is not a stencil function")
+    if not isinstance(obj, Stencil):  # a plain function is never called: it may do anything
+        hint = "decorate it with @msc.stencil" if inspect.isfunction(obj) else f"it is a {type(obj).__name__}"
+        raise UsageError(f"{source} is not a stencil ({hint})")
+    return obj
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -70,21 +71,143 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
     return out
 
 
-def _load_npy(path: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read {path}: {e}") from None
+def _whole(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `least`."""
+    def parse(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+        return value
+    return parse
 
 
 def _shape(text: str) -> tuple[int, ...]:
+    """An argparse type: sizes like 512x512, each >= 1."""
     try:
         shape = tuple(int(v) for v in text.lower().replace(",", "x").split("x"))
     except ValueError:
-        raise UsageError(f"--shape expects sizes like 512x512, got {text!r}") from None
-    if not shape or min(shape) < 1:
-        raise UsageError(f"--shape expects positive sizes, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected sizes like 512x512, got {text!r}") from None
+    if min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected sizes >= 1 like 512x512, got {text!r}")
     return shape
+
+
+def _sizes(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def _schedule(text: str | None, tunable: bool = True) -> Schedule | str | None:
+    """--schedule as the library takes it: None (the default), "auto" (where a kernel runs: `tunable`) or primitives."""
+    if text is None or text.strip() == "default":
+        return None
+    if text.strip() == "auto" and not tunable:
+        raise UsageError("--schedule auto is tuned for a problem size when a kernel runs: `msc bench SOURCE --shape "
+                         "... --schedule auto` prints the schedule it chooses; pass that to --schedule here")
+    return parse_schedule(text)
+
+
+def _check_names(st: Stencil, option: str, given: dict[str, str], known: Sequence[str], what: str) -> None:
+    """Each NAME of `option` NAME=... is one of the stencil's `known` (its fields or parameters)."""
+    for name in given:
+        if name not in known:
+            raise UsageError(f"{option} {name}: stencil '{st.name}' has no {what} {name!r} "
+                             f"({what}s: {', '.join(known) or 'none'})")
+
+
+def _params(st: Stencil, a: argparse.Namespace) -> dict[str, float]:
+    """--param NAME=VALUE: parameters of the stencil, finite numbers."""
+    params: dict[str, float] = {}
+    given = _pairs(a.param, "--param")
+    _check_names(st, "--param", given, st.ir.params, "parameter")
+    for name, value in given.items():
+        try:
+            params[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--param {name}: {value!r} is not a number") from None
+        if not np.isfinite(params[name]):
+            raise UsageError(f"--param {name}: {value!r} is not a finite number")  # as the emitted programs say
+    return params
+
+
+def _load_npy(path: str, field: str, dtype: str) -> np.ndarray:
+    """The array of `--in field=path`, converted to the run's `dtype` (a CLI user cannot convert it)."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"cannot read {path}: not a .npy file")
+    if array.dtype.kind != "f":
+        raise UsageError(f"--in {field}: {path} holds {array.dtype} values; msc runs on float64 or float32 arrays")
+    return array.astype(dtype, copy=False)
+
+
+def _inputs(st: Stencil, a: argparse.Namespace) -> dict[str, Any]:
+    """The run's arguments from --param and --in; a missing one is named with the option that gives it."""
+    inputs: dict[str, Any] = dict(_params(st, a))
+    files = _pairs(a.input, "--in")
+    _check_names(st, "--in", files, [f.name for f in st.ir.fields], "field")
+    missing = [f"--in {f.name}=FILE.npy" for f in st.ir.fields if f.name not in files]
+    missing += [f"--param {p}=VALUE" for p in st.ir.params if p not in inputs]
+    if missing:
+        raise UsageError(f"stencil '{st.name}': missing {' '.join(missing)}")
+    for name, paths in files.items():
+        arrays = [_load_npy(path, name, a.dtype or st.ir.dtype) for path in paths.split(",")]
+        inputs[name] = arrays[0] if len(arrays) == 1 else arrays
+    return inputs
+
+
+def _outputs(st: Stencil, a: argparse.Namespace) -> dict[str, Path]:
+    """--out NAME=FILE.npy, checked before the run: a computed field, a file that can be written."""
+    computed = [f.name for f in st.ir.written_fields]
+    outputs = {}
+    for name, path in _pairs(a.output, "--out").items():
+        if name not in computed:
+            raise UsageError(f"--out {name}: not a computed field (computed: {', '.join(computed)})")
+        if Path(path).is_dir():
+            raise UsageError(f"--out {name}: {path} is a directory")
+        folder = Path(path).absolute().parent
+        while not folder.exists():  # made when the result is written
+            folder = folder.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"--out {name}: cannot write {path}: {folder} is not a writable directory")
+        outputs[name] = Path(path)
+    return outputs
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    """`array` written to `path` atomically, its missing folders made."""
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+    try:
+        atomic_write_with(path, write)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e}") from None
+
+
+@contextmanager
+def _emulation_advice(st: Stencil, target: str) -> Iterator[None]:
+    """A GPU target without its GPU: the library's advice (compile(..., emulate=True)) in the command line's terms."""
+    try:
+        yield
+    except TargetError as e:
+        reason, python_advice, _ = str(e).partition("; compile(")
+        if not python_advice:
+            raise
+        raise TargetError(f"{reason}; `msc emit SOURCE --target {target} -o DIR` then `make -C DIR emulate` builds "
+                          f"DIR/{st.name}-emulated, which runs it on the CPU with msc's emulator") from None
+
+
+def _compile(st: Stencil, a: argparse.Namespace, schedule: Schedule | str | None) -> Any:
+    """The kernel that run and bench use (their --target, --dtype, --threads)."""
+    if schedule is not None and a.target.endswith("+mpi"):
+        raise UsageError(f"--target {a.target} runs here without a --schedule; `msc emit SOURCE --target {a.target} "
+                         "--schedule ... -o DIR` writes an MPI program that uses one")
+    return st.compile(target=a.target, dtype=a.dtype, threads=a.threads, schedule=schedule)
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -102,7 +225,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 def cmd_emit(a: argparse.Namespace) -> int:
     st = load_source(a.source)
     options = {"chip": a.chip} if a.chip is not None else {}  # the target's own options, only when given
-    out = st.emit(a.target, a.output, dtype=a.dtype, schedule=parse_schedule(a.schedule), **options)
+    out = st.emit(a.target, a.output, dtype=a.dtype, schedule=_schedule(a.schedule, tunable=False), **options)
     print(f"wrote {a.target} sources for '{st.name}' to {out}; build with: make -C {out}")
     return 0
 
@@ -113,8 +236,9 @@ KERNEL_FILES = ("kernel*.c", "kernel*.cu", "host.c", "slave.c")  # what a target
 def cmd_show(a: argparse.Namespace) -> int:
     st = load_source(a.source)
     options = {"chip": a.chip} if a.chip is not None else {}
+    schedule = _schedule(a.schedule, tunable=False)
     with tempfile.TemporaryDirectory(prefix="msc-show-") as tmp:
-        out = st.emit(a.target, Path(tmp) / st.name, dtype=a.dtype, schedule=parse_schedule(a.schedule), **options)
+        out = st.emit(a.target, Path(tmp) / st.name, dtype=a.dtype, schedule=schedule, **options)
         files = sorted({f for pattern in KERNEL_FILES for f in Path(out).glob(pattern)})
         for f in files:
             if len(files) > 1:
@@ -123,145 +247,139 @@ def cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(st: Stencil, a: argparse.Namespace) -> dict[str, Any]:
-    inputs: dict[str, Any] = {}
-    for name, value in _pairs(a.param, "--param").items():
-        try:
-            inputs[name] = float(value)
-        except ValueError:
-            raise UsageError(f"--param {name}: {value!r} is not a number") from None
-        if not np.isfinite(inputs[name]):
-            raise UsageError(f"--param {name}: {value!r} is not a finite number")  # as the emitted programs say
-    for name, files in _pairs(a.input, "--in").items():
-        arrays = [_load_npy(f) for f in files.split(",")]
-        inputs[name] = arrays[0] if len(arrays) == 1 else arrays
-    return inputs
-
-
 def cmd_run(a: argparse.Namespace) -> int:
     st = load_source(a.source)
+    outputs = _outputs(st, a)
     inputs = _inputs(st, a)
     if a.target == "reference":
         result = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
     else:
-        kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads, schedule=parse_schedule(a.schedule))
-        result = kernel.run(steps=a.steps, **inputs)
+        with _emulation_advice(st, a.target):
+            kernel = _compile(st, a, _schedule(a.schedule))
+            result = kernel.run(steps=a.steps, **inputs)
         stats = kernel.last_run
         print(f"{st.name}: {a.steps} steps in {stats.seconds:.6f} s, {stats.gstencils_per_second:.3f} GStencil/s")
     if a.check:
         ref = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
         for name, arr in result.items():
-            err = float(np.max(np.abs(arr - ref[name]), initial=0.0) / max(np.max(np.abs(ref[name]), initial=0.0), 1e-300))
+            scale = max(np.max(np.abs(ref[name]), initial=0.0), 1e-300)
+            err = float(np.max(np.abs(arr - ref[name]), initial=0.0) / scale)
             print(f"  {name}: max relative difference to the reference {err:.2e}")
-    outputs = _pairs(a.output, "--out")
     for name, path in outputs.items():
-        if name not in result:
-            raise StencilArgumentError(f"--out {name}: not a computed field (computed: {', '.join(result)})")
-        tmp = Path(path).with_name(Path(path).name + ".tmp.npy")
-        np.save(tmp, result[name])
-        tmp.replace(path)
+        _save_npy(path, result[name])
     return 0
+
+
+DEFAULT_SHAPES = {1: (1 << 20,), 2: (1024, 1024), 3: (128, 128, 128)}  # bench's, about a million points
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
     st = load_source(a.source)
-    shape = _shape(a.shape)
+    shape = a.shape or DEFAULT_SHAPES[st.ir.ndim]
+    if len(shape) != st.ir.ndim:
+        raise UsageError(f"--shape {_sizes(shape)}: stencil '{st.name}' is {st.ir.ndim}D; give {st.ir.ndim} "
+                         f"size(s) like {_sizes(DEFAULT_SHAPES[st.ir.ndim])}")
+    params = _params(st, a)
     rng = np.random.default_rng(0)
     dtype = a.dtype or st.ir.dtype
     inputs: dict[str, Any] = {f.name: rng.random(shape).astype(dtype) for f in st.ir.fields}
-    params = _pairs(a.param, "--param")
-    for p in st.ir.params:
-        inputs[p] = float(params.get(p, 0.1))
-    schedule = parse_schedule(a.schedule)
-    kernel = st.compile(target=a.target, dtype=a.dtype, threads=a.threads, schedule=schedule)
-    kernel.run(steps=a.steps if schedule == "auto" else 1, **inputs)  # warm-up (and tuning for these steps)
-    best = None
-    for _ in range(a.repeat):
-        kernel.run(steps=a.steps, **inputs)
-        if best is None or kernel.last_run.seconds < best.seconds:
-            best = kernel.last_run
+    inputs.update({p: params.get(p, 0.1) for p in st.ir.params})
+    schedule = _schedule(a.schedule)
+    with _emulation_advice(st, a.target):
+        kernel = _compile(st, a, schedule)
+        kernel.run(steps=a.steps if schedule == "auto" else 1, **inputs)  # warm-up (and tuning for these steps)
+        best = None
+        for _ in range(a.repeat):
+            kernel.run(steps=a.steps, **inputs)
+            if best is None or kernel.last_run.seconds < best.seconds:
+                best = kernel.last_run
     assert best is not None
     report = {
         "stencil": st.name, "target": a.target, "shape": list(shape), "steps": a.steps, "dtype": dtype,
-        "schedule": str(kernel.report.schedule if schedule == "auto" else schedule),
+        "schedule": str(kernel.report.schedule if schedule == "auto" else schedule or "default"),
         "ms_per_step": best.seconds / a.steps * 1e3, "gstencils_per_s": best.gstencils_per_second,
     }
-    print(f"{st.name} {'x'.join(map(str, shape))} {a.target}, {report['schedule']}: {report['ms_per_step']:.3f} "
+    print(f"{st.name} {_sizes(shape)} {a.target}, {report['schedule']}: {report['ms_per_step']:.3f} "
           f"ms/step, {report['gstencils_per_s']:.3f} GStencil/s (best of {a.repeat})")
     if a.json:
         atomic_write_text(Path(a.json), json.dumps(report, indent=2))
     return 0
 
 
+EMIT_TARGETS_EXCLUDED = ("serial",)  # compiles in process only: no source tree to emit or show
+
+
 def parser() -> argparse.ArgumentParser:
+    debug = argparse.ArgumentParser(add_help=False)  # --debug is taken after the subcommand too
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show Python tracebacks on errors")
     p = argparse.ArgumentParser(prog="msc", description="msc: a stencil compiler for PDE solvers")
     p.add_argument("--version", action="version", version=f"msc {msc.__version__}")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("demo", help="compile, run, check and picture a 2D heat equation; solve and picture "
-                                    "a Poisson problem")
+    d = sub.add_parser("demo", parents=[debug], help="compile, run, check and picture a 2D heat equation; solve and "
+                                                     "picture a Poisson problem")
     d.add_argument("part", nargs="?", choices=("all", "heat", "pde"), default="all",
                    help="heat: the compiled stencil; pde: msc.solve with swCholesky; all (default): both")
-    d.add_argument("--size", type=int, default=512)
-    d.add_argument("--steps", type=int, default=2000)
-    d.add_argument("--threads", type=int, default=None)
-    d.add_argument("--picture", default="msc_demo_heat2d.png", help="PNG file of the heat part")
-    d.add_argument("--pde-size", type=int, default=256)
+    d.add_argument("--size", type=_whole(3), default=512,
+                   help="heat: grid points per side, boundary ring included (default: %(default)s)")
+    d.add_argument("--steps", type=_whole(0), default=2000, help="heat: time steps (default: %(default)s)")
+    d.add_argument("--threads", type=_whole(0), default=None,
+                   help="heat: OpenMP threads (default, or 0: the cores other processes leave free)")
+    d.add_argument("--picture", default="msc_demo_heat2d.png", help="PNG file of the heat part (default: %(default)s)")
+    d.add_argument("--pde-size", type=_whole(3), default=256,
+                   help="pde: grid points per side, boundary ring included (default: %(default)s)")
     d.add_argument("--pde-picture", default=None,
                    help="PNG file of the pde part (default: msc_demo_poisson.png beside --picture)")
     d.set_defaults(func=cmd_demo)
 
-    def schedule_option(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--schedule", default="default",
-                        help="default, auto (tuned at the first run), or primitives such as "
-                             "\"time_tile(8, x=32)\" or \"stream_stores().prefetch(512)\"")
-
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("source", help="path/file.py:function or path/file.msc")
-        sp.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
+    def source_options(sp: argparse.ArgumentParser, targets: Sequence[str], tunable: bool) -> None:
+        sp.add_argument("source", help="path/file.py:NAME (a @msc.stencil) or path/file.msc")
+        sp.add_argument("--target", default="openmp", help=f"one of: {', '.join(targets)} (default: %(default)s)")
         sp.add_argument("--dtype", default=None, choices=["float64", "float32"],
                         help="default: the stencil's own (float64 unless it declares float32)")
-        sp.add_argument("--threads", type=int, default=None)
-        sp.add_argument("--param", action="append", metavar="NAME=VALUE",
-                        help="a scalar parameter's value, e.g. alpha=0.1; repeat for each")
-        schedule_option(sp)
+        sp.add_argument("--schedule", default=None,
+                        help="default, " + ("auto (tuned at the first run), " if tunable else "") + "or primitives "
+                             "such as \"time_tile(8, x=32)\" or \"stream_stores().prefetch(512)\"")
 
-    e = sub.add_parser("emit", help="write standalone sources with a Makefile")
-    e.add_argument("source", help="path/file.py:function or path/file.msc")
-    e.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
-    e.add_argument("--dtype", default=None, choices=["float64", "float32"],
-                        help="default: the stencil's own (float64 unless it declares float32)")
+    def kernel_options(sp: argparse.ArgumentParser) -> None:
+        source_options(sp, target_names(), tunable=True)
+        sp.add_argument("--threads", type=_whole(0), default=None,
+                        help="OpenMP threads (default, or 0: the cores other processes leave free)")
+        sp.add_argument("--param", action="append", metavar="NAME=VALUE",
+                        help="a scalar parameter's value, e.g. alpha=0.1; repeat for each (bench: 0.1 if not given)")
+
+    emit_targets = [t for t in target_names() if t not in EMIT_TARGETS_EXCLUDED]
+    e = sub.add_parser("emit", parents=[debug], help="write standalone sources with a Makefile")
+    source_options(e, emit_targets, tunable=False)
     e.add_argument("-o", "--output", required=True, help="directory to write")
     e.add_argument("--chip", default=None, help="target athread: sw26010 or sw26010pro (default: sw26010pro)")
-    schedule_option(e)
     e.set_defaults(func=cmd_emit)
 
-    w = sub.add_parser("show", help="print the kernel code a target generates for a stencil")
-    w.add_argument("source", help="path/file.py:function or path/file.msc")
-    w.add_argument("--target", default="openmp", help=f"one of: {', '.join(target_names())}")
-    w.add_argument("--dtype", default=None, choices=["float64", "float32"],
-                   help="default: the stencil's own (float64 unless it declares float32)")
+    w = sub.add_parser("show", parents=[debug], help="print the kernel code a target generates for a stencil")
+    source_options(w, emit_targets, tunable=False)
     w.add_argument("--chip", default=None, help="target athread: sw26010 or sw26010pro (default: sw26010pro)")
-    schedule_option(w)
     w.set_defaults(func=cmd_show)
 
-    r = sub.add_parser("run", help="run a stencil on .npy inputs")
-    common(r)
-    r.add_argument("--steps", type=int, required=True, help="time steps to run (a whole number >= 0)")
+    r = sub.add_parser("run", parents=[debug], help="run a stencil on .npy inputs")
+    kernel_options(r)
+    r.add_argument("--steps", type=_whole(0), required=True, help="time steps to run (a whole number >= 0)")
     r.add_argument("--in", dest="input", action="append", metavar="NAME=FILE.npy[,FILE.npy]",
-                   help="a field's initial value (with its boundary ring); a field that reads W levels takes W "
-                        "files, oldest first, or one for all; repeat for each field")
+                   help="a field's initial value (with its boundary ring; converted to the run's dtype); a field "
+                        "that reads W levels takes W files, oldest first, or one for all; repeat for each field")
     r.add_argument("--out", dest="output", action="append", metavar="NAME=FILE.npy",
                    help="write the newest level of a computed field; repeat for each")
     r.add_argument("--check", action="store_true", help="compare with the reference interpreter")
     r.set_defaults(func=cmd_run)
 
-    b = sub.add_parser("bench", help="time a stencil on random data")
-    common(b)
-    b.add_argument("--shape", default="1024x1024")
-    b.add_argument("--steps", type=int, default=50)
-    b.add_argument("--repeat", type=int, default=3)
+    b = sub.add_parser("bench", parents=[debug], help="time a stencil on random data")
+    kernel_options(b)
+    b.add_argument("--shape", type=_shape, default=None,
+                   help="grid size, boundary ring included (default: 1048576, 1024x1024 or 128x128x128 by the "
+                        "stencil's dimensions)")
+    b.add_argument("--steps", type=_whole(1), default=50, help="time steps per timing (default: %(default)s)")
+    b.add_argument("--repeat", type=_whole(1), default=3, help="timings, the best reported (default: %(default)s)")
     b.add_argument("--json", help="write the result as JSON to this file")
     b.set_defaults(func=cmd_bench)
     return p

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msc.cli import main
+from msc.cli import load_source, main
 
 STENCIL_FILE = '''
 import msc
@@ -18,10 +18,18 @@ from msc import t, x, y
 
 @msc.stencil
 def heat(u, alpha):
-    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
+    u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]
+                                           - 4 * u[t, x, y])
 
-def broken(u):
-    u[t + 1, x] = u[t, 2 * x]
+@msc.stencil
+def line(u):
+    u[t + 1, x] = (u[t, x - 1] + u[t, x + 1]) / 2
+
+def undecorated(u):
+    u[t + 1, x] = u[t, x]
+
+def main():
+    raise SystemExit("main() was called")
 '''
 
 
@@ -29,6 +37,20 @@ def broken(u):
 def user_file(tmp_path) -> Path:
     path = tmp_path / "user_stencils.py"
     path.write_text(STENCIL_FILE)
+    return path
+
+
+@pytest.fixture
+def broken_file(tmp_path) -> Path:
+    path = tmp_path / "broken.py"
+    path.write_text("import msc\nfrom msc import t, x\n\n@msc.stencil\ndef broken(u):\n    u[t + 1, x] = u[t, 2 * x]\n")
+    return path
+
+
+@pytest.fixture
+def u0_file(tmp_path) -> Path:
+    path = tmp_path / "u0.npy"
+    np.save(path, np.random.default_rng(2).random((12, 13)))
     return path
 
 
@@ -49,7 +71,6 @@ def test_run_writes_npy_and_checks(user_file, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "GStencil/s" in text and "max relative difference to the reference" in text
     import msc
-    from msc.cli import load_source
 
     want = load_source(f"{user_file}:heat").reference(steps=5, u=u0, alpha=0.1)["u"]
     np.testing.assert_allclose(np.load(out), want, rtol=1e-12)
@@ -88,34 +109,167 @@ def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
     "argv, words",
     [
         (["emit", "nowhere.py:heat", "-o", "x"], "no such file: nowhere.py"),
-        (["emit", "heat", "-o", "x"], "SOURCE must be path/file.py:function"),
+        (["emit", "heat", "-o", "x"], "SOURCE must be path/file.py:NAME"),
         (["emit", "{file}:nothing", "-o", "x"], "has no function 'nothing'"),
-        (["emit", "{file}:broken", "-o", "x"], "not an affine index"),
+        (["emit", "{file}:undecorated", "-o", "x"],
+         "{file}:undecorated is not a stencil (decorate it with @msc.stencil)"),
+        (["emit", "{file}:msc", "-o", "x"], "{file}:msc is not a stencil (it is a module)"),
         (["emit", "{file}:heat", "--target", "fpga", "-o", "x"], "unknown target 'fpga'"),
         (["run", "{file}:heat", "--steps", "1", "--param", "alpha"], "--param expects NAME=VALUE"),
-        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.1"], "missing argument(s) u"),
-        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.04xyz"], "--param alpha: '0.04xyz' is not a number"),
+        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.1"], "stencil 'heat': missing --in u=FILE.npy"),
+        (["run", "{file}:heat", "--steps", "1", "--in", "u={u0}"], "stencil 'heat': missing --param alpha=VALUE"),
+        (["run", "{file}:heat", "--steps", "1"], "stencil 'heat': missing --in u=FILE.npy --param alpha=VALUE"),
+        (["run", "{file}:heat", "--steps", "1", "--in", "v={u0}"],
+         "--in v: stencil 'heat' has no field 'v' (fields: u)"),
+        (["bench", "{file}:heat", "--param", "beta=1"],
+         "--param beta: stencil 'heat' has no parameter 'beta' (parameters: alpha)"),
+        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.04xyz"],
+         "--param alpha: '0.04xyz' is not a number"),
         (["run", "{file}:heat", "--steps", "1", "--param", "alpha=nan"], "--param alpha: 'nan' is not a finite number"),
-        (["run", "{file}:heat", "--steps", "1", "--in", "u=missing.npy", "--param", "alpha=1"], "cannot read missing.npy"),
-        (["bench", "{file}:heat", "--shape", "ax3"], "--shape expects sizes like 512x512"),
-        (["bench", "{file}:heat", "--schedule", "tile(x=8).warp(2)"], "unknown primitive 'warp'; the primitives are tile,"),
+        (["run", "{file}:heat", "--steps", "1", "--in", "u=missing.npy", "--param", "alpha=1"],
+         "cannot read missing.npy"),
+        (["bench", "{file}:heat", "--schedule", "tile(x=8).warp(2)"],
+         "unknown primitive 'warp'; the primitives are tile,"),
         (["bench", "{file}:heat", "--schedule", "__import__('os')"], "unknown primitive '__import__'"),
         (["bench", "{file}:heat", "--schedule", "u.tile(x=4)"], "is not a chain of primitives"),
-        (["bench", "{file}:heat", "--schedule", "tile(x=n)"], "the arguments of tile() must be numbers and quoted names"),
-        (["emit", "{file}:heat", "-o", "x", "--schedule", "auto"], "tuned for a problem size"),
+        (["bench", "{file}:heat", "--schedule", "tile(x=n)"],
+         "the arguments of tile() must be numbers and quoted names"),
+        (["bench", "{file}:line", "--shape", "8x8"], "--shape 8x8: stencil 'line' is 1D; give 1 size(s) like 1048576"),
+        (["emit", "{file}:heat", "-o", "x", "--schedule", "auto"],
+         "--schedule auto is tuned for a problem size when a kernel runs: `msc bench SOURCE --shape ... "
+         "--schedule auto` prints the schedule it chooses"),
+        (["show", "{file}:heat", "--schedule", "auto"], "--schedule auto is tuned for a problem size"),
+        (["run", "{file}:heat", "--steps", "1", "--param", "alpha=0.1", "--in", "u={u0}", "--target", "openmp+mpi",
+          "--schedule", "tile(x=8)"], "--target openmp+mpi runs here without a --schedule; `msc emit SOURCE --target"),
     ],
 )
-def test_failures_are_one_line_without_traceback(argv, words, user_file, capsys):
-    code = main([a.format(file=user_file) for a in argv])
+def test_failures_are_one_line_without_traceback(argv, words, user_file, u0_file, capsys):
+    code = main([a.format(file=user_file, u0=u0_file) for a in argv])
     err = capsys.readouterr().err
     assert code != 0
-    assert words in err
+    assert words.format(file=user_file) in err
     assert err.count("\n") == 1 and "Traceback" not in err
+    assert "compile(" not in err and "argument(s)" not in err  # no advice for Python callers
 
 
-def test_debug_shows_the_traceback(user_file):
+def test_a_plain_function_is_not_called(user_file, capsys):
+    assert main(["run", f"{user_file}:main", "--steps", "1"]) == 1
+    assert capsys.readouterr().err == f"msc: error: {user_file}:main is not a stencil (decorate it with @msc.stencil)\n"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["bench", "{file}:heat", "--shape", "ax3"], "argument --shape: expected sizes like 512x512, got 'ax3'"),
+        (["bench", "{file}:heat", "--shape", "0x8"], "argument --shape: expected sizes >= 1 like 512x512, got '0x8'"),
+        (["bench", "{file}:heat", "--steps", "0"], "argument --steps: expected a whole number >= 1, got '0'"),
+        (["bench", "{file}:heat", "--repeat", "0"], "argument --repeat: expected a whole number >= 1, got '0'"),
+        (["bench", "{file}:heat", "--repeat", "-1"], "argument --repeat: expected a whole number >= 1, got '-1'"),
+        (["run", "{file}:heat", "--steps", "-1"], "argument --steps: expected a whole number >= 0, got '-1'"),
+        (["run", "{file}:heat", "--steps", "2.5"], "argument --steps: expected a whole number >= 0, got '2.5'"),
+        (["run", "{file}:heat", "--steps", "1", "--threads", "-2"],
+         "argument --threads: expected a whole number >= 0, got '-2'"),
+        (["demo", "--size", "0"], "argument --size: expected a whole number >= 3, got '0'"),
+        (["demo", "--size", "-5"], "argument --size: expected a whole number >= 3, got '-5'"),
+        (["demo", "pde", "--pde-size", "0"], "argument --pde-size: expected a whole number >= 3, got '0'"),
+        (["demo", "--steps", "x"], "argument --steps: expected a whole number >= 0, got 'x'"),
+    ],
+)
+def test_bad_counts_and_sizes_are_refused_when_parsed(argv, words, user_file, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([a.format(file=user_file) for a in argv])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(broken_file):
     with pytest.raises(Exception, match="not an affine index"):
-        main(["--debug", "emit", f"{user_file}:broken", "-o", "x"])
+        main(["--debug", "emit", f"{broken_file}:broken", "-o", "x"])
+    with pytest.raises(Exception, match="not an affine index"):
+        main(["emit", f"{broken_file}:broken", "-o", "x", "--debug"])  # also after the subcommand
+
+
+def test_definition_error_in_a_python_file(broken_file, capsys):
+    assert main(["emit", f"{broken_file}:broken", "-o", "x"]) == 1
+    assert "not an affine index" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["openmp+mpi", "serial+mpi"])
+def test_mpi_targets_run_without_a_schedule(target, user_file, u0_file, tmp_path, capsys):
+    assert main(["run", f"{user_file}:heat", "--steps", "3", "--param", "alpha=0.1", "--in", f"u={u0_file}",
+                 "--target", target, "--check"]) == 0
+    assert "max relative difference to the reference 0.00e+00" in capsys.readouterr().out
+    report = tmp_path / "bench.json"
+    assert main(["bench", f"{user_file}:heat", "--shape", "16x16", "--steps", "2", "--repeat", "1",
+                 "--target", target, "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["schedule"] == "default"
+
+
+def test_out_makes_missing_folders_and_is_checked_before_the_run(user_file, u0_file, tmp_path, capsys):
+    out = tmp_path / "new" / "dir" / "u.npy"
+    assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in", f"u={u0_file}",
+                 "--out", f"u={out}"]) == 0
+    want = load_source(f"{user_file}:heat").reference(steps=2, u=np.load(u0_file), alpha=0.1)["u"]
+    np.testing.assert_array_equal(np.load(out), want)
+    assert [p.name for p in out.parent.iterdir()] == ["u.npy"]  # no temporary left
+    capsys.readouterr()
+    (tmp_path / "file").write_text("")
+    for path, words in [(tmp_path / "file" / "u.npy", "is not a writable directory"), (tmp_path, "is a directory")]:
+        assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in", f"u={u0_file}",
+                     "--out", f"u={path}"]) == 1
+        text = capsys.readouterr()
+        assert words in text.err and "GStencil/s" not in text.out  # refused before the run
+
+
+def test_in_files_are_converted_to_the_runs_dtype(user_file, u0_file, tmp_path, capsys):
+    out = tmp_path / "u.npy"
+    assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in", f"u={u0_file}",
+                 "--dtype", "float32", "--out", f"u={out}"]) == 0
+    want = load_source(f"{user_file}:heat").reference(steps=2, dtype="float32", u=np.load(u0_file).astype(np.float32),
+                                                      alpha=0.1)["u"]
+    assert np.load(out).dtype == np.float32
+    np.testing.assert_allclose(np.load(out), want, rtol=1e-6)
+    np.save(tmp_path / "ints.npy", np.arange(12 * 13).reshape(12, 13))
+    assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in",
+                 f"u={tmp_path / 'ints.npy'}"]) == 1
+    err = capsys.readouterr().err
+    assert f"--in u: {tmp_path / 'ints.npy'} holds int64 values; msc runs on float64 or float32 arrays" in err
+
+
+def test_gpu_target_without_its_gpu_gets_command_line_advice(user_file, u0_file, monkeypatch, capsys):
+    import msc.targets.gpu.cuda as cuda
+
+    monkeypatch.setattr(cuda, "device_arch", lambda: None)
+    for target in ("cuda", "hip"):  # hip: no JIT path to an AMD GPU at all
+        assert main(["run", f"{user_file}:heat", "--steps", "1", "--param", "alpha=0.1", "--in", f"u={u0_file}",
+                     "--target", target]) == 1
+        err = capsys.readouterr().err
+        assert f"`msc emit SOURCE --target {target} -o DIR` then `make -C DIR emulate` builds DIR/heat-emulated" in err
+        assert "compile(" not in err and err.count("\n") == 1
+
+
+def test_bench_shape_follows_the_stencils_dimensions(user_file, tmp_path):
+    report = tmp_path / "bench.json"
+    assert main(["bench", f"{user_file}:line", "--steps", "1", "--repeat", "1", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["shape"] == [1 << 20]
+
+
+def test_help_shows_defaults_and_the_targets_that_emit(capsys):
+    def help_of(*argv: str) -> str:
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    demo = help_of("demo")
+    assert "--size SIZE heat: grid points per side, boundary ring included (default: 512)" in demo
+    assert "--steps STEPS heat: time steps (default: 2000)" in demo
+    bench = help_of("bench")
+    assert "(default: 50)" in bench and "(default: 3)" in bench and "1024x1024 or 128x128x128" in bench
+    for command in ("emit", "show"):
+        text = help_of(command)
+        targets = text.split("--target TARGET one of: ")[1].split(" (default")[0].split(", ")
+        assert "serial" not in targets and {"openmp", "serial+mpi", "cuda"} <= set(targets)
+        assert "--schedule SCHEDULE default, or primitives such as" in text
 
 
 def test_demo_runs_checks_and_draws(tmp_path):
