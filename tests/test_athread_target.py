@@ -339,7 +339,7 @@ def test_cli_passes_chip_only_when_given(tmp_path, heat2d):
     from msc.cli import main
 
     source = tmp_path / "heat.py"
-    source.write_text("import msc\n\n\ndef heat(u):\n    u[msc.t + 1, msc.x] = 0.5 * (u[msc.t, msc.x - 1] + u[msc.t, msc.x + 1])\n")
+    source.write_text("import msc\n\n\n@msc.stencil\ndef heat(u):\n    u[msc.t + 1, msc.x] = 0.5 * (u[msc.t, msc.x - 1] + u[msc.t, msc.x + 1])\n")
     assert main(["emit", f"{source}:heat", "--target", "athread", "-o", str(tmp_path / "pro")]) == 0
     assert "CRTS_dma_iget" in (tmp_path / "pro" / "slave.c").read_text()
     assert main(["emit", f"{source}:heat", "--target", "openmp", "-o", str(tmp_path / "omp")]) == 0
@@ -363,6 +363,7 @@ def test_auto_schedule_is_a_printed_model_that_counts_what_the_emulator_counts(h
     if not kernel.report.from_cache:  # the least predicted time of all: rows of 720 bytes keep every
         # candidate below the DMA floor (ADR 0056), so none ranks ahead of the rest
         assert len(kernel.report.trials) > 10
+        assert "msc tune: msc:" not in printed and "candidates ranked by the cost model)>" in repr(kernel.report)
         assert kernel.report.ms_per_step == min(t.ms_per_step for t in kernel.report.trials)
     assert (report.get_bytes * steps, report.put_bytes * steps, report.transfers * steps,
             report.dma_blocks * steps) == (stats.get_bytes, stats.put_bytes, stats.transfers, stats.dma_blocks)

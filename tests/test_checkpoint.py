@@ -5,6 +5,7 @@ notebook HTML of each object."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,11 @@ def test_truncated_damaged_and_foreign_files_are_named_errors(tmp_path):
         kernel.resume(tmp_path / "noise.nc")
     with pytest.raises(CheckpointError, match="missing.nc: no such file"):
         kernel.resume(tmp_path / "missing.nc")
+    for call in (sim.save, kernel.resume):  # not a raw OSError, nor "no such file"
+        with pytest.raises(CheckpointError, match=rf"checkpoint {re.escape(str(tmp_path))} is a directory: a "
+                                                  rf"checkpoint is a file, give its path \(e.g. "
+                                                  rf"{re.escape(str(tmp_path))}/run.nc"):
+            call(tmp_path)
     xr.Dataset({"u": (("x",), np.zeros(3))}).to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
     with pytest.raises(CheckpointError, match="other.nc is a netCDF file but not an msc checkpoint"):
         kernel.resume(tmp_path / "other.nc")
@@ -149,6 +155,64 @@ def test_time_series_every_n_steps_opens_in_xarray(tmp_path):
             assert np.array_equal(data["u"].isel(time=k).transpose("x", "y").values, snapshots[step])
     with pytest.raises(StencilArgumentError, match="every= and out= go together"):
         sim.advance(5, every=5)
+
+
+def test_a_time_series_goes_on_only_after_its_last_step_and_of_the_same_run(tmp_path):
+    """The README's long run written twice would repeat every step, and another stencil's, shape's or dtype's
+    fields would land under the first one's title: refused, naming the file and why, with the file unchanged.
+    A run resumed from a checkpoint goes on with its series."""
+    series = tmp_path / "series.nc"
+    kernel = wave.compile(threads=1)
+    sim = kernel.start(**wave_inputs())
+    sim.advance(4)
+    checkpoint = sim.save(tmp_path / "run.nc")
+    sim.advance(6, every=5, out=series)  # step 5 and 10
+    before = series.read_bytes()
+    again = kernel.resume(checkpoint)
+    with pytest.raises(StencilArgumentError, match=rf"stencil 'wave': out={re.escape(str(series))} already holds "
+                                                   r"steps up to 10, and this run's next snapshot is step 5"):
+        again.advance(6, every=5, out=series)
+    assert again.step == 4  # refused before a step ran
+    u0 = np.random.default_rng(2).random((21, 40))
+    with pytest.raises(StencilArgumentError, match=rf"out={re.escape(str(series))} holds a series of stencil 'wave'"):
+        heat.compile(threads=1).start(u=u0, alpha=0.1).advance(5, every=5, out=series)
+    with pytest.raises(StencilArgumentError, match=r"holds float64 fields of shape \(21, 40\); this run's are "
+                                                   r"float64 of shape \(21, 30\)"):
+        kernel.start(u=[u0[:, :30]] * 2, c=u0[:, :30]).advance(5, every=5, out=series)
+    inputs32 = {"u": [a.astype("float32") for a in wave_inputs()["u"]], "c": wave_inputs()["c"].astype("float32")}
+    with pytest.raises(StencilArgumentError, match=r"this run's are float32 of shape \(21, 40\)"):
+        wave.compile(threads=1, dtype="float32").start(**inputs32).advance(15, every=5, out=series)
+    for out, why in ((checkpoint, "exists and is not an msc time series"), (tmp_path, "is a directory")):
+        with pytest.raises(StencilArgumentError, match=rf"out={re.escape(str(out))} {why}"):
+            kernel.start(**wave_inputs()).advance(5, every=5, out=out)
+    assert series.read_bytes() == before
+    resumed = kernel.resume(sim.save(checkpoint))  # at step 10: goes on with 15 and 20
+    resumed.advance(10, every=5, out=series)
+    with xr.open_dataset(series) as data:
+        assert list(data["time"].values) == [5, 10, 15, 20] and data.attrs["title"] == "msc stencil 'wave'"
+
+
+def test_an_auto_kernel_resumes_tuning_on_the_checkpoint(tmp_path, monkeypatch):
+    """`resume` of a schedule="auto" kernel that has not run tunes for the checkpoint's size on its arrays (as
+    `start` tunes), then goes on bitwise; a checkpoint of a run over MPI ranks is refused."""
+    from msc.runtime.checkpoint import header, write_manifest
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))  # a fresh tuning cache: it tunes here
+    sim = wave.compile(threads=1).start(**wave_inputs())
+    sim.advance(7)
+    path = sim.save(tmp_path / "run.nc")
+    auto = wave.compile(schedule="auto", threads=1)
+    auto.budget_s, auto.echo = 0.0, False
+    resumed = auto.resume(path)
+    assert auto.report is not None and not auto.report.from_cache and resumed.step == 7
+    resumed.advance(5)
+    sim.advance(5)
+    assert np.array_equal(resumed.fields["u"], sim.fields["u"])
+    assert auto.resume(path).kernel is resumed.kernel  # tuned once per size
+    write_manifest(tmp_path / "ranks.nc", header(wave.ir, 3, {}, (21, 40)), ["ranks/rank-00000.nc"])
+    with pytest.raises(CheckpointError, match="ranks.nc is of a run over MPI ranks, which schedule='auto' does not "
+                                              "tune"):
+        wave.compile(schedule="auto").resume(tmp_path / "ranks.nc")
 
 
 def test_progress_bar_on_stderr(capsys):

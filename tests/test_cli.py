@@ -246,6 +246,11 @@ def test_gpu_target_without_its_gpu_gets_command_line_advice(user_file, u0_file,
         err = capsys.readouterr().err
         assert f"`msc emit SOURCE --target {target} -o DIR` then `make -C DIR emulate` builds DIR/heat-emulated" in err
         assert "compile(" not in err and err.count("\n") == 1
+    # tuning, every candidate fails for the missing device: that error, not a failed tuning
+    assert main(["bench", f"{user_file}:heat", "--shape", "34x34", "--steps", "1", "--repeat", "1", "--param",
+                 "alpha=0.1", "--target", "cuda", "--schedule", "auto"]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("msc: ") and "`make -C DIR emulate` builds DIR/heat-emulated" in err, err
 
 
 def test_bench_shape_follows_the_stencils_dimensions(user_file, tmp_path):

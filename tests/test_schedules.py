@@ -186,6 +186,11 @@ def test_bad_primitive_arguments():
         Schedule().tile(x=4).time_tile(4, x=4)
     with pytest.raises(ScheduleError, match="prefetch distance must be a positive integer, got 0"):
         Schedule().prefetch(0)
+    for threads in (-3, 0, "2", 2.5, True):  # refused when built, not when the kernel runs
+        with pytest.raises(ScheduleError, match=rf"with_threads: threads must be a positive integer, got {threads!r}"):
+            Schedule().with_threads(threads)
+    with pytest.raises(ScheduleError, match="with_threads: threads must be a positive integer, got -3"):
+        parse_schedule("with_threads(-3)")
     with pytest.raises(ScheduleError, match="schedule must be a msc.Schedule"):
         heat.compile(schedule="fastest")
 
@@ -429,6 +434,34 @@ def test_fewer_threads_winning_on_long_steps_is_load_and_not_chosen(tmp_path, mo
     assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
     assert not any("with_threads" in t.schedule for t in kernel.report.trials)
     assert kernel.report.schedule.threads is None
+
+
+def test_the_default_is_timed_on_the_threads_an_untuned_run_takes(tmp_path, monkeypatch, assert_matches):
+    """A stand-in clock of a busy machine with one core free: a step takes 0.1 ms on one thread and 4.5 ms on
+    more (each barrier waits for a descheduled thread). An untuned run takes the free core, so the default is
+    timed on it too: "Nx the default" is what tuning gains (nothing here), not 45x."""
+    from msc.runtime import threads
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "free_cores", lambda: 1)
+    monkeypatch.setattr(tuner.os, "cpu_count", lambda: 4)  # candidates are timed on 4 threads
+    monkeypatch.setattr(tuner.AutoKernel, "_timing",
+                        lambda self, kernel, steps: 0.1 if kernel._threads_of(None) == 1 else 4.5)
+    kernel = heat.compile(target="openmp", schedule="auto")
+    u0 = np.random.default_rng(8).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    assert kernel.report.default_ms_per_step == pytest.approx(0.1) and kernel.report.speedup == pytest.approx(1.0)
+
+
+def test_a_report_of_a_platform_that_models_says_ranked_not_timed():
+    from msc.tune.tuner import Estimate, Trial, TuningReport
+
+    trials = [Trial("Schedule()", 2.0), Trial("Schedule().tile(x=8)", 1.0)]
+    assert repr(TuningReport(Schedule().tile(x=8), 1.0, 2.0, False, trials, Estimate(1.0))) == (
+        "<TuningReport Schedule().tile(x=8): 1 ms/step, 2.00x the default (2 candidates ranked by the cost model)>")
+    assert repr(TuningReport(Schedule().tile(x=8), 1.0, 2.0, False, trials)).endswith("(2 candidates timed)>")
 
 
 @pytest.mark.parametrize("slower, rounds", [(3.0, 1), (1.3, 2)])

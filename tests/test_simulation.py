@@ -133,6 +133,25 @@ def test_an_auto_kernel_is_tuned_at_start_and_steps(tmp_path, monkeypatch):
     np.testing.assert_allclose(sim.fields["u"], wave.reference(steps=12, **inputs)["u"], rtol=1e-12, atol=1e-12)
 
 
+def test_an_auto_kernel_says_it_is_not_tuned_yet_then_shows_its_choice(tmp_path, monkeypatch):
+    """A schedule="auto" kernel has a short repr, `schedule` and `source` as every kernel has: before its
+    first run a repr and an error saying it is not tuned yet, then the choice for the size tuned for last."""
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    auto = wave.compile(schedule="auto", threads=1)
+    auto.budget_s, auto.echo = 0.0, False
+    assert repr(auto) == ("<msc kernel 'wave' schedule=auto (not tuned yet) platform=x86 (OpenMP) dtype=float64 "
+                          "threads=1>")
+    for what in ("schedule", "source"):
+        with pytest.raises(msc.MscError, match=f"the kernel of 'wave' with schedule='auto' is not tuned yet, so it "
+                                               f"has no {what}: it is tuned for the problem size at its first run"):
+            getattr(auto, what)
+    auto.start(**wave_inputs())
+    assert auto.report is not None and auto.schedule == auto.report.schedule
+    assert repr(auto) == (f"<msc kernel 'wave' target=openmp dtype=float64 schedule=auto: {auto.schedule} for 21x40 "
+                          "threads=1>")
+    assert "msc_run" in auto.source and auto.source == wave.compile(schedule=auto.schedule).source
+
+
 def test_follow_goes_on_from_another_simulation_in_its_buffers():
     """kernel.follow(old): a simulation that takes over `old`'s host buffers, step and parameters
     (what the tuner's trials do), stepping exactly as `old` would have, also for a kernel of

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import msc
 from msc import t, x, y
+from msc.errors import StencilArgumentError
 from msc.runtime import threads
 
 
@@ -40,3 +42,24 @@ def test_runs_without_a_thread_count_take_the_free_cores(monkeypatch):
     assert sim._nthreads == 1
     assert kernel.start(threads=2, u=u0)._nthreads == 2                         # asked for: kept
     np.testing.assert_allclose(kernel.run(steps=3, u=u0)["u"], heat.reference(steps=3, u=u0)["u"], rtol=1e-12)
+
+
+def test_a_bad_thread_count_is_named_and_zero_is_the_default(monkeypatch):
+    """threads=-1 or "2" is refused naming the value given (to compile or to run), by schedule="auto" when
+    compiled; threads=0 is the default, as None is."""
+    @msc.stencil
+    def heat(u):
+        u[t + 1, x, y] = u[t, x, y] + 0.1 * (u[t, x - 1, y] + u[t, x + 1, y] - 2 * u[t, x, y])
+
+    u0 = np.zeros((6, 6))
+    for bad in (-1, "2", 1.5):
+        with pytest.raises(StencilArgumentError, match=rf"threads must be a positive integer \(or 0: the default\), "
+                                                       rf"got {bad!r}"):
+            heat.compile(threads=bad).run(steps=1, u=u0)
+        with pytest.raises(StencilArgumentError, match=rf"got {bad!r}"):
+            heat.compile().start(threads=bad, u=u0)
+        with pytest.raises(StencilArgumentError, match=rf"got {bad!r}"):
+            heat.compile(threads=bad, schedule="auto")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "free_cores", lambda: 1)
+    assert heat.compile(threads=0).start(u=u0)._nthreads == heat.compile().start(threads=0, u=u0)._nthreads == 1

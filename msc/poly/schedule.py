@@ -137,6 +137,8 @@ class Schedule:
 
     def with_threads(self, threads: int) -> Schedule:
         """Run with `threads` threads (a CPU option; the tuner records its choice so)."""
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ScheduleError(f"with_threads: threads must be a positive integer, got {threads!r}")
         return replace(self, threads=threads)
 
     def describe(self) -> str:

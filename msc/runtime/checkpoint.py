@@ -20,6 +20,7 @@ saving leaves the previous checkpoint readable."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,10 +68,18 @@ def header(stencil: ir.StencilIR, step: int, scalars: Mapping[str, float], shape
     return attrs
 
 
+def check_not_folder(path: Path) -> None:
+    """CheckpointError when `path`, where a checkpoint is written or read, is a folder."""
+    if Path(path).is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory: a checkpoint is a file, give its path "
+                              f"(e.g. {os.path.join(path, 'run.nc')})")
+
+
 def write_block(path: Path, stencil: ir.StencilIR, attrs: Mapping[str, Any], block: Block) -> None:
     """One block as one file, atomically."""
     import xarray as xr
 
+    check_not_folder(path)
     dims = ir.DIM_NAMES[:stencil.ndim]
     variables = {level_name(name, age): (dims, level) for name, levels in block.levels.items()
                  for age, level in enumerate(levels)}
@@ -83,6 +92,7 @@ def open_file(path: Path) -> Any:
     """The checkpoint file at `path` as a lazy xarray Dataset; CheckpointError when unreadable."""
     import xarray as xr
 
+    check_not_folder(path)
     if not Path(path).is_file():
         raise CheckpointError(f"checkpoint {path}: no such file")
     try:
@@ -128,6 +138,7 @@ def write_manifest(path: Path, attrs: Mapping[str, Any], blocks: Sequence[str]) 
     to its folder), renamed into place; then the folders of the save it replaces are removed."""
     import xarray as xr
 
+    check_not_folder(path)
     previous = set()
     if path.is_file():
         try:
@@ -143,6 +154,16 @@ def write_manifest(path: Path, attrs: Mapping[str, Any], blocks: Sequence[str]) 
 
 def scalars_of(attrs: Mapping[str, Any], stencil: ir.StencilIR) -> dict[str, float]:
     return {name: float(attrs[f"msc_param_{name}"]) for name in stencil.params}
+
+
+def run_inputs(path: Path, stencil: ir.StencilIR) -> dict[str, Any]:
+    """What `start` takes to begin where the checkpoint of a run in one process at `path` (checked
+    by `checkpoint_blocks`) stands: each written field's levels read, oldest first; each input; the scalars."""
+    with open_file(path) as data:
+        inputs: dict[str, Any] = {
+            f.name: [_variable(data, path, level_name(f.name, age)).values for age in reversed(range(f.window))]
+            if f.written and f.window else _variable(data, path, f.name).values for f in stencil.fields}
+        return {**inputs, **scalars_of(data.attrs, stencil)}
 
 
 def fill(path: Path, stencil: ir.StencilIR, buffers: Mapping[str, np.ndarray], indices: Sequence[np.ndarray],

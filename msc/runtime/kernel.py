@@ -167,15 +167,13 @@ class CompiledKernel:
         return {name: level.copy() for name, level in sim.fields.items()}
 
     def _threads_of(self, threads: int | None) -> int:
-        """The threads a run uses: `threads`, else the kernel's, else the free cores (msc.runtime.threads)."""
-        nthreads = threads if threads is not None else self.threads
-        if nthreads is None or nthreads == 0:
-            from msc.runtime.threads import default_threads
+        """The threads a run uses: `threads`, else the kernel's, else the free cores (msc.runtime.threads).
+        0 means the default too, as None does (`msc run --threads 0`, as an emitted program's `--threads 0`)."""
+        from msc.runtime.threads import default_threads
 
-            return default_threads()
-        if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 0:
-            raise StencilArgumentError(f"threads must be a positive integer, got {threads!r}")
-        return nthreads
+        nthreads = threads if threads is not None else self.threads
+        check_threads(nthreads)
+        return nthreads or default_threads()
 
     @overload
     def start(self, threads: int | None = None, comm: None = None, dims: Any = None,
@@ -286,7 +284,8 @@ class Simulation:
         if out is not None or every is not None:
             from msc.runtime.output import SeriesWriter
 
-            writer = SeriesWriter.checked(stencil, every, out)
+            shape = tuple(d.stop - d.start for d in self._domain)
+            writer = SeriesWriter.checked(stencil, every, out, self.step, shape)
         first, seconds = self.step, 0.0
         counted = self.kernel.counters()
         with Progress(stencil.name, int(steps), self._points, progress) as bar:
@@ -387,6 +386,12 @@ class Simulation:
         from msc.runtime.output import simulation_html
 
         return simulation_html(self)
+
+
+def check_threads(threads: Any) -> None:
+    """Refuse (StencilArgumentError) a thread count other than None or an integer >= 0 (0: the default, as None)."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
+        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {threads!r}")
 
 
 def check_steps(stencil: str, steps: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,23 +47,71 @@ def dataset(stencil: ir.StencilIR, fields: Mapping[str, np.ndarray], step: int,
 class SeriesWriter:
     """Appends the newest levels to a netCDF file with an unlimited time axis (CF-1.8).
 
-    The file is created at the first append, or appended to when it already holds
-    a series of the same fields and shape; the time coordinate counts steps."""
+    The file is created at the first append. An existing file is appended to only when it
+    holds a series of the same stencil (by its digest, as checkpoints), shape and dtype whose
+    last step comes before this run's next snapshot: a run resumed from a checkpoint goes on
+    with its series, and one written twice or another stencil's is refused (`checked`)."""
 
     def __init__(self, path: Path, stencil: ir.StencilIR, every: int) -> None:
         self.path, self.stencil, self.every = Path(path), stencil, every
 
     @classmethod
-    def checked(cls, stencil: ir.StencilIR, every: Any, out: Any) -> SeriesWriter:
+    def checked(cls, stencil: ir.StencilIR, every: Any, out: Any, step: int,
+                shape: tuple[int, ...]) -> SeriesWriter:
+        """A writer for a run at `step` with fields of `shape`; StencilArgumentError, before any
+        step runs, for a wrong every= or out=, or a file this run's series cannot go on in."""
         if out is None or every is None:
             raise StencilArgumentError(f"stencil '{stencil.name}': every= and out= go together (a snapshot to the "
                                        f"file out every N steps); got every={every!r}, out={out!r}")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise StencilArgumentError(f"stencil '{stencil.name}': every must be a positive integer, got {every!r}")
-        return cls(Path(out), stencil, every)
+        writer = cls(Path(out), stencil, every)
+        writer._check_goes_on(step // every * every + every, shape)
+        return writer
+
+    def _check_goes_on(self, first: int, shape: tuple[int, ...]) -> None:
+        """StencilArgumentError unless the file is new or a series of this stencil, `shape` and dtype
+        whose last step is before `first`, the step of this run's next snapshot."""
+        import h5netcdf
+
+        from msc.runtime.checkpoint import stencil_digest
+
+        path, stencil = self.path, self.stencil
+        where = f"stencil '{stencil.name}': out={path}"
+        if path.is_dir():
+            raise StencilArgumentError(f"{where} is a directory: a time series is a file, give its path "
+                                       f"(e.g. {os.path.join(path, 'series.nc')})")
+        if not path.exists():
+            return
+        try:
+            with h5netcdf.File(path, "r") as f:
+                attrs = dict(f.attrs)
+                saved = tuple(f.dimensions[a].size for a in ir.DIM_NAMES[:stencil.ndim] if a in f.dimensions)
+                dtypes = {f.variables[w.name].dtype for w in stencil.written_fields if w.name in f.variables}
+                times = f.variables["time"][:] if "time" in f.variables else None
+        except Exception as e:  # h5py raises many kinds for a file that is not HDF5
+            raise StencilArgumentError(f"{where} exists and is not a netCDF file ({e}); write this run to "
+                                       "another file") from None
+        if times is None or "msc_digest" not in attrs:
+            raise StencilArgumentError(f"{where} exists and is not an msc time series; write this run to "
+                                       "another file")
+        if attrs["msc_digest"] != stencil_digest(stencil):
+            other = attrs.get("msc_stencil")
+            what = f"another definition of '{other}'" if other == stencil.name else f"stencil '{other}'"
+            raise StencilArgumentError(f"{where} holds a series of {what}; write this run to another file")
+        if saved != shape or dtypes != {np.dtype(stencil.dtype)}:
+            held = f"{', '.join(sorted(str(d) for d in dtypes))} fields of shape {saved}"
+            raise StencilArgumentError(f"{where} holds {held}; this run's are {stencil.dtype} of shape {shape}: "
+                                       "write it to another file")
+        if len(times) and first <= int(times[-1]):
+            raise StencilArgumentError(f"{where} already holds steps up to {int(times[-1])}, and this run's next "
+                                       f"snapshot is step {first} (the same run written twice?): a series goes on "
+                                       "only after its last step; write this run to another file")
 
     def append(self, fields: Mapping[str, np.ndarray], step: int) -> None:
         import h5netcdf
+
+        from msc.runtime.checkpoint import stencil_digest
 
         axes = ir.DIM_NAMES[:self.stencil.ndim][::-1]
         shape = next(iter(fields.values())).shape[::-1]
@@ -70,6 +119,8 @@ class SeriesWriter:
             if "time" not in f.dimensions:
                 f.attrs["Conventions"] = "CF-1.8"
                 f.attrs["title"] = f"msc stencil '{self.stencil.name}'"
+                f.attrs["msc_stencil"] = self.stencil.name
+                f.attrs["msc_digest"] = stencil_digest(self.stencil)
                 f.dimensions = {"time": None, **dict(zip(axes, shape))}
                 time = f.create_variable("time", ("time",), "i8")
                 time.attrs.update({"long_name": "time step", "units": "1", "axis": "T"})
@@ -78,9 +129,6 @@ class SeriesWriter:
                     coord.attrs.update({"long_name": f"grid index along {axis}", "units": "1", "axis": axis.upper()})
                 for name in fields:
                     f.create_variable(name, ("time", *axes), self.stencil.dtype, chunks=(1, *shape))
-            elif tuple(f.dimensions[a].size for a in axes) != shape or set(fields) - set(f.variables):
-                raise StencilArgumentError(f"{self.path} holds a series of other fields or another shape; "
-                                           "write this run to another file")
             n = f.dimensions["time"].size
             f.resize_dimension("time", n + 1)
             f.variables["time"][n] = step

@@ -44,11 +44,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from msc.codegen import get_target
-from msc.errors import CacheWarning, MscError, NonFiniteWarning, ScheduleError
+from msc.errors import CacheWarning, CheckpointError, MscError, NonFiniteWarning, ScheduleError, TargetError
 from msc.ir.arguments import bind_arguments
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, lower, parse_schedule
 from msc.runtime.build import atomic_write_text, cache_dir, generator_fingerprint, host_identity, side_by_side
+from msc.runtime.kernel import check_threads
 from msc.version import __version__
 
 if TYPE_CHECKING:
@@ -97,7 +98,8 @@ class TuningReport:
         return self.default_ms_per_step / self.ms_per_step if self.ms_per_step > 0 else 1.0
 
     def __repr__(self) -> str:
-        how = "from the cache" if self.from_cache else f"{len(self.trials)} candidates timed"
+        done = "ranked by the cost model" if self.estimate else "timed"
+        how = "from the cache" if self.from_cache else f"{len(self.trials)} candidates {done}"
         return (f"<TuningReport {self.schedule}: {self.ms_per_step:.3g} ms/step, {self.speedup:.2f}x the default "
                 f"({how})>")
 
@@ -265,14 +267,16 @@ def _store(key: str, entry: dict[str, Any]) -> None:
 
 
 class AutoKernel:
-    """A kernel whose schedule is tuned on the first run for each problem size,
-    among the schedules `platform` (default: the CPU's) offers."""
+    """A kernel whose schedule is tuned on the first run, start or resume for each
+    problem size, among the schedules `platform` (default: the CPU's) offers.
+    `schedule` and `source` are those of the size tuned for last (MscError before any)."""
 
     def __init__(self, poly: PolyIR, compile_fn: Callable[[Schedule, int | None], Any],
                  threads: int | None = None, budget_s: float = DEFAULT_BUDGET_S, echo: bool = True,
                  kinds: str = "all", platform: Platform | None = None) -> None:
         if kinds not in KINDS:
             raise ValueError(f"kinds must be one of {KINDS}, got {kinds!r}")
+        check_threads(threads)
         self.kinds = kinds
         self.platform = platform or _cpu_platform()
         self.poly = poly
@@ -291,6 +295,34 @@ class AutoKernel:
         kernel = next(reversed(self._kernels.values()), None)
         return kernel.last_run if kernel else None
 
+    def _latest(self, what: str) -> tuple[tuple[int, ...], Any]:
+        """The problem size tuned for last and its kernel; MscError, naming `what` was asked for, before any."""
+        if not self._kernels:
+            raise MscError(f"the kernel of '{self.ir.name}' with schedule='auto' is not tuned yet, so it has no "
+                           f"{what}: it is tuned for the problem size at its first run, start or resume")
+        return next(reversed(self._kernels.items()))
+
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule chosen for the problem size tuned for last (MscError before the first tuning)."""
+        schedule: Schedule = self._latest("schedule")[1].schedule
+        return schedule
+
+    @property
+    def source(self) -> str:
+        """The generated source of the kernel tuned for last (MscError before the first tuning)."""
+        source: str = self._latest("source")[1].source
+        return source
+
+    def __repr__(self) -> str:
+        threads = self.threads or "default"
+        if not self._kernels:
+            return (f"<msc kernel '{self.ir.name}' schedule=auto (not tuned yet) platform={self.platform.name} "
+                    f"dtype={self.ir.dtype} threads={threads}>")
+        shape, kernel = self._latest("repr")
+        return (f"<msc kernel '{self.ir.name}' target={kernel.target} dtype={self.ir.dtype} schedule=auto: "
+                f"{kernel.schedule} for {'x'.join(map(str, shape))} threads={threads}>")
+
     def _say(self, text: str, bar: Any = None) -> None:
         """A line on stderr (above the candidates' bar while there is one)."""
         if self.echo:
@@ -302,7 +334,7 @@ class AutoKernel:
     def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
         args = bind_arguments(self.ir, steps, inputs)
         if args.shape not in self._kernels:
-            self._kernels[args.shape] = self._kernel_for(args.shape, inputs, trial_steps_for(steps))
+            self._kernels[args.shape] = self._kernel_for(args.shape, lambda: inputs, trial_steps_for(steps))
         return self._kernels[args.shape].run(steps=steps, threads=threads, **inputs)
 
     def start(self, threads: int | None = None, **inputs: Any) -> Any:
@@ -310,10 +342,26 @@ class AutoKernel:
         for runs of MAX_TRIAL_STEPS steps or more (how long it will run is not known yet)."""
         args = bind_arguments(self.ir, 0, inputs)
         if args.shape not in self._kernels:
-            self._kernels[args.shape] = self._kernel_for(args.shape, inputs, MAX_TRIAL_STEPS)
+            self._kernels[args.shape] = self._kernel_for(args.shape, lambda: inputs, MAX_TRIAL_STEPS)
         return self._kernels[args.shape].start(threads, **inputs)
 
-    def _kernel_for(self, shape: tuple[int, ...], inputs: dict[str, Any], trial_steps: int) -> Any:
+    def resume(self, path: str | Path, threads: int | None = None) -> Any:
+        """A simulation continued from the checkpoint `path` (CompiledKernel.resume) by the schedule
+        tuned for its problem size: tuned now, on the checkpoint's arrays, as `start` tunes, if that
+        size is not yet. A checkpoint of a run over MPI ranks is refused (CheckpointError)."""
+        from msc.runtime.checkpoint import checkpoint_blocks, run_inputs
+
+        attrs, _ = checkpoint_blocks(Path(path), self.ir, None)
+        if "msc_blocks" in attrs:
+            raise CheckpointError(f"checkpoint {path} is of a run over MPI ranks, which schedule='auto' does not "
+                                  "tune: resume it with comm= on a kernel compiled with a schedule")
+        shape = tuple(int(n) for n in attrs["msc_shape"])
+        if shape not in self._kernels:
+            self._kernels[shape] = self._kernel_for(shape, partial(run_inputs, Path(path), self.ir), MAX_TRIAL_STEPS)
+        return self._kernels[shape].resume(path, threads)
+
+    def _kernel_for(self, shape: tuple[int, ...], inputs: Callable[[], dict[str, Any]], trial_steps: int) -> Any:
+        """The kernel of the schedule for `shape`, from the cache or tuned now on `inputs()` (called only then)."""
         max_threads = self.threads or os.cpu_count() or 1
         key = _key(self.poly, shape, max_threads, self.kinds, trial_steps, self.platform.name)
         hit = _load_cache().get(key)
@@ -334,7 +382,7 @@ class AutoKernel:
         if self.platform.measures:
             with warnings.catch_warnings():  # a field that grows beyond range in the trials is the run's to report
                 warnings.simplefilter("ignore", NonFiniteWarning)
-                report = self._tune(shape, self.platform.trial_inputs(inputs), max_threads, trial_steps)
+                report = self._tune(shape, self.platform.trial_inputs(inputs()), max_threads, trial_steps)
         else:
             report = model_choice(self.poly, shape, trial_steps, self.platform, self.kinds, self._say)
         _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
@@ -356,15 +404,19 @@ class AutoKernel:
 
         side_by_side([partial(build, s) for s in schedules])
 
-    def _started(self, schedule: Schedule, threads: int, inputs: dict[str, Any],
+    def _started(self, schedule: Schedule, max_threads: int, inputs: dict[str, Any],
                  trial_steps: int) -> tuple[Any, int]:
-        """The kernel of `schedule` and the steps of one timing: whole time tiles, enough
+        """The kernel of `schedule` and the steps of one timing. It runs on the schedule's threads, else on
+        `max_threads`; the default (the baseline of "Nx the default") runs as an untuned kernel does: on the
+        threads asked for, else on the cores free at each timing (msc.runtime.threads), so that a busy machine
+        does not make the gain of tuning look larger than it is. A timing runs whole time tiles, enough
         for SAMPLE_S seconds at the speed of a first step (which also starts threads),
         at most the trial's steps, and at least `_bands` of tiles. (The first step is
         one step, not a whole deep tile: a tile of 16 or 32 steps of a 256^3 grid took
         as long as the timing.) The inputs are copied in once per tuning, by the first
         trial; every later step goes on from the last one, in the same buffers (`_timing`)."""
-        kernel = self._compile(schedule, threads)
+        threads = schedule.threads or max_threads
+        kernel = self._compile(schedule, self.threads if schedule == Schedule() else threads)
         self._current = kernel.start(**inputs) if self._current is None else kernel.follow(self._current)
         whole = max(1, schedule.time_depth)
         self._current.advance(1)
@@ -379,10 +431,10 @@ class AutoKernel:
         self._current.advance(steps)
         return kernel.last_run.seconds / steps * 1e3
 
-    def _time(self, schedule: Schedule, threads: int, inputs: dict[str, Any], trial_steps: int,
+    def _time(self, schedule: Schedule, max_threads: int, inputs: dict[str, Any], trial_steps: int,
               timed: dict[Schedule, float]) -> float:
         """ms per step of `schedule`'s first timing; its kernel and steps are kept for the run-off."""
-        kernel, steps = self._started(schedule, threads, inputs, trial_steps)
+        kernel, steps = self._started(schedule, max_threads, inputs, trial_steps)
         ms = timed[schedule] = self._timing(kernel, steps)
         self._sims[schedule] = (kernel, steps)
         return ms
@@ -443,10 +495,10 @@ class AutoKernel:
 
     def _runoff(self, schedules: list[Schedule], max_threads: int, inputs: dict[str, Any], trial_steps: int,
                 trials: list[Trial], timed: dict[Schedule, float]) -> tuple[dict[Schedule, float], set[Schedule]]:
-        """Median ms/step of each schedule that compiles (`threads` of its own, else
-        `max_threads`) over ROUNDS interleaved rounds, so that a lucky or unlucky
-        moment of the machine touches every schedule alike, and its first timing
-        (`timed`) where it has one: one unlucky round cannot outweigh it; a schedule
+        """Median ms/step of each schedule that compiles (on the threads `_started` gives it)
+        over ROUNDS interleaved rounds, so that a lucky or unlucky moment of the machine
+        touches every schedule alike, and its first timing (`timed`) where it has one:
+        one unlucky round cannot outweigh it; a schedule
         FAR_SLOWER than the leader after one round, or CLEARLY_SLOWER after two, is no
         longer timed (its median is of the timings it had), and after three rounds the
         run-off ends when it is decided or TIED (`_settled`). Also the schedules still
@@ -455,8 +507,8 @@ class AutoKernel:
         started = {}
         for schedule in schedules:
             try:
-                started[schedule] = (self._sims.get(schedule)
-                                     or self._started(schedule, schedule.threads or max_threads, inputs, trial_steps))
+                started[schedule] = self._sims.get(schedule) or self._started(schedule, max_threads, inputs,
+                                                                                trial_steps)
             except MscError as e:  # e.g. no private innermost loop to prefetch in
                 self._say(f"{schedule}: skipped ({str(e).splitlines()[0]})")
         samples: dict[Schedule, list[float]] = {s: [timed[s]] if s in timed else [] for s in started}
@@ -506,6 +558,7 @@ class AutoKernel:
         self._prebuild(pool, max_threads)
         trials: list[Trial] = []
         timed: dict[Schedule, float] = {}
+        failures: list[MscError] = []
         with tqdm(total=len(pool), desc=f"msc tune '{self.ir.name}'", unit="schedule", file=sys.stderr,
                   disable=not self.echo, leave=False) as bar:  # the candidates as a bar, each line above it
             for n, schedule in enumerate(pool, 1):
@@ -515,13 +568,18 @@ class AutoKernel:
                 try:
                     ms = self._time(schedule, max_threads, inputs, trial_steps, timed)
                 except MscError as e:  # an illegal or failing candidate is skipped, and said
+                    failures.append(e)
                     self._say(f"[{n}/{len(pool)}] {schedule}: skipped ({str(e).splitlines()[0]})", bar)
                     continue
                 finally:
                     bar.update(1)
                 trials.append(Trial(str(schedule), ms))
                 self._say(f"[{n}/{len(pool)}] {schedule}: {ms:.3f} ms/step (best {min(timed.values()):.3f})", bar)
-        assert trials
+        if not trials:  # every candidate failed: the platform's own error (no device) as it is, else named
+            if all(isinstance(e, TargetError) for e in failures):
+                raise failures[0]
+            raise ScheduleError(f"schedule='auto' on stencil '{self.ir.name}': none of the {len(pool)} candidates "
+                                f"of {self.platform.name} ran; the first: {str(failures[0]).splitlines()[0]}")
         self._climb(space, timed, max_threads, inputs, trial_steps, trials, start)
         # a busy machine makes single timings noisy: the finalists, the default and the platform's variants of
         # the fastest (CPU: prefetching, fewer threads), again, interleaved, in one run-off
@@ -573,8 +631,9 @@ def model_choice(poly: PolyIR, shape: tuple[int, ...], steps: int, platform: Pla
     else:
         raise ScheduleError(f"schedule='auto' on stencil '{poly.ir.name}': no candidate of {platform.name} is legal")
     estimate = costs[chosen]
-    say(estimate.text or f"chose {chosen} for '{poly.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
-                         f"{platform.name}: {estimate.ms_per_step:.3f} ms/step modelled, {len(costs)} schedules ranked")
+    text = estimate.text.removeprefix("msc: ")  # a model's line said alone; the tuner's lines say "msc tune: "
+    say(text or f"chose {chosen} for '{poly.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
+                f"{platform.name}: {estimate.ms_per_step:.3f} ms/step modelled, {len(costs)} schedules ranked")
     fastest = min(costs, key=lambda s: costs[s].ms_per_step)
     if costs[fastest].ms_per_step < estimate.ms_per_step:
         say(f"{fastest} is predicted faster ({costs[fastest].ms_per_step:.3f} ms/step) but ranked after it: "
