@@ -17,6 +17,7 @@ under OUT_DIR/trees/.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -50,7 +51,9 @@ def _schedules(ndim: int) -> dict[str, msc.Schedule]:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path, help="the directory to write the sources into")
+    out = p.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
     target = get_target("openmp")
     for case in CASES:

@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 PEERS = ("c_handwritten", "pystencils", "pystencils_simd", "devito", "devito_autotuned")
 
@@ -58,4 +58,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description="Render the JSON of benchmarks/stencils.py as Markdown tables.")
+    parser.add_argument("json", help="a JSON file benchmarks/stencils.py wrote")
+    main(parser.parse_args().json)
