@@ -426,10 +426,26 @@ def test_start_and_advance_continue_as_one_run(seed, assert_matches):
 
 def test_auto_kernels_start_too(heat2d):
     u = np.random.default_rng(8).random((30, 40))
-    sim = heat2d.compile(target="athread", schedule="auto").start(u=u, alpha=0.1)
+    kernel = heat2d.compile(target="athread", schedule="auto")
+    sim = kernel.start(u=u, alpha=0.1)
     sim.advance(3)
     sim.advance(5)
     np.testing.assert_allclose(sim.fields["u"], heat2d.reference(steps=8, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
+    assert "/* ---- host.c ---- */" in kernel.source and "/* ---- slave.c ---- */" in kernel.source
+
+
+def test_a_checkpoint_resumes_on_athread(heat2d, tmp_path):
+    """sim.save, then kernel.resume: the run goes on as if never stopped."""
+    u = np.random.default_rng(9).random((20, 24))
+    kernel = heat2d.compile(target="athread")
+    sim = kernel.start(u=u, alpha=0.1)
+    sim.advance(3)
+    sim.save(tmp_path / "run.nc")
+    resumed = kernel.resume(tmp_path / "run.nc")
+    assert resumed.step == 3
+    resumed.advance(4)
+    np.testing.assert_allclose(resumed.fields["u"], heat2d.reference(steps=7, u=u, alpha=0.1)["u"], rtol=1e-12,
+                               atol=0)
 
 
 def test_dma_bandwidth_by_block_size_is_the_measured_table():

@@ -27,7 +27,7 @@ from msc import ir
 from msc.errors import CompileError, MscError
 from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack, put_level
-from msc.runtime.kernel import RunStats, Simulation, not_finite, warn_not_finite
+from msc.runtime.kernel import RunStats, Simulation, not_finite, resumed_buffers, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"
@@ -152,8 +152,18 @@ class AthreadKernel:
     program: Path
     chip: str
     schedule: Any = None  # the msc.Schedule it was compiled with (None: the default)
+    tree: Path | None = None  # the emitted tree it was built from (kept for reading)
     target: str = "athread"
     last_run: AthreadRunStats = field(default_factory=AthreadRunStats)
+
+    @property
+    def source(self) -> str:
+        """The generated athread sources: the MPE's host.c, then the CPEs' slave.c."""
+        files = [self.tree / name for name in ("host.c", "slave.c")] if self.tree else []
+        if not files or not all(f.is_file() for f in files):
+            raise MscError(f"the athread sources of '{self.ir.name}' are not kept (its tree in the kernel cache is "
+                           "gone); emit them with .emit('athread', directory)")
+        return "".join(f"/* ---- {f.name} ---- */\n{f.read_text()}" for f in files)
 
     def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
         """Advance `steps` steps under the emulator; the newest level of each written field."""
@@ -169,6 +179,11 @@ class AthreadKernel:
         does: each `advance` runs the program from the levels it holds."""
         args = bind_arguments(self.ir, 0, inputs)
         return Simulation(self, pack(self.ir, args), args.scalars, 1)
+
+    def resume(self, path: str | Path, threads: int | None = None) -> Simulation:
+        """A run continued from the checkpoint `path` (`sim.save`), as `CompiledKernel.resume` continues one."""
+        buffers, scalars, step = resumed_buffers(self.ir, Path(path))
+        return Simulation(self, buffers, scalars, 1, step)
 
     # -- what a Simulation calls (msc.runtime.kernel) --------------------------
 

@@ -213,21 +213,28 @@ class CompiledKernel:
         from a checkpoint of a run on any number (msc.runtime.distributed)."""
         if comm is not None:
             return distributed_driver().resume_distributed(self, comm, Path(path), dims=dims, threads=threads, schedule=self.schedule)
-        from msc.runtime.checkpoint import check_fits, fill, open_file, scalars_of
+        buffers, scalars, step = resumed_buffers(self.ir, Path(path))
+        return self.simulation(buffers, scalars, self._threads_of(threads), step)
 
-        with open_file(Path(path)) as data:
-            attrs = dict(data.attrs)
-        check_fits(Path(path), attrs, self.ir)
-        if "msc_blocks" in attrs:
-            raise CheckpointError(f"checkpoint {path} is of a run over MPI ranks: resume it with comm=")
-        shape = tuple(int(n) for n in attrs["msc_shape"])
-        padded = padded_shape(self.ir, shape)
-        indices = [(np.arange(p) - g) % n for p, g, n in zip(padded, ghost_width(self.ir), shape)]
-        buffers = {f.name: aligned_empty((f.slots, *padded) if f.written else padded, self.ir.dtype)
-                   for f in self.ir.fields}
-        step = int(attrs["step"])
-        fill(Path(path), self.ir, buffers, indices, step, [Path(path)])
-        return self.simulation(buffers, scalars_of(attrs, self.ir), self._threads_of(threads), step)
+
+def resumed_buffers(stencil: ir.StencilIR, path: Path) -> tuple[dict[str, np.ndarray], dict[str, float], int]:
+    """The packed ring buffers, parameters and step of the single-process checkpoint `path` of
+    `stencil` (a kernel's `resume`); a checkpoint of a run over MPI ranks is a CheckpointError."""
+    from msc.runtime.checkpoint import check_fits, fill, open_file, scalars_of
+
+    with open_file(path) as data:
+        attrs = dict(data.attrs)
+    check_fits(path, attrs, stencil)
+    if "msc_blocks" in attrs:
+        raise CheckpointError(f"checkpoint {path} is of a run over MPI ranks: resume it with comm=")
+    shape = tuple(int(n) for n in attrs["msc_shape"])
+    padded = padded_shape(stencil, shape)
+    indices = [(np.arange(p) - g) % n for p, g, n in zip(padded, ghost_width(stencil), shape)]
+    buffers = {f.name: aligned_empty((f.slots, *padded) if f.written else padded, stencil.dtype)
+               for f in stencil.fields}
+    step = int(attrs["step"])
+    fill(path, stencil, buffers, indices, step, [path])
+    return buffers, scalars_of(attrs, stencil), step
 
 
 class Simulation:

@@ -266,7 +266,7 @@ class AthreadTarget:
             os.replace(tree / poly.ir.name, out)
 
         program = cached_build(cache_dir() / NAME / f"{poly.ir.name}-{key}", build_into)
-        return athread_emu.AthreadKernel(poly.ir, program, chip.name, sched)
+        return athread_emu.AthreadKernel(poly.ir, program, chip.name, sched, tree)
 
 
 @functools.lru_cache(maxsize=1)
