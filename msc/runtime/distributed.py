@@ -44,7 +44,16 @@ from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
 from msc.runtime import kernel as _kernel
 from msc.runtime.buffers import aligned_empty, pack
-from msc.runtime.checkpoint import Block, checkpoint_blocks, fill, header, scalars_of, write_block, write_manifest
+from msc.runtime.checkpoint import (
+    Block,
+    check_not_folder,
+    checkpoint_blocks,
+    fill,
+    header,
+    scalars_of,
+    write_block,
+    write_manifest,
+)
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.kernel import CompiledKernel, RunStats, not_finite, warn_not_finite
 
@@ -459,6 +468,7 @@ class DistributedSimulation:
         place and removes the previous save's folder (msc.runtime.checkpoint)."""
         owner, comm, stencil = self.owner, self.owner.comm, self.owner.kernel.ir
         path = Path(path)
+        _collectively(comm, lambda: check_not_folder(path))  # before any rank writes its block
         folder = comm.bcast(f"{path.name}.blocks-{self.step}-{uuid.uuid4().hex[:8]}" if comm.rank == 0 else None,
                             root=0)
         attrs = header(stencil, self.step, self._scalars, owner.shape)

@@ -16,6 +16,7 @@ from mpi_common import box9_periodic, comm
 
 import msc
 from msc import Schedule, t, x, y
+from msc.errors import MscError
 from msc.runtime.distributed import DistributedKernel
 
 
@@ -48,6 +49,12 @@ def save(folder: Path) -> dict[str, Any]:
         with kernel.start(comm=comm, **(data if comm.rank == 0 else {f: None for f in data})) as sim:
             sim.advance(13)
             sim.advance(0)
+            (folder / "a folder").mkdir(exist_ok=True)
+            try:  # refused on every rank before any writes its block: no block folder is left in `folder`
+                sim.save(folder / "a folder")
+                raise AssertionError("a folder was taken as a checkpoint")
+            except MscError as e:  # CheckpointError, or DistributedError naming the rank
+                assert "is a directory" in str(e), e
             sim.save(folder / f"{name}.nc")
             sim.save(folder / f"{name}.nc")  # saved again: the first save's blocks go
         # the block form: every rank passes its own block, none the global arrays
@@ -62,7 +69,7 @@ def save(folder: Path) -> dict[str, Any]:
             one = kernel.start(**data)
             one.advance(13)
             one.save(folder / f"{name}_one_process.nc")
-    folders = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    folders = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "a folder")
     return {"block folders": folders}
 
 
