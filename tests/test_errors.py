@@ -3,6 +3,10 @@ the stencil, the user's file:line and the offending access."""
 
 from __future__ import annotations
 
+import math
+import re
+import reprlib
+
 import numpy as np
 import pytest
 
@@ -44,6 +48,32 @@ def _line_of(func, marker: str) -> int:
         (lambda u: u.__setitem__((t + 1, x), u[t, x] + x), ["index symbol 'x' used as a value"]),
         (lambda u: u.__setitem__((t + 1, x), u[t, x] if u[t, x] > 0 else 0), ["Python control flow", "msc.where"]),
         (lambda u: u.__setitem__((t + 1, x), u[t, x] + "a"), ["cannot use a value of type str"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x] // 2), ["floor division a // b is not an msc operation",
+                                                             "msc.floor(a / b)"]),
+        (lambda u: u.__setitem__((t + 1, x), 2 // u[t, x]), ["floor division a // b is not an msc operation"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x] % 2), ["the remainder a % b is not an msc operation",
+                                                            "a - b * msc.floor(a / b)"]),
+        (lambda u, k: u.__setitem__((t + 1, x), k % 2 * u[t, x]), ["the remainder a % b is not an msc operation"]),
+        (lambda u: u.__setitem__((t + 1, x), divmod(u[t, x], 2)[0]), ["divmod(a, b) is not an msc operation"]),
+        (lambda u: u.__setitem__((t + 1, x), u[t, x] << 1), ["the shift a << b is not an msc operation", "a * 2**b"]),
+        (lambda u: u.__setitem__((t + 1, x), 1 >> u[t, x]), ["the shift a >> b is not an msc operation"]),
+        (lambda u: u.__setitem__((t + 1, x), msc.where((u[t, x] > 0) ^ (u[t, x] < 1), 1, 0)),
+         ["the exclusive or a ^ b is not an msc operation", "(a | b) & ~(a & b)"]),
+        (lambda u, n: [u.__setitem__((t + 1, x), u[t, x]) for _ in range(n)],
+         ["parameter 'n' was used as a Python integer (a range() bound", "only when the stencil runs",
+          "loop bounds and indices must be Python integers"]),
+        (lambda u: u.__setitem__((t + 1, x), [1.0, 2.0][u[t, x]]), ["a traced value was used as a Python integer"]),
+        (lambda u: u.__setitem__((t + 1, x), int(u[t, x])), ["a traced value was passed to int()", "msc.floor(a)"]),
+        (lambda u: u.__setitem__((t + 1, x), round(u[t, x])), ["passed to round()", "msc.floor(a + 0.5)"]),
+        (lambda u, k: u.__setitem__((t + 1, x), float(k) * u[t, x]),
+         ["parameter 'k' was converted to a Python number (by float() or a math.* function)", "as it is"]),
+        (lambda u: u.__setitem__((t + 1, x), math.sqrt(u[t, x])), ["converted to a Python number", "msc's functions"]),
+        (lambda u: u.__setitem__((t + 1, x), msc.sqrt(u[t, x], 2)), ["msc.sqrt(a) takes 1 argument, got 2"]),
+        (lambda u: u.__setitem__((t + 1, x), msc.maximum(u[t, x])), ["msc.maximum(a, b) takes 2 arguments, got 1"]),
+        (lambda u: u.__setitem__((t + 1, x), msc.where(u[t, x] > 0, 1)),
+         ["msc.where(cond, a, b) takes 3 arguments, got 2"]),
+        (lambda u: u.__setitem__((t + 1, x), msc.exp(x=u[t, x])),
+         ["msc.exp(a) takes 1 argument, got 1 (missing a required argument: 'a')"]),
     ],
 )
 def test_definition_errors(body, words):
@@ -77,6 +107,22 @@ def test_field_with_and_without_time_index():
         u[t + 1, x] = u[t, x] + u[x]
 
     assert "a field is either time-dependent" in _definition_error(bad)
+
+
+def test_builtin_abs_is_msc_abs():
+    builtin = msc.stencil(lambda u, k: u.__setitem__((t + 1, x), abs(u[t, x - 1]) + abs(k)))
+    ours = msc.stencil(lambda u, k: u.__setitem__((t + 1, x), msc.abs(u[t, x - 1]) + msc.abs(k)))
+    assert builtin.ir.statements[0].expr == ours.ir.statements[0].expr
+    u0 = np.array([1.0, -2.0, 3.0, -4.0])
+    assert np.array_equal(builtin.reference(steps=1, u=u0, k=-0.5)["u"], [1.0, 1.5, 2.5, -4.0])
+
+
+def test_numpy_numbers_compare_with_traced_values_on_either_side():
+    left = msc.stencil(lambda u: u.__setitem__((t + 1, x), msc.where(np.float64(0.5) < u[t, x], 1.0, 0.0)))
+    right = msc.stencil(lambda u: u.__setitem__((t + 1, x), msc.where(u[t, x] > 0.5, 1.0, 0.0)))
+    u0 = np.array([0.1, 0.7, 0.9, 0.2])
+    assert np.array_equal(left.reference(steps=1, u=u0)["u"], right.reference(steps=1, u=u0)["u"])
+    assert np.array_equal(left.reference(steps=1, u=u0)["u"], [0.0, 1.0, 1.0, 0.0])
 
 
 def test_nothing_written_and_varargs_and_boundary():
@@ -134,6 +180,20 @@ def test_missing_argument_and_bad_steps():
 def test_calling_a_stencil_directly_explains_itself():
     with pytest.raises(TypeError, match="not called directly"):
         wave(1, 2, 3)
+
+
+@msc.operator
+def laplacian(u):
+    return u[x - 1] - 2 * u[x] + u[x + 1]
+
+
+@pytest.mark.parametrize("dt", [np.array([0.1, 0.2]), "0.1", None, True, 0.0, -0.1, float("inf")])
+def test_time_step_must_be_a_positive_number(dt):
+    message = f"dt must be a positive number, the time step of every step; got {reprlib.repr(dt)}"
+    with pytest.raises(StencilArgumentError, match=re.escape(f"explicit(): {message}")):
+        msc.explicit(laplacian, dt, "euler")
+    with pytest.raises(StencilArgumentError, match=re.escape(f"implicit(): {message}")):
+        msc.implicit(laplacian, dt, shape=(6,))
 
 
 def test_unknown_target():

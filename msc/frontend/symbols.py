@@ -9,10 +9,12 @@ and the user's file:line.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -63,6 +65,12 @@ class IndexExpr:
         return f"{self.sym}{self.offset:+d}"
 
 
+def _no_operation(what: str, instead: str) -> StencilDefinitionError:
+    return context.definition_error(
+        f"{what} is not an msc operation (msc has + - * / **, comparisons, and & | ~ on conditions): {instead}"
+    )
+
+
 def _index_error(a: Any, op: str, b: Any) -> StencilDefinitionError:
     return context.definition_error(
         f"index expression '{a}{op}{b}' is not an affine index: use a symbol plus or minus a "
@@ -81,6 +89,9 @@ class Operand:
 
     def _expr(self) -> ir.Expr:
         raise NotImplementedError
+
+    def _describe(self) -> str:
+        return "a traced value"
 
     def _bin(self, op: str, other: Any, reverse: bool = False) -> Traced:
         a, b = self._expr(), as_expr(other)
@@ -128,6 +139,36 @@ class Operand:
     def __rpow__(self, o: Any) -> Traced:
         return self._bin("**", o, True)
 
+    def __floordiv__(self, o: Any) -> NoReturn:
+        raise _no_operation("floor division a // b", "use msc.floor(a / b)")
+
+    __rfloordiv__ = __floordiv__
+
+    def __mod__(self, o: Any) -> NoReturn:
+        raise _no_operation("the remainder a % b", "use a - b * msc.floor(a / b) (Python's %, signed like b)")
+
+    __rmod__ = __mod__
+
+    def __divmod__(self, o: Any) -> NoReturn:
+        raise _no_operation("divmod(a, b)", "use msc.floor(a / b) and a - b * msc.floor(a / b)")
+
+    __rdivmod__ = __divmod__
+
+    def __xor__(self, o: Any) -> NoReturn:
+        raise _no_operation("the exclusive or a ^ b", "for conditions a and b, use (a | b) & ~(a & b)")
+
+    __rxor__ = __xor__
+
+    def __lshift__(self, o: Any) -> NoReturn:
+        raise _no_operation("the shift a << b", "use a * 2**b")
+
+    __rlshift__ = __lshift__
+
+    def __rshift__(self, o: Any) -> NoReturn:
+        raise _no_operation("the shift a >> b", "use msc.floor(a / 2**b)")
+
+    __rrshift__ = __rshift__
+
     def __neg__(self) -> Traced:
         return Traced(ir.Neg(self._expr()))
 
@@ -167,6 +208,32 @@ class Operand:
     def __invert__(self) -> Traced:
         return Traced(ir.Not(self._expr()))
 
+    def __abs__(self) -> Traced:
+        return _call("abs", self)
+
+    def __index__(self) -> NoReturn:
+        raise self._runtime_value(
+            "used as a Python integer (a range() bound or a list index)",
+            "loop bounds and indices must be Python integers, such as a constant or a variable of the enclosing scope",
+        )
+
+    def __int__(self) -> NoReturn:
+        raise self._runtime_value("passed to int()", "msc.floor(a) rounds down")
+
+    def __round__(self, ndigits: Any = None) -> NoReturn:
+        raise self._runtime_value("passed to round()", "msc.floor(a + 0.5) rounds to the nearest whole number")
+
+    def __float__(self) -> NoReturn:
+        raise self._runtime_value(
+            "converted to a Python number (by float() or a math.* function)",
+            f"use it in the expression as it is, and msc's functions ({', '.join(FUNCTIONS)}) in place of math's",
+        )
+
+    def _runtime_value(self, use: str, instead: str) -> StencilDefinitionError:
+        return context.definition_error(
+            f"{self._describe()} was {use}, but it has a value only when the stencil runs: {instead}"
+        )
+
     def __bool__(self) -> bool:
         raise context.definition_error(
             "a traced value was used in Python control flow (if/while/and/or/not): "
@@ -195,6 +262,8 @@ def as_expr(value: Any) -> ir.Expr:
         return value._expr()
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return ir.Const(float(value))
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        return ir.Const(float(value))  # a numpy number, as numpy hands it to __array_ufunc__ in a comparison
     if isinstance(value, IndexExpr):
         raise context.definition_error(
             f"index symbol '{value}' used as a value: index symbols may only appear inside [...]"
@@ -221,51 +290,81 @@ def _call(func: str, *args: Any) -> Traced:
     return Traced(ir.Call(func, tuple(as_expr(a) for a in args)))
 
 
+def _checked_arguments(func: Callable[..., Traced]) -> Callable[..., Traced]:
+    """msc's function `func`, reporting a call with wrong arguments as a definition error."""
+    signature = inspect.signature(func)
+    takes = len(signature.parameters)
+    usage = f"msc.{func.__name__}({', '.join(signature.parameters)}) takes {takes} argument{'s' if takes > 1 else ''}"
+
+    @functools.wraps(func)
+    def checked(*args: Any, **kwargs: Any) -> Traced:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as e:
+            given = len(args) + len(kwargs)
+            raise context.definition_error(f"{usage}, got {given}" + (f" ({e})" if kwargs else "")) from None
+        return func(*args, **kwargs)
+
+    return checked
+
+
+@_checked_arguments
 def sqrt(a: Any) -> Traced:
     return _call("sqrt", a)
 
 
+@_checked_arguments
 def exp(a: Any) -> Traced:
     return _call("exp", a)
 
 
+@_checked_arguments
 def log(a: Any) -> Traced:
     return _call("log", a)
 
 
+@_checked_arguments
 def sin(a: Any) -> Traced:
     return _call("sin", a)
 
 
+@_checked_arguments
 def cos(a: Any) -> Traced:
     return _call("cos", a)
 
 
+@_checked_arguments
 def tanh(a: Any) -> Traced:
     return _call("tanh", a)
 
 
+@_checked_arguments
 def floor(a: Any) -> Traced:
     return _call("floor", a)
 
 
+@_checked_arguments
 def abs(a: Any) -> Traced:  # noqa: A001 - the DSL's name
     return _call("abs", a)
 
 
+@_checked_arguments
 def minimum(a: Any, b: Any) -> Traced:
     return _call("minimum", a, b)
 
 
+@_checked_arguments
 def maximum(a: Any, b: Any) -> Traced:
     return _call("maximum", a, b)
 
 
+@_checked_arguments
 def atan2(a: Any, b: Any) -> Traced:
     """The angle of the point (b, a), as numpy's arctan2(a, b) and C's atan2(a, b)."""
     return _call("atan2", a, b)
 
 
+@_checked_arguments
 def where(cond: Any, a: Any, b: Any) -> Traced:
     """`a` where `cond` holds, else `b` (element-wise)."""
     return Traced(ir.Where(as_expr(cond), as_expr(a), as_expr(b)))

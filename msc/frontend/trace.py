@@ -164,6 +164,9 @@ class _ParamProxy(Operand):
     def _expr(self) -> ir.Expr:
         return self._tracer.scalar(self._name)
 
+    def _describe(self) -> str:
+        return f"parameter '{self._name}'"
+
     def __repr__(self) -> str:
         return f"<msc parameter {self._name}>"
 

@@ -17,6 +17,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+import reprlib
 import time
 from typing import Any
 
@@ -44,6 +47,15 @@ AUTO_DIRECT_LIMIT = {1: 10**7, 2: 40_000, 3: 10_000}
 def _check_method(caller: str, method: Any, methods: tuple[str, ...]) -> None:
     if method not in methods:
         raise StencilArgumentError(f"{caller}(): method={method!r} is not one of {', '.join(map(repr, methods))}")
+
+
+def _checked_dt(caller: str, dt: Any) -> float:
+    """The time step `dt` as a float; anything but a positive finite number is an error naming `caller`."""
+    if not isinstance(dt, numbers.Real) or isinstance(dt, bool) or not (math.isfinite(dt) and dt > 0):
+        raise StencilArgumentError(
+            f"{caller}(): dt must be a positive number, the time step of every step; got {reprlib.repr(dt)}"
+        )
+    return float(dt)
 
 
 def _c(v: float) -> ir.Const:
@@ -106,7 +118,7 @@ def explicit(L: Operator, dt: float, method: str = "euler") -> ExplicitStencil:
     if not isinstance(L, Operator):
         raise StencilArgumentError(f"explicit() takes an msc.operator, got {type(L).__name__}")
     _check_method("explicit", method, EXPLICIT_METHODS)
-    dt = float(dt)
+    dt = _checked_dt("explicit", dt)
     us = L.ir.unknowns
     taken = set(us) | set(L.ir.coefficients) | set(L.ir.params)
 
@@ -164,7 +176,7 @@ class Implicit:
         check_method(f"implicit step of operator '{L.name}'", "multigrid", tol, maxiter)
         if solver == "multigrid":
             check_scalar(L, f"implicit step of operator '{L.name}'", solver)
-        self.L, self.dt, self.method, self.shape = L, float(dt), method, tuple(shape)
+        self.L, self.dt, self.method, self.shape = L, _checked_dt("implicit", dt), method, tuple(shape)
         self.theta = 1.0 if method == "backward_euler" else 0.5
         self.params = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
         self._multigrid = solver == "multigrid"
