@@ -195,9 +195,11 @@ FAULTS = {  # mode of tests/cuda/faults.cu -> what the emulator must say
 }
 
 
-@pytest.fixture(scope="module")
-def faults(tmp_path_factory) -> Path:
-    return cuda_emu.build_program([DATA / "faults.cu"], tmp_path_factory.mktemp("cuda") / "faults")
+@pytest.fixture(scope="module", params=[(), ("MSC_CUDA_EMU_UCONTEXT",)], ids=["fibers", "ucontext-fibers"])
+def faults(tmp_path_factory, request) -> Path:
+    """The fault program with the emulator's own fibers (x86-64) and with its ucontext ones (elsewhere)."""
+    return cuda_emu.build_program([DATA / "faults.cu"], tmp_path_factory.mktemp("cuda") / "faults",
+                                  defs=request.param)
 
 
 def run_faults(program: Path, mode: int, order: str = "") -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@
  * -fno-gnu-unique (each shared library keeps its own emulator state).
  *
  * Execution model. A launch runs its blocks one after another on the calling
- * OS thread. The threads of a block are fibers (ucontext), run in order of
+ * OS thread. The threads of a block are fibers (below: "Fibers"), run in order of
  * their linear index, each until it blocks: at __syncthreads (a barrier of
  * the whole block) or at a warp collective (__shfl*_sync, __ballot_sync,
  * __all/__any_sync, __syncwarp, wmma load/store/mma). So a read of shared
@@ -109,7 +109,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -124,6 +123,116 @@
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
+
+/* Fibers: a saved execution context (`Fiber`), made on a stack to enter a function that never
+ * returns (fiber_make), and left for another one (fiber_switch; fiber_jump abandons the one it
+ * leaves). On x86-64 a switch saves the callee-saved registers and the SSE and x87 control words
+ * on the stack it leaves, a handful of instructions: ucontext's swapcontext also saves and
+ * restores the signal mask, a system call at every switch, which took most of an emulated
+ * launch's time (a block's threads switch at every barrier and warp collective). Elsewhere,
+ * or with -DMSC_CUDA_EMU_UCONTEXT, fibers are ucontexts. */
+#if defined(__x86_64__) && !defined(MSC_CUDA_EMU_UCONTEXT)
+extern "C" {
+/* Save the running context on its stack and its stack pointer in *save_sp; run the one at load_sp. */
+__attribute__((visibility("hidden"))) void msc_emu_switch(void** save_sp, void* load_sp);
+/* A new fiber's first return address: calls the entry function fiber_make left in r12. */
+__attribute__((visibility("hidden"))) void msc_emu_fiber_start();
+}
+/* weak: a program of several translation units that include this header links one copy */
+__asm__(
+    ".text\n"
+    ".weak msc_emu_switch\n"
+    ".hidden msc_emu_switch\n"
+    ".type msc_emu_switch, @function\n"
+    "msc_emu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    subq $8, %rsp\n"
+    "    stmxcsr (%rsp)\n"
+    "    fnstcw 4(%rsp)\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    ldmxcsr (%rsp)\n"
+    "    fldcw 4(%rsp)\n"
+    "    addq $8, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size msc_emu_switch, .-msc_emu_switch\n"
+    ".weak msc_emu_fiber_start\n"
+    ".hidden msc_emu_fiber_start\n"
+    ".type msc_emu_fiber_start, @function\n"
+    "msc_emu_fiber_start:\n"
+    "    callq *%r12\n"
+    "    ud2\n"
+    ".size msc_emu_fiber_start, .-msc_emu_fiber_start\n");
+
+namespace msc_emu {
+struct Fiber {
+    void* sp = nullptr;
+};
+
+/* `fiber` enters `entry` (which never returns) on `stack` when first switched to: the frame
+ * msc_emu_switch pops (control words, r15..r12, rbx, rbp, return address), laid out so that
+ * entry is called with the stack aligned as the ABI asks. */
+inline void fiber_make(Fiber& fiber, char* stack, size_t bytes, void (*entry)()) {
+    uintptr_t top = reinterpret_cast<uintptr_t>(stack + bytes) & ~static_cast<uintptr_t>(15);
+    void** frame = reinterpret_cast<void**>(top) - 10;  // 16 bytes spare above the return address
+    uint32_t mxcsr;
+    uint16_t fcw;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(fcw));
+    memset(frame, 0, 10 * sizeof(void*));
+    memcpy(frame, &mxcsr, sizeof mxcsr);
+    memcpy(reinterpret_cast<char*>(frame) + 4, &fcw, sizeof fcw);
+    frame[4] = reinterpret_cast<void*>(entry);  // r12
+    frame[7] = reinterpret_cast<void*>(&msc_emu_fiber_start);
+    fiber.sp = frame;
+}
+
+inline void fiber_switch(Fiber& from, Fiber& to) { msc_emu_switch(&from.sp, to.sp); }
+
+[[noreturn]] inline void fiber_jump(Fiber& to) {
+    void* abandoned;
+    msc_emu_switch(&abandoned, to.sp);
+    abort();
+}
+}  // namespace msc_emu
+#else
+#include <ucontext.h>
+
+namespace msc_emu {
+struct Fiber {
+    ucontext_t ctx;
+};
+
+inline void fiber_make(Fiber& fiber, char* stack, size_t bytes, void (*entry)()) {
+    static ucontext_t fresh;  // from getcontext once: it costs a system call
+    static bool got = (getcontext(&fresh), true);
+    (void)got;
+    fiber.ctx = fresh;
+    fiber.ctx.uc_stack.ss_sp = stack;
+    fiber.ctx.uc_stack.ss_size = bytes;
+    fiber.ctx.uc_link = nullptr;
+    makecontext(&fiber.ctx, entry, 0);
+}
+
+inline void fiber_switch(Fiber& from, Fiber& to) { swapcontext(&from.ctx, &to.ctx); }
+
+[[noreturn]] inline void fiber_jump(Fiber& to) {
+    setcontext(&to.ctx);
+    abort();
+}
+}  // namespace msc_emu
+#endif
 
 #ifndef MSC_CUDA_EMU_STACK_BYTES
 #define MSC_CUDA_EMU_STACK_BYTES (256 * 1024) /* per emulated thread; a guard page below it */
@@ -241,7 +350,7 @@ constexpr size_t kSharedArena = 4 << 20;  // room for a block's MSC_SHARED array
 enum class State { Ready, AtBarrier, AtWarp, Done };
 
 struct Thread {
-    ucontext_t ctx;
+    Fiber fiber;
     State state = State::Ready;
     uint3 idx{0, 0, 0};
     char* stack = nullptr;
@@ -272,9 +381,7 @@ struct Runtime {
     std::vector<Thread> threads;
     std::vector<WarpOp> warps;
     std::vector<char*> free_stacks;
-    ucontext_t scheduler;
-    ucontext_t fresh;  // a context from getcontext, copied for each new fiber
-    Runtime() { getcontext(&fresh); }
+    Fiber scheduler;
     unsigned current = 0;
     unsigned barrier_arrived = 0;
     unsigned long barriers = 0;       // the __syncthreads the running block has passed
@@ -528,7 +635,7 @@ inline std::string block_name(uint3 b = blockIdx) {
 
 inline void yield() {
     Runtime& r = rt();
-    swapcontext(&r.threads[r.current].ctx, &r.scheduler);
+    fiber_switch(r.threads[r.current].fiber, r.scheduler);
 }
 
 /* Stop the launch with an error; called on a fiber, it never returns. */
@@ -536,8 +643,7 @@ inline void yield() {
     Runtime& r = rt();
     r.faulted = true;
     r.fault = what;
-    setcontext(&r.scheduler);
-    abort();
+    fiber_jump(r.scheduler);
 }
 
 inline void* dynamic_shared() { return rt().dynamic_shared; }
@@ -706,10 +812,11 @@ inline char* take_stack() {
     return static_cast<char*>(p) + page;
 }
 
-inline void fiber_main() {
+[[noreturn]] inline void fiber_main() {
     Runtime& r = rt();
     (*r.body)();
-    r.threads[r.current].state = State::Done;  // uc_link returns to the scheduler
+    r.threads[r.current].state = State::Done;
+    fiber_jump(r.scheduler);
 }
 
 inline void poison_shared() {
@@ -742,16 +849,12 @@ inline bool run_block() {
         if (t.state != State::Ready) return false;
         if (t.stack == nullptr) {
             t.stack = take_stack();
-            t.ctx = r.fresh;  // a copy: getcontext costs a system call per thread
-            t.ctx.uc_stack.ss_sp = t.stack;
-            t.ctx.uc_stack.ss_size = MSC_CUDA_EMU_STACK_BYTES;
-            t.ctx.uc_link = &r.scheduler;
-            makecontext(&t.ctx, fiber_main, 0);
+            fiber_make(t.fiber, t.stack, MSC_CUDA_EMU_STACK_BYTES, fiber_main);
         }
         r.current = i;
         threadIdx = t.idx;
         listening = true;
-        swapcontext(&r.scheduler, &t.ctx);
+        fiber_switch(r.scheduler, t.fiber);
         listening = false;
         if (r.faulted) {
             faulted = true;
