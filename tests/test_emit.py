@@ -69,6 +69,38 @@ def test_design_md_command_line(tmp_path):
     assert bad.returncode != 0 and "dtype '<f4', expected '<f8'" in bad.stderr
 
 
+def test_without_a_thread_count_the_program_takes_the_free_cores(tmp_path):
+    """As a Python run does (msc/runtime/threads.py): the cores less the others' running tasks, read here from a
+    stand-in for /proc/loadavg; --threads and OMP_NUM_THREADS are kept as given."""
+    import os
+
+    @msc.stencil
+    def heat(u, alpha):
+        u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1]
+                                               - 4 * u[t, x, y])
+
+    heat.emit("openmp", tmp_path / "heat")
+    load = tmp_path / "loadavg"
+    flags = f"CFLAGS=-O1 -fopenmp -std=c11 -DMSC_LOADAVG='\"{load}\"'"
+    proc = subprocess.run(["make", "-C", str(tmp_path / "heat"), flags], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    np.save(tmp_path / "u0.npy", np.random.default_rng(0).random((20, 20)))
+    cores = len(os.sched_getaffinity(0))
+
+    def note(running: int, *options: str, env: dict[str, str] | None = None) -> str:
+        load.write_text(f"0.50 0.40 0.30 {running}/300 4242\n")
+        environment = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | (env or {})
+        done = subprocess.run([str(tmp_path / "heat" / "heat"), "--steps", "3", "--param", "alpha=0.1", "--in",
+                               f"u={tmp_path / 'u0.npy'}", *options], capture_output=True, text=True, env=environment)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    busy = note(cores + 5)  # every other core busy: one thread, and the program says so
+    assert (f"other processes keep {cores - 1} of {cores} core(s) busy: 1 OpenMP thread(s)" in busy) == (cores > 1)
+    assert note(1) == ""  # only this program runs: every core
+    assert note(cores + 5, "--threads", "2") == "" and note(cores + 5, env={"OMP_NUM_THREADS": "2"}) == ""
+
+
 def test_every_level_out_continues_the_run(tmp_path, assert_matches):
     """`--out NAME=A.npy,B.npy,...` writes every level the next step reads,
     oldest first: fed back as --in, the run goes on as one run (how an athread
