@@ -133,7 +133,9 @@ class Operand:
     def __rtruediv__(self, o: Any) -> Traced:
         return self._bin("/", o, True)
 
-    def __pow__(self, o: Any) -> Traced:
+    def __pow__(self, o: Any, modulo: Any = None) -> Traced:
+        if modulo is not None:
+            raise _no_operation("pow(a, b, m)", "use a**b and the remainder as a - m * msc.floor(a / m)")
         return self._bin("**", o)
 
     def __rpow__(self, o: Any) -> Traced:
@@ -168,6 +170,12 @@ class Operand:
         raise _no_operation("the shift a >> b", "use msc.floor(a / 2**b)")
 
     __rrshift__ = __rshift__
+
+    def __matmul__(self, o: Any) -> NoReturn:
+        raise _no_operation("the matrix product a @ b", "a stencil computes one number per point: write the sum "
+                                                        "of products out")
+
+    __rmatmul__ = __matmul__
 
     def __neg__(self) -> Traced:
         return Traced(ir.Neg(self._expr()))
@@ -219,6 +227,16 @@ class Operand:
 
     def __int__(self) -> NoReturn:
         raise self._runtime_value("passed to int()", "msc.floor(a) rounds down")
+
+    def __trunc__(self) -> NoReturn:
+        raise self._runtime_value("passed to math.trunc()", "msc.floor(a) rounds down")
+
+    def __len__(self) -> NoReturn:
+        raise self._runtime_value("asked for its length (len() or iteration)",
+                                  "a stencil expression is one number per point, not a sequence")
+
+    def __iter__(self) -> NoReturn:
+        raise self._runtime_value("iterated over", "a stencil expression is one number per point, not a sequence")
 
     def __round__(self, ndigits: Any = None) -> NoReturn:
         raise self._runtime_value("passed to round()", "msc.floor(a + 0.5) rounds to the nearest whole number")
