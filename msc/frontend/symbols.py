@@ -71,6 +71,13 @@ def _no_operation(what: str, instead: str) -> StencilDefinitionError:
     )
 
 
+def _refused(what: str, instead: str) -> Callable[..., NoReturn]:
+    """An operator method that refuses the operation `what` (_no_operation)."""
+    def refuse(self: Any, *operands: Any) -> NoReturn:
+        raise _no_operation(what, instead)
+    return refuse
+
+
 def _index_error(a: Any, op: str, b: Any) -> StencilDefinitionError:
     return context.definition_error(
         f"index expression '{a}{op}{b}' is not an affine index: use a symbol plus or minus a "
@@ -141,41 +148,15 @@ class Operand:
     def __rpow__(self, o: Any) -> Traced:
         return self._bin("**", o, True)
 
-    def __floordiv__(self, o: Any) -> NoReturn:
-        raise _no_operation("floor division a // b", "use msc.floor(a / b)")
-
-    __rfloordiv__ = __floordiv__
-
-    def __mod__(self, o: Any) -> NoReturn:
-        raise _no_operation("the remainder a % b", "use a - b * msc.floor(a / b) (Python's %, signed like b)")
-
-    __rmod__ = __mod__
-
-    def __divmod__(self, o: Any) -> NoReturn:
-        raise _no_operation("divmod(a, b)", "use msc.floor(a / b) and a - b * msc.floor(a / b)")
-
-    __rdivmod__ = __divmod__
-
-    def __xor__(self, o: Any) -> NoReturn:
-        raise _no_operation("the exclusive or a ^ b", "for conditions a and b, use (a | b) & ~(a & b)")
-
-    __rxor__ = __xor__
-
-    def __lshift__(self, o: Any) -> NoReturn:
-        raise _no_operation("the shift a << b", "use a * 2**b")
-
-    __rlshift__ = __lshift__
-
-    def __rshift__(self, o: Any) -> NoReturn:
-        raise _no_operation("the shift a >> b", "use msc.floor(a / 2**b)")
-
-    __rrshift__ = __rshift__
-
-    def __matmul__(self, o: Any) -> NoReturn:
-        raise _no_operation("the matrix product a @ b", "a stencil computes one number per point: write the sum "
-                                                        "of products out")
-
-    __rmatmul__ = __matmul__
+    # Python operators msc has no operation for: each a definition error that says what to write instead
+    __floordiv__ = __rfloordiv__ = _refused("floor division a // b", "use msc.floor(a / b)")
+    __mod__ = __rmod__ = _refused("the remainder a % b", "use a - b * msc.floor(a / b) (Python's %, signed like b)")
+    __divmod__ = __rdivmod__ = _refused("divmod(a, b)", "use msc.floor(a / b) and a - b * msc.floor(a / b)")
+    __xor__ = __rxor__ = _refused("the exclusive or a ^ b", "for conditions a and b, use (a | b) & ~(a & b)")
+    __lshift__ = __rlshift__ = _refused("the shift a << b", "use a * 2**b")
+    __rshift__ = __rrshift__ = _refused("the shift a >> b", "use msc.floor(a / 2**b)")
+    __matmul__ = __rmatmul__ = _refused("the matrix product a @ b",
+                                        "a stencil computes one number per point: write the sum of products out")
 
     def __neg__(self) -> Traced:
         return Traced(ir.Neg(self._expr()))
