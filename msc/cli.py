@@ -373,11 +373,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--check", action="store_true", help="compare with the reference interpreter")
     r.set_defaults(func=cmd_run)
 
+    defaults = [_sizes(shape) for shape in DEFAULT_SHAPES.values()]
     b = sub.add_parser("bench", parents=[debug], help="time a stencil on random data")
     kernel_options(b)
     b.add_argument("--shape", type=_shape, default=None,
-                   help="grid size, boundary ring included (default: 1048576, 1024x1024 or 128x128x128 by the "
-                        "stencil's dimensions)")
+                   help=f"grid size, boundary ring included (default: {', '.join(defaults[:-1])} or {defaults[-1]} "
+                        "by the stencil's dimensions)")
     b.add_argument("--steps", type=_whole(1), default=50, help="time steps per timing (default: %(default)s)")
     b.add_argument("--repeat", type=_whole(1), default=3, help="timings, the best reported (default: %(default)s)")
     b.add_argument("--json", help="write the result as JSON to this file")

@@ -631,9 +631,8 @@ def model_choice(poly: PolyIR, shape: tuple[int, ...], steps: int, platform: Pla
     else:
         raise ScheduleError(f"schedule='auto' on stencil '{poly.ir.name}': no candidate of {platform.name} is legal")
     estimate = costs[chosen]
-    text = estimate.text.removeprefix("msc: ")  # a model's line said alone; the tuner's lines say "msc tune: "
-    say(text or f"chose {chosen} for '{poly.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
-                f"{platform.name}: {estimate.ms_per_step:.3f} ms/step modelled, {len(costs)} schedules ranked")
+    say(estimate.text or f"chose {chosen} for '{poly.ir.name}' {'x'.join(map(str, shape))} by the cost model of "
+                         f"{platform.name}: {estimate.ms_per_step:.3f} ms/step modelled, {len(costs)} schedules ranked")
     fastest = min(costs, key=lambda s: costs[s].ms_per_step)
     if costs[fastest].ms_per_step < estimate.ms_per_step:
         say(f"{fastest} is predicted faster ({costs[fastest].ms_per_step:.3f} ms/step) but ranked after it: "

@@ -179,7 +179,7 @@ class Prediction:
         return (self.get_bytes + self.put_bytes) / self.moving_s / 1e9
 
     def describe(self) -> str:
-        return (f"msc: athread schedule='auto' on {self.chip} chose {self.schedule} by a cost model (a prediction, "
+        return (f"athread schedule='auto' on {self.chip} chose {self.schedule} by a cost model (a prediction, "
                 f"not a measurement: no Sunway processor was timed): {self.step_s * 1e3:.3f} ms/step predicted "
                 f"(DMA {self.dma_s * 1e3:.3f} ms, compute {self.compute_s * 1e3:.3f} ms); "
                 f"{self.get_bytes + self.put_bytes:.0f} DMA bytes/step ({self.bytes_per_point:.2f} per point, "
