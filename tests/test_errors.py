@@ -63,6 +63,8 @@ def _line_of(func, marker: str) -> int:
          ["parameter 'n' was used as a Python integer (a range() bound", "only when the stencil runs",
           "loop bounds and indices must be Python integers"]),
         (lambda u: u.__setitem__((t + 1, x), [1.0, 2.0][u[t, x]]), ["a traced value was used as a Python integer"]),
+        (lambda u, k: u.__setitem__((t + 1, x), np.array([1.0, 2.0])[k] * u[t, x]),
+         ["parameter 'k' was used as a Python integer", "an index of a list or a NumPy array"]),
         (lambda u: u.__setitem__((t + 1, x), int(u[t, x])), ["a traced value was passed to int()", "msc.floor(a)"]),
         (lambda u: u.__setitem__((t + 1, x), round(u[t, x])), ["passed to round()", "msc.floor(a + 0.5)"]),
         (lambda u, k: u.__setitem__((t + 1, x), float(k) * u[t, x]),

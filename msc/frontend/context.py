@@ -13,15 +13,35 @@ from msc.ir import SourceLoc
 
 _MSC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _active: list[str] = []
+#: per stencil being traced, the errors `raised` noted (the first is what the user did wrong; a library
+#: that catches it may try other conversions, which raise the others)
+_raised: list[list[StencilDefinitionError]] = []
 
 
 @contextlib.contextmanager
 def tracing(stencil_name: str) -> Iterator[None]:
+    """Trace `stencil_name`. A library that catches a definition error raised inside it and raises
+    its own (NumPy's IndexError when a parameter indexes an array) gets the definition error back."""
     _active.append(stencil_name)
+    _raised.append([])
     try:
         yield
+    except StencilDefinitionError:
+        raise
+    except Exception as error:
+        if _raised[-1]:
+            raise _raised[-1][0] from error
+        raise
     finally:
         _active.pop()
+        _raised.pop()
+
+
+def raised(error: StencilDefinitionError) -> StencilDefinitionError:
+    """`error`, noted as raised in the user's code, where a library may catch it and raise another."""
+    if _raised:
+        _raised[-1].append(error)
+    return error
 
 
 def user_location() -> SourceLoc:

@@ -202,7 +202,7 @@ class Operand:
 
     def __index__(self) -> NoReturn:
         raise self._runtime_value(
-            "used as a Python integer (a range() bound or a list index)",
+            "used as a Python integer (a range() bound, or an index of a list or a NumPy array)",
             "loop bounds and indices must be Python integers, such as a constant or a variable of the enclosing scope",
         )
 
@@ -229,15 +229,15 @@ class Operand:
         )
 
     def _runtime_value(self, use: str, instead: str) -> StencilDefinitionError:
-        return context.definition_error(
+        return context.raised(context.definition_error(
             f"{self._describe()} was {use}, but it has a value only when the stencil runs: {instead}"
-        )
+        ))
 
     def __bool__(self) -> bool:
-        raise context.definition_error(
+        raise context.raised(context.definition_error(
             "a traced value was used in Python control flow (if/while/and/or/not): "
             "use msc.where(cond, a, b) and the operators & | ~ instead"
-        )
+        ))
 
     __hash__ = object.__hash__
 
