@@ -288,6 +288,21 @@ def test_counters_model_coalescing(lib, offset, stride, load_sectors):
     assert got["launches"] == 1 and got["shared_accesses"] == 0
 
 
+def test_each_library_keeps_its_own_emulator(lib):
+    """Every emulated library links the emulator's runtime, compiled once, with its symbols hidden: a
+    launch counted in one library leaves another's counters alone, and the only emulator symbol a
+    library exports is msc_emu_counters."""
+    counters, other = lib("counters"), lib("warp_ops")
+    before = cuda_emu.read_counters(other.msc_emu_counters)
+    counters.run_strided.argtypes = [ctypes.c_int, ctypes.c_int]
+    assert counters.run_strided(0, 1) == 0
+    assert cuda_emu.read_counters(other.msc_emu_counters) == before
+    exported = subprocess.run(["nm", "-D", "--defined-only", "-C", counters._name], capture_output=True, text=True,
+                              check=True).stdout
+    assert "msc_emu_counters" in exported and "msc_emu::" not in exported and "cudaMalloc" not in exported
+    assert str(cuda_emu.runtime_object(counting=True)) in cuda_emu.flags(shared=True)
+
+
 @pytest.mark.parametrize(("ldm", "ways"), [(4, 1), (8, 2), (16, 4), (20, 1)])
 def test_counters_model_fragment_loads_and_stores_as_one_access(lib, ldm, ways):
     """A warp's load_matrix_sync or store_matrix_sync is one access over the fragment's rows,

@@ -264,12 +264,13 @@ class CudaTarget(ctarget.CTarget):
         stencil = poly.ir
         source = self.source(poly, schedule)
         values = dict(ctarget.program_values(stencil), parameters=cuda_parameters(stencil, False))
-        runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8") for name in cuda_emu.HEADERS}
+        runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8") for name in cuda_emu.FILES}
         files = {
             "kernel.cu": source,
             "main.cu": render(self.toolchain.main_template, gpu=True, **values),
             "npy.h": render("npy.h"),
-            "Makefile": render("cuda_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, emulator_files=list(runtime), **values),
+            "Makefile": render("cuda_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, emulator_files=list(runtime),
+                               emulator_runtime=cuda_emu.RUNTIME, **values),
             **runtime,
         }
         return write_tree(directory, files)

@@ -84,14 +84,14 @@ class HipTarget(CudaTarget):
 
         stencil = poly.ir
         values = dict(ctarget.program_values(stencil), parameters=cuda_parameters(stencil, False))
-        headers = (HEADER, *cuda_emu.HEADERS)
-        runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8") for name in headers}
+        runtime = {name: (Path(cuda_emu.EMULATOR_DIR) / name).read_text(encoding="utf-8")
+                   for name in (HEADER, *cuda_emu.FILES)}
         files = {
             "kernel.hip": self.source(poly, schedule),
             "main.hip": hipify(render(self.toolchain.main_template, gpu=True, **values)),
             "npy.h": render("npy.h"),
-            "Makefile": render("hip_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, headers=list(runtime),
-                               arch=DEFAULT_ARCH, **values),
+            "Makefile": render("hip_Makefile.j2", emulate_flags=cuda_emu.PROGRAM_FLAGS, emulator_files=list(runtime),
+                               emulator_runtime=cuda_emu.RUNTIME, arch=DEFAULT_ARCH, **values),
             **runtime,
         }
         return write_tree(directory, files)
