@@ -7,7 +7,7 @@
  * keeps its own emulator state.
  *
  * Execution model. A launch runs its blocks one after another on the calling
- * OS thread. The threads of a block are fibers (below: "Fibers"), run in order of
+ * OS thread. The threads of a block are fibers (cuda_emu.cpp: "Fibers"), run in order of
  * their linear index, each until it blocks: at __syncthreads (a barrier of
  * the whole block) or at a warp collective (__shfl*_sync, __ballot_sync,
  * __all/__any_sync, __syncwarp, wmma load/store/mma). So a read of shared
@@ -64,9 +64,10 @@
  * cudaFuncSetAttribute up to 227 KiB (InvalidValue); an unknown
  * MSC_CUDA_EMU_BLOCKS (InvalidValue).
  *
- * Counters. The library is built with g++'s -fsanitize=kernel-address and
+ * Counters. The kernel is built with g++'s -fsanitize=kernel-address and
  * a call per access (msc/runtime/cuda_emu.py), so every load and store the
- * compiled kernel makes calls __asan_{load,store}N_noabort; those count, while
+ * compiled kernel makes calls __asan_{load,store}N_noabort, which the runtime
+ * defines (built with -DMSC_CUDA_EMU_COUNT); those count, while
  * a fiber runs kernel code, what decides a GPU's speed (msc_emu_counters):
  *   global: bytes loaded and stored by threads; sectors, the distinct 32-byte
  *   sectors of each warp-level access (the k-th execution of one instruction
@@ -210,8 +211,9 @@ namespace msc_emu {
 
 /* What the device code and the templates below call; cuda_emu.cpp defines them. */
 
-/* True while a fiber runs kernel code and no access is being counted: the
- * instrumentation callbacks read only this (the counting code is instrumented too). */
+/* True while a fiber runs kernel code and no access is being counted: the instrumentation
+ * callbacks read only this (the runtime is not instrumented; the code below that counts, a wmma
+ * fragment's copy, is compiled with the kernel, so it turns this off while it counts). */
 inline bool listening = false;
 
 /* One access by the running thread: the k-th execution of `instruction`, or with `same`
