@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -70,7 +71,8 @@ def main() -> None:
     build_s = time.perf_counter() - start
     cases = [measure(library, ny, nx, steps, args.repeat) for ny, nx, steps in SIZES]
     result = {"host": platform.processor() or platform.machine(), "compiler": cuda_emu.compiler(),
-              "flags": list(cuda_emu.SHARED_FLAGS), "build_s": build_s, "cases": cases}
+              "flags": list(cuda_emu.SHARED_FLAGS), "runtime_flags": list(cuda_emu.RUNTIME_FLAGS),
+              "counting": os.environ.get(cuda_emu.COUNTERS_SWITCH, "1") != "0", "build_s": build_s, "cases": cases}
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

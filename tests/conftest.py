@@ -36,7 +36,7 @@ def assert_matches():
 @pytest.fixture(scope="module")
 def without_counters():
     """For a module that checks results only: its emulated CUDA/HIP libraries are built
-    without the memory counters (cuda_emu.COUNTERS_SWITCH), whose runs take 2.5-3.5x as long."""
+    without the memory counters (cuda_emu.COUNTERS_SWITCH), whose runs take 6-11x as long."""
     from msc.runtime import cuda_emu
 
     with pytest.MonkeyPatch.context() as patch:

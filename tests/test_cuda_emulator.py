@@ -290,8 +290,8 @@ def test_counters_model_coalescing(lib, offset, stride, load_sectors):
 
 def test_each_library_keeps_its_own_emulator(lib):
     """Every emulated library links the emulator's runtime, compiled once, with its symbols hidden: a
-    launch counted in one library leaves another's counters alone, and the only emulator symbol a
-    library exports is msc_emu_counters."""
+    launch counted in one library leaves another's counters alone, and a library exports
+    msc_emu_counters but none of the emulator's functions or state."""
     counters, other = lib("counters"), lib("warp_ops")
     before = cuda_emu.read_counters(other.msc_emu_counters)
     counters.run_strided.argtypes = [ctypes.c_int, ctypes.c_int]

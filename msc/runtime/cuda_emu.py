@@ -49,7 +49,7 @@ CXX = "g++"
 COUNTING_FLAGS = ("-DMSC_CUDA_EMU_COUNT", "-fsanitize=kernel-address", "--param",
                   "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0", "--param", "asan-globals=0")
 #: The environment variable that turns counting off ("0") for the libraries built from then on:
-#: their runs take a third to a half of the time, and k.last_run.gpu is None.
+#: their runs take a sixth to a tenth of the time, and k.last_run.gpu is None.
 COUNTERS_SWITCH = "MSC_CUDA_EMU_COUNTERS"
 #: the counters msc_emu_counters writes, in order
 COUNTERS = ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_wavefronts", "shared_ideal",

@@ -878,10 +878,12 @@ cudaError_t check_copy(const char* call, void* dst, const void* src, size_t byte
 void count_mma(long long flops) { counting().totals.mma_flops += flops; }
 
 [[noreturn]] void fault_with(const char* format, ...) {
-    char text[512];
-    va_list args;
+    va_list args, again;
     va_start(args, format);
-    vsnprintf(text, sizeof text, format, args);
+    va_copy(again, args);
+    std::string text((size_t)vsnprintf(nullptr, 0, format, args), '\0');
+    vsnprintf(text.data(), text.size() + 1, format, again);
+    va_end(again);
     va_end(args);
     fault(text);
 }

@@ -258,7 +258,7 @@ class CudaTarget(ctarget.CTarget):
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.cu, main.cu, npy.h, a Makefile (nvcc; `make emulate`: g++ and
-        the emulator) and the CUDA runtime header with the emulator, written atomically."""
+        the emulator) and the CUDA runtime header with the emulator (header and runtime), written atomically."""
         from msc.runtime import cuda_emu
 
         stencil = poly.ir

@@ -79,7 +79,7 @@ class HipTarget(CudaTarget):
 
     def emit(self, poly: PolyIR, directory: Path, *, schedule: object = None) -> Path:
         """kernel.hip, main.hip, npy.h, a Makefile (hipcc for ARCH, gfx90a by default; `make
-        emulate`: g++ and the CUDA emulator) and the runtime headers, written atomically."""
+        emulate`: g++ and the CUDA emulator) and the runtime headers with the emulator's runtime, written atomically."""
         from msc.runtime import cuda_emu
 
         stencil = poly.ir
