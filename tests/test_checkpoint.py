@@ -64,6 +64,40 @@ def test_save_at_13_resume_and_advance_17_equals_30(stencil, inputs, schedule, t
         assert data["u"].dims == ("x", "y") and data.attrs["step"] == 13 and data.attrs["msc_stencil"] == stencil.name
 
 
+@msc.stencil
+def heat1d(u, a):
+    u[t + 1, x] = u[t, x] + a * (u[t, x - 1] - 2 * u[t, x] + u[t, x + 1])
+
+
+def test_a_1d_run_resumes_from_a_str_path_with_a_tilde(tmp_path, monkeypatch):
+    """A 1D checkpoint's shape comes back from the file as a scalar; `~` is the home folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    kernel = heat1d.compile(threads=1)
+    u = np.random.default_rng(5).random(30)
+    sim = kernel.start(u=u, a=0.2)
+    sim.advance(4)
+    assert sim.save("~/runs/one.nc") == tmp_path / "runs" / "one.nc"
+    resumed = kernel.resume("~/runs/one.nc")
+    resumed.advance(3)
+    assert np.array_equal(resumed.fields["u"], heat1d.reference(steps=7, u=u, a=0.2)["u"])
+
+
+def test_a_checkpoint_that_cannot_be_written_is_a_checkpoint_error(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    sim = wave.compile(threads=1).start(**wave_inputs())
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CheckpointError, match=r"checkpoint .*file/run.nc cannot be written: File exists"):
+        sim.save(tmp_path / "file" / "run.nc")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 100_000))
+    with pytest.raises(CheckpointError, match=r"needs about 0\.\d MiB and its file system has 0\.1 MiB free: "
+                                              "nothing was written"):
+        sim.save(tmp_path / "run.nc")
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]
+
+
 def test_truncated_damaged_and_foreign_files_are_named_errors(tmp_path):
     kernel = wave.compile(threads=1)
     sim = kernel.start(**wave_inputs())
@@ -155,6 +189,28 @@ def test_time_series_every_n_steps_opens_in_xarray(tmp_path):
             assert np.array_equal(data["u"].isel(time=k).transpose("x", "y").values, snapshots[step])
     with pytest.raises(StencilArgumentError, match="every= and out= go together"):
         sim.advance(5, every=5)
+
+
+def test_a_time_series_out_is_checked_before_a_step_runs(tmp_path, monkeypatch):
+    """out= names a .nc file whose folder is made or writable, before any step; a full file
+    system stops the run at the snapshot it cannot hold, with the series as it was."""
+    import shutil
+    from collections import namedtuple
+
+    sim = wave.compile(threads=1).start(**wave_inputs())
+    for name, said in [("s.csv", "the time series is a netCDF file; name it .nc or .nc4"),
+                       ("file/s.nc", "its folder cannot be made")]:
+        (tmp_path / "file").write_text("")
+        with pytest.raises(StencilArgumentError, match=re.escape(said)):
+            sim.advance(2, every=1, out=tmp_path / name)
+        assert sim.step == 0
+    sim.advance(2, every=1, out=tmp_path / "new" / "s.nc")  # the folder is made
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 100_000))
+    with pytest.raises(OSError, match="step 3 of stencil 'wave' was not appended to the time series"):
+        sim.advance(2, every=1, out=tmp_path / "new" / "s.nc")
+    with xr.open_dataset(tmp_path / "new" / "s.nc") as data:
+        assert list(data["time"].values) == [1, 2]
 
 
 def test_a_time_series_goes_on_only_after_its_last_step_and_of_the_same_run(tmp_path):

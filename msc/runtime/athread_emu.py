@@ -27,6 +27,7 @@ from msc import ir
 from msc.errors import CompileError, MscError
 from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack, put_level
+from msc.runtime.checkpoint import checkpoint_path
 from msc.runtime.kernel import RunStats, Simulation, not_finite, resumed_buffers, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
@@ -182,7 +183,7 @@ class AthreadKernel:
 
     def resume(self, path: str | Path, threads: int | None = None) -> Simulation:
         """A run continued from the checkpoint `path` (`sim.save`), as `CompiledKernel.resume` continues one."""
-        buffers, scalars, step = resumed_buffers(self.ir, Path(path))
+        buffers, scalars, step = resumed_buffers(self.ir, checkpoint_path(path))
         return Simulation(self, buffers, scalars, 1, step)
 
     # -- what a Simulation calls (msc.runtime.kernel) --------------------------

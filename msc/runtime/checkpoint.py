@@ -68,6 +68,32 @@ def header(stencil: ir.StencilIR, step: int, scalars: Mapping[str, float], shape
     return attrs
 
 
+def checkpoint_path(path: Any) -> Path:
+    """`path` (a str or a path; `~` is the home folder) as a Path; CheckpointError for anything else."""
+    try:
+        return Path(os.fspath(path)).expanduser()
+    except TypeError:
+        raise CheckpointError(f"a checkpoint's path is a str or a pathlib.Path, got {path!r}") from None
+
+
+def int_tuple(value: Any) -> tuple[int, ...]:
+    """An integer tuple attribute (msc_shape, msc_start) as read back: one of one element is a scalar."""
+    return tuple(int(n) for n in np.atleast_1d(value))
+
+
+def check_room(path: Path, nbytes: int) -> str | None:
+    """Why `nbytes` cannot be written beside `path` (its filesystem has less free space), or None:
+    the writers ask first, because a full disk in the middle of an HDF5 write can crash the process."""
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    need = int(nbytes * 1.05) + (256 << 10)  # the file's own metadata on top of the arrays
+    if free >= need:
+        return None
+    return f"needs about {need / 2**20:.1f} MiB and its file system has {free / 2**20:.1f} MiB free"
+
+
 def check_not_folder(path: Path) -> None:
     """CheckpointError when `path`, where a checkpoint is written or read, is a folder."""
     if Path(path).is_dir():
@@ -85,7 +111,19 @@ def write_block(path: Path, stencil: ir.StencilIR, attrs: Mapping[str, Any], blo
                  for age, level in enumerate(levels)}
     variables.update({name: (dims, values) for name, values in block.inputs.items()})
     data = xr.Dataset(variables, attrs={**attrs, "msc_start": np.asarray(block.start, np.int64)})
-    atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf"))
+    short = check_room(path, data.nbytes)
+    if short is not None:
+        raise CheckpointError(f"checkpoint {path} {short}: nothing was written")
+    _written(path, lambda: atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf")))
+
+
+def _written(path: Path, write: Any) -> None:
+    """write(), its OSError (a read-only or missing folder) as a CheckpointError naming `path`."""
+    try:
+        write()
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {path} cannot be written: {e.strerror or e}"
+                              f"{f' ({e.filename})' if e.filename else ''}") from e
 
 
 def open_file(path: Path) -> Any:
@@ -126,7 +164,7 @@ def checkpoint_blocks(path: Path, stencil: ir.StencilIR, shape: Sequence[int] | 
     with open_file(path) as data:
         attrs = dict(data.attrs)
     check_fits(path, attrs, stencil)
-    saved = tuple(int(n) for n in attrs["msc_shape"])
+    saved = int_tuple(attrs["msc_shape"])
     if shape is not None and saved != tuple(shape):
         raise CheckpointError(f"checkpoint {path} holds arrays of shape {saved}; this run's are {tuple(shape)}")
     names = attrs.get("msc_blocks")
@@ -147,7 +185,7 @@ def write_manifest(path: Path, attrs: Mapping[str, Any], blocks: Sequence[str]) 
         except CheckpointError:
             pass  # a damaged or foreign file is replaced; nothing of it is removed
     data = xr.Dataset(attrs={**attrs, "msc_blocks": "\n".join(blocks)})
-    atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf"))
+    _written(path, lambda: atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf")))
     for folder in previous - {Path(n).parent for n in blocks}:
         shutil.rmtree(path.parent / folder, ignore_errors=True)
 
@@ -173,7 +211,7 @@ def fill(path: Path, stencil: ir.StencilIR, buffers: Mapping[str, np.ndarray], i
     covered = np.zeros([len(i) for i in indices], dtype=bool)
     for block_path in blocks:
         with open_file(block_path) as data:
-            start = [int(s) for s in data.attrs["msc_start"]]
+            start = int_tuple(data.attrs["msc_start"])
             extent = data.sizes
             local, inside = [], []
             for d, (idx, s) in enumerate(zip(indices, start)):

@@ -38,7 +38,7 @@ import numpy as np
 
 from msc.codegen import get_target
 from msc.codegen.halo_plan import plan
-from msc.errors import MscError
+from msc.errors import CheckpointError, MscError
 from msc.ir.arguments import bind_arguments, check_memory
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
@@ -48,8 +48,10 @@ from msc.runtime.checkpoint import (
     Block,
     check_not_folder,
     checkpoint_blocks,
+    checkpoint_path,
     fill,
     header,
+    int_tuple,
     scalars_of,
     write_block,
     write_manifest,
@@ -260,10 +262,10 @@ class DistributedKernel:
             origin.append(s + (r if dirichlet else 0) - lo)
         return tuple(local), tuple(origin)
 
-    def resume(self, path: Path, threads: int | None = None) -> DistributedSimulation:
+    def resume(self, path: str | Path, threads: int | None = None) -> DistributedSimulation:
         """This rank's part of the run saved at `path` (collective): each rank reads the parts
         of the saved blocks its padded block covers, halos included; none reads the whole."""
-        stencil = self.kernel.ir
+        stencil, path = self.kernel.ir, checkpoint_path(path)
         attrs, blocks = _collectively(self.comm, lambda: checkpoint_blocks(path, stencil, self.shape))
         step = int(attrs["step"])
         buffers = {f.name: aligned_empty((f.slots, *self.local_shape) if f.written else self.local_shape,
@@ -316,6 +318,13 @@ class DistributedKernel:
             return bind_arguments(self.plan.local, 0, local)
 
         args = _collectively(self.comm, bind)
+        given = self.comm.allgather(args.scalars)
+        for name in args.scalars:
+            values = [g[name] for g in given]
+            if len(set(values)) > 1:
+                raise DistributedError(f"stencil '{self.kernel.ir.name}': the ranks were given different values of "
+                                       f"the parameter '{name}' ({', '.join(map(repr, values))}, by rank); every "
+                                       "rank must run the same stencil")
         buffers = pack(self.plan.local, args)
         stencil = self.kernel.ir
         self._exchange({name: list(buffers[name]) if stencil.field(name).written else [buffers[name]]
@@ -446,10 +455,13 @@ class DistributedSimulation:
         self._buffers, self._scalars, self._nthreads = buffers, scalars, nthreads
         self._blown_up = False  # warned once that a field is no longer finite
 
-    def advance(self, steps: int, _stacklevel: int = 2) -> None:
+    def advance(self, steps: int, progress: bool = False, every: int | None = None, out: str | Path | None = None,
+                _stacklevel: int = 2) -> None:
         """Run `steps` more steps (every rank the same number); rank 0 warns once
-        (NonFiniteWarning) when a written field is no longer finite on any rank."""
+        (NonFiniteWarning) when a written field is no longer finite on any rank. A time
+        series (`every`, `out`) needs the global arrays: `kernel.start(comm=...)` writes one."""
         owner = self.owner
+        _check_unwatched(owner.kernel.ir.name, progress, every, out, "kernel.start(comm=...)'s simulation writes one")
         _collectively(owner.comm, lambda: _check_steps(owner.kernel.ir.name, steps))
         counts = owner.comm.allgather(steps)
         if len(set(counts)) > 1:
@@ -467,8 +479,16 @@ class DistributedSimulation:
         new to this save beside `path`; then rank 0 renames the manifest `path` into
         place and removes the previous save's folder (msc.runtime.checkpoint)."""
         owner, comm, stencil = self.owner, self.owner.comm, self.owner.kernel.ir
-        path = Path(path)
-        _collectively(comm, lambda: check_not_folder(path))  # before any rank writes its block
+        path = checkpoint_path(path)
+
+        def check() -> None:  # before any rank writes its block
+            check_not_folder(path)
+            paths = comm.allgather(str(path))
+            if len(set(paths)) > 1:
+                raise CheckpointError(f"sim.save is collective, and the ranks gave different paths: "
+                                      f"{', '.join(sorted(set(paths)))}; give every rank the same path")
+
+        _collectively(comm, check)
         folder = comm.bcast(f"{path.name}.blocks-{self.step}-{uuid.uuid4().hex[:8]}" if comm.rank == 0 else None,
                             root=0)
         attrs = header(stencil, self.step, self._scalars, owner.shape)
@@ -514,8 +534,35 @@ class GlobalSimulation:
     def step(self) -> int:
         return self._local.step
 
-    def advance(self, steps: int, _stacklevel: int = 2) -> None:
-        self._local.advance(steps, _stacklevel + 1)
+    def advance(self, steps: int, progress: bool = False, every: int | None = None, out: str | Path | None = None,
+                _stacklevel: int = 2) -> None:
+        """Run `steps` more steps (collective). `every=N, out=path`: at every step that N divides,
+        the fields are gathered to rank 0, which appends them to the netCDF time series `path`
+        (msc.runtime.output; checked on rank 0 before any step runs, its errors raised on every rank)."""
+        stencil, comm = self.distributed.kernel.ir, self.distributed.comm
+        _check_unwatched(stencil.name, progress, None, None, "")
+        if every is None and out is None:
+            self._local.advance(steps, _stacklevel=_stacklevel + 1)
+            return
+        from msc.runtime.output import SeriesWriter
+
+        _collectively(comm, lambda: _check_steps(stencil.name, steps))
+        shape = self.distributed.shape
+        writer = _collectively(comm, lambda: SeriesWriter.checked(stencil, every, out, self.step, shape)
+                               if comm.rank == 0 else None)
+        left = int(steps)
+        while left > 0:
+            count = min(left, every - self.step % every)  # type: ignore[operator]
+            self._local.advance(count, _stacklevel=_stacklevel + 1)
+            left -= count
+            if self.step % every == 0:  # type: ignore[operator]
+                fields = self.fields  # collective
+                _collectively(comm, lambda: writer.append(fields, self.step) if writer is not None else None)
+
+    @property
+    def parameters(self) -> dict[str, float]:
+        """The scalar parameters the next steps use."""
+        return dict(self._local._scalars)
 
     @property
     def fields(self) -> dict[str, np.ndarray] | None:
@@ -537,6 +584,17 @@ class GlobalSimulation:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_unwatched(name: str, progress: Any, every: Any, out: Any, series: str) -> None:
+    """DistributedError for what a run over MPI does not do: a progress bar, and (`series` says
+    what does) a time series."""
+    if progress:
+        raise DistributedError(f"stencil '{name}': runs over MPI show no progress bar (progress=True); rank 0 "
+                               "can print its own progress between advance() calls")
+    if every is not None or out is not None:
+        raise DistributedError(f"stencil '{name}': advance(every=, out=) writes a time series from the global "
+                               f"arrays, which this simulation does not gather: {series}")
 
 
 def _check_steps(name: str, steps: Any) -> None:
@@ -594,7 +652,7 @@ def resume_distributed(kernel: CompiledKernel, comm: Any, path: Path, dims: Sequ
     or in one process) continued over the ranks of `comm`; `fields` gathers to rank 0."""
     stencil = kernel.ir
     attrs, blocks = _collectively(comm, lambda: checkpoint_blocks(path, stencil, None))
-    distributed = DistributedKernel(kernel, comm, tuple(int(n) for n in attrs["msc_shape"]), dims, threads, schedule)
+    distributed = DistributedKernel(kernel, comm, int_tuple(attrs["msc_shape"]), dims, threads, schedule)
     try:
         local = distributed.resume(path, threads)
 

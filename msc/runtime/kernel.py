@@ -211,23 +211,26 @@ class CompiledKernel:
         """A simulation continued from the checkpoint `path` (`sim.save`): it goes on
         bitwise as if never stopped. With `comm`: over MPI ranks, any number of them,
         from a checkpoint of a run on any number (msc.runtime.distributed)."""
+        from msc.runtime.checkpoint import checkpoint_path
+
         if comm is not None:
-            return distributed_driver().resume_distributed(self, comm, Path(path), dims=dims, threads=threads, schedule=self.schedule)
-        buffers, scalars, step = resumed_buffers(self.ir, Path(path))
+            return distributed_driver().resume_distributed(self, comm, checkpoint_path(path), dims=dims,
+                                                           threads=threads, schedule=self.schedule)
+        buffers, scalars, step = resumed_buffers(self.ir, checkpoint_path(path))
         return self.simulation(buffers, scalars, self._threads_of(threads), step)
 
 
 def resumed_buffers(stencil: ir.StencilIR, path: Path) -> tuple[dict[str, np.ndarray], dict[str, float], int]:
     """The packed ring buffers, parameters and step of the single-process checkpoint `path` of
     `stencil` (a kernel's `resume`); a checkpoint of a run over MPI ranks is a CheckpointError."""
-    from msc.runtime.checkpoint import check_fits, fill, open_file, scalars_of
+    from msc.runtime.checkpoint import check_fits, fill, int_tuple, open_file, scalars_of
 
     with open_file(path) as data:
         attrs = dict(data.attrs)
     check_fits(path, attrs, stencil)
     if "msc_blocks" in attrs:
         raise CheckpointError(f"checkpoint {path} is of a run over MPI ranks: resume it with comm=")
-    shape = tuple(int(n) for n in attrs["msc_shape"])
+    shape = int_tuple(attrs["msc_shape"])
     padded = padded_shape(stencil, shape)
     indices = [(np.arange(p) - g) % n for p, g, n in zip(padded, ghost_width(stencil), shape)]
     buffers = {f.name: aligned_empty((f.slots, *padded) if f.written else padded, stencil.dtype)
@@ -370,7 +373,7 @@ class Simulation:
 
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint that `kernel.resume(path)` continues bitwise (msc.runtime.checkpoint)."""
-        from msc.runtime.checkpoint import Block, header, write_block
+        from msc.runtime.checkpoint import Block, checkpoint_path, header, write_block
 
         stencil = self.kernel.ir
         buffers = self._host_buffers()
@@ -378,9 +381,10 @@ class Simulation:
                   for f in stencil.written_fields}
         inputs = {f.name: buffers[f.name][self._domain] for f in stencil.fields if not f.written}
         shape = levels[stencil.written_fields[0].name][0].shape
-        write_block(Path(path), stencil, header(stencil, self.step, self._scalars, shape),
+        path = checkpoint_path(path)
+        write_block(path, stencil, header(stencil, self.step, self._scalars, shape),
                     Block((0,) * stencil.ndim, levels, inputs))
-        return Path(path)
+        return path
 
     def to_xarray(self, spacing: float | tuple[float, ...] | None = None) -> Any:
         """An xarray Dataset of the newest levels (copies), with coordinates when a grid

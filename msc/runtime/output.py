@@ -10,6 +10,7 @@ order does not matter to them."""
 from __future__ import annotations
 
 import base64
+import errno
 import html
 import io
 import os
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from msc import ir
-from msc.errors import StencilArgumentError
+from msc.errors import MscError, StencilArgumentError
 
 
 def coordinates(shape: tuple[int, ...], spacing: float | tuple[float, ...] | None) -> dict[str, Any]:
@@ -44,6 +45,10 @@ def dataset(stencil: ir.StencilIR, fields: Mapping[str, np.ndarray], step: int,
                       attrs={"stencil": stencil.name, "step": int(step)})
 
 
+#: the names of a netCDF time series (out=): it is netCDF4 (HDF5) whatever the name says
+SERIES_SUFFIXES = (".nc", ".nc4")
+
+
 class SeriesWriter:
     """Appends the newest levels to a netCDF file with an unlimited time axis (CF-1.8).
 
@@ -65,7 +70,17 @@ class SeriesWriter:
                                        f"file out every N steps); got every={every!r}, out={out!r}")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise StencilArgumentError(f"stencil '{stencil.name}': every must be a positive integer, got {every!r}")
-        writer = cls(Path(out), stencil, every)
+        from msc.runtime.checkpoint import checkpoint_path
+
+        where = f"stencil '{stencil.name}': out={out}"
+        try:
+            path = checkpoint_path(out)
+        except MscError:
+            raise StencilArgumentError(f"{where}: a time series' path is a str or a pathlib.Path") from None
+        if path.suffix.lower() not in SERIES_SUFFIXES and not path.is_dir():  # a folder is named as such below
+            raise StencilArgumentError(f"{where}: the time series is a netCDF file; name it "
+                                       f"{' or '.join(SERIES_SUFFIXES)} (e.g. {path.with_suffix('.nc')})")
+        writer = cls(path, stencil, every)
         writer._check_goes_on(step // every * every + every, shape)
         return writer
 
@@ -82,7 +97,15 @@ class SeriesWriter:
             raise StencilArgumentError(f"{where} is a directory: a time series is a file, give its path "
                                        f"(e.g. {os.path.join(path, 'series.nc')})")
         if not path.exists():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StencilArgumentError(f"{where}: its folder cannot be made ({e.strerror or e})") from None
+            if not os.access(path.parent, os.W_OK):
+                raise StencilArgumentError(f"{where}: its folder {path.parent} is not writable")
             return
+        if not os.access(path, os.W_OK):
+            raise StencilArgumentError(f"{where} exists and is not writable")
         try:
             with h5netcdf.File(path, "r") as f:
                 attrs = dict(f.attrs)
@@ -109,10 +132,17 @@ class SeriesWriter:
                                        "only after its last step; write this run to another file")
 
     def append(self, fields: Mapping[str, np.ndarray], step: int) -> None:
+        """The fields at `step` as the series' next time. On a file system too full for them, an
+        OSError (ENOSPC) before anything is written: HDF5 would lose the write and say so only
+        when the file is closed, if at all."""
         import h5netcdf
 
-        from msc.runtime.checkpoint import stencil_digest
+        from msc.runtime.checkpoint import check_room, stencil_digest
 
+        short = check_room(self.path, sum(np.asarray(a).nbytes for a in fields.values()))
+        if short is not None:
+            raise OSError(errno.ENOSPC, f"msc: step {step} of stencil '{self.stencil.name}' was not appended to "
+                                        f"the time series {self.path}, which holds the steps before it: it {short}")
         axes = ir.DIM_NAMES[:self.stencil.ndim][::-1]
         shape = next(iter(fields.values())).shape[::-1]
         with h5netcdf.File(self.path, "a") as f:

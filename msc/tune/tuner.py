@@ -349,15 +349,16 @@ class AutoKernel:
         """A simulation continued from the checkpoint `path` (CompiledKernel.resume) by the schedule
         tuned for its problem size: tuned now, on the checkpoint's arrays, as `start` tunes, if that
         size is not yet. A checkpoint of a run over MPI ranks is refused (CheckpointError)."""
-        from msc.runtime.checkpoint import checkpoint_blocks, run_inputs
+        from msc.runtime.checkpoint import checkpoint_blocks, checkpoint_path, int_tuple, run_inputs
 
-        attrs, _ = checkpoint_blocks(Path(path), self.ir, None)
+        path = checkpoint_path(path)
+        attrs, _ = checkpoint_blocks(path, self.ir, None)
         if "msc_blocks" in attrs:
             raise CheckpointError(f"checkpoint {path} is of a run over MPI ranks, which schedule='auto' does not "
                                   "tune: resume it with comm= on a kernel compiled with a schedule")
-        shape = tuple(int(n) for n in attrs["msc_shape"])
+        shape = int_tuple(attrs["msc_shape"])
         if shape not in self._kernels:
-            self._kernels[shape] = self._kernel_for(shape, partial(run_inputs, Path(path), self.ir), MAX_TRIAL_STEPS)
+            self._kernels[shape] = self._kernel_for(shape, partial(run_inputs, path, self.ir), MAX_TRIAL_STEPS)
         return self._kernels[shape].resume(path, threads)
 
     def _kernel_for(self, shape: tuple[int, ...], inputs: Callable[[], dict[str, Any]], trial_steps: int) -> Any:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xarray as xr
 from mpi_common import box9_periodic, comm
 
 import msc
@@ -26,12 +27,19 @@ def wave(u, c):  # two time levels and an input field
         u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
 
 
+@msc.stencil
+def heat1d(u, a):
+    u[t + 1, x] = u[t, x] + a * (u[t, x - 1] - 2 * u[t, x] + u[t, x + 1])
+
+
 def inputs(stencil: msc.Stencil, shape: tuple[int, ...]) -> dict[str, Any]:
     rng = np.random.default_rng(11)
     out: dict[str, Any] = {f.name: [rng.random(shape) for _ in range(f.window)] if f.window > 1 else rng.random(shape)
                            for f in stencil.ir.fields}
     if "c" in out:
         out["c"] = 0.1 * out["c"]
+    if "a" in stencil.ir.params:
+        out["a"] = 0.2
     return out
 
 
@@ -39,6 +47,7 @@ CASES = {
     "wave": (wave, (23, 30), None),
     "wave_time_tiled": (wave, (23, 30), Schedule().time_tile(3, x=8)),
     "box9_periodic": (box9_periodic, (17, 20), None),
+    "heat1d": (heat1d, (40,), None),
 }
 
 
@@ -47,8 +56,21 @@ def save(folder: Path) -> dict[str, Any]:
         kernel = stencil.compile(threads=1, schedule=schedule)
         data = inputs(stencil, shape)
         with kernel.start(comm=comm, **(data if comm.rank == 0 else {f: None for f in data})) as sim:
-            sim.advance(13)
+            sim.advance(13, every=13, out=folder / f"{name}_series.nc")  # rank 0 appends the gathered fields
             sim.advance(0)
+            newest = sim.fields
+            if comm.rank == 0:
+                with xr.open_dataset(folder / f"{name}_series.nc") as series:
+                    assert list(series["time"].values) == [13], name
+                    for f, array in newest.items():
+                        assert np.array_equal(series[f].isel(time=0).transpose(*msc.ir.DIM_NAMES[:array.ndim]).values,
+                                              array), name
+            if comm.size > 1:  # a collective save given another path on each rank is refused on every rank
+                try:
+                    sim.save(folder / f"rank{comm.rank}.nc")
+                    raise AssertionError("ranks saved to different paths")
+                except MscError as e:
+                    assert "the ranks gave different paths" in str(e), e
             (folder / "a folder").mkdir(exist_ok=True)
             try:  # refused on every rank before any writes its block: no block folder is left in `folder`
                 sim.save(folder / "a folder")
@@ -59,8 +81,15 @@ def save(folder: Path) -> dict[str, Any]:
             sim.save(folder / f"{name}.nc")  # saved again: the first save's blocks go
         # the block form: every rank passes its own block, none the global arrays
         dist = DistributedKernel(kernel, comm, shape)
-        blocks = {f: [v[dist.coordinates()] for v in value] if isinstance(value, list) else value[dist.coordinates()]
-                  for f, value in data.items()}
+        box = dist.coordinates()
+        blocks = {f: [v[box] for v in value] if isinstance(value, list) else value[box] if isinstance(value, np.ndarray)
+                  else value for f, value in data.items()}
+        for param in stencil.ir.params if comm.size > 1 else ():  # each rank its own value: refused on all
+            try:
+                dist.start(**{**blocks, param: float(comm.rank)})
+                raise AssertionError("ranks ran with different parameters")
+            except MscError as e:
+                assert f"the ranks were given different values of the parameter '{param}'" in str(e), e
         local = dist.start(**blocks)
         local.advance(13)
         local.save(folder / f"{name}_blocks.nc")
@@ -84,7 +113,7 @@ def resume(folder: Path) -> dict[str, Any]:
                 sim.advance(17)
                 fields = sim.fields
             dist = DistributedKernel(kernel, comm, shape)  # every rank its own block
-            local = dist.resume(folder / saved)
+            local = dist.resume(str(folder / saved))
             local.advance(17)
             mine = all(np.array_equal(local.fields[f], expected[f][dist.interior]) for f in expected)
             blocks_equal = all(comm.allgather(mine))
