@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -401,6 +402,30 @@ def test_implicit_sees_a_partly_changed_coefficient_beside_an_unchanged_one():
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("solver", ["direct", "multigrid"])
+def test_implicit_sees_a_coefficient_changed_in_place_and_survives_a_failed_run(solver):
+    """The stepper keeps copies: a coefficient array changed in place and passed again is a change
+    (the steps before used what they were given); a run that fails (an unknown argument, a matrix
+    that cannot be factored) leaves the stepper as it was."""
+    rng = np.random.default_rng(13)
+    k, u0 = 1 + rng.random((12, 10)), rng.random((12, 10))
+    stepper = msc.implicit(divkgrad, 0.3, shape=u0.shape, k=k, solver=solver)
+    stepper.run(steps=1, u=u0)
+    k *= 5
+    out = stepper.run(steps=2, u=u0, k=k)["u"]
+    assert stepper.refactorizations == 1
+    ref = _whole_grid_steps(lambda u: _divkgrad_np(u, k), u0, 0.3, 1.0, 2)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-7 if solver == "multigrid" else 1e-10)
+    with pytest.raises(msc.StencilArgumentError, match="unknown argument"):
+        stepper.run(steps=1, u=u0, kk=k)
+    bad = k.copy()
+    bad[3, 4] = np.inf
+    with pytest.raises(msc.MscError):
+        stepper.run(steps=1, u=u0, k=bad)
+    np.testing.assert_array_equal(stepper.run(steps=2, u=u0)["u"], out)
+    assert stepper.refactorizations == 1
+
+
 def test_implicit_periodic_operator():
     u0 = np.random.default_rng(12).random((7, 6))
     stepper = msc.implicit(periodic_lap, 0.05, "crank_nicolson", shape=u0.shape, c=2.0)
@@ -490,8 +515,13 @@ def test_explicit_compiled_with_openmp_matches_reference(method):
     u0 = rng.random((20, 18))
     st = msc.explicit(divkgrad, 0.02, method)
     ref = st.reference(steps=7, u=u0, k=k)["u"]
-    out = st.compile(target="openmp", threads=2).run(steps=7, u=u0, k=k)["u"]
+    kernel = st.compile(target="openmp", threads=2)
+    out = kernel.run(steps=7, u=u0, k=k)["u"]
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    sim = kernel.start(u=u0, k=k)  # stepped: the stages filled as run fills them
+    sim.advance(3)
+    sim.advance(4)
+    np.testing.assert_array_equal(sim.fields["u"], out)
 
 
 def test_explicit_two_field_nonlinear_periodic_compiles():
@@ -570,3 +600,27 @@ def test_unknown_methods_and_non_operators_are_msc_errors_naming_the_choices():
         msc.explicit(lap5, 0.1, "rk3")
     with pytest.raises(msc.StencilArgumentError, match="implicit\\(\\) takes an msc.operator, got function"):
         msc.implicit(lambda u: u, 0.1, shape=(6, 6))
+
+
+def test_implicit_multigrid_on_a_system_names_the_solver_keyword():
+    with pytest.raises(msc.StencilArgumentError, match=r"solver 'multigrid' solves operators of one unknown; "
+                                                       r"operator 'coupled' has u, v \(a system\): use solver='direct'"):
+        msc.implicit(coupled, 0.1, shape=(8, 8), a=0.5, solver="multigrid")
+
+
+def test_solve_names_what_is_wrong_with_its_arguments_and_its_info_is_a_mapping():
+    rhs, h = np.ones((8, 8)), 0.1
+    for call, said in [
+        (lambda: msc.solve(lap5, rhs + 1j, h=h), "rhs for 'u' is complex"),
+        (lambda: msc.solve(lap5, rhs, h=h, u=np.zeros((12, 10))),
+         "rhs for 'u' must have the interior's shape (10, 8) (the interior of 'u', whose shape is (12, 10))"),
+        (lambda: msc.solve(lambda u: u, rhs), "msc.solve() takes an msc.operator, got function"),
+        (lambda: msc.solve(lap5, rhs, h=h, u=[[0.0] * 10] * 10), "'u' (its ring values) must be a numpy array"),
+    ]:
+        with pytest.raises(msc.StencilArgumentError, match=re.escape(said)):
+            call()
+    u, info = msc.solve(lap5, rhs, h=h, method="cg", tol=np.float32(1e-6), maxiter=np.int64(50), full_output=True)
+    assert info.residuals[-1] <= 1e-6
+    assert "solver" in info and dict(info)["method"] == "cg" and info.get("nope") is None
+    with pytest.raises(KeyError):
+        info["nope"]

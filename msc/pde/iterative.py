@@ -19,9 +19,10 @@ underflow on the V-cycle's values).
 
 from __future__ import annotations
 
+import numbers
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ SINGLE_DIAGONAL = (1e-30, 1e30)  # ... whose diagonal's magnitudes lie in this r
 class SolveInfo:
     """What a solve did: `info.iterations`, `info.residuals` (relative, one per iteration), ...
 
-    Also readable as a mapping (`info["solver"]`)."""
+    Also a read-only mapping of those names (`info["solver"]`, `"solver" in info`, `dict(info)`)."""
 
     method: str
     solver: str
@@ -69,8 +70,25 @@ class SolveInfo:
     levels_in_blocks: int = 0  # ... the multigrid levels that run in blocks over ranks (the rest on rank 0)
     ranks_per_level: list[int] = field(default_factory=list)  # ... and how many ranks hold each level
 
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)] + ["convergence_factor"]
+
     def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(key)
         return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
 
     @property
     def convergence_factor(self) -> float:
@@ -83,17 +101,19 @@ class SolveInfo:
 def check_method(what: str, method: Any, tol: Any, maxiter: Any) -> None:
     if method not in METHODS:
         raise StencilArgumentError(f"{what}: method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 < tol < 1:
+    if not isinstance(tol, numbers.Real) or isinstance(tol, bool) or not 0 < tol < 1:
         raise StencilArgumentError(f"{what}: tol must be a number between 0 and 1, got {tol!r}")
-    if maxiter is not None and (not isinstance(maxiter, int) or isinstance(maxiter, bool) or maxiter < 1):
+    if maxiter is not None and (not isinstance(maxiter, numbers.Integral) or isinstance(maxiter, bool)
+                                or maxiter < 1):
         raise StencilArgumentError(f"{what}: maxiter must be a positive integer, got {maxiter!r}")
 
 
-def check_scalar(L: Operator, what: str, method: str) -> None:
+def check_scalar(L: Operator, what: str, method: str, keyword: str = "method") -> None:
+    """StencilArgumentError unless `L` has one unknown; `keyword` is the caller's name for `method`."""
     if len(L.ir.unknowns) != 1:
         raise StencilArgumentError(
-            f"{what}: method {method!r} solves operators of one unknown; operator '{L.name}' has "
-            f"{', '.join(L.ir.unknowns)} (a system): use method='direct'")
+            f"{what}: {keyword} {method!r} solves operators of one unknown; operator '{L.name}' has "
+            f"{', '.join(L.ir.unknowns)} (a system): use {keyword}='direct'")
 
 
 def preconditioner_dtype(L: Operator, diag: np.ndarray) -> str:

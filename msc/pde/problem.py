@@ -31,17 +31,33 @@ def checked_problem(L: Operator, rhs: Any, inputs: Mapping[str, Any],
     rhs_by = split_by_field(L, rhs, "rhs")
     if set(rhs_by) != set(L.ir.unknowns):
         raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
+    for u in L.ir.unknowns:
+        if np.iscomplexobj(rhs_by[u]):
+            raise StencilArgumentError(f"operator '{L.name}': rhs for '{u}' is complex; msc solves real problems "
+                                       "(solve the real and imaginary parts apart)")
+        given = inputs.get(u)
+        if given is not None and not isinstance(given, np.ndarray):
+            raise StencilArgumentError(f"operator '{L.name}': '{u}' (its ring values) must be a numpy array, "
+                                       f"got {type(given).__name__}")
+    taken_from = ""  # where the arrays' shape came from, when not from shape= or the rhs
     if shape is None:
         first = inputs.get(L.ir.unknowns[0])
         if first is not None:
             shape = tuple(first.shape)
+            taken_from = f" (the interior of '{L.ir.unknowns[0]}', whose shape is {shape})"
         else:
             grow = 0 if L.ir.boundary == "periodic" else 2
             shape = tuple(n + grow * r for n, r in zip(np.shape(rhs_by[L.ir.unknowns[0]]), L.radius))
     shape = tuple(shape)
     n = L.interior_shape(shape)
     for u in L.ir.unknowns:
+        given = inputs.get(u)
+        if given is not None and given.shape != shape:
+            raise StencilArgumentError(f"operator '{L.name}': '{u}' has shape {given.shape}, and the problem's "
+                                       f"arrays have shape {shape}")
+    for u in L.ir.unknowns:
         if np.shape(rhs_by[u]) != n:
             raise StencilArgumentError(
-                f"operator '{L.name}': rhs for '{u}' must have the interior's shape {n}, got {np.shape(rhs_by[u])}")
+                f"operator '{L.name}': rhs for '{u}' must have the interior's shape {n}{taken_from}, "
+                f"got {np.shape(rhs_by[u])}")
     return shape, np.concatenate([np.asarray(rhs_by[u], np.float64).reshape(-1) for u in L.ir.unknowns])

@@ -109,6 +109,11 @@ class _StageKernel:
         out = self._kernel.run(steps, *args, **self._st.with_stages(inputs))
         return self._st.strip(out) if isinstance(out, dict) else out
 
+    def start(self, *args: Any, **inputs: Any) -> Any:
+        """A simulation (`advance`, `save`; `kernel.resume` continues it), its stage fields filled
+        as `run` fills them (they are among its fields, as in its checkpoints)."""
+        return self._kernel.start(*args, **self._st.with_stages(inputs))
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._kernel, name)
 
@@ -175,16 +180,16 @@ class Implicit:
             raise StencilArgumentError(f"implicit(): solver must be 'direct' or 'multigrid', got {solver!r}")
         check_method(f"implicit step of operator '{L.name}'", "multigrid", tol, maxiter)
         if solver == "multigrid":
-            check_scalar(L, f"implicit step of operator '{L.name}'", solver)
+            check_scalar(L, f"implicit step of operator '{L.name}'", solver, "solver")
         self.L, self.dt, self.method, self.shape = L, _checked_dt("implicit", dt), method, tuple(shape)
         self.theta = 1.0 if method == "backward_euler" else 0.5
-        self.params = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
         self._multigrid = solver == "multigrid"
         self.tol, self.maxiter = tol, maxiter
         self._factor = Factorization()
         self.refactorizations = 0
         self.iterations: list[int] = []  # per multigrid step: the Krylov iterations it took
-        self._assemble()
+        self.params: dict[str, Any] = {}
+        self._assemble({k: _kept(v) for k, v in inputs.items() if k not in L.ir.unknowns})
 
     @property
     def solver(self) -> str:
@@ -196,21 +201,26 @@ class Implicit:
         return (f"<msc.Implicit {self.method} step of '{self.L.name}', dt={self.dt:g}, shape {self.shape}, "
                 f"{unknowns} unknowns, {self.solver}>")
 
-    def _assemble(self) -> None:
+    def _assemble(self, params: dict[str, Any]) -> None:
+        """The step's matrices (or its multigrid solver) for `params`, taken on with them only once
+        built and factored: a failure (a wrong argument, a singular matrix) leaves the stepper as it was."""
         what = f"implicit step of operator '{self.L.name}'"
-        if self._multigrid:
-            self._iterative = IterativeSolver(self.L, self.shape, self.params, 1.0, -self.theta * self.dt,
-                                              "multigrid", self.tol, self.maxiter, what)
-            self._apply_L = from_operator(self.L, self.shape, self.params, 0.0, 1.0, "openmp", None)
+        if self._multigrid:  # checked as the direct solver's assembly checks them: names, types, values
+            assemble(self.L, self.shape, "float64", {**params, **{u: np.zeros(self.shape) for u in self.L.ir.unknowns}},
+                     matrix=False)
+            iterative = IterativeSolver(self.L, self.shape, params, 1.0, -self.theta * self.dt,
+                                        "multigrid", self.tol, self.maxiter, what)
+            apply_L = from_operator(self.L, self.shape, params, 0.0, 1.0, "openmp", None)
+            self._iterative, self._apply_L, self.params = iterative, apply_L, params
             return
-        A, _ = assemble(self.L, self.shape, "float64", self.params)
+        A, _ = assemble(self.L, self.shape, "float64", params)
         assert A is not None
-        self.A = A
         import scipy.sparse as sp  # imported where used: `import msc` stays light
 
-        self.M = (sp.identity(A.shape[0], format="csr") - (self.theta * self.dt) * A).tocsr()
-        self.M.sort_indices()
-        self._factor.factor(self.M, what)
+        M = (sp.identity(A.shape[0], format="csr") - (self.theta * self.dt) * A).tocsr()
+        M.sort_indices()
+        self._factor.factor(M, what)  # on failure it keeps the factor it had
+        self.A, self.M, self.params = A, M, params
 
     def _A(self, v: np.ndarray) -> np.ndarray:
         if self._multigrid:
@@ -229,14 +239,13 @@ class Implicit:
         L = self.L
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
             raise StencilArgumentError(f"operator '{L.name}': steps must be a non-negative integer, got {steps!r}")
-        changed = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
-        if changed and any(not _same(self.params.get(k), v) for k, v in changed.items()):
-            self.params.update(changed)
-            self._assemble()
-            self.refactorizations += 1
         missing = [u for u in L.ir.unknowns if u not in inputs]
         if missing:
             raise StencilArgumentError(f"operator '{L.name}': run() needs the initial field(s) {', '.join(missing)}")
+        changed = {k: v for k, v in inputs.items() if k not in L.ir.unknowns}
+        if any(not _same(self.params.get(k), v) for k, v in changed.items()):
+            self._assemble({**self.params, **{k: _kept(v) for k, v in changed.items()}})
+            self.refactorizations += 1
         arrays = {u: np.array(inputs[u], dtype=np.float64) for u in L.ir.unknowns}
         _, g = assemble(L, self.shape, "float64", {**self.params, **arrays}, matrix=False)
         inner = _interior(L, self.shape)
@@ -248,6 +257,12 @@ class Implicit:
                 rhs = rhs + explicit_part * self._A(v)
             v = self._step(rhs)
         return _scatter(L, self.shape, v, arrays)
+
+
+def _kept(value: Any) -> Any:
+    """A parameter as the stepper keeps it: arrays copied, so that one changed in place after it was
+    given is seen as changed when given again (and the steps before keep what they were given)."""
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -310,6 +325,8 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0; with
     `blocks=True` and the global `shape` on every rank, each rank gives its own blocks and gets its
     block of the solution (msc.pde.distributed.owned_block)."""
+    if not isinstance(L, Operator):
+        raise StencilArgumentError(f"msc.solve() takes an msc.operator, got {type(L).__name__}")
     what = f"msc.solve with operator '{L.name}'"
     check_method(what, method, tol, maxiter)
     if comm is not None:
