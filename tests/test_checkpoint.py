@@ -310,3 +310,19 @@ def test_reprs_are_short_and_notebooks_get_html():
     page = sim._repr_html_()
     assert "msc simulation of &#x27;heat&#x27;" in page and "<img src=\"data:image/png;base64," in page
     assert "#include" in kernel.source
+
+
+def test_a_save_over_a_distributed_checkpoint_removes_its_block_folders_and_nothing_else(tmp_path):
+    """Only folders named as msc names block folders, beside the checkpoint, are removed, whatever
+    the replaced manifest names (here also a folder above it)."""
+    from msc.runtime.checkpoint import header, write_manifest
+
+    sim = heat.compile(threads=1).start(u=np.random.default_rng(6).random((9, 8)), alpha=0.1)
+    (tmp_path / "run.nc.blocks-3-abc").mkdir()
+    (tmp_path / "keep").mkdir()
+    write_manifest(tmp_path / "run.nc", header(heat.ir, 3, {"alpha": 0.1}, (9, 8)),
+                   ["run.nc.blocks-3-abc/rank-00000.nc", "keep/rank-00001.nc", "../rank-00002.nc"])
+    sim.save(tmp_path / "run.nc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "run.nc"]
+    with pytest.raises(StencilArgumentError, match="a grid spacing is a positive number"):
+        sim.to_xarray(spacing=0)

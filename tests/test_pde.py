@@ -616,6 +616,11 @@ def test_solve_names_what_is_wrong_with_its_arguments_and_its_info_is_a_mapping(
          "rhs for 'u' must have the interior's shape (10, 8) (the interior of 'u', whose shape is (12, 10))"),
         (lambda: msc.solve(lambda u: u, rhs), "msc.solve() takes an msc.operator, got function"),
         (lambda: msc.solve(lap5, rhs, h=h, u=[[0.0] * 10] * 10), "'u' (its ring values) must be a numpy array"),
+        (lambda: msc.solve(lap5, rhs, h=np.nan), "scalar parameter 'h' is nan"),
+        (lambda: msc.solve(lap5, np.where(rhs > 0, np.inf, 0), h=h), "rhs for 'u' is inf at (0, 0) (interior "
+                                                                       "indices) and at 63 more points"),
+        (lambda: msc.solve(divkgrad, rhs, k=np.where(np.arange(10) == 3, np.nan, np.ones((10, 10)))),
+         "coefficient 'k' is nan at (0, 3) and at 9 more points"),
     ]:
         with pytest.raises(msc.StencilArgumentError, match=re.escape(said)):
             call()

@@ -58,6 +58,8 @@ class _Inputs:
             if not isinstance(v, (int, float, np.number)) or isinstance(v, bool):
                 raise StencilArgumentError(f"{where}: scalar parameter '{p}' must be a number, got {type(v).__name__}")
             self.params[p] = float(v)
+            if not np.isfinite(self.params[p]):
+                raise StencilArgumentError(f"{where}: scalar parameter '{p}' is {self.params[p]}")
         self.arrays: dict[str, np.ndarray] = {}
         for f in op.ir.coefficients + op.ir.unknowns:
             if f not in inputs or inputs[f] is None:
@@ -68,6 +70,12 @@ class _Inputs:
                 raise StencilArgumentError(
                     f"{where}: '{f}' must be a numpy array of shape {self.shape} (ring included), got {got}")
             a = a.astype(self.dtype, copy=False)
+            bad = np.argwhere(~np.isfinite(a))
+            if len(bad):
+                at = tuple(int(i) for i in bad[0])
+                what = "coefficient" if f in op.ir.coefficients else "the array (ring included) of unknown"
+                raise StencilArgumentError(f"{where}: {what} '{f}' is {a[at]} at {at}"
+                                           + (f" and at {len(bad) - 1} more points" if len(bad) > 1 else ""))
             self.arrays[f] = np.pad(a, [(r, r) for r in self.r], mode="wrap") if self.periodic else a
 
     def window(self, name: str, offsets: tuple[int, ...]) -> np.ndarray:

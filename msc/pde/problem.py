@@ -32,6 +32,12 @@ def checked_problem(L: Operator, rhs: Any, inputs: Mapping[str, Any],
     if set(rhs_by) != set(L.ir.unknowns):
         raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
     for u in L.ir.unknowns:
+        values = np.asarray(rhs_by[u])
+        bad = np.argwhere(~np.isfinite(values)) if values.dtype.kind in "fc" else ()
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            raise StencilArgumentError(f"operator '{L.name}': rhs for '{u}' is {values[at]} at {at} (interior "
+                                       "indices)" + (f" and at {len(bad) - 1} more points" if len(bad) > 1 else ""))
         if np.iscomplexobj(rhs_by[u]):
             raise StencilArgumentError(f"operator '{L.name}': rhs for '{u}' is complex; msc solves real problems "
                                        "(solve the real and imaginary parts apart)")

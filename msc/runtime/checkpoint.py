@@ -114,7 +114,24 @@ def write_block(path: Path, stencil: ir.StencilIR, attrs: Mapping[str, Any], blo
     short = check_room(path, data.nbytes)
     if short is not None:
         raise CheckpointError(f"checkpoint {path} {short}: nothing was written")
+    previous = _block_folders(path)  # a distributed checkpoint this one replaces
     _written(path, lambda: atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf")))
+    for folder in previous:
+        shutil.rmtree(path.parent / folder, ignore_errors=True)
+
+
+def _block_folders(path: Path) -> set[Path]:
+    """The block folders (relative to its folder) of the distributed checkpoint at `path`; none for
+    another file, a damaged or foreign one (nothing of it is removed), or no file. Only folders
+    named as msc names them (`<name>.blocks-...`, beside `path`) are taken, whatever the file says."""
+    if not path.is_file():
+        return set()
+    try:
+        with open_file(path) as old:
+            named = {Path(n).parent for n in str(old.attrs.get("msc_blocks", "")).split("\n") if n}
+    except CheckpointError:
+        return set()
+    return {f for f in named if len(f.parts) == 1 and f.name.startswith(f"{path.name}.blocks-")}
 
 
 def _written(path: Path, write: Any) -> None:
@@ -177,13 +194,7 @@ def write_manifest(path: Path, attrs: Mapping[str, Any], blocks: Sequence[str]) 
     import xarray as xr
 
     check_not_folder(path)
-    previous = set()
-    if path.is_file():
-        try:
-            with open_file(path) as old:
-                previous = {Path(n).parent for n in str(old.attrs.get("msc_blocks", "")).split("\n") if n}
-        except CheckpointError:
-            pass  # a damaged or foreign file is replaced; nothing of it is removed
+    previous = _block_folders(path)
     data = xr.Dataset(attrs={**attrs, "msc_blocks": "\n".join(blocks)})
     _written(path, lambda: atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf")))
     for folder in previous - {Path(n).parent for n in blocks}:

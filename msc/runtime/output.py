@@ -13,6 +13,7 @@ import base64
 import errno
 import html
 import io
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +32,8 @@ def coordinates(shape: tuple[int, ...], spacing: float | tuple[float, ...] | Non
     steps = (spacing,) * len(shape) if np.isscalar(spacing) else tuple(spacing)  # type: ignore[arg-type]
     if len(steps) != len(shape):
         raise StencilArgumentError(f"spacing {spacing!r} needs one value, or one per axis ({len(shape)})")
+    if not all(isinstance(h, numbers.Real) and not isinstance(h, bool) and h > 0 for h in steps):
+        raise StencilArgumentError(f"spacing {spacing!r}: a grid spacing is a positive number")
     return {name: np.arange(n) * float(h) for name, n, h in zip(ir.DIM_NAMES, shape, steps)}
 
 
