@@ -9,13 +9,14 @@ optionally tunes (msc.solvers.tune) and factors.
 from __future__ import annotations
 
 from msc.solvers import tune as tuner
-from msc.solvers.cholesky import Ordering, Symbolic, analyze
+from msc.solvers.cholesky import Ordering, Symbolic, analyze, check_options
 from msc.solvers.errors import (
     FactorTooLargeError,
     InvalidMatrixError,
     MatrixReadError,
     NotPositiveDefiniteError,
     NotSymmetricError,
+    OptionError,
     OrderingError,
     RightHandSideError,
     SolverError,
@@ -35,6 +36,7 @@ def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo
     """Factor A = P^T L L^T P. tune=True takes amalgamation and queue parameters
     from the auto-tuner's cache for this machine and matrix class (tuning and
     storing them on a miss); explicit parameters override the tuned ones."""
+    check_options(threads, max_factor_bytes, symmetry_rtol)
     lower = lower_triangle(A, uplo, symmetry_rtol)
     tuning = None
     if tune:
@@ -53,6 +55,6 @@ def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo
 
 __all__ = [
     "Amalgamation", "Factor", "FactorTooLargeError", "InvalidMatrixError", "MatrixReadError",
-    "NotPositiveDefiniteError", "NotSymmetricError", "OrderingError", "QueueParams",
+    "NotPositiveDefiniteError", "NotSymmetricError", "OptionError", "OrderingError", "QueueParams",
     "RightHandSideError", "SolverError", "Symbolic", "analyze", "cholesky",
 ]

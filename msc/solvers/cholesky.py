@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from msc.solvers import ordering as orderings
 from msc.solvers import schedule as schedules
-from msc.solvers.errors import InvalidMatrixError, NotPositiveDefiniteError
+from msc.solvers.errors import InvalidMatrixError, NotPositiveDefiniteError, OptionError
 from msc.solvers.factor import Factor
 from msc.solvers.matrix import DEFAULT_SYMMETRY_RTOL, Triangle, lower_triangle
 from msc.solvers.memory import small_pages
@@ -78,6 +78,7 @@ class Symbolic:
                  amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
                  threads: int | None = None, max_factor_bytes: int | None = None,
                  symmetry_rtol: float = DEFAULT_SYMMETRY_RTOL) -> None:
+        check_options(threads, max_factor_bytes, symmetry_rtol)
         t0 = time.perf_counter()
         self.uplo: Triangle = uplo
         self.symmetry_rtol = symmetry_rtol
@@ -142,6 +143,9 @@ class Symbolic:
         q = queues or self.queues
         Lx, fail, qstats = factorize(S, Ax, self.schedule, q)
         t2 = time.perf_counter()
+        if fail >= 0 and self.threads > 1:  # threads stop at whichever failure they meet first: in order,
+            one = schedules.build(S.super, S.sparent, S.Sp, 1)  # the first failing pivot, on every run
+            fail = factorize(S, Ax, one, q)[1]
         if fail >= 0:
             col = int(S.perm[fail])
             raise NotPositiveDefiniteError(
@@ -156,6 +160,21 @@ class Symbolic:
         return Factor(S, Lx, timings, stats)
 
 
+def check_options(threads: object, max_factor_bytes: object, symmetry_rtol: object) -> None:
+    """OptionError naming the first option out of range."""
+    def integral(v: object) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if threads is not None and (not integral(threads) or threads < 0):  # type: ignore[operator]
+        raise OptionError(f"threads must be a non-negative integer (0 or None: the default), got {threads!r}")
+    if max_factor_bytes is not None and (not integral(max_factor_bytes) or max_factor_bytes <= 0):  # type: ignore[operator]
+        raise OptionError(f"max_factor_bytes must be a positive integer (None: half the physical memory), "
+                          f"got {max_factor_bytes!r}")
+    if (not isinstance(symmetry_rtol, (float, int, np.floating, np.integer)) or isinstance(symmetry_rtol, bool)
+            or not 0 <= symmetry_rtol < 1):  # type: ignore[operator]
+        raise OptionError(f"symmetry_rtol must be a number in [0, 1), got {symmetry_rtol!r}")
+
+
 @small_pages()
 def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
             amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
@@ -168,6 +187,7 @@ def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
     predicts less fill, as CHOLMOD does), 'amd', 'metis', 'natural' or a
     permutation array. Raises FactorTooLargeError when the predicted factor
     exceeds max_factor_bytes (default: half the physical memory)."""
+    check_options(threads, max_factor_bytes, symmetry_rtol)
     lower = lower_triangle(A, uplo, symmetry_rtol)
     return Symbolic(lower, ordering, uplo=uplo, amalgamation=amalgamation, queues=queues,
                     threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)

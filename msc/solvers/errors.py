@@ -42,5 +42,9 @@ class OrderingError(SolverError, ValueError):
     """An unknown ordering, an unavailable ordering library or an invalid permutation."""
 
 
+class OptionError(SolverError, ValueError):
+    """An option of analyze/cholesky is not usable (threads, max_factor_bytes, symmetry_rtol)."""
+
+
 class MatrixReadError(SolverError, OSError):
     """A matrix file could not be parsed."""

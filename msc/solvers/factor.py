@@ -80,6 +80,9 @@ class Factor:
     def solve(self, b: object) -> np.ndarray:
         """Solve A x = b for b of shape (n,) or (n, k); returns float64 of b's shape."""
         t0 = time.perf_counter()
+        if sp.issparse(b):
+            raise RightHandSideError(f"right-hand side must be a dense numpy array, got a scipy.sparse "
+                                     f"{type(b).__name__} (pass b.toarray())")
         B = np.asarray(b)
         if B.ndim not in (1, 2) or B.shape[0] != self.n:
             raise RightHandSideError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -14,6 +16,7 @@ from msc.solvers import (
     MatrixReadError,
     NotPositiveDefiniteError,
     NotSymmetricError,
+    OptionError,
     OrderingError,
     RightHandSideError,
     analyze,
@@ -67,6 +70,41 @@ def test_indefinite_laplacian_shift() -> None:
     with pytest.raises(NotPositiveDefiniteError) as info:
         cholesky(A)
     assert 0 <= info.value.column < 100
+
+
+def test_the_failing_pivot_is_the_first_whatever_the_thread_count() -> None:
+    """Threads stop at whichever failure they meet first (two independent blocks, one failing at
+    its last pivot, one at its first: 199 or 200 before); the error names the first in order."""
+    n = 400
+    d = np.full(n, 4.0)
+    d[199] = d[200] = -1.0
+    off = np.full(n - 1, -1.0)
+    off[199] = 0.0  # no coupling between the blocks 0..199 and 200..399
+    A = sp.csc_array(sp.diags_array(d) + sp.diags_array([off, off], offsets=[-1, 1]))
+    columns = set()
+    for threads in (1, 2, 2, 2, 2, 4):
+        with pytest.raises(NotPositiveDefiniteError, match="pivot 199 of the permuted matrix") as info:
+            cholesky(A, ordering="natural", threads=threads)
+        columns.add(info.value.column)
+    assert columns == {199}
+
+
+@pytest.mark.parametrize("options, said", [
+    ({"threads": 1.5}, "threads must be a non-negative integer"),
+    ({"threads": -2}, "threads must be a non-negative integer"),
+    ({"max_factor_bytes": -1}, "max_factor_bytes must be a positive integer"),
+    ({"symmetry_rtol": -1}, "symmetry_rtol must be a number in [0, 1)"),
+])
+def test_options_out_of_range_are_named(options: dict, said: str) -> None:
+    with pytest.raises(OptionError, match=re.escape(said)):
+        cholesky(laplacian(4, 2), **options)
+    with pytest.raises(OptionError, match=re.escape(said)):
+        analyze(laplacian(4, 2), **options)
+
+
+def test_a_sparse_right_hand_side_is_named() -> None:
+    with pytest.raises(RightHandSideError, match=r"dense numpy array, got a scipy.sparse .* \(pass b.toarray\(\)\)"):
+        cholesky(laplacian(3, 2)).solve(sp.csr_array(np.ones((9, 1))))
 
 
 def test_zero_diagonal_is_not_positive_definite() -> None:
