@@ -621,6 +621,7 @@ def test_solve_names_what_is_wrong_with_its_arguments_and_its_info_is_a_mapping(
                                                                        "indices) and at 63 more points"),
         (lambda: msc.solve(divkgrad, rhs, k=np.where(np.arange(10) == 3, np.nan, np.ones((10, 10)))),
          "coefficient 'k' is nan at (0, 3) and at 9 more points"),
+        (lambda: msc.solve(lap5, rhs, h=h, method="direct", smoother="jacobbi"), "smoother must be one of"),
     ]:
         with pytest.raises(msc.StencilArgumentError, match=re.escape(said)):
             call()

@@ -52,6 +52,13 @@ class Level:
     rho: float = 0.0  # a Gershgorin bound of the spectral radius of D^-1 A
 
 
+def check_smoother(what: str, smoother: Any) -> None:
+    """StencilArgumentError unless `smoother` is one of SMOOTHERS."""
+    if smoother not in SMOOTHERS:
+        raise StencilArgumentError(f"{what}: smoother must be one of {', '.join(map(repr, SMOOTHERS))}, "
+                                   f"got {smoother!r}")
+
+
 def jacobi_weight(rho: float, ndim: int) -> float:
     """Jacobi's omega for D^-1 A with spectrum in (0, rho]: the weight that damps [rho / 2d, rho], the
     upper part of the spectrum a coarse grid cannot represent, as evenly as it can (2 / (rho / 2d + rho);
@@ -93,9 +100,7 @@ class Multigrid:
                  smoother: str = "jacobi", applied: CompiledOperator | None = None) -> None:
         if not isinstance(sweeps, int) or isinstance(sweeps, bool) or sweeps < 1:
             raise StencilArgumentError(f"{what}: sweeps must be a positive integer, got {sweeps!r}")
-        if smoother not in SMOOTHERS:
-            raise StencilArgumentError(f"{what}: smoother must be one of {', '.join(map(repr, SMOOTHERS))}, "
-                                       f"got {smoother!r}")
+        check_smoother(what, smoother)
         start = time.perf_counter()
         self.sweeps, self.smoother = sweeps, smoother
         self.levels: list[Level] = []

@@ -32,6 +32,7 @@ from msc.pde.assemble import assemble
 from msc.pde.direct import Factorization, check_residual
 from msc.pde.iterative import IterativeSolver, SolveInfo, check_method, check_scalar
 from msc.pde.matfree import from_operator
+from msc.pde.multigrid import check_smoother
 from msc.pde.operator import Operator
 from msc.pde.problem import checked_problem
 from msc.stencil import Stencil
@@ -329,6 +330,7 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
         raise StencilArgumentError(f"msc.solve() takes an msc.operator, got {type(L).__name__}")
     what = f"msc.solve with operator '{L.name}'"
     check_method(what, method, tol, maxiter)
+    check_smoother(what, smoother)  # whatever the method: a misspelt option is never ignored
     if comm is not None:
         from msc.pde.distributed import solve_distributed
 

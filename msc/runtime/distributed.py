@@ -564,6 +564,14 @@ class GlobalSimulation:
         """The scalar parameters the next steps use."""
         return dict(self._local._scalars)
 
+    def to_xarray(self, spacing: float | tuple[float, ...] | None = None) -> Any:
+        """The newest levels as an xarray Dataset on rank 0, as `Simulation.to_xarray` (collective:
+        the fields are gathered there); None on the other ranks."""
+        from msc.runtime.output import dataset
+
+        fields = self.fields
+        return None if fields is None else dataset(self.distributed.kernel.ir, fields, self.step, spacing)
+
     @property
     def fields(self) -> dict[str, np.ndarray] | None:
         gathered = self.distributed.gather(self._local.fields, self._rings)

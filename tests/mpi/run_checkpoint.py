@@ -59,7 +59,10 @@ def save(folder: Path) -> dict[str, Any]:
             sim.advance(13, every=13, out=folder / f"{name}_series.nc")  # rank 0 appends the gathered fields
             sim.advance(0)
             newest = sim.fields
+            as_xarray = sim.to_xarray()  # collective: gathered on rank 0
+            assert (as_xarray is None) == (comm.rank != 0)
             if comm.rank == 0:
+                assert all(np.array_equal(as_xarray[f].values, array) for f, array in newest.items()), name
                 with xr.open_dataset(folder / f"{name}_series.nc") as series:
                     assert list(series["time"].values) == [13], name
                     for f, array in newest.items():
