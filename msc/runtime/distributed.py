@@ -461,7 +461,11 @@ class DistributedSimulation:
         (NonFiniteWarning) when a written field is no longer finite on any rank. A time
         series (`every`, `out`) needs the global arrays: `kernel.start(comm=...)` writes one."""
         owner = self.owner
-        _check_unwatched(owner.kernel.ir.name, progress, every, out, "kernel.start(comm=...)'s simulation writes one")
+        _check_no_bar(owner.kernel.ir.name, progress)
+        if every is not None or out is not None:
+            raise DistributedError(f"stencil '{owner.kernel.ir.name}': advance(every=, out=) writes a time series "
+                                   "from the global arrays, which this simulation of blocks does not gather: "
+                                   "kernel.start(comm=...)'s simulation writes one")
         _collectively(owner.comm, lambda: _check_steps(owner.kernel.ir.name, steps))
         counts = owner.comm.allgather(steps)
         if len(set(counts)) > 1:
@@ -540,7 +544,7 @@ class GlobalSimulation:
         the fields are gathered to rank 0, which appends them to the netCDF time series `path`
         (msc.runtime.output; checked on rank 0 before any step runs, its errors raised on every rank)."""
         stencil, comm = self.distributed.kernel.ir, self.distributed.comm
-        _check_unwatched(stencil.name, progress, None, None, "")
+        _check_no_bar(stencil.name, progress)
         if every is None and out is None:
             self._local.advance(steps, _stacklevel=_stacklevel + 1)
             return
@@ -550,12 +554,13 @@ class GlobalSimulation:
         shape = self.distributed.shape
         writer = _collectively(comm, lambda: SeriesWriter.checked(stencil, every, out, self.step, shape)
                                if comm.rank == 0 else None)
+        period: int = comm.bcast(every if comm.rank == 0 else None, root=0)  # rank 0's, checked there
         left = int(steps)
         while left > 0:
-            count = min(left, every - self.step % every)  # type: ignore[operator]
+            count = min(left, period - self.step % period)
             self._local.advance(count, _stacklevel=_stacklevel + 1)
             left -= count
-            if self.step % every == 0:  # type: ignore[operator]
+            if self.step % period == 0:
                 fields = self.fields  # collective
                 _collectively(comm, lambda: writer.append(fields, self.step) if writer is not None else None)
 
@@ -594,15 +599,10 @@ class GlobalSimulation:
         self.close()
 
 
-def _check_unwatched(name: str, progress: Any, every: Any, out: Any, series: str) -> None:
-    """DistributedError for what a run over MPI does not do: a progress bar, and (`series` says
-    what does) a time series."""
+def _check_no_bar(name: str, progress: Any) -> None:
     if progress:
         raise DistributedError(f"stencil '{name}': runs over MPI show no progress bar (progress=True); rank 0 "
                                "can print its own progress between advance() calls")
-    if every is not None or out is not None:
-        raise DistributedError(f"stencil '{name}': advance(every=, out=) writes a time series from the global "
-                               f"arrays, which this simulation does not gather: {series}")
 
 
 def _check_steps(name: str, steps: Any) -> None:
