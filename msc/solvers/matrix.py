@@ -3,6 +3,7 @@ triangle of a symmetric float64 matrix in CSC with sorted indices."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import numpy as np
@@ -54,6 +55,7 @@ def lower_triangle(A: object, uplo: Triangle = "full", symmetry_rtol: float = DE
         raise InvalidMatrixError(f"matrix has a non-finite entry {C.data[bad]} at ({int(C.indices[bad])}, {col})")
     if uplo == "full":
         return _lower_of_full(C, symmetry_rtol)
+    _warn_if_only_the_other_triangle(C, uplo)
     if uplo == "lower":
         L = sp.tril(C, format="csc")
     else:
@@ -61,6 +63,19 @@ def lower_triangle(A: object, uplo: Triangle = "full", symmetry_rtol: float = DE
     L = sp.csc_array(L)
     L.sort_indices()
     return L
+
+
+def _warn_if_only_the_other_triangle(C: sp.csc_array, uplo: str) -> None:
+    """A UserWarning when the triangle `uplo` names holds nothing off the diagonal and the other
+    does: its entries are ignored, so the matrix factored would be diagonal (a likely mistake)."""
+    column = np.repeat(np.arange(C.shape[1]), np.diff(C.indptr))
+    below = int(np.count_nonzero(C.indices > column))
+    above = int(np.count_nonzero(C.indices < column))
+    read, ignored = (below, above) if uplo == "lower" else (above, below)
+    if ignored and not read:
+        warnings.warn(f"uplo={uplo!r}: the {uplo} triangle has no entry off the diagonal and the other has {ignored}, "
+                      "which are ignored, so the matrix factored is diagonal; pass uplo='full', or the triangle "
+                      "that holds the entries", UserWarning, stacklevel=5)  # the user's line: cholesky or analyze
 
 
 def _lower_of_full(C: sp.csc_array, symmetry_rtol: float) -> sp.csc_array:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -248,3 +249,18 @@ def test_lower_triangle_of_full_matches_the_definition(seed: int) -> None:
         with pytest.raises(NotSymmetricError) as info:
             lower_triangle(sp.csc_array(bad))
         assert f"at ({i}, {j})" in str(info.value) or f"at ({j}, {i})" in str(info.value)
+
+
+def test_a_triangle_read_with_nothing_off_the_diagonal_warns_when_the_other_has_entries() -> None:
+    """uplo names the triangle read (as CHOLMOD's stype); given only the other one, the factor
+    would be of the diagonal alone: a warning names it, and the named triangle factors silently."""
+    upper = sp.triu(laplacian(4, 2)).tocsr()
+    with pytest.warns(UserWarning, match=r"uplo='lower': the lower triangle has no entry off the diagonal and the "
+                                         r"other has 24, which are ignored"):
+        cholesky(upper, uplo="lower")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F = cholesky(upper, uplo="upper")
+        b = np.ones(16)
+        assert relative_residual(laplacian(4, 2), F.solve(b), b) < 1e-12
+        cholesky(sp.csr_array(np.diag(np.arange(1.0, 5.0))), uplo="lower")  # diagonal: nothing to warn of
