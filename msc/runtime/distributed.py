@@ -569,6 +569,25 @@ class GlobalSimulation:
         """The scalar parameters the next steps use."""
         return dict(self._local._scalars)
 
+    def set(self, **values: Any) -> None:
+        """Change scalar parameters (collective: rank 0's values are the ones used, as at `start`).
+        Fields are not set over MPI yet: save, change and resume instead."""
+        stencil, comm = self.distributed.kernel.ir, self.distributed.comm
+
+        def checked() -> dict[str, float]:
+            for name, value in values.items():
+                if name not in stencil.params:
+                    why = "fields are not set over MPI yet" if any(f.name == name for f in stencil.fields) else \
+                        f"it has the parameters {', '.join(stencil.params) or 'none'}"
+                    raise DistributedError(f"stencil '{stencil.name}': sim.set({name}=...) over MPI ranks: {why}")
+                if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                    raise DistributedError(f"stencil '{stencil.name}': parameter '{name}' takes a number, "
+                                           f"got {type(value).__name__}")
+            return {name: float(value) for name, value in values.items()}
+
+        given = _collectively(comm, checked)
+        self._local._scalars.update(comm.bcast(given if comm.rank == 0 else None, root=0))
+
     def to_xarray(self, spacing: float | tuple[float, ...] | None = None) -> Any:
         """The newest levels as an xarray Dataset on rank 0, as `Simulation.to_xarray` (collective:
         the fields are gathered there); None on the other ranks."""

@@ -101,6 +101,18 @@ def save(folder: Path) -> dict[str, Any]:
             one = kernel.start(**data)
             one.advance(13)
             one.save(folder / f"{name}_one_process.nc")
+        for param in stencil.ir.params:  # steered between advances over the ranks, as in one process
+            with kernel.start(comm=comm, **(data if comm.rank == 0 else {f: None for f in data})) as sim:
+                sim.advance(2)
+                sim.set(**{param: 0.5 * data[param]})
+                sim.advance(3)
+                steered = sim.fields
+            if comm.rank == 0:
+                one = kernel.start(**data)
+                one.advance(2)
+                one.set(**{param: 0.5 * data[param]})
+                one.advance(3)
+                assert all(np.array_equal(steered[f], one.fields[f]) for f in steered), name
     folders = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "a folder")
     return {"block folders": folders}
 
