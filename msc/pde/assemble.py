@@ -20,6 +20,7 @@ from numpy.typing import DTypeLike
 from msc import ir
 from msc.errors import StencilArgumentError
 from msc.ir.reference import evaluate
+from msc.pde.problem import non_finite
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -70,12 +71,10 @@ class _Inputs:
                 raise StencilArgumentError(
                     f"{where}: '{f}' must be a numpy array of shape {self.shape} (ring included), got {got}")
             a = a.astype(self.dtype, copy=False)
-            bad = np.argwhere(~np.isfinite(a))
-            if len(bad):
-                at = tuple(int(i) for i in bad[0])
+            bad = non_finite(a)
+            if bad:
                 what = "coefficient" if f in op.ir.coefficients else "the array (ring included) of unknown"
-                raise StencilArgumentError(f"{where}: {what} '{f}' is {a[at]} at {at}"
-                                           + (f" and at {len(bad) - 1} more points" if len(bad) > 1 else ""))
+                raise StencilArgumentError(f"{where}: {what} '{f}' is {bad}")
             self.arrays[f] = np.pad(a, [(r, r) for r in self.r], mode="wrap") if self.periodic else a
 
     def window(self, name: str, offsets: tuple[int, ...]) -> np.ndarray:

@@ -25,6 +25,16 @@ def split_by_field(L: Operator, values: Mapping[str, Any] | np.ndarray | None, w
     return {L.ir.unknowns[0]: values}
 
 
+def non_finite(values: np.ndarray, indices: str = "") -> str:
+    """Where `values` is NaN or infinite ("nan at (5, 5) and at 3 more points", `indices` saying after the
+    position what it indexes), or "" when it is finite."""
+    bad = np.argwhere(~np.isfinite(values)) if values.dtype.kind in "fc" else ()
+    if not len(bad):
+        return ""
+    at = tuple(int(i) for i in bad[0])
+    return f"{values[at]} at {at}{indices}" + (f" and at {len(bad) - 1} more points" if len(bad) > 1 else "")
+
+
 def checked_problem(L: Operator, rhs: Any, inputs: Mapping[str, Any],
                     shape: tuple[int, ...] | None) -> tuple[tuple[int, ...], np.ndarray]:
     """msc.solve's arrays' shape and the stacked right-hand side over the interior (unknowns in order)."""
@@ -32,12 +42,9 @@ def checked_problem(L: Operator, rhs: Any, inputs: Mapping[str, Any],
     if set(rhs_by) != set(L.ir.unknowns):
         raise StencilArgumentError(f"operator '{L.name}': rhs must give {', '.join(L.ir.unknowns)}")
     for u in L.ir.unknowns:
-        values = np.asarray(rhs_by[u])
-        bad = np.argwhere(~np.isfinite(values)) if values.dtype.kind in "fc" else ()
-        if len(bad):
-            at = tuple(int(i) for i in bad[0])
-            raise StencilArgumentError(f"operator '{L.name}': rhs for '{u}' is {values[at]} at {at} (interior "
-                                       "indices)" + (f" and at {len(bad) - 1} more points" if len(bad) > 1 else ""))
+        bad = non_finite(np.asarray(rhs_by[u]), " (interior indices)")
+        if bad:
+            raise StencilArgumentError(f"operator '{L.name}': rhs for '{u}' is {bad}")
         if np.iscomplexobj(rhs_by[u]):
             raise StencilArgumentError(f"operator '{L.name}': rhs for '{u}' is complex; msc solves real problems "
                                        "(solve the real and imaginary parts apart)")
