@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -160,18 +160,18 @@ class Symbolic:
         return Factor(S, Lx, timings, stats)
 
 
-def check_options(threads: object, max_factor_bytes: object, symmetry_rtol: object) -> None:
-    """OptionError naming the first option out of range."""
-    def integral(v: object) -> bool:
+def check_options(threads: Any, max_factor_bytes: Any, symmetry_rtol: Any) -> None:
+    """OptionError naming the first option out of range (the public entry points ask first)."""
+    def integral(v: Any) -> bool:
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
-    if threads is not None and (not integral(threads) or threads < 0):  # type: ignore[operator]
+    if threads is not None and (not integral(threads) or threads < 0):
         raise OptionError(f"threads must be a non-negative integer (0 or None: the default), got {threads!r}")
-    if max_factor_bytes is not None and (not integral(max_factor_bytes) or max_factor_bytes <= 0):  # type: ignore[operator]
+    if max_factor_bytes is not None and (not integral(max_factor_bytes) or max_factor_bytes <= 0):
         raise OptionError(f"max_factor_bytes must be a positive integer (None: half the physical memory), "
                           f"got {max_factor_bytes!r}")
     if (not isinstance(symmetry_rtol, (float, int, np.floating, np.integer)) or isinstance(symmetry_rtol, bool)
-            or not 0 <= symmetry_rtol < 1):  # type: ignore[operator]
+            or not 0 <= symmetry_rtol < 1):
         raise OptionError(f"symmetry_rtol must be a number in [0, 1), got {symmetry_rtol!r}")
 
 
