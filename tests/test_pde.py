@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -590,6 +591,82 @@ def test_long_sums_are_analysed_without_deep_recursion():
 def test_singular_steady_problem_is_reported():
     with pytest.raises(msc.MscError, match="msc.solve with operator 'periodic_lap': the matrix is singular"):
         msc.solve(periodic_lap, np.ones((6, 6)), c=1.0)
+
+
+@msc.operator(boundary="periodic")
+def periodic_lap3(u):
+    return (u[x - 1, y, z] + u[x + 1, y, z] + u[x, y - 1, z] + u[x, y + 1, z] + u[x, y, z - 1] + u[x, y, z + 1]
+            - 6 * u[x, y, z])
+
+
+@msc.operator(boundary="periodic")
+def periodic_upwind(u):
+    return u[x - 1, y] + u[x, y - 1] - 2 * u[x, y]
+
+
+@msc.operator(boundary="periodic")
+def every_other_point(u):
+    return u[x - 2, y] + u[x + 2, y] + u[x, y - 2] + u[x, y + 2] - 4 * u[x, y]
+
+
+def _periodic_laplacian(u: np.ndarray) -> np.ndarray:
+    return sum(np.roll(u, s, axis) for axis in range(u.ndim) for s in (1, -1)) - 2 * u.ndim * u
+
+
+@pytest.mark.parametrize("method", ["direct", "multigrid"])
+@pytest.mark.parametrize("shape", [(24, 20), (64, 64), (16, 12, 20)])
+def test_nullspace_constant_gives_the_zero_mean_solution_of_a_periodic_poisson_problem(method, shape):
+    rng = np.random.default_rng(len(shape))
+    f = rng.standard_normal(shape)
+    f -= f.mean()
+    op, args = (periodic_lap, {"c": 1.0}) if len(shape) == 2 else (periodic_lap3, {})
+    u, info = msc.solve(op, f, nullspace="constant", method=method, full_output=True, **args)
+    assert np.linalg.norm(_periodic_laplacian(u) - f) <= 1e-7 * np.linalg.norm(f)
+    assert abs(u.mean()) <= 1e-12 * np.abs(u).max()
+    assert info.solver == ("multigrid-cg" if method == "multigrid" else "swCholesky")
+    assert abs(info.rhs_mean_removed) < 1e-15
+    shifted = msc.solve(op, f, nullspace="constant", method=method, **args)  # the same answer every time
+    assert np.allclose(shifted, u, atol=1e-7 * np.abs(u).max())
+
+
+def test_nullspace_constant_solves_for_the_rhs_without_its_mean_and_warns_where_that_matters():
+    rng = np.random.default_rng(3)
+    f = rng.standard_normal((16, 16))
+    with pytest.warns(UserWarning, match=r"msc.solve with operator 'periodic_lap': the rhs has mean .* msc solved "
+                                         r"L\(u\) = rhs - mean \(the least-squares solution\)"):
+        u, info = msc.solve(periodic_lap, f, nullspace="constant", full_output=True, c=1.0)
+    assert info.rhs_mean_removed == pytest.approx(f.mean(), abs=1e-15)
+    assert np.allclose(_periodic_laplacian(u), f - f.mean(), atol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a mean within tol is rounding: no warning
+        msc.solve(periodic_lap, f - f.mean() + 1e-12, nullspace="constant", c=1.0)
+
+
+def test_apply_names_its_arguments_when_given_an_array_by_position():
+    with pytest.raises(msc.StencilArgumentError, match=re.escape("operator 'lap5': apply() takes its arrays and values "
+                                                                 "by name, apply(u=..., h=...); got 1 positional")):
+        lap5.apply(np.zeros((6, 6)), h=1.0)
+
+
+def test_nullspace_constant_refuses_operators_it_does_not_fit():
+    rhs = np.add.outer(np.arange(8.0), np.arange(8.0)) - 7.0  # of zero mean
+    for call, error, said in [
+        (lambda: msc.solve(periodic_lap, rhs, nullspace="constants", c=1.0), msc.StencilArgumentError,
+         "nullspace must be None or 'constant'"),
+        (lambda: msc.solve(lap5, np.ones((6, 6)), nullspace="constant", h=1.0), msc.StencilArgumentError,
+         "nullspace='constant' is for an operator that sends constants to zero, and this one does not: "
+         "L(1) = -2 at (0, 0)"),
+        (lambda: msc.solve(periodic_upwind, rhs, nullspace="constant", method="direct"), msc.StencilArgumentError,
+         "nullspace='constant' needs a symmetric operator"),
+        (lambda: msc.solve(periodic_upwind, rhs, nullspace="constant", method="multigrid"),
+         msc.StencilArgumentError, "nullspace='constant' needs a symmetric operator"),
+        (lambda: msc.solve(every_other_point, rhs, nullspace="constant", method="direct"), msc.MscError,
+         "its null space is larger than the constants"),
+        (lambda: msc.solve(coupled, {"u": np.ones((6, 6)), "v": np.ones((6, 6))}, nullspace="constant", a=0.5),
+         msc.StencilArgumentError, "nullspace 'constant' solves operators of one unknown"),
+    ]:
+        with pytest.raises(error, match=re.escape(said)):
+            call()
 
 
 def test_unknown_methods_and_non_operators_are_msc_errors_naming_the_choices():

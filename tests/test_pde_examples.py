@@ -84,7 +84,21 @@ def test_gray_scott_explicit(tmp_path):
 
 def test_every_pde_example_is_exercised():
     assert {p.stem for p in EXAMPLES.glob("*.py")} == {"poisson_lshape", "heat_implicit", "stability", "grayscott",
-                                                            "poisson3d_multigrid", "poisson3d_mpi"}
+                                                            "poisson3d_multigrid", "poisson3d_mpi", "periodic_poisson"}
+
+
+@pytest.mark.parametrize("method", ["direct", "multigrid"])
+def test_periodic_poisson(tmp_path, method):
+    """The singular periodic problem (nullspace="constant"): the zero-mean solution, second order in h."""
+    errors = []
+    for n in (32, 64):
+        picture = str(tmp_path / "p.png")
+        result = load("periodic_poisson").main(["--n", str(n), "--method", method, "--picture", picture])
+        assert result["solver"] == ("swCholesky" if method == "direct" else "multigrid-cg")
+        assert result["residual"] <= 1e-9 and abs(result["mean"]) <= 1e-12 and abs(result["rhs_mean_removed"]) <= 1e-12
+        errors.append(result["error"])
+    assert 3.5 <= errors[0] / errors[1] <= 4.5  # halving h quarters the error
+    assert_png(tmp_path / "p.png")
 
 
 def test_poisson3d_multigrid(tmp_path):

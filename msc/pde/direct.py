@@ -48,7 +48,7 @@ class Factorization:
             except (NotPositiveDefiniteError, NotSymmetricError):
                 pass  # not symmetric, or indefinite: LU below
         singular = (f"{what}: the matrix is singular{{}}; a periodic or pure-Neumann operator determines u "
-                    "only up to a constant")
+                    "only up to a constant (msc.solve(..., nullspace='constant') gives the solution of zero mean)")
         try:
             from scipy.sparse.linalg import splu  # imported where used: `import msc` stays light
 

@@ -63,6 +63,7 @@ from msc.pde.iterative import SolveInfo, cg_direction, check_scalar, cycle_sweep
 from msc.pde.krylov import cg, gmres
 from msc.pde.matfree import CompiledOperator, from_coefficients, from_operator
 from msc.pde.multigrid import Level, Multigrid, jacobi_scales, jacobi_weight, smooth
+from msc.pde.nullspace import check_annihilates_constants, projected
 from msc.pde.problem import checked_problem
 from msc.pde.transfer import Transfer
 from msc.pde.vectors import Vectors
@@ -286,7 +287,7 @@ class DistributedMultigrid:
     def __init__(self, L: Operator, comm: Any, shape: tuple[int, ...] | None, rhs: Any, inputs: Mapping[str, Any],
                  method: str, tol: float, maxiter: int | None, what: str, dims: Any = None,
                  threads: int | None = None, sweeps: int | None = None, smoother: str = "jacobi",
-                 blocks: bool = False) -> None:
+                 blocks: bool = False, nullspace: bool = False) -> None:
         check_scalar(L, what, method)
         start = time.perf_counter()
         self.comm, self.L, self.what, self.smoother = comm, L, what, smoother
@@ -323,6 +324,12 @@ class DistributedMultigrid:
         width = max(1, max(r))  # Galerkin reads one point around a block, the symmetry check the radius
         ringed = self._ringed(self.grid, coefs, (width,) * len(n))
         self.krylov, symmetric, rho, dtype = self._decide(coefs, ringed, width, method)
+        self.nullspace, self.rhs_mean = nullspace, 0.0
+        if nullspace:  # msc.pde.nullspace
+            ones = np.array(self.op.apply(np.ones(self.grid.count)))
+            scale = rho * self._total_max(float(np.max(np.abs(coefs.get((0,) * len(n), 0.0)))))
+            _collectively(comm, lambda: check_annihilates_constants(what, ones, scale, symmetric, self.grid.start))
+            self.b, self.rhs_mean = projected(what, self.b, tol, self._total, int(np.prod(n)), warn=self.root)
         self.sweeps = cycle_sweeps(coefs, 0.0) if sweeps is None else sweeps
 
         def fine_level() -> BlockLevel:
@@ -621,7 +628,7 @@ class DistributedMultigrid:
             coefs: Coefficients = whole if self.periodic else by_class(whole, shape)
             op = from_coefficients(coefs, shape, self.periodic, symmetric, "openmp", None, dtype)
             return Multigrid(op, coefs, shape, self.periodic, self.what, symmetric, self.sweeps,
-                             smoother=self.smoother)
+                             smoother=self.smoother, pinned=self.nullspace)
 
         return _collectively(self.comm, build)
 
@@ -760,6 +767,11 @@ class DistributedMultigrid:
 
         return float(self.comm.allreduce(part, op=MPI.SUM))
 
+    def _total_max(self, part: float) -> float:
+        from mpi4py import MPI
+
+        return float(self.comm.allreduce(part, op=MPI.MAX))
+
     def solve(self, progress: bool = False) -> tuple[np.ndarray, list[float]]:
         """This rank's block of the solution, and the residual history (the same on every rank);
         `progress=True` shows a bar on rank 0's stderr."""
@@ -782,6 +794,8 @@ class DistributedMultigrid:
             bnorm = np.sqrt(vectors.dot(b, b))
             r = b - apply(x)
             history[-1] = float(np.sqrt(vectors.dot(r, r)) / bnorm) if bnorm else 0.0
+        if self.nullspace:
+            x -= self._total(float(np.sum(x))) / int(np.prod(self.n))  # the solution of zero mean
         return x.reshape(shape), history
 
     def gather(self, block: np.ndarray, ring: np.ndarray | None) -> np.ndarray | None:
@@ -820,14 +834,14 @@ def owned_block(L: Operator, comm: Any, shape: tuple[int, ...], dims: Any = None
 
 def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] | None, method: str, tol: float,
                       maxiter: int | None, smoother: str, full_output: bool, dims: Any, progress: bool,
-                      inputs: Mapping[str, Any], blocks: bool = False) -> Any:
+                      inputs: Mapping[str, Any], blocks: bool = False, nullspace: bool = False) -> Any:
     """msc.solve(..., comm=comm): see the module docstring."""
     what = f"msc.solve with operator '{L.name}'"
     if method in ("auto", "direct"):
         method = "multigrid"  # over ranks the direct solve is not offered: auto means multigrid
     t0 = time.perf_counter()
     mg = DistributedMultigrid(L, comm, shape, rhs, inputs, method, tol, maxiter, what, dims, smoother=smoother,
-                              blocks=blocks)
+                              blocks=blocks, nullspace=nullspace)
     try:
         t1 = time.perf_counter()
         block, history = mg.solve(progress)
@@ -841,7 +855,7 @@ def solve_distributed(L: Operator, rhs: Any, comm: Any, shape: tuple[int, ...] |
                          ranks=comm.size, halo_bytes_per_iteration=comm.allreduce(mg.halo_bytes) / cycles,
                          halo_face_bytes_per_iteration=comm.allreduce(mg.halo_faces) / cycles,
                          gather_bytes_per_iteration=comm.allreduce(mg.transfer_bytes) / cycles,
-                         levels_in_blocks=len(mg.blocks))
+                         levels_in_blocks=len(mg.blocks), rhs_mean_removed=mg.rhs_mean)
     finally:
         mg.close()
     if comm.rank != 0 and not blocks:

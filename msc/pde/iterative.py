@@ -34,6 +34,7 @@ from msc.pde.coarsen import Coefficients, diagonal, gershgorin_ratio, is_symmetr
 from msc.pde.krylov import Monitor, cg, gmres
 from msc.pde.matfree import CompiledOperator, from_operator
 from msc.pde.multigrid import Multigrid
+from msc.pde.nullspace import check_annihilates_constants
 from msc.pde.vectors import Vectors
 from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
@@ -69,6 +70,7 @@ class SolveInfo:
     # onto fewer ranks or rank 0, corrections sent back)
     levels_in_blocks: int = 0  # ... the multigrid levels that run in blocks over ranks (the rest on rank 0)
     ranks_per_level: list[int] = field(default_factory=list)  # ... and how many ranks hold each level
+    rhs_mean_removed: float = 0.0  # nullspace="constant": the mean taken from the rhs (msc.pde.nullspace)
 
     def keys(self) -> list[str]:
         return [f.name for f in fields(self)] + ["convergence_factor"]
@@ -148,7 +150,10 @@ class IterativeSolver:
 
     def __init__(self, L: Operator, shape: tuple[int, ...], inputs: Mapping[str, Any], alpha: float, beta: float,
                  method: str, tol: float, maxiter: int | None, what: str, target: str = "openmp",
-                 threads: int | None = None, sweeps: int | None = None, smoother: str = "jacobi") -> None:
+                 threads: int | None = None, sweeps: int | None = None, smoother: str = "jacobi",
+                 nullspace: bool = False) -> None:
+        """`nullspace`: the operator is singular by the constants (msc.pde.nullspace; checked here); the
+        right-hand sides given to `solve` must have zero mean."""
         check_scalar(L, what, method)
         start = time.perf_counter()
         self.what, self.tol, self.maxiter = what, float(tol), maxiter or MAXITER
@@ -173,12 +178,13 @@ class IterativeSolver:
         cycled = self.fine  # the V-cycle's fine level
         if dtype != "float64":
             cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=dtype)
+        self._norm = gershgorin_ratio(coefs, self.n) * float(np.max(np.abs(diag)))  # >= ||A||_inf
+        if nullspace:
+            check_annihilates_constants(what, self.fine.applied(np.ones(self.n)), self._norm, symmetric)
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
-                            applied=self.fine)
+                            applied=self.fine, pinned=nullspace)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self._direction, self._applied_direction = cg_direction(self.fine, cycled)
-        rho = self.mg.levels[0].rho or gershgorin_ratio(coefs, self.n)  # the fine level's, where it smooths
-        self._norm = rho * float(np.max(np.abs(diag)))  # >= ||A||_inf
         self.setup_s = time.perf_counter() - start
 
     @property

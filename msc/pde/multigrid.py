@@ -30,6 +30,7 @@ from msc.errors import StencilArgumentError
 from msc.pde.coarsen import Axis1D, Coefficients, diagonal, galerkin, gershgorin_ratio, sparse_matrix
 from msc.pde.direct import Factorization
 from msc.pde.matfree import CompiledOperator, from_coefficients
+from msc.pde.nullspace import PinnedFactorization
 from msc.pde.transfer import Transfer
 from msc.pde.vectors import gather
 from msc.runtime.build import side_by_side
@@ -97,7 +98,9 @@ class Multigrid:
 
     def __init__(self, fine: CompiledOperator, coefs: Coefficients, shape: tuple[int, ...], periodic: bool,
                  what: str, symmetric: bool, sweeps: int = 2, target: str = "openmp",
-                 smoother: str = "jacobi", applied: CompiledOperator | None = None) -> None:
+                 smoother: str = "jacobi", applied: CompiledOperator | None = None, pinned: bool = False) -> None:
+        """`pinned`: the coarsest level is singular by the constants (msc.pde.nullspace): factor it with an
+        unknown pinned."""
         if not isinstance(sweeps, int) or isinstance(sweeps, bool) or sweeps < 1:
             raise StencilArgumentError(f"{what}: sweeps must be a positive integer, got {sweeps!r}")
         check_smoother(what, smoother)
@@ -119,7 +122,7 @@ class Multigrid:
         for level in self.levels[:-1]:
             assert level.op is not None
             level.op.set_scales(jacobi_scales(len(level.shape), sweeps))
-        self.coarse = Factorization()
+        self.coarse = PinnedFactorization() if pinned else Factorization()
         self.coarse.factor(sparse_matrix(coefs, shape, periodic), f"{what} (coarsest multigrid level)")
         side_by_side([lambda lazy=lazy: lazy.kernel for lazy in self._kernels_to_build(applied or fine)])
         self.setup_s = time.perf_counter() - start

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from msc import ir
+from msc.errors import StencilArgumentError
 from msc.frontend import context
 from msc.frontend.symbols import Operand, Traced, as_expr
 from msc.frontend.trace import _ParamProxy, _Tracer
@@ -283,8 +284,12 @@ class Operator:
             return r
         return substitute(self.ir.exprs[f], swap)
 
-    def apply(self, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
-        """L applied by the reference interpreter: {unknown: L_f(u) over the interior}."""
+    def apply(self, *given: Any, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
+        """L applied by the reference interpreter: {unknown: L_f(u) over the interior}; arrays by name."""
+        if given:
+            names = ", ".join(f"{n}=..." for n in (*self.ir.unknowns, *self.ir.coefficients, *self.ir.params))
+            raise StencilArgumentError(f"operator '{self.name}': apply() takes its arrays and values by name, "
+                                       f"apply({names}); got {len(given)} positional")
         now = {f: (f, 0) for f in self.ir.unknowns}
         st = self.stencil_ir([(f, self.timed(f, now)) for f in self.ir.unknowns], name=f"{self.name}_apply")
         out = run_reference(st if dtype is None else st.with_dtype(dtype), 1, inputs)

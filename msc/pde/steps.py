@@ -33,6 +33,7 @@ from msc.pde.direct import Factorization, check_residual
 from msc.pde.iterative import IterativeSolver, SolveInfo, check_method, check_scalar
 from msc.pde.matfree import from_operator
 from msc.pde.multigrid import check_smoother
+from msc.pde.nullspace import PinnedFactorization, check_annihilates_constants, check_nullspace, projected
 from msc.pde.operator import Operator
 from msc.pde.problem import checked_problem
 from msc.stencil import Stencil
@@ -311,7 +312,8 @@ def auto_method(L: Operator, shape: tuple[int, ...]) -> str:
 
 def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_output: bool = False,
           method: str = "auto", tol: float = 1e-8, maxiter: int | None = None, smoother: str = "jacobi",
-          progress: bool = False, comm: Any = None, dims: Any = None, blocks: bool = False, **inputs: Any) -> Any:
+          progress: bool = False, comm: Any = None, dims: Any = None, blocks: bool = False,
+          nullspace: str | None = None, **inputs: Any) -> Any:
     """Solve L(u) = rhs for the interior unknowns; returns the whole array (a dict for a system).
 
     `rhs` has the interior's shape (a dict by field for a system); the ring comes from the
@@ -325,17 +327,22 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     iterations, residuals, levels, times). With an mpi4py communicator `comm`: multigrid over
     its ranks (process grid `dims`), arrays on rank 0 (None elsewhere), the result on rank 0; with
     `blocks=True` and the global `shape` on every rank, each rank gives its own blocks and gets its
-    block of the solution (msc.pde.distributed.owned_block)."""
+    block of the solution (msc.pde.distributed.owned_block). nullspace="constant": L is singular by the
+    constants (a periodic Poisson operator); the rhs's mean is removed and the solution of zero mean
+    returned (msc.pde.nullspace)."""
     if not isinstance(L, Operator):
         raise StencilArgumentError(f"msc.solve() takes an msc.operator, got {type(L).__name__}")
     what = f"msc.solve with operator '{L.name}'"
     check_method(what, method, tol, maxiter)
     check_smoother(what, smoother)  # whatever the method: a misspelt option is never ignored
+    singular = check_nullspace(what, nullspace)
+    if singular:
+        check_scalar(L, what, "constant", keyword="nullspace")
     if comm is not None:
         from msc.pde.distributed import solve_distributed
 
         return solve_distributed(L, rhs, comm, shape, method, tol, maxiter, smoother, full_output, dims, progress,
-                                 inputs, blocks)
+                                 inputs, blocks, singular)
     if blocks:
         raise StencilArgumentError(f"{what}: blocks=True needs comm= (an MPI communicator)")
     shape, rhs_flat = checked_problem(L, rhs, inputs, shape)
@@ -349,25 +356,39 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     else:  # g = 0: no boundary values given and no constant part
         A, b = None, rhs_flat
     t1 = time.perf_counter()
+    mean = 0.0
     if method == "direct":
         assert A is not None
-        F = Factorization()
+        F = PinnedFactorization() if singular else Factorization()
+        if singular:
+            scale = float(abs(A).sum(axis=1).max())
+            ones = (A @ np.ones(A.shape[0])).reshape(L.interior_shape(shape))
+            check_annihilates_constants(what, ones, scale, abs(A - A.T).max() <= 1e-12 * scale)
+            b, mean = projected(what, b, tol)
         F.factor(A, what)
         t2 = time.perf_counter()
         v = F.solve(b)
+        if singular:
+            v -= v.mean()
         t3 = time.perf_counter()
         check_residual(A, v, b, what)
-        info = SolveInfo("direct", F.solver, assembly_s=t1 - t0, factor_s=t2 - t1, setup_s=t2 - t0, solve_s=t3 - t2)
+        info = SolveInfo("direct", F.solver, assembly_s=t1 - t0, factor_s=t2 - t1, setup_s=t2 - t0, solve_s=t3 - t2,
+                         rhs_mean_removed=mean)
         out = _scatter(L, shape, v, rings)
     else:
-        it = IterativeSolver(L, shape, inputs, 0.0, 1.0, method, tol, maxiter, what, smoother=smoother)
+        it = IterativeSolver(L, shape, inputs, 0.0, 1.0, method, tol, maxiter, what, smoother=smoother,
+                             nullspace=singular)
+        if singular:
+            b, mean = projected(what, b, tol)
         t2 = time.perf_counter()
         out = _whole(L, shape, rings)
         x = out[L.ir.unknowns[0]][_interior(L, shape)]  # the solution goes there, from zero
         if rings:
             x[...] = 0.0
         _, history = it.solve(b, progress, out=x)
+        if singular:
+            x -= x.mean()
         info = SolveInfo(it.krylov, it.solver, len(history) - 1, history, it.mg.shapes, setup_s=t2 - t0,
-                         solve_s=time.perf_counter() - t2, assembly_s=t1 - t0)
+                         solve_s=time.perf_counter() - t2, assembly_s=t1 - t0, rhs_mean_removed=mean)
     result = out if len(L.ir.unknowns) > 1 else out[L.ir.unknowns[0]]
     return (result, info) if full_output else result

@@ -30,6 +30,16 @@ def helmholtz(u, h):
     return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2 - 3 * u[x, y]
 
 
+@msc.operator(boundary="periodic")
+def poisson(u, h):
+    """Singular by the constants: solved with nullspace="constant"."""
+    return (u[x - 1, y] + u[x + 1, y] + u[x, y - 1] + u[x, y + 1] - 4 * u[x, y]) / h**2
+
+
+def zero_mean(a: np.ndarray) -> np.ndarray:
+    return a - a.mean()
+
+
 @msc.operator(name="lap_source")
 def source_term(u, k, h):
     """A constant part (a source term: L(0) != 0) that reads a coefficient field across the blocks."""
@@ -58,7 +68,8 @@ def compare(name: str, L: msc.Operator, rhs: np.ndarray, method: str = "multigri
                      "gather_bytes_per_iteration": info.gather_bytes_per_iteration, "ranks": info.ranks,
                      "levels": info.levels, "serial_levels": sinfo.levels, "levels_in_blocks": info.levels_in_blocks,
                      "ranks_per_level": info.ranks_per_level,
-                     "residuals": info.residuals, "serial_residuals": sinfo.residuals}
+                     "residuals": info.residuals, "serial_residuals": sinfo.residuals,
+                     "mean": float(abs(u.mean()) / np.abs(u).max())}
     whole = np.zeros_like(serial)
     interior = tuple(slice(rd, n - rd) for rd, n in zip(L.radius, serial.shape)) if L.ir.boundary != "periodic" \
         else (slice(None),) * serial.ndim
@@ -104,6 +115,7 @@ compare("div_k_grad_3d_even_rows", div3, rng.random((20,) * 3), dims=(comm.size,
         k=np.ones((22,) * 3), h=1.0 / 21)
 compare("div_k_grad_3d_chebyshev", div3, rng.random((n,) * 3), smoother="chebyshev", k=k, h=1.0 / (n + 1), u=ring)
 compare("periodic_2d", helmholtz, rng.random((24, 30)), h=1.0 / 24)
+compare("nullspace_periodic_2d", poisson, zero_mean(rng.random((24, 30))), h=1.0 / 24, nullspace="constant")
 compare("drift_gmres_2d", drift, rng.random((27, 25)), method="gmres", h=1.0 / 28, v=20.0)
 edge = np.zeros((66, 50))
 edge[:, 0] = 2.0
@@ -116,6 +128,8 @@ k, ring = smooth_k_and_ring(m)
 compare("levels_in_blocks_3d", div3, rng.random((m,) * 3), k=k, h=1.0 / (m + 1), u=ring)
 compare("levels_in_blocks_poisson_3d", div3, rng.random((37, 36, 35)), k=np.ones((39, 38, 37)), h=1.0 / 38)
 compare("levels_in_blocks_periodic_2d", helmholtz, rng.random((128, 96)), tol=1e-10, h=1.0 / 128)
+compare("levels_in_blocks_nullspace_2d", poisson, zero_mean(rng.random((128, 96))), tol=1e-10, h=1.0 / 128,
+        nullspace="constant")
 compare("levels_in_blocks_gmres_2d", drift, rng.random((130, 99)), method="gmres", tol=1e-10, h=1.0 / 131, v=20.0)
 distributed.AGGLOMERATE = 2048  # level 2 (16^3 in 3D, 64 x 48 in 2D) on 2 of 4 ranks: onto fewer ranks
 m = 64
@@ -136,6 +150,11 @@ try:  # a block of the wrong shape is named, on every rank
     msc.solve(helmholtz, np.zeros((3, 3)), method="multigrid", comm=comm, shape=(24, 30), blocks=True, h=1.0 / 24)
 except msc.MscError as err:
     errors["wrong_block"] = str(err)
+try:  # an operator that does not send constants to zero is named, on every rank
+    msc.solve(helmholtz, zero_mean(rng.random((24, 30))) if comm.rank == 0 else None, method="multigrid", comm=comm,
+              h=1.0 / 24, nullspace="constant")
+except msc.MscError as err:
+    errors["nullspace_not_singular"] = str(err)
 if comm.rank == 0:
     results["errors"] = errors
     print(json.dumps(results))

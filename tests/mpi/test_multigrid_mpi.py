@@ -14,10 +14,12 @@ from launch import mpiexec, run_json
 pytest.importorskip("mpi4py")
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install 'msc[mpi]')")]
 
+# coarse levels in blocks:
 IN_BLOCKS = ("levels_in_blocks_3d", "levels_in_blocks_poisson_3d", "levels_in_blocks_periodic_2d",
-             "levels_in_blocks_gmres_2d", "fewer_ranks_3d", "fewer_ranks_periodic_2d")  # coarse levels in blocks
+             "levels_in_blocks_nullspace_2d", "levels_in_blocks_gmres_2d", "fewer_ranks_3d", "fewer_ranks_periodic_2d")
 FEWER = ("fewer_ranks_3d", "fewer_ranks_periodic_2d")  # ... and on 4 ranks, level 2 on 2 of them
-CASES = ("div_k_grad_3d", "div_k_grad_3d_even_rows", "div_k_grad_3d_chebyshev", "periodic_2d", "drift_gmres_2d",
+CASES = ("div_k_grad_3d", "div_k_grad_3d_even_rows", "div_k_grad_3d_chebyshev", "periodic_2d",
+         "nullspace_periodic_2d", "drift_gmres_2d",
          "source_term_2d", *IN_BLOCKS)  # source_term_2d: a constant part reading a field, a boundary value
 
 
@@ -52,6 +54,10 @@ def test_distributed_multigrid_matches_one_process_on_any_rank_count():
                 assert faces > 0
         assert "every axis must halve" in results["errors"]["odd_periodic"]
         assert "rhs must be this rank's interior block of shape" in results["errors"]["wrong_block"]
+        assert "nullspace='constant' is for an operator that sends constants to zero" in \
+            results["errors"]["nullspace_not_singular"]
+        for name in ("nullspace_periodic_2d", "levels_in_blocks_nullspace_2d"):  # singular: the zero-mean solution
+            assert results[name]["solver"] == "multigrid-cg" and results[name]["mean"] <= 1e-12, (ranks, name)
     for name in ("div_k_grad_3d", "div_k_grad_3d_even_rows", "div_k_grad_3d_chebyshev"):  # a real hierarchy
         assert runs[1][name]["iterations"] == runs[1][name]["serial_iterations"]
     for name in IN_BLOCKS:  # the V-cycle of one process, float32 rounding apart
