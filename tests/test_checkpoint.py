@@ -5,6 +5,7 @@ notebook HTML of each object."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import xarray as xr
 import msc
 from msc import Schedule, t, x, y
 from msc.errors import CheckpointError, StencilArgumentError
+from msc.runtime.build import ABANDONED_S, writer_tag
 
 
 @msc.stencil
@@ -168,6 +170,27 @@ def test_a_writer_killed_midway_leaves_the_previous_checkpoint(tmp_path):
     sim = heat.compile(threads=1).resume(path)
     assert sim.fields["u"].shape == (1500, 1500) and sim.parameters == {"alpha": 0.1}
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["run.nc"]
+    sim.save(path)  # the killed writer's temporary, if the kill left one, goes with the next save
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.nc"]
+
+
+NOT_A_PID = 2**22 + 1  # above the largest pid_max Linux allows: no process has it
+
+
+def test_the_next_save_removes_what_killed_writers_left_and_nothing_else(tmp_path):
+    here = writer_tag().rsplit(".", 1)[0]
+    stale = [f".run.nc-{here}.{NOT_A_PID}-abcdefgh.tmp",  # this host's, its process ended
+             ".run.nc-elsewhere.13-abcdefgh.tmp", ".run.nc-abcdefgh.tmp"]  # another host's, or untagged: old
+    kept = [f".run.nc-{here}.{os.getpid()}-abcdefgh.tmp",  # a live writer's
+            ".run.nc-elsewhere.12-abcdefgh.tmp",  # another host's, touched a moment ago
+            f".other.nc-{here}.{NOT_A_PID}-abcdefgh.tmp", "run.nc-notes.tmp"]  # not a temporary of run.nc
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"x")
+    two_hours_ago = time.time() - 2 * ABANDONED_S
+    for name in stale[1:]:
+        os.utime(tmp_path / name, (two_hours_ago, two_hours_ago))
+    wave.compile(threads=1).start(**wave_inputs()).save(tmp_path / "run.nc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + ["run.nc"])
 
 
 def test_time_series_every_n_steps_opens_in_xarray(tmp_path):

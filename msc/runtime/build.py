@@ -21,9 +21,12 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -244,10 +247,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_with(path: Path, write: Callable[[str], object]) -> None:
     """As atomic_write_bytes, for a writer that takes a file name (a library that writes the
-    file itself): write(temporary path) beside `path`, then rename the result into place."""
+    file itself): write(temporary path) beside `path`, then rename the result into place. The
+    temporary is named for its writer (`writer_tag`); once `path` is in place, the temporaries
+    that earlier writers of `path` left when they were killed midway are removed (`is_left_over`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}-"
+    fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{writer_tag()}-", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
@@ -256,6 +262,49 @@ def atomic_write_with(path: Path, write: Callable[[str], object]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+    for entry in path.parent.glob(f"{glob_escape(prefix)}*.tmp"):
+        if is_left_over(entry, prefix):
+            entry.unlink(missing_ok=True)
+
+
+#: a leftover whose writer cannot be asked (another host's) counts as abandoned once untouched for this long
+ABANDONED_S = 3600.0
+
+
+def writer_tag() -> str:
+    """`<host>.<pid>` of this process, for the names of what it writes in stages: `is_left_over` reads it."""
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', socket.gethostname())[:40]}.{os.getpid()}"
+
+
+def is_left_over(entry: Path, prefix: str) -> bool:
+    """Whether `entry` (a temporary file or a staging folder named `<prefix><writer_tag>-...`) was left
+    by a writer that is gone: one of this host whose process has ended, or (another host's, or a name
+    without a tag) one untouched for ABANDONED_S. A live writer's entry is never taken."""
+    tag = re.match(r"([A-Za-z0-9_]+)\.(\d+)-", entry.name[len(prefix):])
+    here = writer_tag().rsplit(".", 1)[0]
+    if tag is not None and tag.group(1) == here:
+        return not _running(int(tag.group(2)))
+    try:
+        touched = max([entry.stat().st_mtime, *(p.stat().st_mtime for p in entry.iterdir())]
+                      if entry.is_dir() else [entry.stat().st_mtime])
+    except OSError:
+        return False  # gone meanwhile, or unreadable: not ours to judge
+    return time.time() - touched > ABANDONED_S
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def glob_escape(text: str) -> str:
+    """`text` matched literally by Path.glob."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

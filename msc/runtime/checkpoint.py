@@ -15,7 +15,11 @@ for each rank, the parts of the blocks its padded block covers.
 
 Every file is written under a temporary name and renamed into place, and a
 manifest is renamed only once all its blocks are written: a run killed while
-saving leaves the previous checkpoint readable."""
+saving leaves the previous checkpoint readable. What such a run leaves (a
+temporary file, a folder of blocks no manifest names) is removed by the next
+save to the same path, once its writer is known to be gone
+(msc.runtime.build.is_left_over); a save that fails on any rank removes its
+own folder."""
 
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import numpy as np
 
 from msc import ir
 from msc.errors import CheckpointError
-from msc.runtime.build import atomic_write_with
+from msc.runtime.build import atomic_write_with, glob_escape, is_left_over
 from msc.textual.printer import print_stencil
 
 FORMAT = 1  # the layout described above
@@ -197,8 +201,13 @@ def write_manifest(path: Path, attrs: Mapping[str, Any], blocks: Sequence[str]) 
     previous = _block_folders(path)
     data = xr.Dataset(attrs={**attrs, "msc_blocks": "\n".join(blocks)})
     _written(path, lambda: atomic_write_with(path, lambda tmp: data.to_netcdf(tmp, engine="h5netcdf")))
-    for folder in previous - {Path(n).parent for n in blocks}:
+    kept = {Path(n).parent for n in blocks}
+    for folder in previous - kept:
         shutil.rmtree(path.parent / folder, ignore_errors=True)
+    prefix = f"{path.name}.blocks-"  # and the folders of saves killed midway, which no manifest names
+    for folder in path.parent.glob(f"{glob_escape(prefix)}*"):
+        if folder.is_dir() and Path(folder.name) not in kept and is_left_over(folder, prefix):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def scalars_of(attrs: Mapping[str, Any], stencil: ir.StencilIR) -> dict[str, float]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -44,6 +45,7 @@ from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
 from msc.runtime import kernel as _kernel
 from msc.runtime.buffers import aligned_empty, pack
+from msc.runtime.build import writer_tag
 from msc.runtime.checkpoint import (
     Block,
     check_not_folder,
@@ -493,22 +495,28 @@ class DistributedSimulation:
                                       f"{', '.join(sorted(set(paths)))}; give every rank the same path")
 
         _collectively(comm, check)
-        folder = comm.bcast(f"{path.name}.blocks-{self.step}-{uuid.uuid4().hex[:8]}" if comm.rank == 0 else None,
-                            root=0)
+        folder = comm.bcast(f"{path.name}.blocks-{writer_tag()}-{self.step}-{uuid.uuid4().hex[:8]}"
+                            if comm.rank == 0 else None, root=0)
         attrs = header(stencil, self.step, self._scalars, owner.shape)
         local, origin = owner.owned()
         block = Block(origin, {f.name: [self._buffers[f.name][(self.step - age) % f.slots][local]
                                         for age in range(f.slots)] for f in stencil.written_fields},
                       {f.name: self._buffers[f.name][local] for f in stencil.fields if not f.written})
         name = f"{folder}/rank-{comm.rank:05d}.nc"
-        _collectively(comm, lambda: write_block(path.parent / name, stencil, attrs, block))
         names = comm.gather(name, root=0)
 
         def manifest() -> None:
             if comm.rank == 0:
                 write_manifest(path, attrs, names)
 
-        _collectively(comm, manifest)
+        try:
+            _collectively(comm, lambda: write_block(path.parent / name, stencil, attrs, block))
+            _collectively(comm, manifest)
+        except DistributedError:  # every rank is past its writes: nothing of this save is kept
+            if comm.rank == 0:
+                shutil.rmtree(path.parent / folder, ignore_errors=True)
+            comm.Barrier()  # the error reaches every rank once the folder is gone
+            raise
         return path
 
     @property

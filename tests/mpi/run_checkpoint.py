@@ -18,6 +18,8 @@ from mpi_common import box9_periodic, comm
 import msc
 from msc import Schedule, t, x, y
 from msc.errors import MscError
+from msc.runtime import checkpoint
+from msc.runtime.build import writer_tag
 from msc.runtime.distributed import DistributedKernel
 
 
@@ -80,7 +82,24 @@ def save(folder: Path) -> dict[str, Any]:
                 raise AssertionError("a folder was taken as a checkpoint")
             except MscError as e:  # CheckpointError, or DistributedError naming the rank
                 assert "is a directory" in str(e), e
+            killed = folder / f"{name}.nc.blocks-{writer_tag().rsplit('.', 1)[0]}.{2**22 + 1}-5-0123abcd"
+            if comm.rank == 0:  # what a save killed midway leaves: a block folder no manifest names
+                killed.mkdir()
+                (killed / "rank-00000.nc").write_bytes(b"half")
             sim.save(folder / f"{name}.nc")
+            assert not killed.exists(), killed  # the next save removed it (its writer's pid runs nowhere)
+            if comm.size > 1:  # the last rank's disk is full: the save fails on every rank and leaves nothing
+                room = checkpoint.check_room
+                if comm.rank == comm.size - 1:
+                    checkpoint.check_room = lambda path, nbytes: "has no room (a test)"
+                try:
+                    sim.save(folder / f"{name}_full.nc")
+                    raise AssertionError("a save with a full disk on one rank succeeded")
+                except MscError as e:
+                    assert "has no room (a test): nothing was written" in str(e), e
+                finally:
+                    checkpoint.check_room = room
+                assert not list(folder.glob(f"{name}_full.nc*")), list(folder.glob(f"{name}_full.nc*"))
             sim.save(folder / f"{name}.nc")  # saved again: the first save's blocks go
         # the block form: every rank passes its own block, none the global arrays
         dist = DistributedKernel(kernel, comm, shape)
