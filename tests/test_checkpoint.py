@@ -320,6 +320,12 @@ def test_steering_between_advances():
         sim.set(beta=1.0)
     with pytest.raises(StencilArgumentError, match=r"'u' has shape \(12, 14\), got an array of shape \(3, 3\)"):
         sim.set(u=np.zeros((3, 3)))
+    boundary = rng.random((12, 14))  # a new ring: every later step keeps it (it used to return every other step)
+    sim.set(u=boundary)
+    for steps in (1, 2, 3):
+        sim.advance(1)
+        expected = heat.reference(steps=steps, u=boundary, alpha=0.2)["u"]
+        np.testing.assert_allclose(sim.fields["u"], expected, rtol=1e-12, atol=1e-12)
 
 
 def test_reprs_are_short_and_notebooks_get_html():

@@ -9,7 +9,7 @@ time and comes from the newest input level, as in the reference.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -40,6 +40,18 @@ def put_level(stencil: ir.StencilIR, slot: np.ndarray, values: np.ndarray) -> No
     slot[domain] = values
     if any(g):
         slot[...] = _pad(stencil, slot[domain])
+
+
+def on_ring(stencil: ir.StencilIR, index: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray | None:
+    """Where the points of the open grid `index` (global indices, one array per axis, of arrays of
+    `shape`) lie on the dirichlet ring, as a boolean array; None for a periodic stencil (no ring)."""
+    if stencil.boundary == "periodic":
+        return None
+    grids = np.ix_(*[np.asarray(i) for i in index])
+    mask = np.zeros(tuple(len(i) for i in index), bool)
+    for i, r, n in zip(grids, stencil.radius, shape):
+        mask |= (i < r) | (i >= n - r)
+    return mask
 
 
 PAGE = 4096  # bytes: buffers start on a page, so rows of a power-of-two size do not straddle pages

@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
+from msc import ir
 from msc.codegen import get_target
 from msc.codegen.halo_plan import plan
 from msc.errors import CheckpointError, MscError
@@ -44,7 +45,7 @@ from msc.ir.arguments import bind_arguments, check_memory
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
 from msc.runtime import kernel as _kernel
-from msc.runtime.buffers import aligned_empty, pack
+from msc.runtime.buffers import aligned_empty, on_ring, pack, put_level
 from msc.runtime.build import writer_tag
 from msc.runtime.checkpoint import (
     Block,
@@ -578,23 +579,45 @@ class GlobalSimulation:
         return dict(self._local._scalars)
 
     def set(self, **values: Any) -> None:
-        """Change scalar parameters (collective: rank 0's values are the ones used, as at `start`).
-        Fields are not set over MPI yet: save, change and resume instead."""
-        stencil, comm = self.distributed.kernel.ir, self.distributed.comm
+        """Change scalar parameters, and write global arrays into the newest level of a written field or
+        into a time-invariant input (the whole array, ring included), as `Simulation.set` (collective:
+        rank 0's names and values are the ones used, as at `start`; the other ranks may pass None for
+        an array). The arrays are scattered to the ranks' blocks and their halos exchanged."""
+        stencil, comm, distributed = self.distributed.kernel.ir, self.distributed.comm, self.distributed
+        fields = {f.name: f for f in stencil.fields}
 
-        def checked() -> dict[str, float]:
+        def checked() -> tuple[dict[str, float], dict[str, np.ndarray]]:
+            scalars, arrays = {}, {}
             for name, value in values.items():
+                if name in fields:
+                    if comm.rank == 0:
+                        arrays[name] = _global_array(stencil, name, value, distributed.shape)
+                    continue
                 if name not in stencil.params:
-                    why = "fields are not set over MPI yet" if any(f.name == name for f in stencil.fields) else \
-                        f"it has the parameters {', '.join(stencil.params) or 'none'}"
-                    raise DistributedError(f"stencil '{stencil.name}': sim.set({name}=...) over MPI ranks: {why}")
+                    raise DistributedError(f"stencil '{stencil.name}' has no parameter or field '{name}'; it has "
+                                           f"{', '.join([*stencil.params, *fields])}")
                 if not isinstance(value, numbers.Real) or isinstance(value, bool):
                     raise DistributedError(f"stencil '{stencil.name}': parameter '{name}' takes a number, "
                                            f"got {type(value).__name__}")
-            return {name: float(value) for name, value in values.items()}
+                scalars[name] = float(value)
+            return scalars, arrays
 
-        given = _collectively(comm, checked)
-        self._local._scalars.update(comm.bcast(given if comm.rank == 0 else None, root=0))
+        scalars, arrays = _collectively(comm, checked)
+        self._local._scalars.update(comm.bcast(scalars if comm.rank == 0 else None, root=0))
+        buffers, step = self._local._buffers, self.step
+        for name in comm.bcast(sorted(arrays) if comm.rank == 0 else None, root=0):
+            field = fields[name]
+            block = distributed.scatter({name: [arrays[name]]} if comm.rank == 0 else None)[name][0]
+            target = buffers[name][step % field.slots] if field.written else buffers[name]
+            put_level(distributed.plan.local, target, block)
+            ring = on_ring(stencil, distributed._indices_of(comm.rank), distributed.shape)
+            if field.written and ring is not None:  # the ring is the boundary of every level, as at start
+                for slot in buffers[name]:
+                    slot[ring] = block[ring]
+            if name in distributed.plan.exchanged:
+                distributed._exchange({name: [target]})
+            if comm.rank == 0 and field.written and self._rings is not None:
+                self._rings[name] = arrays[name]  # the ring `fields` gathers into
 
     def to_xarray(self, spacing: float | tuple[float, ...] | None = None) -> Any:
         """The newest levels as an xarray Dataset on rank 0, as `Simulation.to_xarray` (collective:
@@ -624,6 +647,20 @@ class GlobalSimulation:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _global_array(stencil: ir.StencilIR, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """`value` as a global array of field `name` in the stencil's dtype, or DistributedError naming what is wrong."""
+    if not isinstance(value, np.ndarray):
+        raise DistributedError(f"stencil '{stencil.name}': sim.set({name}=...) takes a numpy array on rank 0 (the "
+                               f"global array, ring included), got {type(value).__name__}")
+    if value.shape != tuple(shape):
+        raise DistributedError(f"stencil '{stencil.name}': '{name}' has shape {tuple(shape)}, got an array of shape "
+                               f"{value.shape}")
+    if value.dtype.kind not in "fiu":
+        raise DistributedError(f"stencil '{stencil.name}': '{name}' takes real numbers, got an array of "
+                               f"{value.dtype}")
+    return np.array(value, dtype=stencil.dtype)
 
 
 def _check_no_bar(name: str, progress: Any) -> None:

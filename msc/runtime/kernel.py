@@ -16,7 +16,7 @@ import numpy as np
 from msc import ir
 from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError
 from msc.ir.arguments import bind_arguments
-from msc.runtime.buffers import aligned_empty, ghost_width, pack, padded_shape, put_level
+from msc.runtime.buffers import aligned_empty, ghost_width, on_ring, pack, padded_shape, put_level
 from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
@@ -364,6 +364,10 @@ class Simulation:
                 raise StencilArgumentError(f"stencil '{stencil.name}': '{name}' has shape {domain.shape}, "
                                            f"got an array of shape {array.shape}")
             put_level(stencil, target, array)
+            ring = on_ring(stencil, [np.arange(n) for n in array.shape], array.shape)
+            if field.written and ring is not None:  # the ring is the boundary of every level, as at start
+                for slot in buffers[name]:
+                    slot[self._domain][ring] = array[ring]
         self._call = self.kernel.arguments(self._buffers, self._scalars, self._extents)
 
     @property

@@ -120,18 +120,26 @@ def save(folder: Path) -> dict[str, Any]:
             one = kernel.start(**data)
             one.advance(13)
             one.save(folder / f"{name}_one_process.nc")
-        for param in stencil.ir.params:  # steered between advances over the ranks, as in one process
+        changes = [{param: 0.5 * data[param]} for param in stencil.ir.params]
+        changes += [{f.name: np.random.default_rng(5).random(shape)} for f in stencil.ir.fields]  # ring included
+        for change in changes:  # steered between advances over the ranks, as in one process
             with kernel.start(comm=comm, **(data if comm.rank == 0 else {f: None for f in data})) as sim:
                 sim.advance(2)
-                sim.set(**{param: 0.5 * data[param]})
+                sim.set(**(change if comm.rank == 0 else {k: v if np.isscalar(v) else None for k, v in change.items()}))
                 sim.advance(3)
                 steered = sim.fields
             if comm.rank == 0:
                 one = kernel.start(**data)
                 one.advance(2)
-                one.set(**{param: 0.5 * data[param]})
+                one.set(**change)
                 one.advance(3)
-                assert all(np.array_equal(steered[f], one.fields[f]) for f in steered), name
+                assert all(np.array_equal(steered[f], one.fields[f]) for f in steered), (name, change.keys())
+        with kernel.start(comm=comm, **(data if comm.rank == 0 else {f: None for f in data})) as sim:
+            try:  # a wrong shape on rank 0 is refused on every rank
+                sim.set(u=np.zeros((3,) * len(shape)) if comm.rank == 0 else None)
+                raise AssertionError("an array of the wrong shape was set")
+            except MscError as e:
+                assert f"'u' has shape {shape}, got an array of shape" in str(e), e
     folders = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "a folder")
     return {"block folders": folders}
 

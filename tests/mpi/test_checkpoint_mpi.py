@@ -3,7 +3,8 @@ number or another (and a single-process checkpoint resumed over ranks), both
 as global arrays gathered on rank 0 and as blocks no rank holds whole; every
 continued run bitwise equal to the single-process kernel (1D and 2D). The saving
 run also writes a time series on rank 0, and a save given another path on each
-rank is refused on all."""
+rank is refused on all; fields and parameters are set over the ranks as in one
+process."""
 
 from __future__ import annotations
 
