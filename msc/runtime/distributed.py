@@ -524,12 +524,17 @@ class DistributedSimulation:
     def fields(self) -> dict[str, np.ndarray]:
         """Read-only views of this rank's block (`owner.interior`) of the newest
         level of each written field."""
+        return self.level_blocks(0)
+
+    def level_blocks(self, age: int) -> dict[str, np.ndarray]:
+        """Read-only views of this rank's block of level step - `age` of each written field that keeps it."""
         inner = tuple(slice(a, a + n) for a, n in zip(self.owner.padding[0], self.owner.grid.count))
         out = {}
         for f in self.owner.kernel.ir.written_fields:
-            view = self._buffers[f.name][self.step % f.slots][inner]
-            view.flags.writeable = False
-            out[f.name] = view
+            if age < f.slots:
+                view = self._buffers[f.name][(self.step - age) % f.slots][inner]
+                view.flags.writeable = False
+                out[f.name] = view
         return out
 
 
@@ -629,7 +634,22 @@ class GlobalSimulation:
 
     @property
     def fields(self) -> dict[str, np.ndarray] | None:
-        gathered = self.distributed.gather(self._local.fields, self._rings)
+        return self._gathered(0)
+
+    @property
+    def levels(self) -> dict[str, list[np.ndarray]] | None:
+        """Every level each written field keeps, oldest first, as `Simulation.levels` (collective: gathered
+        to rank 0, read-only copies there; None on the other ranks)."""
+        slots = max(f.slots for f in self.distributed.kernel.ir.written_fields)
+        out: dict[str, list[np.ndarray]] = {}
+        for age in reversed(range(slots)):
+            for name, array in (self._gathered(age) or {}).items():
+                out.setdefault(name, []).append(array)
+        return out if self.distributed.comm.rank == 0 else None
+
+    def _gathered(self, age: int) -> dict[str, np.ndarray] | None:
+        """Level step - `age` of each written field that keeps it, gathered to rank 0 (read-only)."""
+        gathered = self.distributed.gather(self._local.level_blocks(age), self._rings)
         if gathered is not None:
             for array in gathered.values():
                 array.flags.writeable = False

@@ -127,13 +127,19 @@ def save(folder: Path) -> dict[str, Any]:
                 sim.advance(2)
                 sim.set(**(change if comm.rank == 0 else {k: v if np.isscalar(v) else None for k, v in change.items()}))
                 sim.advance(3)
-                steered = sim.fields
+                steered, levels = sim.fields, sim.levels  # collective
+            assert (levels is None) == (comm.rank != 0)
             if comm.rank == 0:
                 one = kernel.start(**data)
                 one.advance(2)
                 one.set(**change)
                 one.advance(3)
                 assert all(np.array_equal(steered[f], one.fields[f]) for f in steered), (name, change.keys())
+                kept = one.levels  # every level kept, oldest first
+                assert levels.keys() == kept.keys(), name
+                for f in levels:
+                    assert len(levels[f]) == len(kept[f]), (name, f)
+                    assert all(np.array_equal(a, b) for a, b in zip(levels[f], kept[f])), (name, f, change.keys())
         with kernel.start(comm=comm, **(data if comm.rank == 0 else {f: None for f in data})) as sim:
             try:  # a wrong shape on rank 0 is refused on every rank
                 sim.set(u=np.zeros((3,) * len(shape)) if comm.rank == 0 else None)
