@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import platform
 import random
+import re
 import subprocess
 
 import numpy as np
@@ -134,6 +135,10 @@ def test_each_primitive(schedule, stencil, assert_matches):
                                           "(the schedule must run that write first; in isl: S0["]),
         (heat, Schedule().time_tile(4, x=8).parallel("wave"), ["loop 'wave'", "cannot run in parallel"]),
         (heat, Schedule().time_tile(4, x=8).parallel("t"), ["loop 't'", "carries the dependence"]),
+        (heat, Schedule().time_tile(4, x=8).parallel("t_tile"),  # it used to race: every thread ran every tile
+         ["loop 't_tile' of stencil 'heat' cannot run in parallel", "fixed by the wavefront", "('x_tile')"]),
+        (heat, Schedule().unroll("x", 2), ["unroll: loop 'x' is shared among threads by default",
+                                           "parallel('y') shares another"]),
         (wave_two_stage, Schedule().parallel("t"), ["cannot run in parallel", "at ",
                                                      "overwrites a ring slot of 'u' that v[t+1] at",
                                                      "(the schedule must run that read first; in isl: S0["]),
@@ -193,6 +198,23 @@ def test_bad_primitive_arguments():
         parse_schedule("with_threads(-3)")
     with pytest.raises(ScheduleError, match="schedule must be a msc.Schedule"):
         heat.compile(schedule="fastest")
+
+
+def test_a_primitive_given_twice_adds_to_or_conflicts_with_the_first_never_replaces_it():
+    assert Schedule().tile(x=4).tile(y=5) == Schedule().tile(x=4, y=5)
+    assert Schedule().parallel("x").parallel("x") == Schedule().parallel("x")
+    for build, said in [
+        (lambda: Schedule().tile(x=4).tile(x=8), "tile: 'x' is tiled already (Schedule().tile(x=4))"),
+        (lambda: Schedule().time_tile(4, x=8).time_tile(8, x=8), "time_tile is given already"),
+        (lambda: Schedule().parallel("x").parallel("y"), "parallel is given already (Schedule().parallel('x'))"),
+        (lambda: Schedule().vectorize("y").vectorize("x"), "vectorize is given already"),
+        (lambda: Schedule().reorder("y", "x").reorder("x", "y"), "reorder is given already"),
+        (lambda: Schedule().tile(x=4).compute_at("x_tile").compute_at("x"), "compute_at is given already"),
+        (lambda: Schedule().unroll("y", 2).unroll("y", 4), "unroll: loop 'y' is unrolled already"),
+        (lambda: parse_schedule("parallel('x').parallel('y')"), "parallel is given already"),
+    ]:
+        with pytest.raises(ScheduleError, match=re.escape(said)):
+            build()
 
 
 def test_violated_dependence_names_the_statement_line():

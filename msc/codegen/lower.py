@@ -20,6 +20,7 @@ from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.isl_ast import index_of, user_statements
+from msc.errors import ScheduleError
 from msc.poly import PolyIR, PolyStatement
 from msc.poly.schedule import LARGE_READS, LoweredSchedule
 
@@ -175,6 +176,8 @@ class _Lowering:
         epilogue = self._loop_epilogue(dim, inside)
         sched = self.schedule
         degenerate = bool(node.for_is_degenerate())
+        if degenerate and dim == sched.parallel_dim:  # its `omp for` would go, leaving threads that all run it
+            raise ScheduleError(f"loop {sched.names[dim]!r} cannot run in parallel: it has one iteration here")
         return k.Loop(
             iterator=it,
             init=index_of(node.for_get_init()),

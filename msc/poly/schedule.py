@@ -50,7 +50,11 @@ class Schedule:
         _check_sizes("tile", sizes)
         if self.time_depth:
             raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
-        return replace(self, tiles=tuple(sizes.items()))
+        for name in sizes:
+            if name in dict(self.tiles):
+                raise ScheduleError(f"tile: {name!r} is tiled already ({self.describe()}); give each dimension "
+                                    "one size")
+        return replace(self, tiles=self.tiles + tuple(sizes.items()))
 
     def time_tile(self, depth: int, **sizes: int) -> Schedule:
         """Tile time by `depth` steps and the named space dimensions, with skewed
@@ -61,12 +65,15 @@ class Schedule:
         _check_sizes("time_tile", sizes)
         if self.tiles and not self.time_depth:
             raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
+        if self.time_depth:
+            raise ScheduleError(f"time_tile is given already ({self.describe()}); give it once")
         return replace(self, tiles=tuple(sizes.items()), time_depth=depth)
 
     def reorder(self, *loops: str) -> Schedule:
         """Put the named space loops in this order, outermost first (others keep their place)."""
         if len(set(loops)) != len(loops):
             raise ScheduleError(f"reorder names a loop twice: {loops}")
+        _once(self, "reorder", self.order, loops)
         return replace(self, order=loops)
 
     def compute_at(self, loop: str) -> Schedule:
@@ -74,6 +81,7 @@ class Schedule:
         (instead of one full sweep per statement); each producer is shifted to
         run ahead of the statements that read it, so its values are still in
         cache when they are consumed."""
+        _once(self, "compute_at", self.fuse_at, loop)
         return replace(self, fuse_at=loop)
 
     def cache_read(self, field: str) -> Schedule:
@@ -92,15 +100,19 @@ class Schedule:
 
     def parallel(self, loop: str) -> Schedule:
         """Run `loop` across threads (checked: it must carry no dependence)."""
+        _once(self, "parallel", self.parallel_loop, loop)
         return replace(self, parallel_loop=loop)
 
     def vectorize(self, loop: str) -> Schedule:
         """Ask for SIMD on `loop` (the innermost loop; checked like parallel)."""
+        _once(self, "vectorize", self.vector_loop, loop)
         return replace(self, vector_loop=loop)
 
     def unroll(self, loop: str, factor: int) -> Schedule:
         if not isinstance(factor, int) or factor < 1:
             raise ScheduleError(f"unroll factor must be a positive integer, got {factor!r}")
+        if loop in dict(self.unrolls):
+            raise ScheduleError(f"unroll: loop {loop!r} is unrolled already ({self.describe()}); unroll it once")
         return replace(self, unrolls=self.unrolls + ((loop, factor),))
 
     def stream_stores(self) -> Schedule:
@@ -225,6 +237,13 @@ def shrink_tile(tile: tuple[int, ...], fits: Callable[[tuple[int, ...]], bool],
         longest = max(free, key=lambda d: sides[d])
         sides[longest] //= 2
     return tuple(sides)
+
+
+def _once(schedule: Schedule, primitive: str, given: Any, new: Any) -> None:
+    """ScheduleError when `primitive`, which takes one choice, is given another one after `given`."""
+    if given and given != new:
+        raise ScheduleError(f"{primitive} is given already ({schedule.describe()}); it takes one choice: "
+                            f"drop one of the two")
 
 
 def _check_sizes(what: str, sizes: dict[str, int]) -> None:
@@ -500,6 +519,12 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
     loops = [k for k, n in enumerate(lowered.names) if n]
     if s.parallel_loop is not None:
         d = lowered.dim(s.parallel_loop)
+        if s.parallel_loop == "t_tile" and s.time_depth:  # one iteration: the wavefront and space tiles fix it
+            space = ", ".join(repr(n) for n in lowered.names if n.endswith("_tile") and n != "t_tile")
+            raise ScheduleError(
+                f"loop 't_tile' of stencil '{poly.ir.name}' cannot run in parallel: under time_tile it is "
+                f"fixed by the wavefront and the space tiles (one iteration each); share a space tile loop "
+                f"instead ({space}), as time_tile does by default")
         if d not in lowered.parallel_dims:
             raise ScheduleError(
                 f"loop {s.parallel_loop!r} of stencil '{poly.ir.name}' cannot run in parallel: it carries "
@@ -521,6 +546,11 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
         lowered.vector_dim = d
     for name, factor in s.unrolls:
         d = lowered.dim(name)
+        if d == lowered.parallel_dim and s.parallel_loop is None:
+            others = [n for k, n in enumerate(lowered.names) if k in lowered.parallel_dims and k != d
+                      and n not in ("", "t", "wave", "t_tile")]
+            raise ScheduleError(f"unroll: loop {name!r} is shared among threads by default; unroll another loop"
+                                + (f", or parallel({others[0]!r}) shares another" if others else ""))
         if d in (lowered.parallel_dim, lowered.vector_dim):
             raise ScheduleError(
                 f"unroll: loop {name!r} is already {'shared among threads' if d == lowered.parallel_dim else 'vectorized'}; "
