@@ -48,6 +48,25 @@ def test_every_target_matches_the_reference(target, options, dtype, assert_match
     assert_matches(kernel.run(steps=3, **inputs(dtype)), expected, dtype, target)
 
 
+@msc.stencil
+def clipped(u):
+    u[t + 1, x, y] = msc.minimum(u[t, x, y], 0.5) + msc.maximum(0.25, u[t, x - 1, y]) - msc.minimum(0.5, u[t, x + 1, y])
+
+
+@pytest.mark.parametrize("target,options,dtype", [
+    ("openmp", {}, "float64"), ("openmp", {}, "float32"), ("serial", {}, "float64"),
+    ("cuda", {"emulate": True}, "float64"), ("athread", {}, "float64")])
+def test_minimum_and_maximum_pass_nan_on_as_numpy_does_whichever_side_it_is(target, options, dtype):
+    """C's `a < b ? a : b` gave 0.5 for minimum(nan, 0.5) and nan for minimum(0.5, nan); numpy gives nan."""
+    u = np.random.default_rng(4).random((6, 9)).astype(dtype)
+    u[2, 3] = u[4, 5] = np.nan
+    expected = clipped.reference(steps=1, dtype=dtype, u=u)["u"]
+    with pytest.warns(msc.NonFiniteWarning):
+        got = clipped.compile(target=target, dtype=dtype, **options).run(steps=1, u=u)["u"]
+    assert np.array_equal(np.isnan(got), np.isnan(expected)) and np.isnan(expected).sum() == 5
+    np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
+
+
 def test_the_text_language_knows_them():
     text = """stencil shaped {
       field u[x, y];
