@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -21,7 +22,7 @@ import numpy as np
 
 import msc
 from msc.codegen import target_names
-from msc.errors import MscError, StencilDefinitionError, TargetError
+from msc.errors import MscError, NonFiniteWarning, StencilDefinitionError, TargetError
 from msc.poly.schedule import Schedule, parse_schedule
 from msc.runtime.build import atomic_write_text, atomic_write_with
 from msc.stencil import Stencil
@@ -259,15 +260,37 @@ def cmd_run(a: argparse.Namespace) -> int:
             result = kernel.run(steps=a.steps, **inputs)
         stats = kernel.last_run
         print(f"{st.name}: {a.steps} steps in {stats.seconds:.6f} s, {stats.gstencils_per_second:.3f} GStencil/s")
-    if a.check:
-        ref = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
-        for name, arr in result.items():
-            scale = max(np.max(np.abs(ref[name]), initial=0.0), 1e-300)
-            err = float(np.max(np.abs(arr - ref[name]), initial=0.0) / scale)
-            print(f"  {name}: max relative difference to the reference {err:.2e}")
     for name, path in outputs.items():
         _save_npy(path, result[name])
+    if a.check:
+        with warnings.catch_warnings():  # the run said so already
+            warnings.simplefilter("ignore", NonFiniteWarning)
+            ref = st.reference(steps=a.steps, dtype=a.dtype, **inputs)
+        failed = [name for name, arr in result.items() if not _checked(name, arr, ref[name])]
+        if failed:
+            print(f"msc: --check failed for {', '.join(failed)}", file=sys.stderr)
+            return 1
     return 0
+
+
+#: the largest relative difference to the reference `msc run --check` accepts (rounding in a different order)
+CHECK_TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+
+
+def _checked(name: str, got: np.ndarray, expected: np.ndarray) -> bool:
+    """Print how far `got` is from the reference, relative to its largest finite magnitude; NaN or
+    infinity must sit where the reference has the same. True when within CHECK_TOLERANCE."""
+    finite = np.isfinite(expected)
+    same_specials = bool(np.array_equal(got[~finite], expected[~finite], equal_nan=True))
+    same_specials = same_specials and bool(np.all(np.isfinite(got[finite])))
+    scale = max(float(np.max(np.abs(expected[finite]), initial=0.0)), 1e-300)
+    err = float(np.max(np.abs(got[finite] - expected[finite]), initial=0.0)) / scale
+    tolerance = CHECK_TOLERANCE.get(str(got.dtype), CHECK_TOLERANCE["float64"])
+    ok = same_specials and err <= tolerance
+    where = "" if same_specials else "; NaN or infinity where the reference has none (or the other way round)"
+    print(f"  {name}: max relative difference to the reference {err:.2e} (tolerance {tolerance:g}){where}: "
+          f"{'ok' if ok else 'FAILED'}")
+    return ok
 
 
 DEFAULT_SHAPES = {1: (1 << 20,), 2: (1024, 1024), 3: (128, 128, 128)}  # bench's, about a million points
@@ -370,7 +393,8 @@ def parser() -> argparse.ArgumentParser:
                         "that reads W levels takes W files, oldest first, or one for all; repeat for each field")
     r.add_argument("--out", dest="output", action="append", metavar="NAME=FILE.npy",
                    help="write the newest level of a computed field; repeat for each")
-    r.add_argument("--check", action="store_true", help="compare with the reference interpreter")
+    r.add_argument("--check", action="store_true", help="compare with the reference interpreter; exit status 1 "
+                   "when a field differs by more than rounding (1e-10 relative, float32 1e-4) or has NaN elsewhere")
     r.set_defaults(func=cmd_run)
 
     defaults = [_sizes(shape) for shape in DEFAULT_SHAPES.values()]

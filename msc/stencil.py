@@ -60,8 +60,13 @@ class Stencil:
         return _poly(self.typed(dtype))
 
     def reference(self, steps: int, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
-        """Run the numpy reference interpreter (the ground truth)."""
-        return run_reference(self.typed(dtype), steps, inputs)
+        """Run the numpy reference interpreter (the ground truth); a NonFiniteWarning, as `run` gives,
+        when a written field ends with NaN or inf."""
+        from msc.runtime.kernel import not_finite, warn_not_finite
+
+        out = run_reference(self.typed(dtype), steps, inputs)
+        warn_not_finite(self.name, not_finite(out), 0, steps, stacklevel=2)
+        return out
 
     def compile(self, target: str = "openmp", dtype: DTypeLike = None, threads: int | None = None,
                 schedule: Any = None, **options: Any) -> Any:

@@ -77,6 +77,23 @@ def test_run_writes_npy_and_checks(user_file, tmp_path, capsys):
     assert msc.__version__
 
 
+@pytest.mark.parametrize("change, said", [(lambda u: u * (1 + 1e-6), "e-06 (tolerance 1e-10): FAILED"),
+                                           (lambda u: np.where(u > 0.5, np.nan, u), "NaN or infinity where")])
+def test_run_check_fails_with_exit_status_1_when_the_result_is_off(user_file, tmp_path, capsys, monkeypatch,
+                                                                    change, said):
+    """--check used to print the difference and exit 0 whatever it was."""
+    from msc.stencil import Stencil
+
+    np.save(tmp_path / "u0.npy", np.random.default_rng(0).random((20, 21)))
+    reference = Stencil.reference
+    monkeypatch.setattr(Stencil, "reference", lambda self, *a, **k: {n: change(v) for n, v in
+                                                                      reference(self, *a, **k).items()})
+    code = main(["run", f"{user_file}:heat", "--steps", "5", "--param", "alpha=0.1",
+                 "--in", f"u={tmp_path / 'u0.npy'}", "--check"])
+    captured = capsys.readouterr()
+    assert code == 1 and said in captured.out and "msc: --check failed for u" in captured.err
+
+
 def test_emit_writes_a_tree(user_file, tmp_path, capsys):
     assert main(["emit", f"{user_file}:heat", "--target", "openmp", "-o", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "Makefile").exists() and (tmp_path / "out" / "kernel.c").exists()

@@ -46,6 +46,14 @@ def test_heat_matches_handwritten_numpy():
     np.testing.assert_allclose(out, _heat_numpy(u0, 0.2, 7), rtol=0, atol=1e-15)
 
 
+def test_a_blow_up_warns_as_run_does_and_numpy_stays_quiet():
+    u0 = np.random.default_rng(2).random((12, 12))
+    with pytest.warns(msc.NonFiniteWarning, match="field 'u' is no longer finite") as caught:
+        out = heat.reference(steps=400, u=u0, alpha=10.0)["u"]
+    assert not np.isfinite(out).all()
+    assert all(issubclass(w.category, msc.NonFiniteWarning) for w in caught)  # no RuntimeWarning from numpy
+
+
 def test_wave_uses_two_levels_oldest_first():
     rng = np.random.default_rng(2)
     older, old = rng.random(16), rng.random(16)
