@@ -54,6 +54,26 @@ def test_a_blow_up_warns_as_run_does_and_numpy_stays_quiet():
     assert all(issubclass(w.category, msc.NonFiniteWarning) for w in caught)  # no RuntimeWarning from numpy
 
 
+@msc.stencil
+def counted(u, c):
+    u[t + 1, x] = (-(u[t, x] > c[x]) + u[t, x] + (u[t, x - 1] > 0.5) + (u[t, x + 1] > 0.5) - (u[t, x] < 0.2)
+                   + msc.sqrt(u[t, x] > 0.3))
+
+
+def test_comparisons_count_as_one_or_zero_in_arithmetic_as_in_c(assert_matches):
+    """-(a > b) raised numpy's TypeError, and (a > b) + (c > d) was True, not 2, in the reference."""
+    u, c = np.random.default_rng(5).random(14), np.full(14, 0.5)
+    expected = counted.reference(steps=3, u=u, c=c)
+    by_hand = u.copy()
+    for _ in range(3):
+        v = by_hand
+        inner = (-(v[1:-1] > 0.5).astype(float) + v[1:-1] + (v[:-2] > 0.5) + (v[2:] > 0.5) - (v[1:-1] < 0.2)
+                 + np.sqrt((v[1:-1] > 0.3).astype(float)))
+        by_hand = np.concatenate([v[:1], inner, v[-1:]])
+    np.testing.assert_allclose(expected["u"], by_hand, rtol=0, atol=1e-15)
+    assert_matches(counted.compile(threads=1).run(steps=3, u=u, c=c), expected)
+
+
 def test_wave_uses_two_levels_oldest_first():
     rng = np.random.default_rng(2)
     older, old = rng.random(16), rng.random(16)

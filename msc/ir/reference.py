@@ -28,6 +28,7 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "floor": np.floor,
     "abs": np.abs,
 }
+ARITHMETIC = ("+", "-", "*", "/", "**")
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": np.add,
     "-": np.subtract,
@@ -139,17 +140,25 @@ class _Evaluate(ir.Visitor[Any]):
     def field_read(self, e: ir.FieldRead) -> Any:
         return self.read(e)
 
+    def _number(self, value: Any) -> Any:
+        """A comparison's truth as the number C makes of it (1 or 0) where arithmetic uses it; numpy
+        refuses -True and True - False, and True + True is True."""
+        return value.astype(self.dtype) if getattr(value, "dtype", None) == np.bool_ else value
+
     def neg(self, e: ir.Neg) -> Any:
-        return np.negative(self.visit(e.operand))
+        return np.negative(self._number(self.visit(e.operand)))
 
     def not_(self, e: ir.Not) -> Any:
         return np.logical_not(self.visit(e.operand))
 
     def bin_op(self, e: ir.BinOp) -> Any:
-        return _BINARY[e.op](self.visit(e.lhs), self.visit(e.rhs))
+        lhs, rhs = self.visit(e.lhs), self.visit(e.rhs)
+        if e.op in ARITHMETIC:
+            lhs, rhs = self._number(lhs), self._number(rhs)
+        return _BINARY[e.op](lhs, rhs)
 
     def call(self, e: ir.Call) -> Any:
-        args = [self.visit(a) for a in e.args]
+        args = [self._number(self.visit(a)) for a in e.args]
         fn = _UNARY.get(e.func) or _BINARY[e.func]
         return fn(*args)
 
