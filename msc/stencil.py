@@ -114,7 +114,7 @@ def stencil(func: Callable[..., Any] | None = None, *, boundary: str = "dirichle
 def load_stencil(path: str | Path) -> Stencil:
     """The Stencil defined by a .msc file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark, as some editors write, is dropped
     except (OSError, UnicodeDecodeError) as e:
         raise MscError(f"{path}: cannot read the stencil file: {e}") from None
     return Stencil(None, stencil_ir=parse_stencil(text, str(path)))

@@ -458,3 +458,30 @@ def test_fuzz_mutated_valid_programs(text: str, edits: list[tuple[str, int, str]
             i, j = min(i, j), max(i, j)
             text = text[:i] + text[j:j + 1] + text[i + 1:j] + text[i:i + 1] + text[j + 1:]
     parses_or_fails_cleanly(text)
+
+
+UNICODE_STENCIL = """stencil ünï {
+  field ü[x, y];
+  input κ[x, y];
+  param α;
+  ü[t+1, x, y] = ü[t, x, y] + α * κ[x, y] * (ü[t, x-1, y] + ü[t, x+1, y] - 2 * ü[t, x, y]);
+}"""
+
+
+@pytest.mark.parametrize("target,options,schedule", [
+    ("openmp", {}, None), ("openmp", {}, msc.Schedule().time_tile(3, x=4)),
+    ("openmp", {}, msc.Schedule().tile(x=4, y=4).cache_read("ü").cache_write("ü")),
+    ("cuda", {"emulate": True}, None), ("athread", {}, None)])
+def test_names_beyond_ascii_compile_on_every_target(target, options, schedule, assert_matches) -> None:
+    """The language allows Unicode letters in names; a field so named reached isl's parser, which refused it."""
+    stencil = msc.Stencil(None, stencil_ir=parse_stencil(UNICODE_STENCIL, "ünï.msc"))
+    rng = np.random.default_rng(9)
+    inputs = {"ü": rng.random((9, 12)), "κ": rng.random((9, 12)), "α": 0.2}
+    kernel = stencil.compile(target=target, schedule=schedule, **options)
+    assert_matches(kernel.run(steps=5, **inputs), stencil.reference(steps=5, **inputs), "float64", target)
+
+
+def test_a_file_with_a_byte_order_mark_loads(tmp_path) -> None:
+    path = tmp_path / "bom.msc"
+    path.write_bytes("\ufeff".encode() + UNICODE_STENCIL.encode())
+    assert print_stencil(load_stencil(path).ir) == print_stencil(parse_stencil(UNICODE_STENCIL, "ünï.msc"))

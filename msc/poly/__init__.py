@@ -88,7 +88,7 @@ class PolyIR:
             if st.stmt is None:
                 # a ghost refresh reads and writes (conservatively) the whole new level
                 level = self._level(st.target, 1, storage)
-                parts.append(f"{src} -> {st.target}[{level}, {', '.join(self.dims)}] : {cons}")
+                parts.append(f"{src} -> {self.isl_name(st.target)}[{level}, {', '.join(self.dims)}] : {cons}")
                 continue
             if kind == "read":
                 footprints: dict[tuple[str, int | None], set[tuple[int, ...]]] = {}
@@ -103,8 +103,15 @@ class PolyIR:
                     bounds = " and ".join(
                         f"{i} + {lo} <= {j} <= {i} + {hi}" for i, j, (lo, hi) in zip(self.dims, outs, box)
                     )
-                    parts.append(f"{src} -> {name}[{', '.join(space)}] : {cons} and {bounds}")
+                    parts.append(f"{src} -> {self.isl_name(name)}[{', '.join(space)}] : {cons} and {bounds}")
         return isl.UnionMap(f"{self._p()} -> {{ {'; '.join(parts)} }}")
+
+    def isl_name(self, field: str) -> str:
+        """The field's name in isl's text: itself, or `msc_field<k>` for a name isl cannot read (one with
+        letters beyond ASCII, which the language allows)."""
+        if field.isascii():
+            return field
+        return f"msc_field{[f.name for f in self.ir.fields].index(field)}"
 
     def _level(self, name: str, dt: int, storage: bool) -> str:
         if not storage:
@@ -139,7 +146,7 @@ class PolyIR:
         image = relation.intersect_domain(tile).intersect_params(isl.Set(f"{self._p()} -> {{ : {fixed} }}")).range()
         level = 0 if dt is None else 1  # the set's dimensions: [level,] j0, j1, ...
         for points in _sets_of(image):
-            if points.get_tuple_name() != field:
+            if points.get_tuple_name() != self.isl_name(field):
                 continue
             if dt is not None:
                 points = points.fix_val(isl.dim_type.set, 0, dt)
