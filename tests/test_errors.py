@@ -138,6 +138,39 @@ def test_nothing_written_and_varargs_and_boundary():
     assert "boundary='open'" in _definition_error(lambda u: None, boundary="open")
 
 
+def test_parameter_names_that_the_calls_use_and_default_values_are_definition_errors():
+    """`def s(u, steps)` took the value of run(steps=...) for both; `def s(u, a=0.5)` ignored the default."""
+    def shadowing(u, steps):
+        u[t + 1, x] = steps * u[t, x - 1]
+
+    def defaulted(u, a=0.5):
+        u[t + 1, x] = a * u[t, x - 1]
+
+    said = _definition_error(shadowing)
+    assert "parameter 'steps' has the name of a keyword of the calls" in said and "rename it" in said
+    assert "parameter 'a' has a default value (0.5)" in _definition_error(defaulted)
+    with pytest.raises(StencilDefinitionError, match="parameter 'dt' has the name of a keyword"):
+        msc.operator(lambda u, dt: u[x + 1] - u[x])
+    with pytest.raises(StencilDefinitionError, match="parameter 'h' has a default value"):
+        msc.operator(lambda u, h=1.0: u[x + 1] - u[x])
+
+
+def test_the_reserved_names_are_those_of_the_calls_signatures():
+    import inspect
+
+    from msc.ir import CALL_KEYWORDS
+    from msc.pde.operator import OPERATOR_KEYWORDS, Operator
+    from msc.runtime.kernel import CompiledKernel
+
+    def named(*calls):
+        return {p.name for f in calls for p in inspect.signature(f).parameters.values()
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+    assert set(CALL_KEYWORDS) == named(msc.Stencil.reference, CompiledKernel.run, CompiledKernel.start)
+    assert set(OPERATOR_KEYWORDS) == set(CALL_KEYWORDS) | named(msc.solve, msc.implicit, Operator.matrix,
+                                                                   Operator.apply)
+
+
 # ---------------------------------------------------------------- run time
 
 

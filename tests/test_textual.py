@@ -184,7 +184,7 @@ def test_load_stencil_reports_an_unreadable_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------ round trips
 
 NAMES = ["u", "v", "w", "alpha", "beta_2", "_k", "α", "field", "input", "param", "window",
-         "dtype", "boundary", "stencil", "sqrt", "where", "maximum"]
+         "boundary", "stencil", "sqrt", "where", "maximum"]
 
 
 def random_constant(rng: random.Random) -> float:
@@ -343,6 +343,8 @@ HEADER = "stencil s {\n    field u[x, y];\n    input c[x, y];\n    param a;\n"
     ("param u;", "'u' is already declared at line 2"),
     ("param y;", "'y' is an index symbol"),
     ("param inf;", "'inf' is a constant"),
+    ("param steps;", "'steps' is a keyword of the calls that take the fields and parameters"),
+    ("input dtype[x, y];", "'dtype' is a keyword of the calls"),
     ("boundary neumann;", "boundary 'neumann' is not one of dirichlet, periodic"),
     ("dtype float16;", "dtype 'float16' is not one of float64, float32"),
     ("dtype float32;\n    dtype float64;", "'dtype' is already set at line 5"),

@@ -10,6 +10,8 @@ an error points at the user's offending line.
 from __future__ import annotations
 
 import inspect
+import reprlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -181,6 +183,27 @@ def _show_key(items: tuple[Any, ...]) -> str:
     return ", ".join(str(i) for i in items)
 
 
+def parameter_names(func: Callable[..., Any], def_loc: ir.SourceLoc, reserved: Sequence[str]) -> list[str]:
+    """The names of `func`'s parameters (the fields and scalar parameters it is traced with); a definition
+    error for *args/**kwargs, a default value (ignored when the stencil runs) or a `reserved` name."""
+    params = []
+    for p in inspect.signature(func).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise context.definition_error(f"parameter '{p.name}': *args and **kwargs are not allowed; name every "
+                                           "field and scalar parameter", def_loc)
+        if p.default is not p.empty:
+            raise context.definition_error(
+                f"parameter '{p.name}' has a default value ({reprlib.repr(p.default)}); every field and parameter "
+                f"is given by name when the stencil runs, and a default would be ignored: remove it (a value the "
+                "function needs from outside can be a global or a closure variable)", def_loc)
+        if p.name in reserved:
+            raise context.definition_error(
+                f"parameter '{p.name}' has the name of a keyword of the calls that take the fields and parameters "
+                f"({', '.join(reserved)}): rename it", def_loc)
+        params.append(p.name)
+    return params
+
+
 def trace(func: Callable[..., Any], *, name: str | None = None, boundary: str = "dirichlet") -> ir.StencilIR:
     """Run `func` on proxies and return its StencilIR (float64)."""
     stencil_name = name or func.__name__
@@ -191,15 +214,7 @@ def trace(func: Callable[..., Any], *, name: str | None = None, boundary: str = 
             raise context.definition_error(
                 f"boundary={boundary!r} is not one of {', '.join(ir.BOUNDARIES)}", def_loc
             )
-        params = []
-        for p in inspect.signature(func).parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise context.definition_error(
-                    f"parameter '{p.name}': *args and **kwargs are not allowed; name every field "
-                    "and scalar parameter",
-                    def_loc,
-                )
-            params.append(p.name)
+        params = parameter_names(func, def_loc, ir.CALL_KEYWORDS)
         tracer = _Tracer(stencil_name)
         func(*[_ParamProxy(tracer, p) for p in params])
         if not tracer.statements:

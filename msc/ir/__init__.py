@@ -41,6 +41,9 @@ def dtype_name(dtype: object, where: str) -> str:
     return name
 MATH_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs")
 BINARY_FUNCTIONS = ("minimum", "maximum", "atan2")
+#: the keywords of the calls that take a stencil's fields and parameters by name beside their own
+#: (Stencil.reference, a kernel's run and start): no field or parameter can be named so
+CALL_KEYWORDS = ("self", "steps", "dtype", "threads", "comm", "dims")
 ARITH_OPS = ("+", "-", "*", "/", "**")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("&", "|")

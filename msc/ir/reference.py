@@ -28,7 +28,6 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "floor": np.floor,
     "abs": np.abs,
 }
-ARITHMETIC = ("+", "-", "*", "/", "**")
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": np.add,
     "-": np.subtract,
@@ -153,7 +152,7 @@ class _Evaluate(ir.Visitor[Any]):
 
     def bin_op(self, e: ir.BinOp) -> Any:
         lhs, rhs = self.visit(e.lhs), self.visit(e.rhs)
-        if e.op in ARITHMETIC:
+        if e.op in ir.ARITH_OPS:
             lhs, rhs = self._number(lhs), self._number(rhs)
         return _BINARY[e.op](lhs, rhs)
 

@@ -10,7 +10,6 @@ the linear-form analysis can name where a non-linear term was written.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -23,7 +22,7 @@ from msc import ir
 from msc.errors import StencilArgumentError
 from msc.frontend import context
 from msc.frontend.symbols import Operand, Traced, as_expr
-from msc.frontend.trace import _ParamProxy, _Tracer
+from msc.frontend.trace import _ParamProxy, _Tracer, parameter_names
 from msc.ir.linear import LinearForm, linear_form
 from msc.ir.reference import run_reference
 
@@ -140,13 +139,7 @@ def trace_operator(func: Callable[..., Any], *, name: str | None = None,
         if boundary not in ir.BOUNDARIES:
             raise context.definition_error(f"boundary={boundary!r} is not one of {', '.join(ir.BOUNDARIES)}",
                                            def_loc)
-        params = []
-        for p in inspect.signature(func).parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise context.definition_error(
-                    f"parameter '{p.name}': *args and **kwargs are not allowed; name every field "
-                    "and scalar parameter", def_loc)
-            params.append(p.name)
+        params = parameter_names(func, def_loc, OPERATOR_KEYWORDS)
         if not params:
             raise context.definition_error("an operator takes its unknown field as first parameter", def_loc)
         tracer = _Tracer(op_name)
@@ -295,6 +288,12 @@ class Operator:
         out = run_reference(st if dtype is None else st.with_dtype(dtype), 1, inputs)
         inner = _interior_slices(self, next(iter(out.values())).shape)
         return {f: out[f][inner] for f in self.ir.unknowns}
+
+
+#: ... and for an operator also those of msc.solve, msc.implicit and Operator.matrix (an operator is stepped as a
+#: stencil too, msc.explicit)
+OPERATOR_KEYWORDS = (*ir.CALL_KEYWORDS, "L", "rhs", "shape", "full_output", "method", "tol", "maxiter", "smoother",
+                     "progress", "blocks", "nullspace", "dt", "solver")
 
 
 def _interior_slices(op: Operator, shape: tuple[int, ...]) -> tuple[slice, ...]:

@@ -146,6 +146,9 @@ class _Builder:
         if name in INDEX_SYMBOLS or name in CONSTANTS:
             what = "an index symbol" if name in INDEX_SYMBOLS else "a constant"
             raise self.error(decl.token, f"'{name}' is {what} and cannot name a field or parameter")
+        if name in ir.CALL_KEYWORDS:
+            raise self.error(decl.token, f"'{name}' is a keyword of the calls that take the fields and parameters "
+                             f"({', '.join(ir.CALL_KEYWORDS)}) and cannot name a field or parameter: rename it")
         if name in self.decls:
             raise self.error(decl.token, f"'{name}' is already declared at line {self.decls[name].line}")
         if decl.kind != "param":
