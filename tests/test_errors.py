@@ -47,6 +47,8 @@ def _line_of(func, marker: str) -> int:
         (lambda u: u.__setitem__((t + 1, y), u[t, y]), ["spatial index 1 must use 'x'"]),
         (lambda u: u.__setitem__((t + 1, x), u[t, x] + x), ["index symbol 'x' used as a value"]),
         (lambda u: u.__setitem__((t + 1, x), u[t, x] if u[t, x] > 0 else 0), ["Python control flow", "msc.where"]),
+        (lambda u: u.__setitem__((t + 1, x), min(u[t, x - 1], u[t, x])), ["min/max", "use msc.minimum(a, b)"]),
+        (lambda u: u.__setitem__((t + 1, x), u[x, t]), ["u[x, t]: 't' comes first, before the spatial indices (e.g. u[t, x])"]),
         (lambda u: u.__setitem__((t + 1, x), u[t, x] + "a"), ["cannot use a value of type str"]),
         (lambda u: u.__setitem__((t + 1, x), u[t, x] // 2), ["floor division a // b is not an msc operation",
                                                              "msc.floor(a / b)"]),

@@ -344,6 +344,7 @@ HEADER = "stencil s {\n    field u[x, y];\n    input c[x, y];\n    param a;\n"
     ("param y;", "'y' is an index symbol"),
     ("param inf;", "'inf' is a constant"),
     ("param steps;", "'steps' is a keyword of the calls that take the fields and parameters"),
+    ("u[t+1, x, y] = where(~(u[t, x, y] > 0), 1, 2);", "('~' is the Python DSL's not: here it is '!')"),
     ("input dtype[x, y];", "'dtype' is a keyword of the calls"),
     ("boundary neumann;", "boundary 'neumann' is not one of dirichlet, periodic"),
     ("dtype float16;", "dtype 'float16' is not one of float64, float32"),

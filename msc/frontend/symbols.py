@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import numbers
 import operator
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
@@ -234,10 +236,12 @@ class Operand:
         ))
 
     def __bool__(self) -> bool:
+        loc = context.user_location()
+        advice = "use msc.where(cond, a, b) and the operators & | ~ instead"
+        if re.search(r"(?<![\w.])(min|max)\s*\(", linecache.getline(loc.file, loc.line)):
+            advice = "Python's min() and max() decide with an if: use msc.minimum(a, b) and msc.maximum(a, b)"
         raise context.raised(context.definition_error(
-            "a traced value was used in Python control flow (if/while/and/or/not): "
-            "use msc.where(cond, a, b) and the operators & | ~ instead"
-        ))
+            f"a traced value was used in Python control flow (if/while/and/or/not, min/max): {advice}", loc))
 
     __hash__ = object.__hash__
 

@@ -60,6 +60,10 @@ class _Tracer:
                 f"{name}[{_show_key(items)}]: a field needs 1 to 3 spatial indices (x, y, z)"
             )
         for pos, item in enumerate(spatial):
+            if item.sym == "t":
+                raise context.definition_error(
+                    f"{name}[{_show_key(items)}]: 't' comes first, before the spatial indices "
+                    f"(e.g. {name}[t, {', '.join(ir.DIM_NAMES[:ndim - 1])}])")
             if item.sym != ir.DIM_NAMES[pos]:
                 raise context.definition_error(
                     f"{name}[{_show_key(items)}]: spatial index {pos + 1} must use "

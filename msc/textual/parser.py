@@ -52,7 +52,13 @@ def _syntax_error(source: SourceText, e: UnexpectedInput) -> MscError:
         # What the parser accepts here exactly (`expected` merges LALR lookaheads).
         parser = getattr(e, "interactive_parser", None)
         expected = parser.accepts() if parser is not None else getattr(e, "expected", None)
-    return source.error(line, column, f"syntax error: unexpected {found}{_expected(expected)}")
+    return source.error(line, column, f"syntax error: unexpected {found}{_expected(expected)}"
+                        f"{PYTHON_ONLY.get(found, '')}")
+
+
+#: characters of the Python DSL that the language writes otherwise, and how
+PYTHON_ONLY = {"character '~'": " ('~' is the Python DSL's not: here it is '!')",
+               "character '%'": " (no remainder here: a - b * floor(a / b))"}
 
 
 def _describe(token: Token) -> str:
