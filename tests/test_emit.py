@@ -18,7 +18,7 @@ SAMPLE = [0, 3, 5, 11, 19, 26, 33, 40]
 
 def _build(stencil: msc.Stencil, directory: Path, dtype: str) -> Path:
     stencil.emit("openmp", directory, dtype=dtype)
-    assert sorted(p.name for p in directory.iterdir()) == ["Makefile", "kernel.c", "main.c", "npy.h"]
+    assert sorted(p.name for p in directory.iterdir()) == [".msc-files", "Makefile", "kernel.c", "main.c", "npy.h"]
     proc = subprocess.run(["make", "-C", str(directory)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return directory / stencil.name

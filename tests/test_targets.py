@@ -261,7 +261,7 @@ def test_mpi_driver_takes_everything_node_specific_from_the_node_target(tmp_path
     st = generate(3).stencil
     out = st.emit("accel+mpi", tmp_path / "src", chip="a2")
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["Makefile", "main.c", "halo.c", "halo.h", "npy.h", "accel_rt.c",
+    assert names == sorted([".msc-files", "Makefile", "main.c", "halo.c", "halo.h", "npy.h", "accel_rt.c",
                             "host_phase0.c", "dev_phase0.acc"]), names
     make = (out / "Makefile").read_text()
     for words in ("ACC ?= acc --chip=a2", "CFLAGS ?= -O2 -std=c11", "LDLIBS = -lm -laccel",

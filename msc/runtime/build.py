@@ -311,20 +311,36 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+#: in a tree `write_tree` wrote: the names of its files, one per line
+TREE_LIST = ".msc-files"
+
+
 def write_tree(directory: Path, files: dict[str, str]) -> Path:
     """Write `files` (name -> text) into `directory`, all or nothing.
 
     They are written into a private staging directory, then renamed into
     place: the staging directory becomes `directory` when that does not
-    exist yet; inside an existing one, each file replaces its namesake. A
-    full disk or a refused write thus leaves nothing partial under the
-    target name. Raises EmitError naming the directory and the cause.
+    exist yet; inside an existing one, each file replaces its namesake, and
+    the files an earlier write listed (TREE_LIST) that this one does not
+    write are removed. A file there that msc did not write (not listed, and
+    not saying msc in its first lines: a user's own main.c) is never
+    replaced: EmitError, nothing written. A full disk or a refused write
+    thus leaves nothing partial under the target name. Raises EmitError
+    naming the directory and the cause.
     """
     directory = Path(directory)
+    files = {**files, TREE_LIST: "".join(f"{name}\n" for name in sorted(files))}
     staging: Path | None = None
     replaced = 0
     try:
         existing = directory.is_dir()
+        listed = _listed(directory) if existing else set()
+        foreign = [name for name in files if existing and name not in listed | {TREE_LIST}
+                   and not _written_by_msc(directory / name)]
+        if foreign:
+            raise EmitError(f"cannot write the source tree {directory}: {', '.join(foreign)} there "
+                            f"{'was' if len(foreign) == 1 else 'were'} not written by msc and would be replaced; "
+                            "emit into a new folder, or move them away; nothing was written there")
         if not existing:
             directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory if existing else directory.parent))
@@ -340,6 +356,8 @@ def write_tree(directory: Path, files: dict[str, str]) -> Path:
                 os.replace(staging / name, directory / name)
                 replaced += 1
             staging.rmdir()
+            for name in listed - set(files):  # an earlier emit's, which this one does not write
+                (directory / name).unlink(missing_ok=True)
         else:
             os.rename(staging, directory)
         staging = None
@@ -351,6 +369,27 @@ def write_tree(directory: Path, files: dict[str, str]) -> Path:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return directory
+
+
+def _listed(directory: Path) -> set[str]:
+    """The plain file names an earlier `write_tree` listed in `directory` (none without its list)."""
+    try:
+        lines = (directory / TREE_LIST).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {n for n in lines if n and Path(n).name == n and n not in (".", "..")}
+
+
+def _written_by_msc(path: Path) -> bool:
+    """Whether a file that may be replaced is msc's: absent, or naming msc in its first 256 bytes
+    (every file msc emits does; a tree emitted before TREE_LIST existed is recognised so)."""
+    if not path.exists():
+        return True
+    try:
+        with open(path, "rb") as f:
+            return path.is_file() and b"msc" in f.read(256)
+    except OSError:
+        return False
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ from conftest import heat
 import msc.runtime.build as build
 from msc.errors import EmitError
 
-TREE = ["Makefile", "kernel.c", "main.c", "npy.h"]
+TREE = [".msc-files", "Makefile", "kernel.c", "main.c", "npy.h"]
 
 
 def _mode(path: Path) -> int:
@@ -77,6 +77,26 @@ def test_full_disk_keeps_an_existing_tree(tmp_path, monkeypatch):
         heat.emit("openmp+mpi", out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["heat"]
+
+
+def test_a_file_msc_did_not_write_is_never_replaced(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "main.c").write_text("int main(void) { return 0; }\n")  # the user's own
+    with pytest.raises(EmitError, match="main.c there was not written by msc and would be replaced; emit into a new "
+                                        "folder, or move them away; nothing was written there"):
+        heat.emit("openmp", out)
+    assert [p.name for p in out.iterdir()] == ["main.c"] and "return 0" in (out / "main.c").read_text()
+
+
+def test_emitting_again_removes_the_earlier_emit_s_files_it_does_not_write(tmp_path):
+    out = heat.emit("openmp+mpi", tmp_path / "heat")
+    assert {"halo.c", "halo.h"} <= {p.name for p in out.iterdir()}
+    (out / "notes.txt").write_text("mine\n")
+    heat.emit("openmp", out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(TREE + ["notes.txt"])
+    (out / build.TREE_LIST).unlink()  # a tree emitted before the list existed: recognised by its headers
+    assert sorted(p.name for p in heat.emit("openmp", out).iterdir()) == sorted(TREE + ["notes.txt"])
 
 
 def test_read_only_directory(tmp_path, deny_write):
