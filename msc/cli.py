@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -53,9 +54,9 @@ def load_source(source: str) -> Stencil:
         spec.loader.exec_module(module)
     finally:
         sys.path.pop(0)
-    obj = getattr(module, func, None)
-    if obj is None:
+    if not hasattr(module, func):
         raise UsageError(f"{path} has no function {func!r}")
+    obj = getattr(module, func)
     if not isinstance(obj, Stencil):  # a plain function is never called: it may do anything
         hint = "decorate it with @msc.stencil" if inspect.isfunction(obj) else f"it is a {type(obj).__name__}"
         raise UsageError(f"{source} is not a stencil ({hint})")
@@ -63,11 +64,13 @@ def load_source(source: str) -> Stencil:
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise UsageError(f"{what} expects NAME=VALUE, got {item!r}")
+        if name in out:
+            raise UsageError(f"{what} {name} is given twice ({name}={out[name]} and {name}={value}); give it once")
         out[name] = value
     return out
 
@@ -136,7 +139,9 @@ def _params(st: Stencil, a: argparse.Namespace) -> dict[str, float]:
 def _load_npy(path: str, field: str, dtype: str) -> np.ndarray:
     """The array of `--in field=path`, converted to the run's `dtype` (a CLI user cannot convert it)."""
     try:
-        array = np.load(path, allow_pickle=False)
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        array = np.load(path, allow_pickle=False) if magic == b"\x93NUMPY" else None
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read {path}: {e}") from None
     if not isinstance(array, np.ndarray):
@@ -155,8 +160,9 @@ def _inputs(st: Stencil, a: argparse.Namespace) -> dict[str, Any]:
     missing += [f"--param {p}=VALUE" for p in st.ir.params if p not in inputs]
     if missing:
         raise UsageError(f"stencil '{st.name}': missing {' '.join(missing)}")
-    for name, paths in files.items():
-        arrays = [_load_npy(path, name, a.dtype or st.ir.dtype) for path in paths.split(",")]
+    for name, paths in files.items():  # levels: FILE.npy,FILE.npy (a comma elsewhere belongs to a path)
+        arrays = [_load_npy(os.path.expanduser(path), name, a.dtype or st.ir.dtype)
+                  for path in re.split(r"(?<=\.npy),", paths)]
         inputs[name] = arrays[0] if len(arrays) == 1 else arrays
     return inputs
 
@@ -165,7 +171,8 @@ def _outputs(st: Stencil, a: argparse.Namespace) -> dict[str, Path]:
     """--out NAME=FILE.npy, checked before the run: a computed field, a file that can be written."""
     computed = [f.name for f in st.ir.written_fields]
     outputs = {}
-    for name, path in _pairs(a.output, "--out").items():
+    for name, given in _pairs(a.output, "--out").items():
+        path = os.path.expanduser(given)  # a quoted ~ is the home folder too
         if name not in computed:
             raise UsageError(f"--out {name}: not a computed field (computed: {', '.join(computed)})")
         if Path(path).is_dir():

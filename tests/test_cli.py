@@ -30,6 +30,8 @@ def undecorated(u):
 
 def main():
     raise SystemExit("main() was called")
+
+empty = None
 '''
 
 
@@ -94,6 +96,15 @@ def test_run_check_fails_with_exit_status_1_when_the_result_is_off(user_file, tm
     assert code == 1 and said in captured.out and "msc: --check failed for u" in captured.err
 
 
+def test_in_and_out_paths_take_commas_and_a_quoted_home(user_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    u0 = np.random.default_rng(3).random((10, 11))
+    np.save(tmp_path / "a,b.npy", u0)  # a comma inside a path; FILE.npy,FILE.npy still gives levels
+    code = main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1",
+                 "--in", f"u={tmp_path / 'a,b.npy'}", "--out", "u=~/out/u.npy"])
+    assert code == 0 and (tmp_path / "out" / "u.npy").is_file() and not (tmp_path / "~").exists()
+
+
 def test_emit_writes_a_tree(user_file, tmp_path, capsys):
     assert main(["emit", f"{user_file}:heat", "--target", "openmp", "-o", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "Makefile").exists() and (tmp_path / "out" / "kernel.c").exists()
@@ -145,6 +156,11 @@ def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
         (["run", "{file}:heat", "--steps", "1", "--param", "alpha=nan"], "--param alpha: 'nan' is not a finite number"),
         (["run", "{file}:heat", "--steps", "1", "--in", "u=missing.npy", "--param", "alpha=1"],
          "cannot read missing.npy"),
+        (["run", "{file}:heat", "--steps", "1", "--in", "u={file}", "--param", "alpha=1"],
+         "cannot read {file}: not a .npy file"),
+        (["run", "{file}:heat", "--steps", "1", "--in", "u={u0}", "--param", "alpha=1", "--param", "alpha=2"],
+         "--param alpha is given twice (alpha=1 and alpha=2); give it once"),
+        (["emit", "{file}:empty", "-o", "x"], "{file}:empty is not a stencil (it is a NoneType)"),
         (["bench", "{file}:heat", "--schedule", "tile(x=8).warp(2)"],
          "unknown primitive 'warp'; the primitives are tile,"),
         (["bench", "{file}:heat", "--schedule", "__import__('os')"], "unknown primitive '__import__'"),
