@@ -54,11 +54,15 @@ class Mutant:
 
 MUTANTS = [
     Mutant("msc_min returns the max", KERNEL,
-           "msc_min(real a, real b) { return a < b ? a : b; }", "msc_min(real a, real b) { return a > b ? a : b; }",
+           "msc_min(real a, real b) { return (a < b ||", "msc_min(real a, real b) { return (a > b ||",
            (*DIFFERENTIAL,)),
     Mutant("msc_max returns the min", KERNEL,
-           "msc_max(real a, real b) { return a > b ? a : b; }", "msc_max(real a, real b) { return a < b ? a : b; }",
+           "msc_max(real a, real b) { return (a > b ||", "msc_max(real a, real b) { return (a < b ||",
            (*DIFFERENTIAL,)),
+    Mutant("msc_min drops a NaN on its left", KERNEL,
+           "msc_min(real a, real b) { return (a < b || a != a) ? a : b; }",
+           "msc_min(real a, real b) { return a < b ? a : b; }",
+           ("tests/test_math_functions.py", "-k", "nan")),
     Mutant("3D periodic wrap skips edges and corners", KERNEL,
            "    for (long i0 = 0; i0 < n0; i0++)\n        for (long i1 = 0; i1 < n1; i1++)\n",
            "    for (long i0 = r0; i0 < n0 - r0; i0++)\n        for (long i1 = r1; i1 < n1 - r1; i1++)\n",
