@@ -68,6 +68,22 @@ def test_minimum_and_maximum_pass_nan_on_as_numpy_does_whichever_side_it_is(targ
     np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
 
 
+@msc.stencil
+def rooted(u):
+    u[t + 1, x] = u[t, x] ** 0.5 + u[t, x - 1] ** 1.5
+
+
+def test_a_square_root_by_power_matches_numpy_at_minus_infinity(assert_matches):
+    """C's pow(-inf, 0.5) is +inf; numpy takes sqrt for ** 0.5 and gives nan."""
+    u = np.array([4.0, -np.inf, 9.0, 1.0, 0.25, 2.0])
+    with pytest.warns(msc.NonFiniteWarning):
+        expected = rooted.reference(steps=1, u=u)["u"]
+    with pytest.warns(msc.NonFiniteWarning):
+        got = rooted.compile(threads=1).run(steps=1, u=u)["u"]
+    np.testing.assert_array_equal(got[:3], expected[:3])  # the ring, nan, inf
+    np.testing.assert_allclose(got, expected, rtol=1e-14)
+
+
 def test_the_text_language_knows_them():
     text = """stencil shaped {
       field u[x, y];

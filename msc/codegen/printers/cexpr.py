@@ -47,6 +47,8 @@ class _CExpr(ir.Visitor[str]):
         if e.op == "**":
             if isinstance(e.rhs, ir.Const) and e.rhs.value in (1.0, 2.0, 3.0):
                 return "(" + " * ".join([self.visit(e.lhs)] * int(e.rhs.value)) + ")"
+            if isinstance(e.rhs, ir.Const) and e.rhs.value == 0.5:  # as numpy, which takes sqrt: nan at -inf
+                return f"sqrt{self._suffix()}({self.visit(e.lhs)})"
             return f"pow{self._suffix()}({self.visit(e.lhs)}, {self.visit(e.rhs)})"
         return f"({self.visit(e.lhs)} {_C_OP.get(e.op, e.op)} {self.visit(e.rhs)})"
 
