@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -605,6 +606,12 @@ def test_auto_goes_through_the_one_tuner(assert_matches):
         assert report.from_cache or {t.schedule for t in report.trials} >= {str(msc.Schedule())}
     else:  # the emulator says nothing about GPU speed: the default launch, and a line saying why
         assert report.schedule == msc.Schedule() and "needs a CUDA device" in report.estimate.text
+        assert "the default, kept (this platform neither times nor models)" in repr(report)
+        with warnings.catch_warnings():  # nothing was cached: a second kernel neither warns of a damaged entry
+            warnings.simplefilter("error")
+            again = case.stencil.compile(target="cuda", dtype=case.dtype, schedule="auto", emulate=EMULATE)
+            again.run(steps=1, **case.inputs)
+        assert not again.report.from_cache
 
 
 # -- time tiles in shared memory ------------------------------------------------

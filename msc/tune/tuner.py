@@ -98,6 +98,8 @@ class TuningReport:
         return self.default_ms_per_step / self.ms_per_step if self.ms_per_step > 0 else 1.0
 
     def __repr__(self) -> str:
+        if not self.ms_per_step and not self.from_cache:
+            return f"<TuningReport {self.schedule}: the default, kept (this platform neither times nor models)>"
         done = "ranked by the cost model" if self.estimate else "timed"
         how = "from the cache" if self.from_cache else f"{len(self.trials)} candidates {done}"
         return (f"<TuningReport {self.schedule}: {self.ms_per_step:.3g} ms/step, {self.speedup:.2f}x the default "
@@ -386,9 +388,11 @@ class AutoKernel:
                 report = self._tune(shape, self.platform.trial_inputs(inputs()), max_threads, trial_steps)
         else:
             report = model_choice(self.poly, shape, trial_steps, self.platform, self.kinds, self._say)
-        _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
-                     "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
-                     "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
+        if report.ms_per_step > 0 and report.default_ms_per_step > 0:  # a platform that neither times nor
+            # models (the GPU emulator) keeps the default, and has nothing to remember
+            _store(key, {"schedule_text": str(report.schedule), "ms_per_step": report.ms_per_step,
+                         "default_ms_per_step": report.default_ms_per_step, "shape": list(shape),
+                         "stencil": self.ir.name, "trials": [asdict(t) for t in report.trials]})
         self.report = report
         return self._compile(report.schedule, report.schedule.threads)
 
