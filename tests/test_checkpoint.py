@@ -320,6 +320,8 @@ def test_steering_between_advances():
         sim.set(beta=1.0)
     with pytest.raises(StencilArgumentError, match=r"'u' has shape \(12, 14\), got an array of shape \(3, 3\)"):
         sim.set(u=np.zeros((3, 3)))
+    with pytest.raises(StencilArgumentError, match="'u' has dtype float32 but the stencil runs in float64"):
+        sim.set(u=np.zeros((12, 14), np.float32))  # as run and start refuse it
     boundary = rng.random((12, 14))  # a new ring: every later step keeps it (it used to return every other step)
     sim.set(u=boundary)
     for steps in (1, 2, 3):

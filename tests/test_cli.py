@@ -119,6 +119,14 @@ def test_bench_writes_json(user_file, tmp_path):
     assert data["stencil"] == "heat" and data["gstencils_per_s"] > 0
 
 
+def test_bench_on_athread_says_its_time_is_the_emulator_s(user_file, tmp_path, capsys):
+    report = tmp_path / "bench.json"
+    assert main(["bench", f"{user_file}:heat", "--target", "athread", "--shape", "10x10", "--steps", "2",
+                 "--repeat", "1", "--json", str(report)]) == 0
+    assert "under the athread emulator: a check of correctness, not a Sunway time" in capsys.readouterr().out
+    assert json.loads(report.read_text())["emulated"] is True
+
+
 def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
     u0 = np.random.default_rng(1).random((30, 33))
     np.save(tmp_path / "u0.npy", u0)

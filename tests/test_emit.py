@@ -123,3 +123,23 @@ def test_every_level_out_continues_the_run(tmp_path, assert_matches):
     bad = subprocess.run([*cmd[:3], *program_arguments(case.inputs, tmp_path), "--out", two], capture_output=True, text=True)
     assert bad.returncode != 0 and "wrong number of time levels (one file, or 3)" in bad.stderr
     assert not (tmp_path / "a.npy").exists() and "GStencil/s" not in bad.stdout
+
+
+@msc.stencil
+def averaged(u):  # no parameters: the driver reads none
+    u[t + 1, x, y] = 0.25 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1])
+
+
+@msc.stencil
+def scaled(u, a):
+    u[t + 1, x, y] = a * u[t, x - 1, y]
+
+
+@pytest.mark.parametrize("stencil", [averaged, scaled], ids=["no parameters", "a parameter"])
+@pytest.mark.parametrize("target", ["openmp", "openmp+mpi"])
+def test_the_driver_compiles_without_a_warning(stencil, target, tmp_path):
+    """A stencil without parameters left the driver's parameter array set and never read (nvcc warned)."""
+    out = stencil.emit(target, tmp_path / "tree")
+    flags = "CFLAGS=-O1 -fopenmp -std=gnu11 -Wunused -Wunused-but-set-variable -Werror"
+    proc = subprocess.run(["make", "-s", "-C", str(out), flags], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -66,7 +66,7 @@ def bind_arguments(stencil: ir.StencilIR, steps: Any, inputs: Mapping[str, Any])
                 raise StencilArgumentError(
                     f"{where}: '{f.name}' must be a {stencil.ndim}D array, got shape {a.shape}"
                 )
-            _check_dtype(stencil, f.name, a)
+            check_dtype(stencil, f.name, a)
             if shape is None:
                 shape, first = a.shape, f.name
             elif a.shape != shape:
@@ -105,7 +105,8 @@ def _levels_of(stencil: ir.StencilIR, f: ir.FieldDecl, value: Any) -> list[np.nd
     return arrays
 
 
-def _check_dtype(stencil: ir.StencilIR, name: str, a: np.ndarray) -> None:
+def check_dtype(stencil: ir.StencilIR, name: str, a: np.ndarray) -> None:
+    """StencilArgumentError unless array `a` (of field `name`) is in the stencil's dtype (either byte order)."""
     want = np.dtype(stencil.dtype)
     if a.dtype == want or a.dtype == want.newbyteorder():  # the other byte order is converted
         return

@@ -549,8 +549,10 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
         if d == lowered.parallel_dim and s.parallel_loop is None:
             others = [n for k, n in enumerate(lowered.names) if k in lowered.parallel_dims and k != d
                       and n not in ("", "t", "wave", "t_tile")]
-            raise ScheduleError(f"unroll: loop {name!r} is shared among threads by default; unroll another loop"
-                                + (f", or parallel({others[0]!r}) shares another" if others else ""))
+            instead = (f"parallel({others[0]!r}) shares another" if others else
+                       f"tile it first (tile({name}=16).unroll({name!r}, {factor})): threads then share the tiles")
+            raise ScheduleError(f"unroll: loop {name!r} is shared among threads by default; unroll another loop, "
+                                f"or {instead}")
         if d in (lowered.parallel_dim, lowered.vector_dim):
             raise ScheduleError(
                 f"unroll: loop {name!r} is already {'shared among threads' if d == lowered.parallel_dim else 'vectorized'}; "

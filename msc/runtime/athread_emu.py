@@ -28,7 +28,7 @@ from msc.errors import CompileError, MscError
 from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack, put_level
 from msc.runtime.checkpoint import checkpoint_path
-from msc.runtime.kernel import RunStats, Simulation, not_finite, resumed_buffers, warn_not_finite
+from msc.runtime.kernel import RunStats, Simulation, check_threads, not_finite, resumed_buffers, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"
@@ -157,6 +157,10 @@ class AthreadKernel:
     target: str = "athread"
     last_run: AthreadRunStats = field(default_factory=AthreadRunStats)
 
+    def __repr__(self) -> str:
+        return (f"<msc kernel '{self.ir.name}' target=athread (emulated) chip={self.chip} dtype={self.ir.dtype} "
+                f"schedule={self.schedule or 'default'}>")
+
     @property
     def source(self) -> str:
         """The generated athread sources: the MPE's host.c, then the CPEs' slave.c."""
@@ -167,7 +171,9 @@ class AthreadKernel:
         return "".join(f"/* ---- {f.name} ---- */\n{f.read_text()}" for f in files)
 
     def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
-        """Advance `steps` steps under the emulator; the newest level of each written field."""
+        """Advance `steps` steps under the emulator; the newest level of each written field (`threads`:
+        checked as elsewhere; the 64 CPEs are the emulator's)."""
+        check_threads(threads)
         stencil = self.ir
         args = bind_arguments(stencil, steps, inputs)
         levels = {f.name: args.levels[f.name] if f.written else args.levels[f.name][:1] for f in stencil.fields}
@@ -178,6 +184,7 @@ class AthreadKernel:
     def start(self, threads: int | None = None, **inputs: Any) -> Simulation:
         """A run that keeps its levels between calls, as `CompiledKernel.start`
         does: each `advance` runs the program from the levels it holds."""
+        check_threads(threads)
         args = bind_arguments(self.ir, 0, inputs)
         return Simulation(self, pack(self.ir, args), args.scalars, 1)
 

@@ -41,7 +41,7 @@ from msc import ir
 from msc.codegen import get_target
 from msc.codegen.halo_plan import plan
 from msc.errors import CheckpointError, MscError
-from msc.ir.arguments import bind_arguments, check_memory
+from msc.ir.arguments import bind_arguments, check_dtype, check_memory
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
 from msc.runtime import kernel as _kernel
@@ -677,9 +677,10 @@ def _global_array(stencil: ir.StencilIR, name: str, value: Any, shape: tuple[int
     if value.shape != tuple(shape):
         raise DistributedError(f"stencil '{stencil.name}': '{name}' has shape {tuple(shape)}, got an array of shape "
                                f"{value.shape}")
-    if value.dtype.kind not in "fiu":
-        raise DistributedError(f"stencil '{stencil.name}': '{name}' takes real numbers, got an array of "
-                               f"{value.dtype}")
+    try:
+        check_dtype(stencil, name, value)  # as start: no silent change of precision
+    except MscError as e:
+        raise DistributedError(str(e)) from None
     return np.array(value, dtype=stencil.dtype)
 
 

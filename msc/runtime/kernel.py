@@ -15,7 +15,7 @@ import numpy as np
 
 from msc import ir
 from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError
-from msc.ir.arguments import bind_arguments
+from msc.ir.arguments import bind_arguments, check_dtype
 from msc.runtime.buffers import aligned_empty, ghost_width, on_ring, pack, padded_shape, put_level
 from msc.runtime.build import load_library
 
@@ -358,6 +358,8 @@ class Simulation:
                                            f"{', '.join([*stencil.params, *(f.name for f in stencil.fields)])}")
             buffers = self._host_buffers()
             target = buffers[name][self.step % field.slots] if field.written else buffers[name]
+            if isinstance(value, np.ndarray):  # as run and start: no silent change of precision
+                check_dtype(stencil, name, value)
             array = np.asarray(value)
             domain = target[self._domain]
             if array.shape != domain.shape:

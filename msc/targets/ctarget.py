@@ -154,10 +154,11 @@ def check_capacity(kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule, pl
             tile = ", ".join(f"{d}={v}" for d, v in schedule.schedule.tiles)
             parts = ", ".join(f"{b.field} {'x'.join(map(str, b.shape))} ({(b.points() or 0) * itemsize} bytes)"
                               for b in buffers)
+            asked = schedule.schedule.cached_reads or schedule.schedule.cached_writes
             raise ScheduleError(
-                f"cache_read/cache_write on stencil '{poly.ir.name}': the {space.value} buffers of a tile "
-                f"{tile} need {need} bytes ({parts}), more than the {have} bytes a worker has on target "
-                f"'{target}'; use smaller tiles")
+                f"{'cache_read/cache_write on ' if asked else ''}stencil '{poly.ir.name}': the {space.value} "
+                f"buffers of a tile {tile} need {need} bytes ({parts}), more than the {have} bytes a worker has "
+                f"on {platform.name} (target '{target}'); use smaller tiles")
 
 
 @dataclass

@@ -57,7 +57,7 @@ from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule, lower
 from msc.runtime import athread_emu
 from msc.runtime.build import cache_dir, cached_build, write_tree
-from msc.runtime.kernel import BOX_ENTRY, ENTRY
+from msc.runtime.kernel import BOX_ENTRY, ENTRY, check_threads
 from msc.targets import ctarget
 from msc.targets.node import MakeRule, NodeBuild, NodeKernel
 from msc.targets.sunway import athread_model, chips
@@ -252,6 +252,7 @@ class AthreadTarget:
         in a child process. An emulation for
         correctness: its timings and counters are no Sunway performance figure."""
         chip = as_chip(chip)
+        check_threads(threads)  # the CPEs run the kernel; a count is still checked as on every target
         if schedule == "auto":  # chosen by the platform's cost model when the kernel runs and the size is known
             return AutoKernel(poly, lambda s, _threads: self.compile(poly, schedule=s, chip=chip), threads,
                               platform=PLATFORMS[chip.name])
