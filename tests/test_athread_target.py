@@ -339,6 +339,16 @@ def test_emitted_tree_builds_with_the_emulator_and_gives_the_reference(seed, tmp
     assert all(f"{compiler} " in plan and f"-c {src} -o {src[:-2]}." in plan for src in ("main.c", "host.c", "slave.c"))
 
 
+def test_kernels_of_emulated_targets_say_so_in_one_line(heat2d):
+    athread = heat2d.compile(target="athread")
+    cuda = heat2d.compile(target="cuda", emulate=True)
+    assert repr(athread) == ("<msc kernel 'heat' target=athread (emulated) chip=sw26010pro dtype=float64 "
+                             "schedule=default>")
+    assert repr(cuda) == "<msc kernel 'heat' target=cuda (emulated) dtype=float64 schedule=default>"
+    with pytest.raises(msc.MscError, match="threads must be a positive integer"):
+        heat2d.compile(target="athread", threads=-3)
+
+
 def test_cli_passes_chip_only_when_given(tmp_path, heat2d):
     from msc.cli import main
 
