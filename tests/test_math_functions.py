@@ -112,6 +112,7 @@ def test_numpy_numbers_still_multiply_field_reads():
     (lambda v: np.abs(v), "np.absolute cannot take a traced value.*use msc.abs"),
     (lambda v: np.arctan2(v, 1.0), "np.arctan2 cannot take a traced value.*use msc.atan2"),
     (lambda v: np.arcsinh(v), "np.arcsinh cannot take a traced value.*msc's functions are sqrt, exp, .*, where"),
+    (lambda v: np.fmin(v, 0.5), r"np.fmin cannot take .*use msc.minimum \(which gives NaN where either side is NaN"),
 ])
 def test_numpy_functions_on_traced_values_name_msc_s(call, advice):
     with pytest.raises(msc.StencilDefinitionError, match=rf"test_math_functions.py:\d+: in stencil 'bad': {advice}"):

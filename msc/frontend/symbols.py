@@ -115,6 +115,8 @@ class Operand:
         name = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
         ours = _NUMPY_EQUIVALENTS.get(ufunc.__name__)
         advice = f"use msc.{ours}" if ours else f"msc's functions are {', '.join(FUNCTIONS)}"
+        if ufunc.__name__ in ("fmin", "fmax"):
+            advice += f" (which gives NaN where either side is NaN, as np.{ours} does; {name} would skip it)"
         raise context.definition_error(f"{name} cannot take a traced value (numpy computes on numbers, "
                                        f"not on stencil expressions): {advice}")
 
