@@ -25,7 +25,6 @@ OMP_NUM_THREADS, each rank runs its share of its node's cores
 
 from __future__ import annotations
 
-import numbers
 import os
 import shutil
 import sys
@@ -37,11 +36,10 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from msc import ir
 from msc.codegen import get_target
 from msc.codegen.halo_plan import plan
-from msc.errors import CheckpointError, MscError
-from msc.ir.arguments import bind_arguments, check_dtype, check_memory
+from msc.errors import CheckpointError, MscError, StencilArgumentError
+from msc.ir.arguments import bind_arguments, check_memory
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
 from msc.runtime import kernel as _kernel
@@ -60,7 +58,15 @@ from msc.runtime.checkpoint import (
     write_manifest,
 )
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
-from msc.runtime.kernel import CompiledKernel, RunStats, not_finite, warn_not_finite
+from msc.runtime.kernel import (
+    CompiledKernel,
+    RunStats,
+    check_steps,
+    field_value,
+    not_finite,
+    parameter_value,
+    warn_not_finite,
+)
 
 __all__ = ["DistributedError", "DistributedKernel", "DistributedSimulation", "DistributedStats", "GlobalSimulation",
            "run_distributed", "start_distributed"]
@@ -469,7 +475,7 @@ class DistributedSimulation:
             raise DistributedError(f"stencil '{owner.kernel.ir.name}': advance(every=, out=) writes a time series "
                                    "from the global arrays, which this simulation of blocks does not gather: "
                                    "kernel.start(comm=...)'s simulation writes one")
-        _collectively(owner.comm, lambda: _check_steps(owner.kernel.ir.name, steps))
+        _collectively(owner.comm, lambda: check_steps(owner.kernel.ir.name, steps))
         counts = owner.comm.allgather(steps)
         if len(set(counts)) > 1:
             raise DistributedError(f"ranks were given different numbers of steps: {counts}")
@@ -564,7 +570,7 @@ class GlobalSimulation:
             return
         from msc.runtime.output import SeriesWriter
 
-        _collectively(comm, lambda: _check_steps(stencil.name, steps))
+        _collectively(comm, lambda: check_steps(stencil.name, steps))
         shape = self.distributed.shape
         writer = _collectively(comm, lambda: SeriesWriter.checked(stencil, every, out, self.step, shape)
                                if comm.rank == 0 else None)
@@ -591,20 +597,18 @@ class GlobalSimulation:
         stencil, comm, distributed = self.distributed.kernel.ir, self.distributed.comm, self.distributed
         fields = {f.name: f for f in stencil.fields}
 
-        def checked() -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        def checked() -> tuple[dict[str, float], dict[str, np.ndarray]]:  # errors raised on every rank
             scalars, arrays = {}, {}
             for name, value in values.items():
-                if name in fields:
-                    if comm.rank == 0:
-                        arrays[name] = _global_array(stencil, name, value, distributed.shape)
-                    continue
-                if name not in stencil.params:
-                    raise DistributedError(f"stencil '{stencil.name}' has no parameter or field '{name}'; it has "
-                                           f"{', '.join([*stencil.params, *fields])}")
-                if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                    raise DistributedError(f"stencil '{stencil.name}': parameter '{name}' takes a number, "
-                                           f"got {type(value).__name__}")
-                scalars[name] = float(value)
+                if name not in fields:
+                    scalars[name] = parameter_value(stencil, name, value)
+                elif comm.rank == 0:
+                    if not isinstance(value, np.ndarray):
+                        raise StencilArgumentError(f"stencil '{stencil.name}': sim.set({name}=...) takes a numpy array "
+                                                   f"on rank 0 (the global array, ring included), got "
+                                                   f"{type(value).__name__}")
+                    array = field_value(stencil, name, value, distributed.shape)
+                    arrays[name] = np.array(array, dtype=stencil.dtype)  # the stencil's byte order, for MPI
             return scalars, arrays
 
         scalars, arrays = _collectively(comm, checked)
@@ -669,30 +673,10 @@ class GlobalSimulation:
         self.close()
 
 
-def _global_array(stencil: ir.StencilIR, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """`value` as a global array of field `name` in the stencil's dtype, or DistributedError naming what is wrong."""
-    if not isinstance(value, np.ndarray):
-        raise DistributedError(f"stencil '{stencil.name}': sim.set({name}=...) takes a numpy array on rank 0 (the "
-                               f"global array, ring included), got {type(value).__name__}")
-    if value.shape != tuple(shape):
-        raise DistributedError(f"stencil '{stencil.name}': '{name}' has shape {tuple(shape)}, got an array of shape "
-                               f"{value.shape}")
-    try:
-        check_dtype(stencil, name, value)  # as start: no silent change of precision
-    except MscError as e:
-        raise DistributedError(str(e)) from None
-    return np.array(value, dtype=stencil.dtype)
-
-
 def _check_no_bar(name: str, progress: Any) -> None:
     if progress:
         raise DistributedError(f"stencil '{name}': runs over MPI show no progress bar (progress=True); rank 0 "
                                "can print its own progress between advance() calls")
-
-
-def _check_steps(name: str, steps: Any) -> None:
-    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
-        raise DistributedError(f"stencil '{name}': steps must be a non-negative integer, got {steps!r}")
 
 
 def start_distributed(kernel: CompiledKernel, comm: Any, inputs: Mapping[str, Any],
@@ -731,7 +715,7 @@ def run_distributed(kernel: CompiledKernel, comm: Any, steps: int, inputs: Mappi
                     schedule: Schedule | None = None, overlap: bool = True) -> dict[str, np.ndarray] | None:
     """`kernel.run(..., comm=comm)`: global arrays on rank 0 in, the result on rank 0 out
     (`schedule`: that of the local kernels; `overlap`: see DistributedKernel)."""
-    _collectively(comm, lambda: _check_steps(kernel.ir.name, steps) if comm.rank == 0 else None)
+    _collectively(comm, lambda: check_steps(kernel.ir.name, steps) if comm.rank == 0 else None)
     steps = comm.bcast(steps, root=0)  # rank 0's count, as for the arrays
     with start_distributed(kernel, comm, inputs, dims, threads, schedule, overlap) as sim:
         sim.advance(steps, _stacklevel=4)  # the user's line: run -> run_distributed -> here

@@ -346,25 +346,13 @@ class Simulation:
         field or into a time-invariant input (the whole array, ring included), in place."""
         stencil = self.kernel.ir
         for name, value in values.items():
-            if name in stencil.params:
-                if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                    raise StencilArgumentError(f"stencil '{stencil.name}': parameter '{name}' takes a number, "
-                                               f"got {type(value).__name__}")
-                self._scalars[name] = float(value)
-                continue
             field = next((f for f in stencil.fields if f.name == name), None)
             if field is None:
-                raise StencilArgumentError(f"stencil '{stencil.name}' has no parameter or field '{name}'; it has "
-                                           f"{', '.join([*stencil.params, *(f.name for f in stencil.fields)])}")
+                self._scalars[name] = parameter_value(stencil, name, value)
+                continue
             buffers = self._host_buffers()
             target = buffers[name][self.step % field.slots] if field.written else buffers[name]
-            if isinstance(value, np.ndarray):  # as run and start: no silent change of precision
-                check_dtype(stencil, name, value)
-            array = np.asarray(value)
-            domain = target[self._domain]
-            if array.shape != domain.shape:
-                raise StencilArgumentError(f"stencil '{stencil.name}': '{name}' has shape {domain.shape}, "
-                                           f"got an array of shape {array.shape}")
+            array = field_value(stencil, name, value, target[self._domain].shape)
             put_level(stencil, target, array)
             ring = on_ring(stencil, [np.arange(n) for n in array.shape], array.shape)
             if field.written and ring is not None:  # the ring is the boundary of every level, as at start
@@ -403,6 +391,29 @@ class Simulation:
         from msc.runtime.output import simulation_html
 
         return simulation_html(self)
+
+
+def parameter_value(stencil: ir.StencilIR, name: str, value: Any) -> float:
+    """`sim.set(name=value)` for a name that is no field: the parameter's new value, or StencilArgumentError."""
+    if name not in stencil.params:
+        raise StencilArgumentError(f"stencil '{stencil.name}' has no parameter or field '{name}'; it has "
+                                   f"{', '.join([*stencil.params, *(f.name for f in stencil.fields)])}")
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise StencilArgumentError(f"stencil '{stencil.name}': parameter '{name}' takes a number, "
+                                   f"got {type(value).__name__}")
+    return float(value)
+
+
+def field_value(stencil: ir.StencilIR, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """`sim.set(name=value)` for field `name`: the array (of `shape`, ring included), or StencilArgumentError;
+    an array of the other precision is refused, as run and start refuse it."""
+    if isinstance(value, np.ndarray):
+        check_dtype(stencil, name, value)
+    array = np.asarray(value)
+    if array.shape != tuple(shape):
+        raise StencilArgumentError(f"stencil '{stencil.name}': '{name}' has shape {tuple(shape)}, "
+                                   f"got an array of shape {array.shape}")
+    return array
 
 
 def check_threads(threads: Any) -> None:
