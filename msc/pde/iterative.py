@@ -178,13 +178,15 @@ class IterativeSolver:
         cycled = self.fine  # the V-cycle's fine level
         if dtype != "float64":
             cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=dtype)
-        self._norm = gershgorin_ratio(coefs, self.n) * float(np.max(np.abs(diag)))  # >= ||A||_inf
-        if nullspace:
-            check_annihilates_constants(what, self.fine.applied(np.ones(self.n)), self._norm, symmetric)
+        if nullspace:  # before the hierarchy is built: ||A||_inf >= L(1) against the same bound as below
+            scale = gershgorin_ratio(coefs, self.n) * float(np.max(np.abs(diag)))
+            check_annihilates_constants(what, self.fine.applied(np.ones(self.n)), scale, symmetric)
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine, pinned=nullspace)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve
         self._direction, self._applied_direction = cg_direction(self.fine, cycled)
+        rho = self.mg.levels[0].rho or gershgorin_ratio(coefs, self.n)  # the fine level's, where it smooths
+        self._norm = rho * float(np.max(np.abs(diag)))  # >= ||A||_inf
         self.setup_s = time.perf_counter() - start
 
     @property

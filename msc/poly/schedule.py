@@ -514,6 +514,10 @@ def carried_example(poly: PolyIR, lowered: LoweredSchedule, dim: int) -> str:
     return _example(poly, back)
 
 
+#: loops the default schedule never shares among threads (time, and a time tile's wavefront and time tiles)
+NEVER_SHARED = ("t", "wave", "t_tile")
+
+
 def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
     s = lowered.schedule
     loops = [k for k, n in enumerate(lowered.names) if n]
@@ -534,7 +538,7 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
     else:  # the outermost parallel loop below time (for time tiles: below the wavefront)
         start = 0 if lowered.schedule.time_depth else lowered.time_dim + 1
         lowered.parallel_dim = next((k for k in loops if k >= start and k in lowered.parallel_dims
-                                    and lowered.names[k] not in ("t", "wave", "t_tile")), None)
+                                    and lowered.names[k] not in NEVER_SHARED), None)
     if s.vector_loop is not None:
         d = lowered.dim(s.vector_loop)
         if d != loops[-1]:
@@ -548,7 +552,7 @@ def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
         d = lowered.dim(name)
         if d == lowered.parallel_dim and s.parallel_loop is None:
             others = [n for k, n in enumerate(lowered.names) if k in lowered.parallel_dims and k != d
-                      and n not in ("", "t", "wave", "t_tile")]
+                      and n and n not in NEVER_SHARED]
             instead = (f"parallel({others[0]!r}) shares another" if others else
                        f"tile it first (tile({name}=16).unroll({name!r}, {factor})): threads then share the tiles")
             raise ScheduleError(f"unroll: loop {name!r} is shared among threads by default; unroll another loop, "
