@@ -71,6 +71,50 @@ def test_kernel_buffers_start_on_a_page():
     assert all(b.ctypes.data % PAGE == 0 for b in sim._host_buffers().values())
 
 
+def test_ring_slots_start_apart_in_a_page():
+    """Consecutive slots of a ring buffer start the spread apart modulo a page (no 4K aliasing between
+    the level written and the levels read), each slot C-contiguous; wave's three slots a quarter apart."""
+    from msc.runtime.buffers import PAGE, field_buffer, slot_spread
+
+    for stencil, shape in ((wave, (64, 64)), (wave, (21, 40)), (drift, (256, 256))):
+        assert slot_spread(stencil.ir) == (1024 if stencil is wave else 2048)
+        for f in stencil.ir.fields:
+            buf = field_buffer(stencil.ir, f, shape)
+            assert buf.shape == ((f.slots, *shape) if f.written else shape) and buf.ctypes.data % PAGE == 0
+            if f.written:
+                assert all(buf[s].flags.c_contiguous for s in range(f.slots))
+                starts = [buf[s].ctypes.data for s in range(f.slots)]
+                assert {(b - a) % PAGE for a, b in zip(starts, starts[1:])} == {slot_spread(stencil.ir)}
+
+
+@msc.stencil
+def five_slots(u):
+    u[t + 1, x, y] = u[t, x, y] - u[t - 3, x + 1, y]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("stencil", [drift, wave, five_slots], ids=lambda s: s.ir.name)
+def test_generated_code_puts_slots_where_python_does(tmp_path, stencil, dtype):
+    """The C expression of templates/slot_points.j2, compiled, gives buffers.slot_points for every size."""
+    import subprocess
+
+    from msc.runtime.buffers import slot_points, slot_spread
+    from msc.targets.templates_env import _env
+
+    ring = stencil.ir.with_dtype(dtype)
+    sizes = [1, 7, 100, 511, 512, 513, 4096, 4098 * 4098, 256 ** 3, 258 ** 3, 1000003]
+    expr = _env().from_string('{% from "slot_points.j2" import slot_points %}{{ slot_points("n", spread) }}'
+                              ).render(spread=slot_spread(ring))
+    ctype = "double" if dtype == "float64" else "float"
+    lines = "".join(f'    {{ long n = {n}L; printf("%ld\\n", (long)({expr})); }}\n' for n in sizes)
+    program = tmp_path / "slots.c"
+    program.write_text(f"#include <stdio.h>\ntypedef {ctype} real;\nint main(void) {{\n{lines}    return 0;\n}}\n")
+    subprocess.run(["gcc", "-o", str(tmp_path / "slots"), str(program)], check=True)
+    printed = subprocess.run([str(tmp_path / "slots")], check=True, capture_output=True, text=True).stdout.split()
+    assert [int(v) for v in printed] == [slot_points(ring, n) for n in sizes]
+    assert max(f.slots for f in ring.written_fields) == {"drift": 2, "wave": 3, "five_slots": 5}[ring.name]
+
+
 def test_periodic_fields_have_the_domain_shape(assert_matches):
     u0 = np.random.default_rng(4).random((9, 35))
     sim = drift.compile().start(u=u0, a=0.3)

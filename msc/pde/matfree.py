@@ -41,7 +41,7 @@ from msc.ir.arguments import bind_arguments
 from msc.pde.coarsen import Box, ClassCoefficients, Piece, UniformRegion, class_pieces, uniform_region
 from msc.pde.operator import substitute
 from msc.pde.vectors import gather, scatter
-from msc.runtime.buffers import aligned_empty, ghost_width, pack, put_level
+from msc.runtime.buffers import aligned_empty, buffer_like, ghost_width, pack, put_level
 from msc.runtime.threads import default_threads
 from msc.stencil import Stencil
 
@@ -444,7 +444,7 @@ class CompiledOperator:
     def _direction_buffers(self) -> dict[str, np.ndarray]:
         if self._direction is None:
             unknown = self._buffers[self.unknown]
-            self._direction = {**self._buffers, self.unknown: aligned_empty(unknown.shape, unknown.dtype, zeroed=True)}
+            self._direction = {**self._buffers, self.unknown: buffer_like(unknown, zeroed=True)}
         return self._direction
 
     @property

@@ -1,8 +1,8 @@
 """Packing user arrays into the kernels' memory layout and back.
 
 Every compiled kernel sees, per written field, a ring buffer of `slots`
-padded levels (level t+dt in slot (t+dt) mod slots) and, per time-invariant
-input, one padded array. Padding is the ghost ring of a periodic stencil
+padded levels (level t+dt in slot (t+dt) mod slots; slots `slot_points`
+apart) and, per time-invariant input, one padded array. Padding is the ghost ring of a periodic stencil
 (dirichlet arrays already carry their ring). The dirichlet ring is fixed in
 time and comes from the newest input level, as in the reference.
 """
@@ -71,6 +71,59 @@ def aligned_empty(shape: tuple[int, ...], dtype: str | np.dtype, *, zeroed: bool
     return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+LINE = 64  # bytes of a cache line
+
+
+def slot_spread(stencil: ir.StencilIR) -> int:
+    """Bytes by which consecutive slots of a ring buffer are apart modulo PAGE: the page shared out among
+    the most slots any written field has, in powers of two (2 slots: half a page)."""
+    slots = max((f.slots for f in stencil.written_fields), default=1)
+    return PAGE >> max(1, (slots - 1).bit_length())
+
+
+def slot_points(stencil: ir.StencilIR, points: int) -> int:
+    """Elements from one slot of a ring buffer to the next, for levels of `points` elements: the level
+    rounded up to a cache line, then to `slot_spread` bytes past a multiple of PAGE. A level of a
+    power-of-two size, a page long or longer, would otherwise start every slot at the same place in a
+    page: a store to the new level then looks, by its address's low 12 bits, like the loads that follow
+    it from the old one, and waits (4K aliasing; box2d9p's streamed sweep at 4096^2 ran 1.2-1.5x slower
+    so). The generated code computes the same (templates/slot_points.j2)."""
+    itemsize = np.dtype(stencil.dtype).itemsize
+    line = -(-points * itemsize // LINE) * LINE
+    return (line + (slot_spread(stencil) - line) % PAGE) // itemsize
+
+
+def field_buffer(stencil: ir.StencilIR, field: ir.FieldDecl, shape: tuple[int, ...], *,
+                 zeroed: bool = False) -> np.ndarray:
+    """The kernels' buffer of `field` over levels of `shape` (padded): for a written field its ring
+    of `slots` levels, each C-contiguous, `slot_points` apart; for an input, one level."""
+    if not field.written:
+        return aligned_empty(shape, stencil.dtype, zeroed=zeroed)
+    itemsize = np.dtype(stencil.dtype).itemsize
+    stride = slot_points(stencil, int(np.prod(shape))) * itemsize
+    return _laid_out((field.slots, *shape), (stride, *_c_strides(shape, itemsize)), stencil.dtype, zeroed)
+
+
+def buffer_like(buffer: np.ndarray, *, zeroed: bool = False) -> np.ndarray:
+    """A new buffer laid out as the `field_buffer` `buffer` (a ring's slots at its stride)."""
+    return _laid_out(buffer.shape, buffer.strides, buffer.dtype, zeroed)
+
+
+def _laid_out(shape: tuple[int, ...], strides: tuple[int, ...], dtype: str | np.dtype, zeroed: bool) -> np.ndarray:
+    flat = aligned_empty((strides[0] * shape[0] // np.dtype(dtype).itemsize,), dtype, zeroed=zeroed)
+    return np.lib.stride_tricks.as_strided(flat, shape, strides)
+
+
+def buffer_bytes(buffer: np.ndarray) -> int:
+    """The bytes a `field_buffer` spans from its first element: a ring's slots at their stride (the
+    generated code may touch a slot's padding), an input's own."""
+    return buffer.strides[0] * buffer.shape[0]
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    return tuple(int(np.prod(shape[d + 1:])) * itemsize for d in range(len(shape)))
+
+
 def aligned_copy(a: np.ndarray) -> np.ndarray:
     out = aligned_empty(a.shape, a.dtype)
     out[...] = a
@@ -78,18 +131,17 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
 
 
 def pack(stencil: ir.StencilIR, args: BoundArguments, zeros: Collection[str] = ()) -> dict[str, np.ndarray]:
-    """Fresh kernel buffers (C-contiguous, 64-byte aligned) holding the bound inputs. The buffers
+    """Fresh kernel buffers (`field_buffer`) holding the bound inputs. The buffers
     of the fields named in `zeros` (bound to zeros) come zeroed from the system: nothing is
     copied into them."""
     buffers: dict[str, np.ndarray] = {}
     padded = padded_shape(stencil, args.shape)
     for f in stencil.fields:
         levels = args.levels[f.name]
-        shape = (f.slots, *padded) if f.written else padded
         if f.name in zeros:
-            buffers[f.name] = aligned_empty(shape, stencil.dtype, zeroed=True)
+            buffers[f.name] = field_buffer(stencil, f, padded, zeroed=True)
             continue
-        buf = buffers[f.name] = aligned_empty(shape, stencil.dtype)
+        buf = buffers[f.name] = field_buffer(stencil, f, padded)
         if not f.written:
             buf[...] = _pad(stencil, levels[0])
             continue

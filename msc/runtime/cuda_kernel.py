@@ -24,7 +24,7 @@ import numpy as np
 from msc.errors import StencilArgumentError, TargetError
 from msc.ir.arguments import bind_arguments
 from msc.runtime import cuda_emu
-from msc.runtime.buffers import padded_shape
+from msc.runtime.buffers import buffer_bytes, padded_shape, slot_points
 from msc.runtime.kernel import ENTRY, CompiledKernel, RunStats, Simulation
 
 DEVICE_ENTRY = ENTRY + "_device"
@@ -135,30 +135,31 @@ class CudaKernel(CompiledKernel):
         shape3 = (ctypes.c_long * 3)(*([1] * (3 - stencil.ndim) + list(args.shape)))
         padded = padded_shape(stencil, args.shape)
         padded3 = (ctypes.c_long * 3)(*([1] * (3 - stencil.ndim) + list(padded)))
-        level_bytes = int(np.prod(padded)) * np.dtype(stencil.dtype).itemsize
+        slot_bytes = slot_points(stencil, int(np.prod(padded))) * np.dtype(stencil.dtype).itemsize
         lib = self._lib
         buffers: dict[str, int] = {}
         try:
             for f in stencil.fields:
-                pointer = lib.msc_device_alloc(level_bytes * f.slots)
+                pointer = lib.msc_device_alloc(slot_bytes * f.slots)
                 if not pointer:
                     raise TargetError(f"stencil '{stencil.name}': no device memory for the "
-                                      f"{level_bytes * f.slots} bytes of field '{f.name}'")
+                                      f"{slot_bytes * f.slots} bytes of field '{f.name}'")
                 buffers[f.name] = pointer
                 levels = devices[f.name]
                 for slot in range(f.slots):  # every slot starts with the newest level's ring
-                    self._check(lib.msc_put_level(pointer + slot * level_bytes, levels[-1].pointer, shape3, padded3, 0))
+                    self._check(lib.msc_put_level(pointer + slot * slot_bytes, levels[-1].pointer, shape3, padded3, 0))
                 for k, level in enumerate(levels[:-1]):
                     slot = (k - (len(levels) - 1)) % f.slots
                     interior = int(stencil.boundary != "periodic")
-                    self._check(lib.msc_put_level(pointer + slot * level_bytes, level.pointer, shape3, padded3, interior))
+                    self._check(lib.msc_put_level(pointer + slot * slot_bytes, level.pointer, shape3, padded3,
+                                                  interior))
             self.advance_device([buffers[f.name] for f in stencil.fields], [args.scalars[p] for p in stencil.params],
                                 list(padded), 0, int(steps))
             out = {}
             for f in stencil.written_fields:
                 slot = int(steps) % f.slots
                 newest = devices[f.name][-1]
-                self._check(lib.msc_take_level(newest.pointer, buffers[f.name] + slot * level_bytes, shape3, padded3))
+                self._check(lib.msc_take_level(newest.pointer, buffers[f.name] + slot * slot_bytes, shape3, padded3))
                 given = inputs[f.name]
                 out[f.name] = given[-1] if isinstance(given, list) else given
             return out
@@ -197,9 +198,10 @@ class DeviceSimulation(Simulation):
         self._device: dict[str, int] = {}
         self._finalizer = weakref.finalize(self, _free, lib, self._device)
         for name, array in buffers.items():
-            pointer = lib.msc_device_alloc(array.nbytes)
+            size = buffer_bytes(array)
+            pointer = lib.msc_device_alloc(size)
             if not pointer:
-                raise TargetError(f"stencil '{kernel.ir.name}': no device memory for the {array.nbytes} bytes "
+                raise TargetError(f"stencil '{kernel.ir.name}': no device memory for the {size} bytes "
                                   f"of field '{name}'")
             self._device[name] = pointer
         self._host_newer, self._device_newer = True, False
@@ -209,7 +211,7 @@ class DeviceSimulation(Simulation):
         for name, array in self._buffers.items():
             if to_device or any(f.name == name and f.written for f in kernel.ir.fields):
                 dst, src = (self._device[name], array.ctypes.data) if to_device else (array.ctypes.data, self._device[name])
-                kernel._check(lib.msc_copy(dst, src, array.nbytes, int(to_device)))
+                kernel._check(lib.msc_copy(dst, src, buffer_bytes(array), int(to_device)))
 
     def _steps(self, count: int) -> None:
         if self._host_newer:

@@ -43,7 +43,7 @@ from msc.ir.arguments import bind_arguments, check_memory
 from msc.poly import PolyIR
 from msc.poly.schedule import Schedule, as_schedule
 from msc.runtime import kernel as _kernel
-from msc.runtime.buffers import aligned_empty, on_ring, pack, put_level
+from msc.runtime.buffers import field_buffer, on_ring, pack, put_level
 from msc.runtime.build import writer_tag
 from msc.runtime.checkpoint import (
     Block,
@@ -277,8 +277,7 @@ class DistributedKernel:
         stencil, path = self.kernel.ir, checkpoint_path(path)
         attrs, blocks = _collectively(self.comm, lambda: checkpoint_blocks(path, stencil, self.shape))
         step = int(attrs["step"])
-        buffers = {f.name: aligned_empty((f.slots, *self.local_shape) if f.written else self.local_shape,
-                                         stencil.dtype) for f in stencil.fields}
+        buffers = {f.name: field_buffer(stencil, f, self.local_shape) for f in stencil.fields}
         indices = self._indices_of(self.comm.rank)
         _collectively(self.comm, lambda: fill(path, stencil, buffers, indices, step, blocks))
         return DistributedSimulation(self, buffers, scalars_of(attrs, stencil),
@@ -737,8 +736,7 @@ def resume_distributed(kernel: CompiledKernel, comm: Any, path: Path, dims: Sequ
             if comm.rank != 0:
                 return None
             shape = distributed.shape
-            whole = {f.name: aligned_empty((f.slots, *shape) if f.written else shape, stencil.dtype)
-                     for f in stencil.fields}
+            whole = {f.name: field_buffer(stencil, f, shape) for f in stencil.fields}
             fill(path, stencil, whole, [np.arange(n) for n in shape], local.step, blocks)
             return {f.name: whole[f.name][local.step % f.slots] for f in stencil.written_fields}
 

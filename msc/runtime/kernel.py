@@ -14,9 +14,9 @@ from typing import Any, overload
 import numpy as np
 
 from msc import ir
-from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError
+from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgumentError, TargetError
 from msc.ir.arguments import bind_arguments, check_dtype
-from msc.runtime.buffers import aligned_empty, ghost_width, on_ring, pack, padded_shape, put_level
+from msc.runtime.buffers import field_buffer, ghost_width, on_ring, pack, padded_shape, put_level, slot_points
 from msc.runtime.build import load_library
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
@@ -127,7 +127,14 @@ class CompiledKernel:
         return None
 
     def arguments(self, buffers: dict[str, np.ndarray], scalars: dict[str, float], extents: Any) -> list[Any]:
-        """The leading arguments of the C entry points for packed `buffers`."""
+        """The leading arguments of the C entry points for packed `buffers` (`field_buffer`s: the
+        generated code finds a ring's slots at their stride, so a plain copy of one would be overrun)."""
+        for f in self.ir.written_fields:
+            buffer = buffers[f.name]
+            stride = slot_points(self.ir, int(np.prod(buffer.shape[1:]))) * buffer.itemsize
+            if buffer.strides[0] != stride or not buffer[0].flags.c_contiguous:
+                raise TargetError(f"stencil '{self.ir.name}': the buffer of '{f.name}' is not a ring buffer "
+                                  f"(runtime.buffers.field_buffer: slots {stride} bytes apart)")
         call: list[Any] = [buffers[f.name].ctypes.data for f in self.ir.fields]
         return call + [scalars[p] for p in self.ir.params] + list(extents)
 
@@ -233,8 +240,7 @@ def resumed_buffers(stencil: ir.StencilIR, path: Path) -> tuple[dict[str, np.nda
     shape = int_tuple(attrs["msc_shape"])
     padded = padded_shape(stencil, shape)
     indices = [(np.arange(p) - g) % n for p, g, n in zip(padded, ghost_width(stencil), shape)]
-    buffers = {f.name: aligned_empty((f.slots, *padded) if f.written else padded, stencil.dtype)
-               for f in stencil.fields}
+    buffers = {f.name: field_buffer(stencil, f, padded) for f in stencil.fields}
     step = int(attrs["step"])
     fill(path, stencil, buffers, indices, step, [path])
     return buffers, scalars_of(attrs, stencil), step

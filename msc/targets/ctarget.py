@@ -31,6 +31,7 @@ from msc.codegen.printers.c import C_TYPES, CPrinter, int_helpers
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule, as_schedule, describe_loops, lower
+from msc.runtime.buffers import slot_spread
 from msc.runtime.build import (
     DEFAULT_CC,
     DEFAULT_CFLAGS,
@@ -286,13 +287,15 @@ def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
         parameters=signature(stencil).c_parameters(),
         call_args=call_args,
         statements=len(stencil.statements),
+        slot_spread=slot_spread(stencil),
     )
 
 
 def stencil_values(stencil: ir.StencilIR) -> dict[str, Any]:
     """What every kernel template says about the stencil itself."""
     return dict(version=__version__, name=stencil.name, ndim=stencil.ndim, boundary=stencil.boundary,
-                dtype=stencil.dtype, ctype=C_TYPES[stencil.dtype], periodic=stencil.boundary == "periodic")
+                dtype=stencil.dtype, ctype=C_TYPES[stencil.dtype], periodic=stencil.boundary == "periodic",
+                slot_spread=slot_spread(stencil))
 
 
 def entry_values(stencil: ir.StencilIR, box: bool) -> dict[str, Any]:

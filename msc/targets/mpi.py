@@ -25,6 +25,7 @@ from msc.codegen.printers.c import C_TYPES
 from msc.errors import ScheduleError, TargetError
 from msc.poly import PolyIR
 from msc.poly.schedule import as_schedule
+from msc.runtime.buffers import slot_spread
 from msc.runtime.build import write_tree
 from msc.runtime.halo import HERE as RUNTIME_DIR
 from msc.targets.ctarget import signature
@@ -78,6 +79,7 @@ class MPITarget:
         call_args += ["t", "n", "nthreads"]
         lead = [0] * (3 - stencil.ndim)
         values = dict(
+            slot_spread=slot_spread(stencil),
             version=__version__,
             name=stencil.name,
             ndim=stencil.ndim,

@@ -293,8 +293,8 @@ def _all_levels(stencil: ir.StencilIR) -> list[dict[str, Any]]:
 
 
 def _host_fields(stencil: ir.StencilIR) -> list[dict[str, Any]]:
-    return [dict(buffer=ring_buffer(f.name) if f.written else field_name(f.name),
-                 slots=f.slots if f.written else 1) for f in stencil.fields]
+    return [dict(buffer=ring_buffer(f.name) if f.written else field_name(f.name), slots=f.slots, written=f.written)
+            for f in stencil.fields]
 
 
 def _run_steps(poly: PolyIR, suffix: str) -> list[dict[str, Any]]:
