@@ -348,6 +348,7 @@ class DistributedKernel:
         started = time.perf_counter()
         depth = self.plan.depth
         pending: list[HaloExchanger] = []  # started after the last phase, not yet finished
+        calls = [phase.arguments(buffers, scalars, self.local_shape) for phase in self._phases]  # once, not per step
         for step in range(first, first + steps, depth):
             count = min(depth, first + steps - step)
             if step and depth > 1:  # every live level, then `count` steps without exchange
@@ -355,8 +356,7 @@ class DistributedKernel:
                 self._exchange(self._live_levels(buffers, step))
                 stats.exchanges += 1
                 stats.exchange_seconds += time.perf_counter() - tick
-            for k, phase in enumerate(self.plan.phases):
-                call = self._phases[k].arguments(buffers, scalars, self.local_shape)
+            for k, (phase, call) in enumerate(zip(self.plan.phases, calls)):
                 if pending and self._split:  # the inner box while the messages travel, the rim after
                     inner, rims = self._split
                     stats.compute_seconds += _timed(lambda: self._run_box(k, call, inner, step, nthreads))
