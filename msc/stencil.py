@@ -62,7 +62,8 @@ class Stencil:
     def reference(self, steps: int, dtype: DTypeLike = None, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the numpy reference interpreter (the ground truth); a NonFiniteWarning, as `run` gives,
         when a written field ends with NaN or inf."""
-        from msc.runtime.kernel import not_finite, warn_not_finite
+        from msc.runtime.finite import not_finite
+        from msc.runtime.kernel import warn_not_finite
 
         out = run_reference(self.typed(dtype), steps, inputs)
         warn_not_finite(self.name, not_finite(out), 0, steps, stacklevel=2)

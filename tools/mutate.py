@@ -355,6 +355,8 @@ MUTANTS = [
     Mutant("ring slots packed a level apart while the generated code pads them", "msc/runtime/buffers.py",
            "return (line + (slot_spread(stencil) - line) % PAGE) // itemsize", "return points",
            ("tests/test_simulation.py", "-k", "slots")),  # a kernel run on such buffers writes past them
+    Mutant("the finiteness check takes a NaN for finite", "msc/runtime/finite.c",
+           "bad |= zero != 0;", "bad |= zero > 0;", ("tests/test_finite.py",)),
     Mutant("row sums cover a strip without its right halo", "msc/codegen/row_sums.py",
            "strip + (ROW_STRIP + high)", "strip + ROW_STRIP", ("tests/test_row_sums.py",)),
     Mutant("row sums group rows by their shifts alone", "msc/codegen/row_sums.py",

@@ -28,7 +28,8 @@ from msc.errors import CompileError, MscError
 from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack, put_level
 from msc.runtime.checkpoint import checkpoint_path
-from msc.runtime.kernel import RunStats, Simulation, check_threads, not_finite, resumed_buffers, warn_not_finite
+from msc.runtime.finite import not_finite
+from msc.runtime.kernel import RunStats, Simulation, check_threads, resumed_buffers, warn_not_finite
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"

@@ -57,13 +57,13 @@ from msc.runtime.checkpoint import (
     write_block,
     write_manifest,
 )
+from msc.runtime.finite import not_finite
 from msc.runtime.halo import DistributedError, Grid, HaloExchanger
 from msc.runtime.kernel import (
     CompiledKernel,
     RunStats,
     check_steps,
     field_value,
-    not_finite,
     parameter_value,
     warn_not_finite,
 )
@@ -481,7 +481,7 @@ class DistributedSimulation:
         owner._advance(self._buffers, self._scalars, self.step, steps, self._nthreads)
         first, self.step = self.step, self.step + steps
         if not self._blown_up and steps:
-            bad = sorted(set().union(*owner.comm.allgather(not_finite(self.fields))))
+            bad = sorted(set().union(*owner.comm.allgather(not_finite(self.fields, self._nthreads))))
             self._blown_up = bool(bad)
             if owner.comm.rank == 0:
                 warn_not_finite(owner.kernel.ir.name, bad, first, self.step, _stacklevel)

@@ -6,7 +6,6 @@ import ctypes
 import numbers
 import time
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -18,6 +17,7 @@ from msc.errors import CheckpointError, MscError, NonFiniteWarning, StencilArgum
 from msc.ir.arguments import bind_arguments, check_dtype
 from msc.runtime.buffers import field_buffer, ghost_width, on_ring, pack, padded_shape, put_level, slot_points
 from msc.runtime.build import load_library
+from msc.runtime.finite import not_finite
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
 BOX_ENTRY = "msc_run_box"  # the same on a box of the domain (a kernel compiled with box=True)
@@ -38,11 +38,6 @@ def distributed_driver() -> Any:
     if _distributed is None:  # msc imports the driver: only a partial import of msc lands here
         raise MscError("runs over MPI ranks need msc.runtime.distributed: import msc first")
     return _distributed
-
-
-def not_finite(fields: Mapping[str, np.ndarray]) -> list[str]:
-    """The names of the fields holding NaN or inf (one read of each array)."""
-    return [name for name, level in fields.items() if not np.isfinite(level).all()]
 
 
 def warn_not_finite(stencil: str, bad: list[str], first: int, last: int, stacklevel: int) -> bool:
@@ -317,7 +312,8 @@ class Simulation:
         self.kernel.last_run = RunStats(seconds, int(steps), self._points, self._interior * int(steps),
                                         self.kernel.counters_since(counted))
         if not self._blown_up and steps:
-            self._blown_up = warn_not_finite(stencil.name, not_finite(self.fields), first, self.step, _stacklevel)
+            self._blown_up = warn_not_finite(stencil.name, not_finite(self.fields, self._nthreads), first,
+                                               self.step, _stacklevel)
 
     def _steps(self, count: int) -> None:
         """`count` steps from `self.step` on the buffers."""
