@@ -286,9 +286,10 @@ def test_wavefront_tiles_of_two_tiled_dimensions_are_handed_out_one_at_a_time(st
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("schedule", [Schedule().prefetch(16), Schedule().stream_stores()], ids=str)
 def test_line_stores_on_each_x86_level(isa, dtype, schedule, assert_matches):
-    """The line-store helpers' SSE2, AVX2 and AVX-512 branches, ordinary and
-    streaming, built for each level (the JIT otherwise builds for this CPU
-    only); -march=x86-64-v4 runs only where the CPU has AVX-512."""
+    """The line-store helpers' SSE2 and AVX branches, ordinary and streaming,
+    built for each level (the JIT otherwise builds for this CPU only), AVX-512
+    (which takes the AVX branch) included; -march=x86-64-v4 runs only where
+    the CPU has AVX-512."""
     if isa.endswith("v4") and "avx512f" not in host_identity():
         pytest.skip("this CPU has no AVX-512")
     poly = heat.poly(dtype)
