@@ -389,3 +389,25 @@ def test_a_time_tile_without_sizes_gets_the_platforms_tile(target, options, tmp_
         heat.emit(target, tmp_path / target, schedule=schedule, **{k: v for k, v in options.items() if k != "emulate"})
     with pytest.raises(ScheduleError, match=r"time_tile\(4\) names no sizes: a target chooses them"):
         lower(schedule, heat.poly())
+
+
+def test_the_bandwidth_copy_stays_small_beside_a_server_sized_last_level_cache(monkeypatch):
+    """sysfs reports a socket's whole L3 (hundreds of MiB on servers); the cost model's bandwidth
+    copy keeps each array at COPY_BYTES_MAX instead of twice that cache."""
+    from msc.tune import machine
+
+    sizes = []
+    real_ones = np.ones
+
+    def ones(n, *args, **kwargs):
+        sizes.append(n)
+        return real_ones(1 << 16, *args, **kwargs)  # the copy itself on a small array
+
+    monkeypatch.setattr(machine, "cache_bytes", lambda: {1: 48 << 10, 2: 2 << 20, 3: 480 << 20})
+    monkeypatch.setattr(machine.np, "ones", ones)
+    machine.memory_bandwidth.cache_clear()
+    try:
+        assert machine.memory_bandwidth() > 0
+    finally:
+        machine.memory_bandwidth.cache_clear()
+    assert sizes == [machine.COPY_BYTES_MAX // 8]

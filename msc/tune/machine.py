@@ -30,11 +30,17 @@ def cache_bytes() -> dict[int, int]:
     return out or dict(TYPICAL_CACHES)
 
 
+#: the largest array the bandwidth copy uses: a server's last-level cache, as sysfs reports it, is the
+#: whole socket's (hundreds of MiB), and twice that per array took seconds and gigabytes to copy
+COPY_BYTES_MAX = 256 << 20
+
+
 @lru_cache(maxsize=1)
 def memory_bandwidth() -> float:
     """Bytes per second one core copies between arrays twice the last-level
-    cache (read and write counted, as STREAM's copy does): best of three."""
-    n = 2 * max(cache_bytes().values()) // 8
+    cache, at most COPY_BYTES_MAX each (read and write counted, as STREAM's
+    copy does): best of three."""
+    n = min(2 * max(cache_bytes().values()), COPY_BYTES_MAX) // 8
     a = np.ones(n)
     b = np.empty_like(a)
     best = float("inf")
