@@ -1,7 +1,7 @@
 """Whether a run's fields are still finite: the check after each `run` and `advance`.
 
 numpy's `isfinite(a).all()` reads a level once on one thread and writes a boolean array
-as large as a quarter of it: at 256^3 (float64) it took as long as a step of heat3d,
+an eighth of its size (float64): at 256^3 it took as long as a step of heat3d,
 so a loop of `advance(1)` ran at half speed. A large level is checked by a small
 OpenMP C library (finite.c) on the kernel's threads, without the temporary; small or
 oddly strided arrays, and hosts where the library does not build, by numpy.
