@@ -736,3 +736,14 @@ def test_coarse_levels_in_blocks_are_the_coarse_centres_of_the_blocks_above(n, d
         assert [(p.n, p.dims) for p in plan[:2]] == [((32,) * 3, dims), ((16,) * 3, dims)]
         assert [(p.n, p.dims) for p in coarse_plan(n, dims, periodic, radius=3, least=64)[:2]] == [
             ((32,) * 3, dims), ((16,) * 3, (4, 2, 1))]  # blocks of 4 where radius 3 needs 3
+
+
+def test_cg_that_breaks_down_says_so():
+    """p'Ap = 0 (a singular operator the constants check does not see) is a ConvergenceError naming the
+    breakdown, not a division by zero."""
+    from msc.pde.krylov import cg
+    from msc.pde.vectors import Vectors
+
+    b = np.random.default_rng(5).random(64)
+    with pytest.raises(msc.ConvergenceError, match="CG broke down after 0 iterations"):
+        cg(lambda p: np.zeros_like(p), lambda r: r.copy(), b, 1e-8, 10, "a test", Vectors(threads=1))

@@ -253,6 +253,11 @@ def test_operator_errors_point_at_the_line():
         @msc.operator
         def silent(u):
             u[x] + 1
+    with pytest.raises(msc.StencilDefinitionError, match=r"the returned dict has key 'u' \(the name of the "
+                                                         r"parameter 'u': write the parameter itself, u, not its name\)"):
+        @msc.operator
+        def named(u, v):
+            return {"u": u[x - 1] - u[x], v: v[x + 1] - v[x]}
     with pytest.raises(msc.StencilArgumentError, match="missing argument"):
         lap5.matrix(shape=(5, 5))
 
@@ -593,6 +598,18 @@ def test_singular_steady_problem_is_reported():
         msc.solve(periodic_lap, np.ones((6, 6)), c=1.0)
 
 
+@pytest.mark.parametrize("method", ["direct", "multigrid", "cg", "gmres", "auto"])
+@pytest.mark.parametrize("shape", [(50, 50), (24, 24, 24)], ids=["2d-50", "3d-24"])
+def test_an_operator_singular_by_the_constants_is_refused_by_every_method(method, shape):
+    """At these sizes rounding hid the zero pivot: the direct solve returned a solution of 1e13 whose
+    residual passed its check, multigrid divided by zero or called the rhs non-finite."""
+    operator = periodic_lap if len(shape) == 2 else periodic_lap3
+    rhs = np.random.default_rng(24).standard_normal(shape)
+    inputs = {"c": 1.0} if operator is periodic_lap else {}
+    with pytest.raises(msc.MscError, match="the matrix is singular \\(the operator sends constants to zero\\)"):
+        msc.solve(operator, rhs, method=method, **inputs)
+
+
 @msc.operator(boundary="periodic")
 def periodic_lap3(u):
     return (u[x - 1, y, z] + u[x + 1, y, z] + u[x, y - 1, z] + u[x, y + 1, z] + u[x, y, z - 1] + u[x, y, z + 1]
@@ -685,6 +702,20 @@ def test_implicit_multigrid_on_a_system_names_the_solver_keyword():
         msc.implicit(coupled, 0.1, shape=(8, 8), a=0.5, solver="multigrid")
 
 
+@pytest.mark.parametrize("method", ["direct", "multigrid"])
+def test_a_zero_step_is_named_with_the_operator_not_by_the_solver(method):
+    """h=0 made 1/h**2 infinite: the solver layer said 'matrix has a non-finite entry inf at (0, 0)'."""
+    with pytest.raises(msc.StencilArgumentError, match=r"^operator 'lap5': a coefficient of the operator is not "
+                                                       r"finite \(NaN or inf\) with the arguments given \(h=0.0\)"):
+        msc.solve(lap5, np.ones((8, 8)), h=0.0, method=method)
+
+
+def test_nullspace_on_a_system_says_it_is_not_available_for_systems():
+    with pytest.raises(msc.StencilArgumentError, match=r"operator 'coupled' has u, v \(a system\): "
+                                                       r"nullspace='constant' is not available for systems$"):
+        msc.solve(coupled, {u: np.ones((8, 8)) for u in coupled.unknowns}, a=0.5, nullspace="constant")
+
+
 def test_solve_names_what_is_wrong_with_its_arguments_and_its_info_is_a_mapping():
     rhs, h = np.ones((8, 8)), 0.1
     for call, said in [
@@ -707,3 +738,15 @@ def test_solve_names_what_is_wrong_with_its_arguments_and_its_info_is_a_mapping(
     assert "solver" in info and dict(info)["method"] == "cg" and info.get("nope") is None
     with pytest.raises(KeyError):
         info["nope"]
+
+
+@pytest.mark.parametrize("method", ["direct", "multigrid", "cg", "gmres"])
+def test_a_fortran_ordered_ring_is_taken_by_every_method(method):
+    """u= in Fortran order (its ring's values): the iterative methods wrote into a copy that kept that
+    layout and refused it deep inside their vector operations."""
+    ring = np.asfortranarray(np.zeros((34, 34)))
+    ring[0, :] = 1.0
+    rhs = np.ones((32, 32))
+    expected = msc.solve(lap5, rhs, u=np.ascontiguousarray(ring), h=0.1, method="direct")
+    result = msc.solve(lap5, rhs, u=ring, h=0.1, method=method, tol=1e-12)
+    assert np.allclose(result, expected, rtol=0, atol=1e-9 * np.abs(expected).max())

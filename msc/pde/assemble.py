@@ -33,7 +33,7 @@ class _Inputs:
 
     def __init__(self, op: Operator, shape: tuple[int, ...], dtype: DTypeLike, inputs: Mapping[str, Any],
                  block: bool = False) -> None:
-        where = f"operator '{op.name}'"
+        where = self.where = f"operator '{op.name}'"
         dtype = ir.dtype_name(dtype, where)
         if len(shape) != op.ir.ndim or not all(isinstance(n, (int, np.integer)) for n in shape):
             raise StencilArgumentError(f"{where}: shape must be {op.ir.ndim} integers, got {shape!r}")
@@ -83,7 +83,15 @@ class _Inputs:
         return a[tuple(slice(r + o, r + o + n) for r, o, n in zip(self.r, offsets, self.n))]
 
     def eval(self, e: ir.Expr) -> Any:
-        return evaluate(e, lambda fr: self.window(fr.name, fr.offsets), self.params, self.dtype)
+        """`e` over the interior; a StencilArgumentError where it is not finite (as 1/h**2 with h=0)."""
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            value = evaluate(e, lambda fr: self.window(fr.name, fr.offsets), self.params, self.dtype)
+        if not np.all(np.isfinite(value)):
+            given = ", ".join(f"{p}={v!r}" for p, v in self.params.items())
+            raise StencilArgumentError(f"{self.where}: a coefficient of the operator is not finite (NaN or inf) "
+                                       f"with the arguments given{' (' + given + ')' if given else ''}: "
+                                       "a zero step or a coefficient field that divides by zero makes it so")
+        return value
 
 
 def assemble(op: Operator, shape: tuple[int, ...], dtype: DTypeLike, inputs: Mapping[str, Any],

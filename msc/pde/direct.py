@@ -16,6 +16,12 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 
+def singular(what: str, why: str) -> str:
+    """The message of a singular matrix (`why`: how it showed, in parentheses)."""
+    return (f"{what}: the matrix is singular{why}; a periodic or pure-Neumann operator, for one, determines u "
+            "only up to a constant (msc.solve(..., nullspace='constant') gives the solution of zero mean)")
+
+
 class Factorization:
     """M = sign * (factored matrix): swCholesky when SPD (maybe after a sign flip), else sparse LU."""
 
@@ -47,17 +53,15 @@ class Factorization:
                 return
             except (NotPositiveDefiniteError, NotSymmetricError):
                 pass  # not symmetric, or indefinite: LU below
-        singular = (f"{what}: the matrix is singular{{}}; a periodic or pure-Neumann operator determines u "
-                    "only up to a constant (msc.solve(..., nullspace='constant') gives the solution of zero mean)")
         try:
             from scipy.sparse.linalg import splu  # imported where used: `import msc` stays light
 
             lu = splu(M.tocsc())
         except RuntimeError as err:
-            raise MscError(singular.format(f" ({err})")) from None
+            raise MscError(singular(what, f" ({err})")) from None
         pivots = np.abs(lu.U.diagonal())
         if pivots.size and pivots.min() <= 1e-13 * pivots.max():
-            raise MscError(singular.format(f" (LU pivot ratio {pivots.min() / pivots.max():.1e})"))
+            raise MscError(singular(what, f" (LU pivot ratio {pivots.min() / pivots.max():.1e})"))
         self.solver, self.sign, self._solve, self._symbolic = "splu", 1.0, lu.solve, None
 
     def solve(self, b: np.ndarray) -> np.ndarray:

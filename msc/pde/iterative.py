@@ -34,7 +34,7 @@ from msc.pde.coarsen import Coefficients, diagonal, gershgorin_ratio, is_symmetr
 from msc.pde.krylov import Monitor, cg, gmres
 from msc.pde.matfree import CompiledOperator, from_operator
 from msc.pde.multigrid import Multigrid
-from msc.pde.nullspace import check_annihilates_constants
+from msc.pde.nullspace import check_annihilates_constants, check_not_singular_by_constants
 from msc.pde.vectors import Vectors
 from msc.runtime.progress import ResidualProgress
 from msc.solvers.numeric import blas_threads
@@ -113,9 +113,11 @@ def check_method(what: str, method: Any, tol: Any, maxiter: Any) -> None:
 def check_scalar(L: Operator, what: str, method: str, keyword: str = "method") -> None:
     """StencilArgumentError unless `L` has one unknown; `keyword` is the caller's name for `method`."""
     if len(L.ir.unknowns) != 1:
+        remedy = (f"use {keyword}='direct'" if keyword in ("method", "solver")
+                  else f"{keyword}={method!r} is not available for systems")
         raise StencilArgumentError(
             f"{what}: {keyword} {method!r} solves operators of one unknown; operator '{L.name}' has "
-            f"{', '.join(L.ir.unknowns)} (a system): use {keyword}='direct'")
+            f"{', '.join(L.ir.unknowns)} (a system): {remedy}")
 
 
 def preconditioner_dtype(L: Operator, diag: np.ndarray) -> str:
@@ -178,9 +180,12 @@ class IterativeSolver:
         cycled = self.fine  # the V-cycle's fine level
         if dtype != "float64":
             cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=dtype)
-        if nullspace:  # before the hierarchy is built: ||A||_inf >= L(1) against the same bound as below
-            scale = gershgorin_ratio(coefs, self.n) * float(np.max(np.abs(diag)))
+        # before the hierarchy is built: L(1) against ||A||_inf's bound, as below
+        scale = gershgorin_ratio(coefs, self.n) * float(np.max(np.abs(diag)))
+        if nullspace:
             check_annihilates_constants(what, self.fine.applied(np.ones(self.n)), scale, symmetric)
+        else:
+            check_not_singular_by_constants(what, self.fine.applied(np.ones(self.n)), scale)
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine, pinned=nullspace)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve

@@ -63,7 +63,11 @@ def cg(apply: Apply, precondition: Precondition, b: np.ndarray, tol: float, maxi
     rz = vectors.dot(r, z)
     for _ in range(maxiter):
         q = apply(p)
-        alpha = rz / vectors.dot(p, q)
+        curvature = float(vectors.dot(p, q))
+        if curvature == 0.0 or not np.isfinite(curvature):  # p'Ap: zero or not finite on a singular operator
+            raise ConvergenceError(f"{what}: CG broke down after {len(history) - 1} iterations (p'Ap = "
+                                   f"{curvature:g}): the operator is singular or not definite", history)
+        alpha = rz / curvature
         history.append(float(np.sqrt(vectors.residual_update(alpha, r, q, residual_into))))
         monitor(history[-1])
         if history[-1] <= tol:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msc.errors import MscError, StencilArgumentError
-from msc.pde.direct import Factorization
+from msc.pde.direct import Factorization, singular
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -57,6 +57,14 @@ def check_annihilates_constants(what: str, applied_to_ones: np.ndarray, scale: f
             f"{what}: nullspace='constant' is for an operator that sends constants to zero, and this one does "
             f"not: L(1) = {float(applied_to_ones[at]):.3g} at {where} (interior indices); a Dirichlet ring or a "
             "term in u alone makes the operator nonsingular: solve without nullspace=")
+
+
+def check_not_singular_by_constants(what: str, applied_to_ones: np.ndarray, scale: float) -> None:
+    """MscError when L(1) = 0 (`applied_to_ones`, against `scale` >= ||L||): without nullspace='constant'
+    such an operator has no unique solution, and a solver would return one blown up along the constants
+    (a factorisation whose rounding hides the zero pivot) or break down."""
+    if float(np.max(np.abs(applied_to_ones), initial=0.0)) <= ANNIHILATION_RTOL * scale:
+        raise MscError(singular(what, " (the operator sends constants to zero)"))
 
 
 def _here(value: float) -> float:

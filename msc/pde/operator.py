@@ -153,8 +153,10 @@ def trace_operator(func: Callable[..., Any], *, name: str | None = None,
             exprs: dict[str, ir.Expr] = {}
             for key, value in result.items():
                 if not isinstance(key, _OpParam):
+                    named = (f" (the name of the parameter {key!r}: write the parameter itself, {key}, "
+                             "not its name)" if isinstance(key, str) and key in proxies else "")
                     raise context.definition_error(
-                        f"the returned dict has key {key!r}: its keys must be the unknown fields "
+                        f"the returned dict has key {key!r}{named}: its keys must be the unknown fields "
                         "(parameters of the operator), e.g. {u: ..., v: ...}", def_loc)
                 exprs[key._name] = as_expr(value)
         else:

@@ -33,7 +33,13 @@ from msc.pde.direct import Factorization, check_residual
 from msc.pde.iterative import IterativeSolver, SolveInfo, check_method, check_scalar
 from msc.pde.matfree import from_operator
 from msc.pde.multigrid import check_smoother
-from msc.pde.nullspace import PinnedFactorization, check_annihilates_constants, check_nullspace, projected
+from msc.pde.nullspace import (
+    PinnedFactorization,
+    check_annihilates_constants,
+    check_not_singular_by_constants,
+    check_nullspace,
+    projected,
+)
 from msc.pde.operator import Operator
 from msc.pde.problem import checked_problem
 from msc.stencil import Stencil
@@ -280,8 +286,10 @@ def _interior(L: Operator, shape: tuple[int, ...]) -> tuple[slice, ...]:
 
 
 def _whole(L: Operator, shape: tuple[int, ...], rings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Whole arrays: copies of `rings` (the ring's values; the interior is the caller's to fill), else zeros."""
-    return {u: np.array(rings[u], dtype=np.float64) if u in rings else np.zeros(shape) for u in L.ir.unknowns}
+    """Whole C-ordered arrays (whatever the rings' layout: the iterative solvers write into their interior in
+    place): copies of `rings` (the ring's values; the interior is the caller's to fill), else zeros."""
+    return {u: np.array(rings[u], dtype=np.float64, order="C") if u in rings else np.zeros(shape)
+            for u in L.ir.unknowns}
 
 
 def _scatter(L: Operator, shape: tuple[int, ...], v: np.ndarray, rings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -360,11 +368,14 @@ def solve(L: Operator, rhs: Any, *, shape: tuple[int, ...] | None = None, full_o
     if method == "direct":
         assert A is not None
         F = PinnedFactorization() if singular else Factorization()
+        scale = float(abs(A).sum(axis=1).max())
+        ones = A @ np.ones(A.shape[0])
         if singular:
-            scale = float(abs(A).sum(axis=1).max())
-            ones = (A @ np.ones(A.shape[0])).reshape(L.interior_shape(shape))
+            ones = ones.reshape(L.interior_shape(shape))
             check_annihilates_constants(what, ones, scale, abs(A - A.T).max() <= 1e-12 * scale)
             b, mean = projected(what, b, tol)
+        else:
+            check_not_singular_by_constants(what, ones, scale)
         F.factor(A, what)
         t2 = time.perf_counter()
         v = F.solve(b)
