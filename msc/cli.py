@@ -218,14 +218,19 @@ def _compile(st: Stencil, a: argparse.Namespace, schedule: Schedule | str | None
     return st.compile(target=a.target, dtype=a.dtype, threads=a.threads, schedule=schedule)
 
 
+HEAT_PICTURE = "msc_demo_heat2d.png"
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from msc.demo import run_demo, run_pde_demo
 
     ok = True
+    heat_picture = a.picture or HEAT_PICTURE
     if a.part in ("all", "heat"):
-        ok = run_demo(size=a.size, steps=a.steps, threads=a.threads, picture=a.picture).max_error < 1e-12
+        ok = run_demo(size=a.size, steps=a.steps, threads=a.threads, picture=heat_picture).max_error < 1e-12
     if a.part in ("all", "pde"):
-        picture = a.pde_picture or Path(a.picture).with_name("msc_demo_poisson.png")
+        alone = a.picture if a.part == "pde" else None  # `msc demo pde --picture F`: the one picture drawn
+        picture = a.pde_picture or alone or Path(heat_picture).with_name("msc_demo_poisson.png")
         ok = run_pde_demo(size=a.pde_size, picture=picture).relative_residual < 1e-8 and ok
     return 0 if ok else 1
 
@@ -369,7 +374,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=_whole(0), default=2000, help="heat: time steps (default: %(default)s)")
     d.add_argument("--threads", type=_whole(0), default=None,
                    help="heat: OpenMP threads (default, or 0: the cores other processes leave free)")
-    d.add_argument("--picture", default="msc_demo_heat2d.png", help="PNG file of the heat part (default: %(default)s)")
+    d.add_argument("--picture", default=None,
+                   help=f"PNG file of the heat part (default: {HEAT_PICTURE}); with `demo pde`, of the pde part")
     d.add_argument("--pde-size", type=_whole(3), default=256,
                    help="pde: grid points per side, boundary ring included (default: %(default)s)")
     d.add_argument("--pde-picture", default=None,

@@ -76,7 +76,7 @@ class Stencil:
         from msc.codegen import check_options, get_target
 
         backend = get_target(target)
-        check_options(target, "compile", options, backend.compile_options)
+        check_options(target, "compile", options, backend.compile_options, ("target", "dtype", "threads", "schedule"))
         return backend.compile(self.poly(dtype), threads=threads, schedule=schedule, **options)
 
     def emit(self, target: str, directory: str | Path, dtype: DTypeLike = None, schedule: Any = None,
@@ -86,7 +86,7 @@ class Stencil:
         from msc.codegen import check_options, get_target
 
         backend = get_target(target)
-        check_options(target, "emit", options, backend.emit_options)
+        check_options(target, "emit", options, backend.emit_options, ("target", "directory", "dtype", "schedule"))
         return backend.emit(self.poly(dtype), Path(directory), schedule=schedule, **options)
 
 

@@ -327,6 +327,15 @@ def test_demo_runs_checks_and_draws(tmp_path):
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 200
 
 
+def test_demo_pde_alone_draws_where_picture_says(tmp_path):
+    """`msc demo pde --picture F` draws the one picture it makes to F (it went beside F, under another name)."""
+    proc = subprocess.run([sys.executable, "-m", "msc.cli", "demo", "pde", "--pde-size", "24",
+                           "--picture", str(tmp_path / "poisson.png")], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["poisson.png"]
+    assert (tmp_path / "poisson.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
 def test_msc_file_is_accepted_by_run_and_bench(tmp_path, capsys):
     source = str(Path(__file__).resolve().parents[1] / "examples" / "heat2d.msc")
     u0 = np.random.default_rng(1).random((16, 18))

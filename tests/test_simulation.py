@@ -156,6 +156,33 @@ def test_a_run_that_blows_up_warns_once_naming_the_steps():
         kernel.run(steps=2000, u=u0, alpha=0.2)  # a stable run says nothing
 
 
+@msc.stencil
+def heated(u, k, alpha):
+    u[t + 1, x, y] = u[t, x, y] + alpha * k[x, y] * (u[t, x - 1, y] + u[t, x + 1, y] - 2 * u[t, x, y])
+
+
+@pytest.mark.parametrize("case", ["nan in u", "inf on the ring", "inf in a coefficient field", "float32 overflow"])
+def test_inputs_that_are_not_finite_are_named_not_the_steps(case):
+    """NaN or inf given in (or a parameter float32 cannot hold) is named once, before any step; the
+    steps' blow-up message, which blames the time step, does not follow."""
+    u0, k = np.random.default_rng(6).random((12, 14)), np.ones((12, 14))
+    dtype, alpha, named = "float64", 0.1, "field 'u' is"
+    if case == "nan in u":
+        u0[5, 6] = np.nan
+    elif case == "inf on the ring":
+        u0[0, 3] = np.inf
+    elif case == "inf in a coefficient field":
+        k[4, 4], named = -np.inf, "field 'k' is"
+    else:
+        dtype, alpha, named = "float32", 1e300, "parameter 'alpha' = 1e+300 is"
+        u0, k = u0.astype(np.float32), k.astype(np.float32)
+    with pytest.warns(msc.NonFiniteWarning) as caught:
+        heated.compile(threads=1, dtype=dtype).run(steps=3, u=u0, k=k, alpha=alpha)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert str(caught[0].message) == (f"stencil 'heated': {named} not finite (NaN or inf in {dtype}) before step 0 "
+                                      "runs, as given; the results of the steps that follow will not be finite either")
+
+
 def test_an_emulated_athread_run_that_blows_up_warns():
     u0 = np.random.default_rng(5).random((10, 12))
     with pytest.warns(msc.NonFiniteWarning, match=r"stencil 'heat': field 'u' is no longer finite .* after steps 0\.\.399"):

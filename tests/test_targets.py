@@ -206,6 +206,11 @@ def test_an_option_the_target_lacks_is_named(tmp_path):
     with pytest.raises(TargetError, match="target 'serial' has no emit option 'chip'"):
         case.stencil.emit("serial", tmp_path / "out", chip="sw26010")
     assert not (tmp_path / "out").exists()
+    with pytest.raises(TargetError, match=r"target 'openmp' has no compile option 'schedul' \(its compile options: "
+                                          r"none\); 'schedul' looks like a misspelling of 'schedule'$"):
+        case.stencil.compile(target="openmp", schedul="auto")
+    with pytest.raises(TargetError, match="'emulat' looks like a misspelling of 'emulate'$"):
+        case.stencil.compile(target="cuda", emulat=True)
 
 
 OPTION_SCHEDULES = {"stream_stores": msc.Schedule().stream_stores(), "prefetch": msc.Schedule().prefetch(8),

@@ -63,3 +63,23 @@ def test_a_bad_thread_count_is_named_and_zero_is_the_default(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "free_cores", lambda: 1)
     assert heat.compile(threads=0).start(u=u0)._nthreads == heat.compile().start(threads=0, u=u0)._nthreads == 1
+
+
+def test_fields_given_by_position_are_told_to_go_by_name():
+    """run(steps, u0, 0.1) puts the array where threads= stands and 0.1 where comm= does: both are named,
+    before anything reaches the MPI driver or the argument binding."""
+    @msc.stencil
+    def heat(u, alpha):
+        u[t + 1, x, y] = u[t, x, y] + alpha * (u[t, x - 1, y] + u[t, x + 1, y] - 2 * u[t, x, y])
+
+    kernel, u0 = heat.compile(threads=1), np.zeros((6, 6))
+    by_name = r"; fields and parameters go by name, as run\(steps, u=u0, alpha=0.1\)"
+    for call in (lambda: kernel.run(3, u0, 0.1), lambda: kernel.start(u0, 0.1), lambda: kernel.run(3, u0, alpha=0.1)):
+        with pytest.raises(StencilArgumentError, match=r"threads must be a positive integer \(or 0: the default\), "
+                                                       r"got an object of type ndarray" + by_name):
+            call()
+    with pytest.raises(StencilArgumentError, match=r"comm must be an mpi4py communicator \(as MPI.COMM_WORLD\), "
+                                                   r"got 'world'" + by_name):
+        kernel.run(3, comm="world", u=u0, alpha=0.1)
+    with pytest.raises(StencilArgumentError, match=r"comm must be an mpi4py communicator .* got 0.1"):
+        kernel.start(1, 0.1, u=u0, alpha=0.1)

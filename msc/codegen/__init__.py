@@ -16,6 +16,7 @@ standalone source tree).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import pkgutil
@@ -36,13 +37,18 @@ class Target(Protocol):
     def emit(self, poly: Any, directory: Any, *, schedule: Any, **options: Any) -> Any: ...
 
 
-def check_options(target: str, call: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    """A TargetError naming every option of `call` that `target` does not take."""
+def check_options(target: str, call: str, options: dict[str, Any], allowed: tuple[str, ...],
+                  arguments: tuple[str, ...] = ()) -> None:
+    """A TargetError naming every option of `call` that `target` does not take, and the option or
+    argument of `call` itself (`arguments`) each was likely meant to be."""
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         takes = ", ".join(allowed) if allowed else "none"
+        meant = [f"{u!r} looks like a misspelling of {close[0]!r}" for u in unknown
+                 if (close := difflib.get_close_matches(u, (*arguments, *allowed), n=1))]
+        hint = "; " + "; ".join(meant) if meant else ""
         raise TargetError(f"target {target!r} has no {call} option {', '.join(map(repr, unknown))} "
-                          f"(its {call} options: {takes})")
+                          f"(its {call} options: {takes}){hint}")
 
 
 #: How an error names a target option it refuses (the primitive otherwise).

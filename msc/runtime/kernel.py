@@ -6,6 +6,7 @@ import ctypes
 import numbers
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -50,6 +51,22 @@ def warn_not_finite(stencil: str, bad: list[str], first: int, last: int, stackle
                       "coefficient, or an implicit method, keeps it finite)", NonFiniteWarning,
                       stacklevel=stacklevel + 1)
     return bool(bad)
+
+
+def warn_inputs_not_finite(stencil: ir.StencilIR, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
+                           step: int, threads: int, stacklevel: int) -> bool:
+    """Warn (NonFiniteWarning) that fields among `arrays` or `scalars` (as the kernel's dtype holds them) are
+    not finite before step `step` runs: the run's results will not be either, and no step is to blame.
+    True when it did. `stacklevel` as warn_not_finite's."""
+    with np.errstate(over="ignore"):
+        odd = [f"parameter '{k}' = {v!r}" for k, v in scalars.items()
+               if not np.isfinite(np.asarray(v, dtype=stencil.dtype))]
+    odd += [f"field '{name}'" for name in not_finite(arrays, threads)]
+    if odd:
+        warnings.warn(f"stencil '{stencil.name}': {', '.join(odd)} {'is' if len(odd) == 1 else 'are'} not finite "
+                      f"(NaN or inf in {stencil.dtype}) before step {step} runs, as given; the results of the steps "
+                      "that follow will not be finite either", NonFiniteWarning, stacklevel=stacklevel + 1)
+    return bool(odd)
 
 
 @dataclass
@@ -162,6 +179,8 @@ class CompiledKernel:
         None on the others; rank 0 gets the result, the others None
         (msc.runtime.distributed).
         """
+        check_threads(threads)
+        check_comm(comm)
         if comm is not None:
             return distributed_driver().run_distributed(self, comm, steps, inputs, dims=dims, threads=threads, schedule=self.schedule)
         sim = self.start(threads, **inputs)
@@ -188,6 +207,8 @@ class CompiledKernel:
         then `sim.fields[name]`, a read-only view of the newest level (no copy).
         Takes the same inputs as `run`, copied once, here. With `comm`: the
         same over MPI ranks (msc.runtime.distributed.GlobalSimulation)."""
+        check_threads(threads)
+        check_comm(comm)
         if comm is not None:
             return distributed_driver().start_distributed(self, comm, inputs, dims=dims, threads=threads, schedule=self.schedule)
         args = bind_arguments(self.ir, 0, inputs)
@@ -215,6 +236,8 @@ class CompiledKernel:
         from a checkpoint of a run on any number (msc.runtime.distributed)."""
         from msc.runtime.checkpoint import checkpoint_path
 
+        check_threads(threads)
+        check_comm(comm)
         if comm is not None:
             return distributed_driver().resume_distributed(self, comm, checkpoint_path(path), dims=dims,
                                                            threads=threads, schedule=self.schedule)
@@ -266,6 +289,7 @@ class Simulation:
         self._interior = int(np.prod([n - 2 * r for n, r in zip(self._extents, stencil.radius)]))
         self._points = self._interior * len(stencil.statements)
         self._blown_up = False  # warned once that a field is no longer finite
+        self._inputs_checked = False  # the first advance checks the inputs it starts from
 
     def __repr__(self) -> str:
         return f"<msc.Simulation of '{self.kernel.ir.name}' at step {self.step}, {self.kernel.target}>"
@@ -297,6 +321,12 @@ class Simulation:
 
             shape = tuple(d.stop - d.start for d in self._domain)
             writer = SeriesWriter.checked(stencil, every, out, self.step, shape)
+        if not self._inputs_checked:
+            self._inputs_checked = True
+            inputs = dict(self.fields)
+            inputs.update({f.name: self._host_buffers()[f.name][self._domain] for f in stencil.fields if not f.written})
+            self._blown_up = warn_inputs_not_finite(stencil, inputs, self._scalars, self.step, self._nthreads,
+                                                    _stacklevel)
         first, seconds = self.step, 0.0
         counted = self.kernel.counters()
         with Progress(stencil.name, int(steps), self._points, progress) as bar:
@@ -418,10 +448,22 @@ def field_value(stencil: ir.StencilIR, name: str, value: Any, shape: tuple[int, 
     return array
 
 
+#: what a field or parameter passed by position, where threads= or comm= stand, is told
+BY_NAME = "fields and parameters go by name, as run(steps, u=u0, alpha=0.1)"
+
+
 def check_threads(threads: Any) -> None:
     """Refuse (StencilArgumentError) a thread count other than None or an integer >= 0 (0: the default, as None)."""
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
-        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {threads!r}")
+        got = repr(threads) if isinstance(threads, (int, float, str)) else f"an object of type {type(threads).__name__}"
+        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {got}; {BY_NAME}")
+
+
+def check_comm(comm: Any) -> None:
+    """Refuse (StencilArgumentError) a `comm` that is neither None nor an MPI communicator (mpi4py's)."""
+    if comm is not None and not all(hasattr(comm, a) for a in ("Get_rank", "Get_size", "allgather")):
+        got = repr(comm) if isinstance(comm, (int, float, str)) else f"an object of type {type(comm).__name__}"
+        raise StencilArgumentError(f"comm must be an mpi4py communicator (as MPI.COMM_WORLD), got {got}; {BY_NAME}")
 
 
 def check_steps(stencil: str, steps: Any) -> None:
