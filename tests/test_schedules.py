@@ -147,6 +147,7 @@ def test_each_primitive(schedule, stencil, assert_matches):
         (heat, Schedule().parallel("x_tile"), ["no loop named 'x_tile' in this schedule"]),
         (heat, Schedule().parallel("x").unroll("x", 2), ["unroll: loop 'x' is already shared among threads"]),
         (ring, Schedule().time_tile(4, x=8), ["time_tile needs a dirichlet boundary"]),
+        (ring, Schedule().tile(x=4).compute_at("x_tile"), ["compute_at needs a dirichlet boundary"]),
         (heat, Schedule().compute_at("x_tile"), ["compute_at: 'x_tile' is not a tile loop (tile loops: none: tile() first)"]),
         (wave_two_stage, Schedule().tile(x=8).compute_at("x_tile").parallel("x_tile"),
          ["loop 'x_tile'", "cannot run in parallel", "on v[t+1, x, y-1], written in the same step by v[t+1] at"]),

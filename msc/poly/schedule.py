@@ -283,10 +283,12 @@ def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
     for name in tiles:
         if name not in stencil.dims:
             raise ScheduleError(f"stencil '{stencil.name}' is {stencil.ndim}D: it has no dimension {name!r}")
-    if schedule.time_depth and stencil.boundary == "periodic":
+    if stencil.boundary == "periodic" and (schedule.time_depth or schedule.fuse_at):
+        what, within = ("time_tile", "no time tile can contain") if schedule.time_depth else \
+            ("compute_at", "the statements of one tile cannot wait for")
         raise ScheduleError(
-            f"stencil '{stencil.name}': time_tile needs a dirichlet boundary (a periodic level is "
-            "wrapped as a whole after each step, which no time tile can contain)"
+            f"stencil '{stencil.name}': {what} needs a dirichlet boundary (a periodic level is "
+            f"wrapped as a whole after each step, which {within})"
         )
     if schedule.time_depth and not tiles:
         raise ScheduleError(f"time_tile({schedule.time_depth}) names no sizes: a target chooses them when it "
