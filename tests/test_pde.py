@@ -750,3 +750,19 @@ def test_a_fortran_ordered_ring_is_taken_by_every_method(method):
     expected = msc.solve(lap5, rhs, u=np.ascontiguousarray(ring), h=0.1, method="direct")
     result = msc.solve(lap5, rhs, u=ring, h=0.1, method=method, tol=1e-12)
     assert np.allclose(result, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+
+
+def test_a_direct_factorisation_with_a_tiny_cholesky_pivot_counts_as_singular():
+    """A singular SPD matrix that rounding lets Cholesky factor (a path graph's Laplacian, shifted by 1e-15)
+    is refused as LU's tiny pivots are, not solved into a blown-up answer."""
+    import scipy.sparse as sp
+
+    from msc.pde.direct import Factorization
+
+    n = 20
+    path = sp.diags_array([-np.ones(n - 1), np.r_[1.0, 2 * np.ones(n - 2), 1.0], -np.ones(n - 1)], offsets=[-1, 0, 1])
+    with pytest.raises(msc.MscError, match=r"^a test: the matrix is singular \(Cholesky pivot ratio \d"):
+        Factorization().factor(sp.csr_array(path + 1e-15 * sp.identity(n)), "a test")
+    shifted = Factorization()
+    shifted.factor(sp.csr_array(path + 1e-3 * sp.identity(n)), "a test")
+    assert shifted.solver == "swCholesky"

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 
+#: the smallest pivot over the largest (LU's |U_ii|; Cholesky's L_ii squared) at or below which a matrix
+#: counts as singular: rounding leaves a zero pivot near machine epsilon times the largest
+PIVOT_RATIO = 1e-13
+
+
 def singular(what: str, why: str) -> str:
     """The message of a singular matrix (`why`: how it showed, in parentheses)."""
     return (f"{what}: the matrix is singular{why}; a periodic or pure-Neumann operator, for one, determines u "
@@ -49,6 +54,8 @@ class Factorization:
                     self._symbolic = analyze(S)
                     self.analyses += 1
                     F = self._symbolic.factorize(S)
+                if F.rcond() <= PIVOT_RATIO:  # a zero pivot that rounding made tiny and positive
+                    raise MscError(singular(what, f" (Cholesky pivot ratio {F.rcond():.1e})"))
                 self.solver, self.sign, self._solve = "swCholesky", sign, F.solve
                 return
             except (NotPositiveDefiniteError, NotSymmetricError):
@@ -60,7 +67,7 @@ class Factorization:
         except RuntimeError as err:
             raise MscError(singular(what, f" ({err})")) from None
         pivots = np.abs(lu.U.diagonal())
-        if pivots.size and pivots.min() <= 1e-13 * pivots.max():
+        if pivots.size and pivots.min() <= PIVOT_RATIO * pivots.max():
             raise MscError(singular(what, f" (LU pivot ratio {pivots.min() / pivots.max():.1e})"))
         self.solver, self.sign, self._solve, self._symbolic = "splu", 1.0, lu.solve, None
 

@@ -72,6 +72,13 @@ class Factor:
         local = cols - S.super[s]
         return self._Lx[S.Px[s] + local * np.diff(S.Sp)[s] + local]
 
+    def rcond(self) -> float:
+        """CHOLMOD's cheap reciprocal condition estimate, (min diag(L) / max diag(L))^2: near machine
+        epsilon when A is singular and rounding left a tiny positive pivot (the factorisation then
+        succeeds, and its solutions are meaningless); 1.0 for a diagonal A of equal entries."""
+        d = self.diagonal()
+        return float((d.min() / d.max()) ** 2) if d.size else 1.0
+
     def logdet(self) -> float:
         """log(det(A)) = 2 * sum(log(diag(L)))."""
         return float(2.0 * np.sum(np.log(self.diagonal())))

@@ -142,6 +142,17 @@ def test_one_by_one() -> None:
         cholesky(sp.csr_array(np.array([[-4.0]])))
 
 
+def test_rcond_is_the_pivot_ratio_squared_and_flags_a_singular_matrix_that_factors() -> None:
+    assert cholesky(sp.identity(5, format="csr") * 3.0).rcond() == 1.0
+    assert cholesky(sp.diags_array([4.0, 1.0, 1e-8])).rcond() == pytest.approx(1e-8 / 4.0)
+    assert cholesky(sp.csc_array((0, 0))).rcond() == 1.0
+    n = 20  # a path graph's Laplacian (singular by the constants) shifted by 1e-15: it factors
+    path = sp.diags_array([-np.ones(n - 1), np.r_[1.0, 2 * np.ones(n - 2), 1.0], -np.ones(n - 1)], offsets=[-1, 0, 1])
+    F = cholesky(sp.csr_array(path + 1e-15 * sp.identity(n)))
+    d = F.diagonal()
+    assert F.rcond() == pytest.approx((d.min() / d.max()) ** 2) and F.rcond() < 1e-13
+
+
 def test_dtypes() -> None:
     with pytest.raises(InvalidMatrixError, match="complex"):
         cholesky(sp.csc_array(np.eye(3, dtype=complex)))
