@@ -146,8 +146,9 @@ def _load_npy(path: str, field: str, dtype: str) -> np.ndarray:
         raise UsageError(f"cannot read {path}: {e}") from None
     if not isinstance(array, np.ndarray):
         raise UsageError(f"cannot read {path}: not a .npy file")
-    if array.dtype.kind != "f":
-        raise UsageError(f"--in {field}: {path} holds {array.dtype} values; msc runs on float64 or float32 arrays")
+    if array.dtype.kind not in "fiu":
+        raise UsageError(f"--in {field}: {path} holds {array.dtype} values; msc runs on real numbers (float or "
+                         "integer arrays, converted to the run's dtype)")
     return array.astype(dtype, copy=False)
 
 

@@ -270,11 +270,18 @@ def test_in_files_are_converted_to_the_runs_dtype(user_file, u0_file, tmp_path, 
                                                       alpha=0.1)["u"]
     assert np.load(out).dtype == np.float32
     np.testing.assert_allclose(np.load(out), want, rtol=1e-6)
-    np.save(tmp_path / "ints.npy", np.arange(12 * 13).reshape(12, 13))
+    ints = np.arange(12 * 13).reshape(12, 13)  # integers are real numbers too: converted as floats are
+    np.save(tmp_path / "ints.npy", ints)
     assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in",
-                 f"u={tmp_path / 'ints.npy'}"]) == 1
+                 f"u={tmp_path / 'ints.npy'}", "--out", f"u={out}"]) == 0
+    want = load_source(f"{user_file}:heat").reference(steps=2, u=ints.astype(np.float64), alpha=0.1)["u"]
+    np.testing.assert_allclose(np.load(out), want, rtol=1e-12)
+    np.save(tmp_path / "complex.npy", ints + 1j)
+    assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in",
+                 f"u={tmp_path / 'complex.npy'}"]) == 1
     err = capsys.readouterr().err
-    assert f"--in u: {tmp_path / 'ints.npy'} holds int64 values; msc runs on float64 or float32 arrays" in err
+    assert (f"--in u: {tmp_path / 'complex.npy'} holds complex128 values; msc runs on real numbers (float or integer "
+            "arrays, converted to the run's dtype)") in err
 
 
 def test_gpu_target_without_its_gpu_gets_command_line_advice(user_file, u0_file, monkeypatch, capsys):
