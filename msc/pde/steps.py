@@ -244,6 +244,9 @@ class Implicit:
         return v
 
     def run(self, steps: int, **inputs: Any) -> dict[str, np.ndarray]:
+        """`steps` implicit steps from the initial field(s) given by name; coefficients and parameters given
+        here replace the stepper's (the matrix is refactored when one changes) and stay for later runs
+        that do not give them."""
         L = self.L
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
             raise StencilArgumentError(f"operator '{L.name}': steps must be a non-negative integer, got {steps!r}")
