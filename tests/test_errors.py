@@ -139,6 +139,12 @@ def test_nothing_written_and_varargs_and_boundary():
     assert "*args and **kwargs" in _definition_error(lambda *u: None)
     assert "boundary='open'" in _definition_error(lambda u: None, boundary="open")
 
+    def returns(u):
+        u[t + 1, x] = u[t, x - 1]
+        return u[t, x] + 1.0
+
+    assert "the stencil returns a value, which would be ignored" in _definition_error(returns)
+
 
 def test_parameter_names_that_the_calls_use_and_default_values_are_definition_errors():
     """`def s(u, steps)` took the value of run(steps=...) for both; `def s(u, a=0.5)` ignored the default."""

@@ -220,10 +220,16 @@ def trace(func: Callable[..., Any], *, name: str | None = None, boundary: str = 
             )
         params = parameter_names(func, def_loc, ir.CALL_KEYWORDS)
         tracer = _Tracer(stencil_name)
-        func(*[_ParamProxy(tracer, p) for p in params])
+        returned = func(*[_ParamProxy(tracer, p) for p in params])
         if not tracer.statements:
             raise context.definition_error(
                 "the stencil writes no field: add a statement like u[t+1, x] = ...", def_loc
+            )
+        if returned is not None:
+            raise context.definition_error(
+                "the stencil returns a value, which would be ignored: a stencil "
+                "assigns its new levels (u[t+1, x] = ...) and returns nothing (an @msc.operator returns its "
+                "expression)", def_loc
             )
         for fname, use in tracer.fields.items():
             if use.timed and tracer.written(fname) is None:
