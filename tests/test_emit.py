@@ -67,6 +67,10 @@ def test_design_md_command_line(tmp_path):
     bad = subprocess.run([str(program), "--steps", "1", "--param", "alpha=1", "--in", f"u={tmp_path / 'f32.npy'}"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "dtype '<f4', expected '<f8'" in bad.stderr
+    for argv, said in ((["--bogus"], "unknown option --bogus"), (["--steps", "1", "--bogus", "2"], "unknown option --bogus"),
+                       (["--steps"], "missing value after --steps")):
+        bad = subprocess.run([str(program), *argv], capture_output=True, text=True)
+        assert bad.returncode != 0 and said in bad.stderr, (argv, bad.stderr)
 
 
 def test_without_a_thread_count_the_program_takes_the_free_cores(tmp_path):
