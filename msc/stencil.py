@@ -63,10 +63,15 @@ class Stencil:
         """Run the numpy reference interpreter (the ground truth); a NonFiniteWarning, as `run` gives,
         when a written field ends with NaN or inf."""
         from msc.runtime.finite import not_finite
-        from msc.runtime.kernel import warn_not_finite
+        from msc.runtime.kernel import warn_inputs_not_finite, warn_not_finite
 
-        out = run_reference(self.typed(dtype), steps, inputs)
-        warn_not_finite(self.name, not_finite(out), 0, steps, stacklevel=2)
+        stencil = self.typed(dtype)
+        out = run_reference(stencil, steps, inputs)  # first: it checks the inputs' kinds and shapes
+        fields = {f.name for f in stencil.fields}  # a list of levels (checked alike by now) stacks into one array
+        arrays = {name: np.asarray(value) for name, value in inputs.items() if name in fields}
+        scalars = {name: value for name, value in inputs.items() if name in stencil.params}
+        if not warn_inputs_not_finite(stencil, arrays, scalars, 0, 1, stacklevel=2):
+            warn_not_finite(self.name, not_finite(out), 0, steps, stacklevel=2)
         return out
 
     def compile(self, target: str = "openmp", dtype: DTypeLike = None, threads: int | None = None,

@@ -29,7 +29,14 @@ from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack, put_level
 from msc.runtime.checkpoint import checkpoint_path
 from msc.runtime.finite import not_finite
-from msc.runtime.kernel import RunStats, Simulation, check_threads, resumed_buffers, warn_not_finite
+from msc.runtime.kernel import (
+    RunStats,
+    Simulation,
+    check_threads,
+    resumed_buffers,
+    warn_inputs_not_finite,
+    warn_not_finite,
+)
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "athread"
 MAKEFILE = EMULATOR_DIR / "Makefile"
@@ -178,8 +185,11 @@ class AthreadKernel:
         stencil = self.ir
         args = bind_arguments(stencil, steps, inputs)
         levels = {f.name: args.levels[f.name] if f.written else args.levels[f.name][:1] for f in stencil.fields}
+        given = {name: np.asarray(list(arrays)) for name, arrays in levels.items()}
+        warned = warn_inputs_not_finite(stencil, given, args.scalars, 0, 1, stacklevel=2)
         result = {name: out[-1] for name, out in self._execute(int(steps), args.scalars, levels, False).items()}
-        warn_not_finite(stencil.name, not_finite(result), 0, int(steps), stacklevel=2)
+        if not warned:
+            warn_not_finite(stencil.name, not_finite(result), 0, int(steps), stacklevel=2)
         return result
 
     def start(self, threads: int | None = None, **inputs: Any) -> Simulation:
