@@ -349,6 +349,22 @@ def test_kernels_of_emulated_targets_say_so_in_one_line(heat2d):
         heat2d.compile(target="athread", threads=-3)
 
 
+def test_an_athread_kernel_refuses_comm_and_points_at_the_mpi_program(heat2d):
+    """comm= was reported as an unknown stencil argument, and a DistributedKernel over an athread kernel
+    failed on an attribute it lacks."""
+    from msc.runtime.distributed import DistributedError, DistributedKernel
+
+    kernel, u0 = heat2d.compile(target="athread"), np.zeros((8, 10))
+    for call in (lambda: kernel.run(steps=1, comm=object(), u=u0, alpha=0.1),
+                 lambda: kernel.start(comm=object(), u=u0, alpha=0.1)):
+        with pytest.raises(msc.StencilArgumentError, match="an athread kernel runs one core group and takes no "
+                                                           "comm=: emit target 'athread\\+mpi'"):
+            call()
+    with pytest.raises(DistributedError, match="a kernel of type AthreadKernel runs on one node only: .* emit target "
+                                              "'athread\\+mpi'"):
+        DistributedKernel(kernel, None, u0.shape)
+
+
 def test_cli_passes_chip_only_when_given(tmp_path, heat2d):
     from msc.cli import main
 

@@ -343,6 +343,16 @@ def test_demo_pde_alone_draws_where_picture_says(tmp_path):
     assert (tmp_path / "poisson.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.parametrize("target, marker", [("openmp", "msc_run"), ("cuda", "__global__"), ("hip", "__global__"),
+                                            ("athread", "---- slave.c ----"), ("openmp+mpi", "msc_run"),
+                                            ("athread+mpi", "---- slave_phase0.c ----")])
+def test_show_prints_the_kernel_of_every_target_that_emits(target, marker, capsys):
+    """`msc show --target hip` and `athread+mpi` printed nothing (their kernel files were not looked for)."""
+    source = str(Path(__file__).resolve().parents[1] / "examples" / "heat2d.msc")
+    assert main(["show", source, "--target", target]) == 0
+    assert marker in capsys.readouterr().out
+
+
 def test_msc_file_is_accepted_by_run_and_bench(tmp_path, capsys):
     source = str(Path(__file__).resolve().parents[1] / "examples" / "heat2d.msc")
     u0 = np.random.default_rng(1).random((16, 18))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from msc import ir
-from msc.errors import CompileError, MscError
+from msc.errors import CompileError, MscError, StencilArgumentError
 from msc.ir.arguments import bind_arguments
 from msc.runtime.buffers import ghost_width, pack, put_level
 from msc.runtime.checkpoint import checkpoint_path
@@ -148,6 +148,13 @@ class AthreadRunStats(RunStats):
         return self.dma_bytes / self.dma_blocks if self.dma_blocks else 0.0
 
 
+def _one_node(comm: Any) -> None:
+    """Refuse a `comm`: the emulated core group runs one node; a distributed Sunway run is an emitted program."""
+    if comm is not None:
+        raise StencilArgumentError("an athread kernel runs one core group and takes no comm=: emit target "
+                                   "'athread+mpi' for a distributed program (its main runs the halo exchanges)")
+
+
 @dataclass
 class AthreadKernel:
     """A stencil built for the athread target with the emulator (`make
@@ -178,9 +185,10 @@ class AthreadKernel:
                            "gone); emit them with .emit('athread', directory)")
         return "".join(f"/* ---- {f.name} ---- */\n{f.read_text()}" for f in files)
 
-    def run(self, steps: int, threads: int | None = None, **inputs: Any) -> dict[str, np.ndarray]:
+    def run(self, steps: int, threads: int | None = None, comm: Any = None, **inputs: Any) -> dict[str, np.ndarray]:
         """Advance `steps` steps under the emulator; the newest level of each written field (`threads`:
-        checked as elsewhere; the 64 CPEs are the emulator's)."""
+        checked as elsewhere; the 64 CPEs are the emulator's). No `comm`: see `_one_node`."""
+        _one_node(comm)
         check_threads(threads)
         stencil = self.ir
         args = bind_arguments(stencil, steps, inputs)
@@ -192,9 +200,10 @@ class AthreadKernel:
             warn_not_finite(stencil.name, not_finite(result), 0, int(steps), stacklevel=2)
         return result
 
-    def start(self, threads: int | None = None, **inputs: Any) -> Simulation:
+    def start(self, threads: int | None = None, comm: Any = None, **inputs: Any) -> Simulation:
         """A run that keeps its levels between calls, as `CompiledKernel.start`
-        does: each `advance` runs the program from the levels it holds."""
+        does: each `advance` runs the program from the levels it holds. No `comm`: see `_one_node`."""
+        _one_node(comm)
         check_threads(threads)
         args = bind_arguments(self.ir, 0, inputs)
         return Simulation(self, pack(self.ir, args), args.scalars, 1)

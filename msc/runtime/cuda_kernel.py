@@ -82,6 +82,10 @@ class CudaKernel(CompiledKernel):
         self._device_fn = self._entry(DEVICE_ENTRY, box=False)
         self._counters_fn = getattr(lib, "msc_emu_counters", None)  # only the emulator's libraries count
 
+    @property
+    def compile_options(self) -> dict[str, Any]:
+        return {"emulate": self._counters_fn is not None}
+
     def __repr__(self) -> str:  # no thread count: the GPU (or its emulator) runs the blocks
         emulated = " (emulated)" if self._counters_fn is not None else ""
         return (f"<msc kernel '{self.ir.name}' target={self.target}{emulated} dtype={self.ir.dtype} "

@@ -169,6 +169,11 @@ class DistributedKernel:
     def __init__(self, kernel: CompiledKernel, comm: Any, shape: Sequence[int],
                  dims: Sequence[int] | None = None, threads: int | None = None,
                  schedule: Schedule | None = None, overlap: bool = True) -> None:
+        if not isinstance(kernel, CompiledKernel):
+            raise DistributedError(
+                f"a kernel of type {type(kernel).__name__} runs on one node only: a distributed run here takes a "
+                "kernel of a C target (openmp, serial; cuda or hip emulated); for Sunway, emit target "
+                "'athread+mpi' (a standalone MPI program)")
         self.kernel, self.comm = kernel, comm
         schedule = schedule if schedule is not None else kernel.schedule
         global _told_threads
@@ -218,8 +223,8 @@ class DistributedKernel:
 
     def _compile_phases(self) -> list[Any]:
         target = get_target(self.kernel.target)  # the node target the kernel was compiled for
-        return [target.compile(PolyIR(p.stencil), threads=self.threads, schedule=self.schedule, box=self.overlap)
-                for p in self.plan.phases]
+        return [target.compile(PolyIR(p.stencil), threads=self.threads, schedule=self.schedule, box=self.overlap,
+                               **self.kernel.compile_options) for p in self.plan.phases]
 
     # -- where this rank's block lies in the global arrays ------------------
 

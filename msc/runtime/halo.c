@@ -55,6 +55,47 @@ void msc_block(long n, int parts, int index, long *start, long *count)
     *start = index * base + (index < extra ? index : extra);
 }
 
+/* The halo each rank exchanges per step, as points, for a process grid `dims` (its faces' areas). */
+static double halo_surface(int ndim, const int *dims, const long *interior)
+{
+    double total = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] == 1) continue;
+        double face = 1;
+        for (int e = 0; e < ndim; e++)
+            if (e != d) face *= (double)(interior[e] + dims[e] - 1) / dims[e];
+        total += face;
+    }
+    return total;
+}
+
+/* MPI_Dims_create balances the ranks without looking at the grid: where that leaves a dimension
+ * fewer interior points than ranks, the grid of `size` ranks (keeping the dims given, nonzero)
+ * whose blocks all hold points, with the least halo surface, is taken instead. 0: there is none. */
+static int fitted_dims(int size, int ndim, const int *given, const long *interior, int *dims)
+{
+    int found = 0, trial[3] = {1, 1, 1};
+    double best = 0;
+    for (trial[0] = 1; trial[0] <= size; trial[0]++) {
+        if (size % trial[0]) continue;
+        for (trial[1] = 1; trial[1] <= (ndim > 1 ? size / trial[0] : 1); trial[1]++) {
+            if ((size / trial[0]) % trial[1]) continue;
+            trial[2] = size / trial[0] / trial[1];
+            if (ndim < 3 && trial[2] != 1) continue;
+            if (ndim < 2 && trial[1] != 1) continue;
+            int fits = 1;
+            for (int d = 0; d < ndim; d++)
+                fits &= (given[d] == 0 || given[d] == trial[d]) && trial[d] <= interior[d];
+            double cost = fits ? halo_surface(ndim, trial, interior) : 0;
+            if (fits && (!found || cost < best)) {
+                found = 1, best = cost;
+                for (int d = 0; d < ndim; d++) dims[d] = trial[d];
+            }
+        }
+    }
+    return found;
+}
+
 int msc_grid_create(MPI_Fint comm_f, int ndim, const int *dims, const int *periodic,
                     const long *interior, msc_grid **out, char *err, int errlen)
 {
@@ -83,11 +124,12 @@ int msc_grid_create(MPI_Fint comm_f, int ndim, const int *dims, const int *perio
     }
     MPI_Dims_create(size, ndim, g->dims);
     for (int d = 0; d < ndim; d++)
-        if (interior[d] < g->dims[d]) {
+        if (interior[d] < g->dims[d] && !(free_dims && fitted_dims(size, ndim, dims, interior, g->dims))) {
             int parts = g->dims[d];
             free(g);
-            return fail(err, errlen, "dimension %s has %ld interior points for %d ranks: a rank would get none",
-                        DIM_NAMES[d], interior[d], parts);
+            return fail(err, errlen, "dimension %s has %ld interior points for %d ranks: a rank would get none%s",
+                        DIM_NAMES[d], interior[d], parts,
+                        free_dims ? ", and no process grid of these ranks gives every rank points" : "");
         }
     MPI_Cart_create(comm, ndim, g->dims, g->periods, 0, &g->cart);
     int rank;

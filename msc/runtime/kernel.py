@@ -99,6 +99,12 @@ class CompiledKernel:
     schedule: Any = None  # the msc.Schedule it was compiled with (None: the default)
     last_run: RunStats = field(default_factory=RunStats)
 
+    @property
+    def compile_options(self) -> dict[str, Any]:
+        """The target's own compile options this kernel was built with (`Stencil.compile(**options)`):
+        a distributed run compiles its phases with them too."""
+        return {}
+
     def __repr__(self) -> str:
         return (f"<msc kernel '{self.ir.name}' target={self.target} dtype={self.ir.dtype} "
                 f"schedule={self.schedule or 'default'} threads={self.threads or 'default'}>")

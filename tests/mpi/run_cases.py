@@ -53,6 +53,14 @@ compare("box9_periodic", box9, 6, u=rng.random((19, 14)))
 compare("wave_two_levels", wave, 9, u=[rng.random(37), rng.random(37)], c=rng.random(37) * 0.2)
 compare("coupled_new_level_at_offset", coupled, 5, p=rng.random((17, 15)), q=rng.random((17, 15)), k=0.3)
 compare("box3d_periodic", box3d, 3, u=rng.random((9, 8, 7)))
+compare("heat_one_row_auto_splits_columns", heat, 3, u=rng.random((3, 52)), alpha=0.1)  # MPI_Dims_create: rows
+
+# an emulated CUDA kernel's phases are emulated too (compiled without emulate=, they looked for a GPU); its
+# block kernels may contract a multiply-add the whole-grid kernel does not: equal to rounding
+emulated, u_emulated = heat.compile(target="cuda", emulate=True), rng.random((14, 12))
+out = emulated.run(steps=4, comm=comm, u=u_emulated if comm.rank == 0 else None, alpha=0.1)
+results["heat_cuda_emulated"] = (out is None if comm.rank else bool(np.allclose(
+    out["u"], emulated.run(steps=4, u=u_emulated, alpha=0.1)["u"], rtol=0, atol=1e-14)))
 
 
 def continued(name: str, stencil: msc.Stencil, splits: tuple[int, ...], schedule: Any = None, **inputs: Any) -> None:
