@@ -97,8 +97,8 @@ class EmulatedGPUPlatform(GPUPlatform):
         return [Schedule()]
 
     def cost(self, poly: PolyIR, shape: tuple[int, ...], steps: int, schedule: Schedule) -> Estimate:
-        return Estimate(0.0, text=f"'{poly.ir.name}' under the CUDA emulator: kept the default launch "
-                                  "(timing the candidates needs a CUDA device; there is no GPU cost model yet)")
+        return Estimate(0.0, text=f"'{poly.ir.name}' under the GPU emulator (CUDA and HIP): kept the default "
+                                  "launch (timing the candidates needs a GPU; there is no GPU cost model yet)")
 
 
 EMULATED = EmulatedGPUPlatform()
