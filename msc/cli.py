@@ -244,7 +244,8 @@ def cmd_emit(a: argparse.Namespace) -> int:
     return 0
 
 
-KERNEL_FILES = ("kernel*.c", "kernel*.cu", "kernel*.hip", "host*.c", "slave*.c")  # what a target generates; the rest is scaffolding
+# what a target generates (its MPI form: one file per phase); the rest is scaffolding
+KERNEL_FILES = ("kernel*.c", "kernel*.cu", "kernel*.hip", "host*.c", "slave*.c")
 
 
 def cmd_show(a: argparse.Namespace) -> int:

@@ -182,10 +182,11 @@ class IterativeSolver:
             cycled = from_operator(L, shape, params, alpha, beta, target, self.fine.threads, dtype=dtype)
         # before the hierarchy is built: L(1) against ||A||_inf's bound, as below
         scale = gershgorin_ratio(coefs, self.n) * float(np.max(np.abs(diag)))
+        ones = self.fine.applied(np.ones(self.n))
         if nullspace:
-            check_annihilates_constants(what, self.fine.applied(np.ones(self.n)), scale, symmetric)
+            check_annihilates_constants(what, ones, scale, symmetric)
         else:
-            check_not_singular_by_constants(what, self.fine.applied(np.ones(self.n)), scale)
+            check_not_singular_by_constants(what, ones, scale)
         self.mg = Multigrid(cycled, coefs, self.n, periodic, what, symmetric, sweeps, target, smoother=smoother,
                             applied=self.fine, pinned=nullspace)
         self._vectors = Vectors(self.fine.threads)  # kept: its scratch vectors serve every solve

@@ -82,7 +82,6 @@ static int fitted_dims(int size, int ndim, const int *given, const long *interio
             if ((size / trial[0]) % trial[1]) continue;
             trial[2] = size / trial[0] / trial[1];
             if (ndim < 3 && trial[2] != 1) continue;
-            if (ndim < 2 && trial[1] != 1) continue;
             int fits = 1;
             for (int d = 0; d < ndim; d++)
                 fits &= (given[d] == 0 || given[d] == trial[d]) && trial[d] <= interior[d];

@@ -458,18 +458,23 @@ def field_value(stencil: ir.StencilIR, name: str, value: Any, shape: tuple[int, 
 BY_NAME = "fields and parameters go by name, as run(steps, u=u0, alpha=0.1)"
 
 
+def _shown(value: Any) -> str:
+    """A value as an argument error names it: a number or string itself, anything else by its type."""
+    return repr(value) if isinstance(value, (int, float, str)) else f"an object of type {type(value).__name__}"
+
+
 def check_threads(threads: Any) -> None:
     """Refuse (StencilArgumentError) a thread count other than None or an integer >= 0 (0: the default, as None)."""
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
-        got = repr(threads) if isinstance(threads, (int, float, str)) else f"an object of type {type(threads).__name__}"
-        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {got}; {BY_NAME}")
+        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {_shown(threads)}; "
+                                   f"{BY_NAME}")
 
 
 def check_comm(comm: Any) -> None:
     """Refuse (StencilArgumentError) a `comm` that is neither None nor an MPI communicator (mpi4py's)."""
     if comm is not None and not all(hasattr(comm, a) for a in ("Get_rank", "Get_size", "allgather")):
-        got = repr(comm) if isinstance(comm, (int, float, str)) else f"an object of type {type(comm).__name__}"
-        raise StencilArgumentError(f"comm must be an mpi4py communicator (as MPI.COMM_WORLD), got {got}; {BY_NAME}")
+        raise StencilArgumentError(f"comm must be an mpi4py communicator (as MPI.COMM_WORLD), got {_shown(comm)}; "
+                                   f"{BY_NAME}")
 
 
 def check_steps(stencil: str, steps: Any) -> None:
