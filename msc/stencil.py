@@ -79,9 +79,11 @@ class Stencil:
         """JIT-build the stencil for `target`; returns a kernel with `.run(steps=..., **inputs)`.
         `options` are the target's own (its `compile_options`), e.g. `emulate=True`."""
         from msc.codegen import check_options, get_target
+        from msc.runtime.kernel import check_threads
 
         backend = get_target(target)
         check_options(target, "compile", options, backend.compile_options, ("target", "dtype", "threads", "schedule"))
+        check_threads(threads)
         return backend.compile(self.poly(dtype), threads=threads, schedule=schedule, **options)
 
     def emit(self, target: str, directory: str | Path, dtype: DTypeLike = None, schedule: Any = None,

@@ -65,6 +65,19 @@ def test_a_bad_thread_count_is_named_and_zero_is_the_default(monkeypatch):
     assert heat.compile(threads=0).start(u=u0)._nthreads == heat.compile().start(threads=0, u=u0)._nthreads == 1
 
 
+def test_more_threads_than_msc_starts_are_refused_before_openmp_fails():
+    """40000 threads made the OpenMP runtime end the process; compile and run name the ceiling instead."""
+    @msc.stencil
+    def heat(u):
+        u[t + 1, x, y] = u[t, x, y]
+
+    said = rf"threads={threads.MAX_THREADS + 1} is more than msc starts \(at most {threads.MAX_THREADS};"
+    with pytest.raises(StencilArgumentError, match=said):
+        heat.compile(threads=threads.MAX_THREADS + 1)
+    with pytest.raises(StencilArgumentError, match=said):
+        heat.compile().run(2, threads=threads.MAX_THREADS + 1, u=np.zeros((4, 4)))
+
+
 def test_fields_given_by_position_are_told_to_go_by_name():
     """run(steps, u0, 0.1) puts the array where threads= stands and 0.1 where comm= does: both are named,
     before anything reaches the MPI driver or the argument binding."""

@@ -19,6 +19,7 @@ from msc.ir.arguments import bind_arguments, check_dtype
 from msc.runtime.buffers import field_buffer, ghost_width, on_ring, pack, padded_shape, put_level, slot_points
 from msc.runtime.build import load_library
 from msc.runtime.finite import not_finite
+from msc.runtime.threads import MAX_THREADS, usable_cores
 
 ENTRY = "msc_run"  # every compiled kernel's entry point
 BOX_ENTRY = "msc_run_box"  # the same on a box of the domain (a kernel compiled with box=True)
@@ -468,6 +469,9 @@ def check_threads(threads: Any) -> None:
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
         raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {_shown(threads)}; "
                                    f"{BY_NAME}")
+    if threads is not None and threads > MAX_THREADS:
+        raise StencilArgumentError(f"threads={threads} is more than msc starts (at most {MAX_THREADS}; "
+                                   f"this process may use {usable_cores()} CPUs)")
 
 
 def check_comm(comm: Any) -> None:

@@ -18,6 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 SAMPLES = 3
+#: the most threads a kernel or factorization is given: beyond the largest nodes' hardware threads,
+#: and below what makes the OpenMP runtime fail to start them (which ends the process)
+MAX_THREADS = 1024
 
 
 def _running_tasks() -> int | None:

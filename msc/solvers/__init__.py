@@ -36,7 +36,7 @@ def cholesky(A: object, ordering: Ordering = "auto", tune: bool = False, *, uplo
     """Factor A = P^T L L^T P. tune=True takes amalgamation and queue parameters
     from the auto-tuner's cache for this machine and matrix class (tuning and
     storing them on a miss); explicit parameters override the tuned ones."""
-    check_options(threads, max_factor_bytes, symmetry_rtol)
+    check_options(threads, max_factor_bytes, symmetry_rtol, amalgamation, queues, tune)
     lower = lower_triangle(A, uplo, symmetry_rtol)
     tuning = None
     if tune:

@@ -10,6 +10,7 @@ from typing import Any, Union
 import numpy as np
 import scipy.sparse as sp
 
+from msc.runtime.threads import MAX_THREADS
 from msc.solvers import ordering as orderings
 from msc.solvers import schedule as schedules
 from msc.solvers.errors import InvalidMatrixError, NotPositiveDefiniteError, OptionError
@@ -78,7 +79,7 @@ class Symbolic:
                  amalgamation: Amalgamation | None = None, queues: QueueParams | None = None,
                  threads: int | None = None, max_factor_bytes: int | None = None,
                  symmetry_rtol: float = DEFAULT_SYMMETRY_RTOL) -> None:
-        check_options(threads, max_factor_bytes, symmetry_rtol)
+        check_options(threads, max_factor_bytes, symmetry_rtol, amalgamation, queues)
         t0 = time.perf_counter()
         self.uplo: Triangle = uplo
         self.symmetry_rtol = symmetry_rtol
@@ -160,13 +161,23 @@ class Symbolic:
         return Factor(S, Lx, timings, stats)
 
 
-def check_options(threads: Any, max_factor_bytes: Any, symmetry_rtol: Any) -> None:
+def check_options(threads: Any, max_factor_bytes: Any, symmetry_rtol: Any, amalgamation: Any = None,
+                  queues: Any = None, tune: Any = False) -> None:
     """OptionError naming the first option out of range (the public entry points ask first)."""
     def integral(v: Any) -> bool:
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
     if threads is not None and (not integral(threads) or threads < 0):
         raise OptionError(f"threads must be a non-negative integer (0 or None: the default), got {threads!r}")
+    if threads is not None and threads > MAX_THREADS:
+        raise OptionError(f"threads={threads} is more than swCholesky starts (at most {MAX_THREADS}; "
+                          f"this process may use {default_threads()} CPUs)")
+    for name, value, kind in (("amalgamation", amalgamation, Amalgamation), ("queues", queues, QueueParams)):
+        if value is not None and not isinstance(value, kind):
+            raise OptionError(f"{name} must be an msc.solvers.{kind.__name__} (or None: the default), "
+                              f"got {type(value).__name__} {value!r}")
+    if not isinstance(tune, (bool, np.bool_)):
+        raise OptionError(f"tune must be True or False, got {tune!r}")
     if max_factor_bytes is not None and (not integral(max_factor_bytes) or max_factor_bytes <= 0):
         raise OptionError(f"max_factor_bytes must be a positive integer (None: half the physical memory), "
                           f"got {max_factor_bytes!r}")
@@ -187,7 +198,7 @@ def analyze(A: object, ordering: Ordering = "auto", *, uplo: Triangle = "full",
     predicts less fill, as CHOLMOD does), 'amd', 'metis', 'natural' or a
     permutation array. Raises FactorTooLargeError when the predicted factor
     exceeds max_factor_bytes (default: half the physical memory)."""
-    check_options(threads, max_factor_bytes, symmetry_rtol)
+    check_options(threads, max_factor_bytes, symmetry_rtol, amalgamation, queues)
     lower = lower_triangle(A, uplo, symmetry_rtol)
     return Symbolic(lower, ordering, uplo=uplo, amalgamation=amalgamation, queues=queues,
                     threads=threads, max_factor_bytes=max_factor_bytes, symmetry_rtol=symmetry_rtol)

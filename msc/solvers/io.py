@@ -51,8 +51,8 @@ def _symmetric_from_triangle(rows: np.ndarray, cols: np.ndarray, vals: np.ndarra
 
 def read_triplet(path: Path) -> sp.csc_array:
     """CHOLMOD triplet ("nrow ncol nnz stype" header, then "i j x") or the
-    headerless CSparse form ("i j x", 0-based). 0- or 1-based indexing is
-    detected from the indices; stype != 0 (or one triangle only) means that
+    headerless CSparse form ("i j x"). 0- or 1-based indexing is detected
+    from the indices (1-based where no index is 0); stype != 0 (or one triangle only) means that
     the other triangle is implied by symmetry."""
     lines = _numeric_lines(path)
     if not lines:
@@ -66,9 +66,8 @@ def read_triplet(path: Path) -> sp.csc_array:
     if header and rows.shape[0] != nnz:
         raise MatrixReadError(f"{path}: header promises {nnz} entries, found {rows.shape[0]}")
     base = 0 if (rows.size and (rows.min() == 0 or cols.min() == 0)) else 1
-    if not header:
-        base = 0  # CSparse files are 0-based
-        nrow = ncol = int(max(rows.max(), cols.max())) + 1 if rows.size else 0
+    if not header:  # CSparse writes 0-based; 1-based (no index 0, which would leave row 0 empty) is read as such
+        nrow = ncol = int(max(rows.max(), cols.max())) + 1 - base if rows.size else 0
         stype = -1 if np.all(rows >= cols) else (1 if np.all(rows <= cols) else 0)
     elif base == 1 and (rows.max(initial=0) > nrow or cols.max(initial=0) > ncol):
         raise MatrixReadError(f"{path}: index out of range for a {nrow}x{ncol} matrix")
@@ -138,10 +137,13 @@ def read_harwell_boeing(path: Path) -> sp.csc_array:
 def read_metis_graph(path: Path) -> sp.csc_array:
     """METIS graph ("n m [fmt]", then one 1-based adjacency line per vertex),
     returned as the SPD matrix I + graph Laplacian (diagonal 1 + degree,
-    off-diagonal -1). Weighted graphs are read for their pattern only."""
-    with open(path, encoding="ascii") as f:
-        lines = [ln for ln in f if not ln.startswith("%")]
-    head = lines[0].split()
+    off-diagonal -1). Weighted graphs (fmt other than 0) are refused."""
+    with open(path, encoding="ascii", errors="replace") as f:
+        lines = [(k, ln) for k, ln in enumerate(f, 1) if not ln.startswith("%")]
+    head = lines[0][1].split() if lines else []
+    if len(head) < 2 or not all(re.fullmatch(r"\d+", t) for t in head[:2]):
+        raise MatrixReadError(f"{path}: a METIS graph starts with the line 'vertices edges [fmt]', "
+                              f"got {lines[0][1].strip()[:60]!r}" if lines else f"{path}: empty file")
     n, m = int(head[0]), int(head[1])
     fmt = head[2] if len(head) > 2 else "0"
     if fmt not in ("0", "000"):
@@ -149,11 +151,24 @@ def read_metis_graph(path: Path) -> sp.csc_array:
     adj = lines[1:1 + n]
     if len(adj) != n:
         raise MatrixReadError(f"{path}: expected {n} adjacency lines, found {len(adj)}")
-    counts = np.fromiter((len(ln.split()) for ln in adj), dtype=np.int64, count=n)
-    cols = np.array(" ".join(adj).split(), dtype=np.int64) - 1
+    lists = []
+    for vertex, (line, text) in enumerate(adj, 1):
+        try:
+            neighbours = np.array(text.split(), dtype=np.int64)
+        except ValueError:
+            raise MatrixReadError(f"{path}, line {line}: vertex {vertex}'s neighbours are not integers: "
+                                  f"{text.strip()[:60]!r}") from None
+        outside = neighbours[(neighbours < 1) | (neighbours > n)]
+        if outside.size:
+            raise MatrixReadError(f"{path}, line {line}: vertex {vertex} lists neighbour {outside[0]}, "
+                                  f"outside 1..{n}")
+        lists.append(neighbours - 1)
+    counts = np.fromiter((a.shape[0] for a in lists), dtype=np.int64, count=n)
+    cols = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
     rows = np.repeat(np.arange(n, dtype=np.int64), counts)
     if cols.shape[0] != 2 * m:
-        raise MatrixReadError(f"{path}: header says {m} edges, adjacency lists hold {cols.shape[0] // 2}")
+        raise MatrixReadError(f"{path}: header says {m} edges, so {2 * m} adjacency entries (each edge in both "
+                              f"lists), but the lists hold {cols.shape[0]}")
     G = sp.csc_array((np.ones(cols.shape[0]), (rows, cols)), shape=(n, n))
     G.data[:] = 1.0  # duplicate edges count once
     degree = np.asarray(G.sum(axis=0)).ravel()
@@ -163,7 +178,7 @@ def read_metis_graph(path: Path) -> sp.csc_array:
 def read_mat(path: Path, name: str = "A") -> sp.csc_array:
     try:
         data = scipy.io.loadmat(str(path))
-    except (ValueError, OSError, NotImplementedError) as exc:
+    except (ValueError, OSError, NotImplementedError, scipy.io.matlab.MatReadError) as exc:
         raise MatrixReadError(f"{path}: not a readable MATLAB file: {exc}") from exc
     if name not in data:
         raise MatrixReadError(f"{path}: no variable {name!r} (has {sorted(k for k in data if not k.startswith('__'))})")
@@ -174,7 +189,7 @@ def read_matrix(path: str | os.PathLike[str]) -> sp.csc_array:
     """Read any supported file, chosen by extension and header."""
     p = Path(path)
     if not p.is_file():
-        raise MatrixReadError(f"{p}: no such file")
+        raise MatrixReadError(f"{p}: {'a directory, not a matrix file' if p.is_dir() else 'no such file'}")
     suffix = p.suffix.lower()
     if suffix == ".mtx":
         return read_matrix_market(p)

@@ -18,6 +18,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from msc.solvers import native
+from msc.solvers.errors import OptionError
 from msc.solvers.memory import factor_values
 from msc.solvers.schedule import Schedule, supernode_work
 from msc.solvers.symbolic import SupernodalStructure
@@ -53,10 +54,13 @@ class QueueParams:
     diag_small: int = 16
 
     def __post_init__(self) -> None:
-        if not 0 <= self.inst_max <= 64:
-            raise ValueError(f"inst_max must be in [0, 64], got {self.inst_max}")
-        if self.tpq_max < 0 or self.tpq_batch < 1 or self.diag_small < 0:
-            raise ValueError(f"invalid queue parameters {self}")
+        for name, low, high in (("inst_max", 0, 64), ("tpq_max", 0, None), ("tpq_batch", 1, None),
+                                ("diag_small", 0, None)):
+            value = getattr(self, name)
+            integral = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if not integral or value < low or (high is not None and value > high):
+                span = f"in [{low}, {high}]" if high is not None else f">= {low}"
+                raise OptionError(f"QueueParams: {name} must be an integer {span}, got {value!r}")
 
     def as_array(self) -> np.ndarray:
         return np.array([self.inst_max, self.tpq_max, self.tpq_batch, self.diag_small], dtype=np.int64)

@@ -157,6 +157,8 @@ def available() -> list[str]:
 def user_permutation(perm: object, n: int) -> np.ndarray:
     """Validate a user permutation (any integer sequence of 0..n-1)."""
     p = np.asarray(perm)
+    if p.ndim == 0:
+        raise OrderingError(f"ordering must be one of {METHODS} or a permutation array, got {perm!r}")
     if p.ndim != 1 or p.shape[0] != n or (n > 0 and not np.issubdtype(p.dtype, np.integer)):
         raise OrderingError(f"a permutation must be a 1-D integer array of length {n}, got shape {p.shape}, dtype {p.dtype}")
     p = p.astype(np.int64)

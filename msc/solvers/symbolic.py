@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from msc.solvers import native
-from msc.solvers.errors import FactorTooLargeError, SolverError
+from msc.solvers.errors import FactorTooLargeError, OptionError, SolverError
 
 
 @dataclass(frozen=True)
@@ -22,11 +22,48 @@ class Amalgamation:
     """Relaxed amalgamation rule (CHOLMOD's): a child supernode merges into its
     parent when the merged one has <= nrelax[0] columns, or <= nrelax[1] and
     a fraction of explicit zeros < zrelax[0], or <= nrelax[2] and < zrelax[1],
-    or any size and < zrelax[2]; never beyond max_columns."""
+    or any size and < zrelax[2]; a merge never makes a supernode wider than
+    max_columns (a fundamental supernode, which needs no merge, stays whole).
+    Values out of range raise OptionError."""
 
     nrelax: tuple[int, int, int] = (4, 16, 48)
     zrelax: tuple[float, float, float] = (0.8, 0.1, 0.05)
     max_columns: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        def bad(what: str, value: object) -> OptionError:
+            return OptionError(f"Amalgamation: {what}, got {value!r}")
+
+        try:
+            nrelax = tuple(self.nrelax)
+            zrelax = tuple(self.zrelax)
+        except TypeError:
+            raise bad("nrelax and zrelax are sequences of three values", (self.nrelax, self.zrelax)) from None
+        if len(nrelax) != 3 or not all(_integral(v) and v >= 0 for v in nrelax):
+            raise bad("nrelax takes three non-negative integers (column counts)", self.nrelax)
+        if len(zrelax) != 3 or not all(_real(v) and 0 <= v <= 1 for v in zrelax):
+            raise bad("zrelax takes three fractions of explicit zeros in [0, 1]", self.zrelax)
+        if not (_integral(self.max_columns) and self.max_columns >= 1):
+            raise bad("max_columns takes a positive integer", self.max_columns)
+        object.__setattr__(self, "nrelax", tuple(int(v) for v in nrelax))
+        object.__setattr__(self, "zrelax", tuple(float(v) for v in zrelax))
+
+
+def _bytes(count: int) -> str:
+    """A byte count in the largest binary unit that keeps it at 1 or more (GiB, MiB, KiB), else in bytes."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} bytes"
+
+
+def _integral(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+        and bool(np.isfinite(value))
 
 
 @dataclass(frozen=True)
@@ -181,8 +218,8 @@ def analyze_structure(
     limit = default_memory_limit() if max_factor_bytes is None else int(max_factor_bytes)
     if predicted > limit:
         raise FactorTooLargeError(
-            f"the factor would need {predicted / 2**30:.2f} GiB (nnz(L) = {nnz_stored:,} with "
-            f"{n:,} columns) but the limit is {limit / 2**30:.2f} GiB; pass max_factor_bytes to raise "
+            f"the factor would need {_bytes(predicted)} (nnz(L) = {nnz_stored:,} with "
+            f"{n:,} columns) but the limit is {_bytes(limit)}; pass max_factor_bytes to raise "
             "it, or try another ordering",
             predicted_bytes=predicted,
             limit_bytes=limit,

@@ -12,6 +12,7 @@ from conftest import laplacian, relative_residual
 
 from msc.errors import MscError
 from msc.solvers import (
+    Amalgamation,
     FactorTooLargeError,
     InvalidMatrixError,
     MatrixReadError,
@@ -19,6 +20,7 @@ from msc.solvers import (
     NotSymmetricError,
     OptionError,
     OrderingError,
+    QueueParams,
     RightHandSideError,
     analyze,
     cholesky,
@@ -103,6 +105,43 @@ def test_options_out_of_range_are_named(options: dict, said: str) -> None:
         analyze(laplacian(4, 2), **options)
 
 
+@pytest.mark.parametrize("options, said", [
+    ({"threads": 40_000}, "threads=40000 is more than swCholesky starts (at most 1024"),
+    ({"amalgamation": (4, 16, 48)}, "amalgamation must be an msc.solvers.Amalgamation"),
+    ({"queues": {"inst_max": 3}}, "queues must be an msc.solvers.QueueParams"),
+])
+def test_options_of_the_wrong_kind_or_too_many_threads_are_named(options: dict, said: str) -> None:
+    """Before: the OpenMP runtime ended the process (40000 threads), or an AttributeError from inside."""
+    with pytest.raises(OptionError, match=re.escape(said)):
+        cholesky(laplacian(4, 2), **options)
+    with pytest.raises(OptionError, match=re.escape(said)):
+        analyze(laplacian(4, 2), **options)
+
+
+def test_tune_takes_a_boolean() -> None:
+    with pytest.raises(OptionError, match="tune must be True or False, got 'no'"):
+        cholesky(laplacian(4, 2), tune="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda: Amalgamation(nrelax=(4, 16)), "nrelax takes three non-negative integers"),  # type: ignore[arg-type]
+    (lambda: Amalgamation(nrelax=(-1, 2, 3)), "nrelax takes three non-negative integers"),
+    (lambda: Amalgamation(zrelax=(5, 5, 5)), "zrelax takes three fractions of explicit zeros in [0, 1]"),
+    (lambda: Amalgamation(zrelax=0.5), "nrelax and zrelax are sequences"),  # type: ignore[arg-type]
+    (lambda: Amalgamation(max_columns=0), "max_columns takes a positive integer, got 0"),
+    (lambda: QueueParams(tpq_batch=0), "QueueParams: tpq_batch must be an integer >= 1, got 0"),
+    (lambda: QueueParams(inst_max=1000), "QueueParams: inst_max must be an integer in [0, 64], got 1000"),
+    (lambda: QueueParams(diag_small=2.5), "QueueParams: diag_small must be an integer >= 0, got 2.5"),
+])
+def test_parameters_out_of_range_name_the_field(make, said: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(OptionError, match=re.escape(said)):
+        make()
+
+
+def test_amalgamation_takes_any_sequence() -> None:
+    assert Amalgamation([1, 2, 3], [0.5, 0.2, 0.1]) == Amalgamation((1, 2, 3), (0.5, 0.2, 0.1))
+
+
 def test_a_sparse_right_hand_side_is_named() -> None:
     with pytest.raises(RightHandSideError, match=r"dense numpy array, got a scipy.sparse .* \(pass b.toarray\(\)\)"):
         cholesky(laplacian(3, 2)).solve(sp.csr_array(np.ones((9, 1))))
@@ -172,6 +211,8 @@ def test_bad_orderings() -> None:
         cholesky(A, ordering=np.zeros(16, dtype=int))
     with pytest.raises(OrderingError, match=r"\[0, 16\)"):
         cholesky(A, ordering=np.arange(1, 17))
+    with pytest.raises(OrderingError, match=r"ordering must be one of .* or a permutation array, got None"):
+        cholesky(A, ordering=None)  # type: ignore[arg-type]
 
 
 def test_bad_uplo() -> None:
@@ -187,7 +228,8 @@ def test_pattern_mismatch_on_refactorization() -> None:
 
 def test_factor_too_large_is_caught_before_numeric_work() -> None:
     A = laplacian(30, 2)
-    with pytest.raises(FactorTooLargeError, match="max_factor_bytes") as info:
+    with pytest.raises(FactorTooLargeError, match=r"would need \d+\.\d\d KiB .* the limit is 9.77 KiB; pass "
+                                                  "max_factor_bytes") as info:
         analyze(A, max_factor_bytes=10_000)
     assert info.value.predicted_bytes > info.value.limit_bytes == 10_000
     assert isinstance(info.value, MemoryError)
@@ -218,6 +260,21 @@ def test_reader_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
     graph.write_text("3 2\n2\n1 3\n")
     with pytest.raises(MatrixReadError, match="3 adjacency lines"):
         mio.read_matrix(graph)
+    for text, said in (("3 2\n2\n1 3\n9\n", "line 4: vertex 3 lists neighbour 9, outside 1..3"),
+                       ("3 2\n0\n1 3\n2\n", "line 2: vertex 1 lists neighbour 0, outside 1..3"),
+                       ("3 2\n2\n1 x\n2\n", "line 3: vertex 2's neighbours are not integers"),
+                       ("3 3\n2\n1 3\n2\n", "header says 3 edges, so 6 adjacency entries (each edge in both "
+                                                "lists), but the lists hold 4"),
+                       ("a b\n", "starts with the line 'vertices edges [fmt]'"), ("", "empty file")):
+        graph.write_text(text)
+        with pytest.raises(MatrixReadError, match=re.escape(said)):
+            mio.read_matrix(graph)
+    junk = tmp_path / "x.mat"
+    junk.write_text("junk\n")
+    with pytest.raises(MatrixReadError, match="not a readable MATLAB file"):
+        mio.read_matrix(junk)
+    with pytest.raises(MatrixReadError, match="a directory, not a matrix file"):
+        mio.read_matrix(tmp_path)
 
 
 def test_readers_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -230,6 +287,8 @@ def test_readers_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
     np.testing.assert_array_equal(mio.read_matrix(tri).toarray(), [[4, 1], [1, 3]])
     csparse = tmp_path / "m"
     csparse.write_text("0 0 4.0\n1 0 1.0\n1 1 3.0\n")
+    np.testing.assert_array_equal(mio.read_matrix(csparse).toarray(), [[4, 1], [1, 3]])
+    csparse.write_text("1 1 4.0\n2 1 1.0\n2 2 3.0\n")  # no index 0: 1-based (before, an empty row 0)
     np.testing.assert_array_equal(mio.read_matrix(csparse).toarray(), [[4, 1], [1, 3]])
 
 
