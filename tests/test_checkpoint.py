@@ -177,6 +177,36 @@ def test_a_writer_killed_midway_leaves_the_previous_checkpoint(tmp_path):
 NOT_A_PID = 2**22 + 1  # above the largest pid_max Linux allows: no process has it
 
 
+def test_a_save_through_a_symbolic_link_writes_its_file_and_a_device_is_written_through(tmp_path):
+    """A save (and every other file msc writes whole) replaced a symbolic link by a new file, and
+    /dev/full by a regular file: the link's file is now written whole, a device or a pipe as it is."""
+    from msc.runtime.build import atomic_write_bytes, atomic_write_text
+
+    kernel = wave.compile(threads=1)
+    sim = kernel.start(**wave_inputs())
+    (tmp_path / "real").mkdir()
+    sim.advance(5)
+    sim.save(tmp_path / "real" / "run.nc")
+    (tmp_path / "latest.nc").symlink_to("real/run.nc")
+    sim.advance(2)
+    sim.save(tmp_path / "latest.nc")
+    assert (tmp_path / "latest.nc").is_symlink()
+    assert kernel.resume(tmp_path / "real" / "run.nc").step == 7
+    (tmp_path / "note").symlink_to("real/note.txt")  # a link to a file not yet there
+    atomic_write_text(tmp_path / "note", "kept")
+    assert (tmp_path / "note").is_symlink() and (tmp_path / "real" / "note.txt").read_text() == "kept"
+    import threading
+
+    pipe = tmp_path / "pipe"  # as /dev/null: not a file to replace, but one to write into
+    os.mkfifo(pipe)
+    heard: list[bytes] = []
+    reader = threading.Thread(target=lambda: heard.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    atomic_write_bytes(pipe, b"through")
+    reader.join(timeout=10)
+    assert heard == [b"through"] and pipe.is_fifo()
+
+
 def test_the_next_save_removes_what_killed_writers_left_and_nothing_else(tmp_path):
     here = writer_tag().rsplit(".", 1)[0]
     stale = [f".run.nc-{here}.{NOT_A_PID}-abcdefgh.tmp",  # this host's, its process ended
@@ -212,6 +242,47 @@ def test_time_series_every_n_steps_opens_in_xarray(tmp_path):
             assert np.array_equal(data["u"].isel(time=k).transpose("x", "y").values, snapshots[step])
     with pytest.raises(StencilArgumentError, match="every= and out= go together"):
         sim.advance(5, every=5)
+
+
+def test_ctrl_c_during_a_run_or_a_snapshot_leaves_the_simulation_and_the_series_whole(tmp_path, monkeypatch):
+    """SIGINT while the compiled loop runs used to raise before `step` counted the steps the loop
+    had made (later fields and snapshots then disagreed with the step), and during a snapshot it
+    left a time whose field was never written. Now it raises once the steps are counted or the
+    snapshot is whole."""
+    import h5netcdf
+
+    kernel = wave.compile(threads=1)
+    advance = type(kernel).advance
+
+    def interrupted_advance(self, *args):  # type: ignore[no-untyped-def]
+        advance(self, *args)
+        signal.raise_signal(signal.SIGINT)  # as a Ctrl-C that came while the loop ran
+
+    sim = kernel.start(**wave_inputs())
+    monkeypatch.setattr(type(kernel), "advance", interrupted_advance)
+    with pytest.raises(KeyboardInterrupt):
+        sim.advance(7)
+    monkeypatch.setattr(type(kernel), "advance", advance)
+    assert sim.step == 7
+    assert np.array_equal(sim.fields["u"], kernel.run(steps=7, **wave_inputs())["u"])
+
+    setitem = h5netcdf.core.BaseVariable.__setitem__
+    writes = []
+
+    def interrupted_write(self, key, value):  # type: ignore[no-untyped-def]
+        writes.append(self.name)
+        if len(writes) == 6:  # the third snapshot, between its time and its field
+            signal.raise_signal(signal.SIGINT)
+        setitem(self, key, value)
+
+    monkeypatch.setattr(h5netcdf.core.BaseVariable, "__setitem__", interrupted_write)
+    with pytest.raises(KeyboardInterrupt):
+        sim.advance(10, every=1, out=tmp_path / "series.nc")
+    monkeypatch.setattr(h5netcdf.core.BaseVariable, "__setitem__", setitem)
+    assert sim.step == 10
+    with xr.open_dataset(tmp_path / "series.nc") as data:
+        assert list(data["time"].values) == [8, 9, 10]
+        assert np.array_equal(data["u"].isel(time=2).transpose("x", "y").values, sim.fields["u"])
 
 
 def test_a_time_series_out_is_checked_before_a_step_runs(tmp_path, monkeypatch):

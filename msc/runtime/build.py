@@ -228,9 +228,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def write_target(path: Path) -> tuple[Path, bool]:
+    """Where a write of `path` lands, and whether it is atomic: a symbolic link's file (the link
+    stays a link), written whole; a device or a pipe (/dev/null), written through as it is."""
+    target = Path(os.path.realpath(path))
+    return target, not (target.exists() and not target.is_file() and not target.is_dir())
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write a file so that readers see the old or the new content, never half;
-    it gets the mode `open()` would give it."""
+    it gets the mode `open()` would give it. Through a symbolic link, its file (`write_target`)."""
+    path, atomic = write_target(path)
+    if not atomic:
+        path.write_bytes(data)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
@@ -249,8 +260,12 @@ def atomic_write_with(path: Path, write: Callable[[str], object]) -> None:
     """As atomic_write_bytes, for a writer that takes a file name (a library that writes the
     file itself): write(temporary path) beside `path`, then rename the result into place. The
     temporary is named for its writer (`writer_tag`); once `path` is in place, the temporaries
-    that earlier writers of `path` left when they were killed midway are removed (`is_left_over`)."""
-    path = Path(path)
+    that earlier writers of `path` left when they were killed midway are removed (`is_left_over`).
+    Through a symbolic link, its file (`write_target`)."""
+    path, atomic = write_target(path)
+    if not atomic:
+        write(str(path))
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{path.name}-"
     fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{writer_tag()}-", suffix=".tmp", dir=path.parent)

@@ -1,11 +1,15 @@
 """Progress of long runs: a tqdm bar with steps per second and GStencil/s on
-stderr (a widget in notebooks), and the chunks a run is split into so the
-bar moves and snapshots fall on the steps asked for."""
+stderr (a widget in notebooks), the chunks a run is split into so the bar
+moves and snapshots fall on the steps asked for, and Ctrl-C held off until
+a chunk's state is whole."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 CHUNK_SECONDS = 0.2  # a chunk of steps between two updates of the bar, about
@@ -96,3 +100,22 @@ class ResidualProgress:
         self._bar.set_description_str(f"{self._name}: iteration {self._iterations}, residual {residual:.1e}",
                                       refresh=False)
         self._bar.refresh()
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) within the block raises KeyboardInterrupt when the block ends, not inside
+    it: a compiled loop's steps and the step count, or a snapshot being written, stay whole. In
+    the main thread under Python's own SIGINT handler; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
