@@ -39,13 +39,13 @@ def load_source(source: str) -> Stencil:
         from msc.stencil import load_stencil
 
         if not Path(source).is_file():
-            raise UsageError(f"no such file: {source}")
+            raise UsageError(_not_a_file(source))
         return load_stencil(source)
     path, sep, func = source.rpartition(":")
     if not sep or not path.endswith(".py"):
         raise UsageError(f"SOURCE must be path/file.py:NAME or path/file.msc, got {source!r}")
     if not Path(path).is_file():
-        raise UsageError(f"no such file: {path}")
+        raise UsageError(_not_a_file(path))
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -55,12 +55,18 @@ def load_source(source: str) -> Stencil:
     finally:
         sys.path.pop(0)
     if not hasattr(module, func):
-        raise UsageError(f"{path} has no function {func!r}")
+        stencils = sorted(name for name, value in vars(module).items() if isinstance(value, Stencil))
+        raise UsageError(f"{path} has no function {func!r}; its stencils: "
+                         f"{', '.join(f'{path}:{name}' for name in stencils) or 'none'}")
     obj = getattr(module, func)
     if not isinstance(obj, Stencil):  # a plain function is never called: it may do anything
         hint = "decorate it with @msc.stencil" if inspect.isfunction(obj) else f"it is a {type(obj).__name__}"
         raise UsageError(f"{source} is not a stencil ({hint})")
     return obj
+
+
+def _not_a_file(path: str) -> str:
+    return f"{path} is a directory, not a stencil file" if Path(path).is_dir() else f"no such file: {path}"
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:

@@ -146,7 +146,7 @@ def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
     [
         (["emit", "nowhere.py:heat", "-o", "x"], "no such file: nowhere.py"),
         (["emit", "heat", "-o", "x"], "SOURCE must be path/file.py:NAME"),
-        (["emit", "{file}:nothing", "-o", "x"], "has no function 'nothing'"),
+        (["emit", "{file}:nothing", "-o", "x"], "has no function 'nothing'; its stencils: {file}:heat"),
         (["emit", "{file}:undecorated", "-o", "x"],
          "{file}:undecorated is not a stencil (decorate it with @msc.stencil)"),
         (["emit", "{file}:msc", "-o", "x"], "{file}:msc is not a stencil (it is a module)"),
@@ -191,6 +191,12 @@ def test_failures_are_one_line_without_traceback(argv, words, user_file, u0_file
     assert words.format(file=user_file) in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "compile(" not in err and "argument(s)" not in err  # no advice for Python callers
+
+
+def test_a_folder_given_for_a_stencil_file_is_named(tmp_path, capsys):
+    (tmp_path / "heat.msc").mkdir()
+    assert main(["show", str(tmp_path / "heat.msc")]) == 1
+    assert capsys.readouterr().err == f"msc: error: {tmp_path / 'heat.msc'} is a directory, not a stencil file\n"
 
 
 def test_a_plain_function_is_not_called(user_file, capsys):

@@ -386,6 +386,30 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
         parse_stencil(text)
 
 
+def test_a_flat_sum_too_long_names_its_statement_and_parentheses_help() -> None:
+    """A flat sum of 1000 terms was 'nested too deeply' at 1:1, the stencil's first character."""
+    text = "stencil s {\n  field u[x];\n  u[t+1, x] = " + " + ".join(["u[t, x]"] * 1000) + ";\n}\n"
+    with pytest.raises(msc.StencilDefinitionError, match=r"^<string>:3:3: .*the expression written to 'u' is "
+                                                          r"nested too deeply .* group its terms in parentheses"):
+        parse_stencil(text)
+    grouped = " + ".join("(" + " + ".join(["u[t, x]"] * 50) + ")" for _ in range(20))
+    assert parse_stencil("stencil s { field u[x]; u[t+1, x] = " + grouped + "; }").name == "s"
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_an_error_on_a_long_line_shows_the_part_around_it(where: str) -> None:
+    """A 39,000-character statement printed itself whole, and a caret line as long."""
+    terms = ["u[t, x]"] * 2000
+    terms[{"start": 1, "middle": 1000, "end": 1999}[where]] = "@"
+    text = "stencil s {\n  field u[x];\n  u[t+1, x] = " + " + ".join(terms) + ";\n}\n"
+    with pytest.raises(msc.StencilDefinitionError) as info:
+        parse_stencil(text)
+    header, shown, caret = str(info.value).split("\n")
+    column = int(header.split(":")[2])
+    assert len(shown) <= 4 + 100 and shown[len(caret) - 1] == "@" and caret.strip() == "^"
+    assert text.split("\n")[2][column - 1] == "@"
+
+
 # ------------------------------------------------------------------ fuzzing
 
 VALID = [text for _, text, _ in PAIRS.values()]

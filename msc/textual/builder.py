@@ -207,7 +207,12 @@ class _Builder:
 
     def statement(self, tree: Tree) -> None:
         target, *items, value = tree.children
-        expr = self.expr(value)
+        try:
+            expr = self.expr(value)
+        except RecursionError:
+            raise self.error(tree, f"the expression written to '{target}' is nested too deeply (a chain of "
+                             "several hundred operations): group its terms in parentheses, or split it "
+                             "into statements through a temporary field") from None
         decl = self.lookup(target)
         if decl.kind != "field":
             what = "a scalar parameter" if decl.kind == "param" else "a time-invariant input"

@@ -28,5 +28,15 @@ class SourceText:
 
     def error(self, line: int, column: int, message: str) -> StencilDefinitionError:
         source = self.line(line)
-        caret = "".join(c if c == "\t" else " " for c in source[: column - 1]) + "^"
-        return StencilDefinitionError(f"{self.filename}:{line}:{column}: {message}\n    {source}\n    {caret}")
+        first = max(0, min(column - 1 - SHOWN // 2, len(source) - SHOWN))  # a long line: the part around the fault
+        shown = source[first:first + SHOWN]
+        if first:
+            shown = "..." + shown[3:]
+        if first + SHOWN < len(source):
+            shown = shown[:-3] + "..."
+        caret = "".join(c if c == "\t" else " " for c in shown[: column - 1 - first]) + "^"
+        return StencilDefinitionError(f"{self.filename}:{line}:{column}: {message}\n    {shown}\n    {caret}")
+
+
+#: the most characters of a source line an error shows (a longer one is cut around the fault)
+SHOWN = 100
