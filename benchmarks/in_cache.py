@@ -3,13 +3,16 @@ stencil (benchmarks/stencils.py's CASES) and a time tile:
 - the loop in cache: the same schedule on a grid whose levels fit in the
   core's L2 (rows as long as at full size, few of them: one tile covers the
   grid), many steps on 1 thread;
-- the tile at full size on 1 thread and on every thread (also per thread).
+- the tile at full size on 1 thread and on every thread (also per thread);
+- with --growth, the tile on 1 thread over grids between the two (rows as
+  long as at full size, levels of 1 to 64 MiB): where its speed falls off
+  says which cache level a full-size tile outgrows.
 With a JSON of benchmarks/stencils.py, each row also says the speed per
 thread that 2.0x that run's best peer asks for (the issue's goal for heat2d
 and heat3d). Best of --repeat rounds, the three timings interleaved in each.
 
     python3 benchmarks/in_cache.py --json benchmarks/results/in_cache.json \\
-        [--stencils benchmarks/results/stencils-full.json] [--only heat3d]
+        [--stencils benchmarks/results/stencils-full.json] [--only heat3d] [--growth]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ TILES = {"heat2d": "Schedule().time_tile(8, x=32)", "box2d9p": "Schedule().time_
          "heat3d": "Schedule().time_tile(16, x=32, y=32)", "box3d27p": "Schedule().time_tile(8, x=16, y=64)"}
 FULL_STEPS = 32
 IN_CACHE_UPDATES = 2e8  # points x steps of the in-cache run
+GROWTH_LEVEL_MIB = (1, 4, 16, 64)  # --growth: level sizes between in cache and full size
 
 
 def schedule_of(text: str) -> msc.Schedule:
@@ -58,6 +62,13 @@ def in_cache_shape(case: Case) -> tuple[int, ...]:
     return (side + 2,) * (case.ndim - 1) + (case.n,)
 
 
+def shape_of_level(case: Case, level_mib: float) -> tuple[int, ...]:
+    """Rows of the full size, as many as make a level of about `level_mib` MiB (as many along each other axis)."""
+    rows = max(level_mib * 2**20 / (case.n * 8), 3 ** (case.ndim - 1))
+    side = max(round(rows ** (1 / (case.ndim - 1))), 3)
+    return (side + 2,) * (case.ndim - 1) + (case.n,)
+
+
 def rate(kernel: Any, u0: np.ndarray, steps: int) -> float:
     kernel.run(steps=steps, u=u0)
     return math.prod(n - 2 for n in u0.shape) * steps / kernel.last_run.seconds / 1e9
@@ -69,7 +80,8 @@ def best_peer(case: dict[str, Any]) -> tuple[str, float]:
     return tool, ms
 
 
-def measure(case: Case, tile: str, threads: int, repeat: int, peer: tuple[str, float] | None) -> dict[str, Any]:
+def measure(case: Case, tile: str, threads: int, repeat: int, peer: tuple[str, float] | None,
+            growth: bool) -> dict[str, Any]:
     stencil = msc_stencil(case)
     schedule = schedule_of(tile)
     rng = np.random.default_rng(0)
@@ -89,6 +101,14 @@ def measure(case: Case, tile: str, threads: int, repeat: int, peer: tuple[str, f
            "full_gstencils_1_thread": best["full_1"],
            "full_gstencils": best["full_n"],
            "full_gstencils_per_thread": best["full_n"] / threads}
+    if growth:
+        row["growth_1_thread"] = []
+        for mib in GROWTH_LEVEL_MIB:
+            grid = rng.random(shape_of_level(case, mib))
+            steps = max(int(IN_CACHE_UPDATES / 4 / math.prod(n - 2 for n in grid.shape)), FULL_STEPS)
+            gst = max(rate(one, grid, steps) for _ in range(repeat))
+            row["growth_1_thread"].append({"shape": list(grid.shape), "level_mib": grid.nbytes / 2**20,
+                                           "gstencils": gst})
     if peer is not None:
         tool, ms = peer
         points = (case.n - 2) ** case.ndim
@@ -104,6 +124,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated stencil names")
     parser.add_argument("--threads", type=int, default=usable_cores())
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--growth", action="store_true", help="also the tile on 1 thread over grids of 1-64 MiB levels")
     args = parser.parse_args()
     run = json.loads(Path(args.stencils).read_text()) if args.stencils else None
     only = set(args.only.split(",")) if args.only else None
@@ -113,13 +134,17 @@ def main() -> None:
             continue
         measured = next((c for c in run["cases"] if c["stencil"] == case.name), None) if run else None
         tile = measured["msc_schedules"]["msc_time_tiled"] if measured else TILES[case.name]
-        row = measure(case, tile, args.threads, args.repeat, best_peer(measured) if measured else None)
+        row = measure(case, tile, args.threads, args.repeat, best_peer(measured) if measured else None,
+                      args.growth)
         rows.append(row)
         need = row.get("per_thread_for_2x_best_peer")
         print(f"{case.name}: {row['schedule']}: in cache {row['in_cache_gstencils_1_thread']:.2f} GStencil/s on 1 "
               f"thread {tuple(row['in_cache_shape'])}; at full size {row['full_gstencils_1_thread']:.2f} on 1, "
               f"{row['full_gstencils_per_thread']:.2f} per thread on {args.threads}"
               + (f"; 2.0x the best peer needs {need:.2f} per thread" if need else ""), flush=True)
+        for g in row.get("growth_1_thread", []):
+            print(f"  {tuple(g['shape'])} ({g['level_mib']:.1f} MiB a level): "
+                  f"{g['gstencils']:.2f} GStencil/s on 1 thread", flush=True)
     result = {"machine": platform.processor() or platform.machine(), "caches": cache_bytes(),
               "threads": args.threads, "stencils_json": args.stencils, "rows": rows}
     atomic_write_text(Path(args.json), json.dumps(result, indent=1))
