@@ -19,6 +19,7 @@ from msc.errors import (
     ScheduleError,
     StencilArgumentError,
     StencilDefinitionError,
+    StencilDefinitionWarning,
     TargetError,
 )
 from msc.frontend.symbols import abs, atan2, cos, exp, floor, log, maximum, minimum, sin, sqrt, t, tanh, where, x, y, z
@@ -31,7 +32,8 @@ from msc.version import __version__
 
 __all__ = [
     "CompileError", "ConvergenceError", "MscError", "ScheduleError", "StencilArgumentError", "StencilDefinitionError",
-    "TargetError", "NonFiniteWarning", "NonLinearError", "Operator", "Implicit", "operator", "explicit", "implicit", "solve",
+    "StencilDefinitionWarning", "TargetError", "NonFiniteWarning", "NonLinearError", "Operator", "Implicit",
+    "operator", "explicit", "implicit", "solve",
     "Schedule", "Stencil", "stencil", "load_stencil", "t", "x", "y", "z",
     "sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "abs", "minimum", "maximum", "atan2", "where", "__version__",
 ]

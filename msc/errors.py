@@ -52,5 +52,9 @@ class NonFiniteWarning(RuntimeWarning):
     """A run left NaN or infinite values in a field (an unstable step, most often)."""
 
 
+class StencilDefinitionWarning(UserWarning):
+    """A stencil definition that is valid but most likely not what was meant (a parameter no statement reads)."""
+
+
 class CacheWarning(UserWarning):
     """A damaged cache entry was found and is being rebuilt."""

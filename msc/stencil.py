@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, overload
@@ -10,7 +11,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from msc import ir
-from msc.errors import MscError
+from msc.errors import MscError, StencilDefinitionWarning
 from msc.frontend.trace import trace
 from msc.ir.reference import run_reference
 from msc.poly import PolyIR
@@ -26,6 +27,10 @@ class Stencil:
         if stencil_ir is None:
             assert func is not None
             stencil_ir = trace(func, name=name, boundary=boundary)
+            for param in ir.unread_params(stencil_ir):
+                warnings.warn(f"stencil '{stencil_ir.name}': parameter '{param}' is read by no statement, and a run "
+                              f"still asks for it: remove it from {func.__name__}'s arguments",
+                              StencilDefinitionWarning, stacklevel=3)
         self.ir = stencil_ir
         self.name = stencil_ir.name
         self.__doc__ = getattr(func, "__doc__", None)

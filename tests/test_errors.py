@@ -12,7 +12,7 @@ import pytest
 
 import msc
 from msc import t, x, y
-from msc.errors import StencilArgumentError, StencilDefinitionError
+from msc.errors import StencilArgumentError, StencilDefinitionError, StencilDefinitionWarning
 
 THIS_FILE = __file__
 
@@ -102,6 +102,21 @@ def test_error_names_the_users_line():
     assert "two statements write u[t+1]" in message
     assert f"first at {THIS_FILE}:{_line_of(bad, 'u[t + 1, x] = u[t, x]')}" in message
     assert "in stencil 'bad'" in message
+
+
+def test_a_parameter_no_statement_reads_is_warned_about_at_its_definition(tmp_path):
+    """A run asks for every declared parameter: one that nothing reads is said at once, where it is declared."""
+    with pytest.warns(StencilDefinitionWarning, match=r"stencil 'scaled': parameter 'b' is read by no statement, "
+                                                      r"and a run still asks for it: remove it from scaled's") as seen:
+        @msc.stencil
+        def scaled(u, a, b):
+            u[t + 1, x, y] = a * u[t, x, y]
+    assert len(seen) == 1 and seen[0].filename == __file__
+    source = tmp_path / "scaled.msc"
+    source.write_text("stencil scaled {\n  field u[x];\n  param a, b;\n  u[t+1, x] = a * u[t, x];\n}\n")
+    with pytest.warns(StencilDefinitionWarning, match="in stencil 'scaled': parameter 'b' is read by no") as seen:
+        msc.load_stencil(source)
+    assert len(seen) == 1 and (seen[0].filename, seen[0].lineno) == (str(source), 3)
 
 
 def test_field_read_in_time_but_never_written():

@@ -197,6 +197,12 @@ def walk(e: Expr) -> Iterator[Expr]:
         stack.extend(reversed(children(node)))
 
 
+def unread_params(stencil: StencilIR) -> list[str]:
+    """The scalar parameters of `stencil` that no statement reads (a run still asks for them)."""
+    read = {node.name for st in stencil.statements for node in walk(st.expr) if isinstance(node, ParamRef)}
+    return [name for name in stencil.params if name not in read]
+
+
 def depth(e: Expr) -> int:
     """Levels of nesting of `e` (a leaf is 1), computed without recursion."""
     deepest = 0

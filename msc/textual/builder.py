@@ -9,12 +9,13 @@ points at the offending token of the source.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from lark import Token, Tree
 
 from msc import ir
-from msc.errors import StencilDefinitionError
+from msc.errors import StencilDefinitionError, StencilDefinitionWarning
 from msc.textual.source import SourceText
 
 INDEX_SYMBOLS = ("t",) + ir.DIM_NAMES
@@ -79,7 +80,7 @@ class _Builder:
             raise self.error(name, "the stencil writes no field: add a statement like u[t+1, x] = ...;")
         dtype = self.options["dtype"].value if "dtype" in self.options else "float64"
         fields = tuple(self.field(d, dtype) for d in self.decls.values() if d.kind != "param")
-        return ir.StencilIR(
+        stencil = ir.StencilIR(
             name=self.name,
             ndim=self.first_field.ndim,
             fields=fields,
@@ -89,6 +90,11 @@ class _Builder:
             dtype=dtype,
             loc=ir.SourceLoc(self.source.filename, keyword.line or 0),
         )
+        for param in ir.unread_params(stencil):
+            warnings.warn_explicit(f"in stencil '{self.name}': parameter '{param}' is read by no statement, and a run "
+                                   "still asks for it: remove it from the declarations", StencilDefinitionWarning,
+                                   self.source.filename, self.decls[param].line)
+        return stencil
 
     # -- declarations ------------------------------------------------------
 
