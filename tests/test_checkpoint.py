@@ -244,6 +244,15 @@ def test_time_series_every_n_steps_opens_in_xarray(tmp_path):
         sim.advance(5, every=5)
 
 
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler, as a user's process has it (a test worker may ignore SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_during_a_run_or_a_snapshot_leaves_the_simulation_and_the_series_whole(tmp_path, monkeypatch):
     """SIGINT while the compiled loop runs used to raise before `step` counted the steps the loop
     had made (later fields and snapshots then disagreed with the step), and during a snapshot it
