@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 import msc
+from msc.errors import StencilDefinitionWarning
 
 DIMS = ("x", "y", "z")
 
@@ -150,7 +152,9 @@ def generate(seed: int, *, ndim: int | None = None, boundary: str | None = None,
     decorator = "@msc.stencil" + ("(boundary='periodic')" if boundary == "periodic" else "")
     source = f"{decorator}\ndef gen{seed}({', '.join(params)}):\n" + "\n".join(body) + "\n"
     namespace: dict[str, Any] = {"msc": msc, "t": msc.t, "x": msc.x, "y": msc.y, "z": msc.z}
-    exec(compile(source, f"<generated stencil {seed}>", "exec"), namespace)
+    with warnings.catch_warnings():  # `c` may be declared and read by no statement: it stays a parameter
+        warnings.simplefilter("ignore", StencilDefinitionWarning)
+        exec(compile(source, f"<generated stencil {seed}>", "exec"), namespace)
     stencil = namespace[f"gen{seed}"]
 
     r = stencil.ir.radius
