@@ -243,6 +243,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_emit(a: argparse.Namespace) -> int:
+    if not a.output.strip():
+        raise UsageError("-o/--output: give the directory to write (empty); '.' is this one")
     st = load_source(a.source)
     options = {"chip": a.chip} if a.chip is not None else {}  # the target's own options, only when given
     out = st.emit(a.target, a.output, dtype=a.dtype, schedule=_schedule(a.schedule, tunable=False), **options)

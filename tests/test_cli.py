@@ -147,6 +147,9 @@ def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
         (["emit", "nowhere.py:heat", "-o", "x"], "no such file: nowhere.py"),
         (["emit", "heat", "-o", "x"], "SOURCE must be path/file.py:NAME"),
         (["emit", "{file}:nothing", "-o", "x"], "has no function 'nothing'; its stencils: {file}:heat"),
+        (["emit", "{file}:heat", "-o", ""], "-o/--output: give the directory to write (empty); '.' is this one"),
+        (["emit", "{file}:heat", "-o", "{file}"], "cannot write the source tree {file}: it exists and is not a "
+                                                  "directory; nothing was written"),
         (["emit", "{file}:undecorated", "-o", "x"],
          "{file}:undecorated is not a stencil (decorate it with @msc.stencil)"),
         (["emit", "{file}:msc", "-o", "x"], "{file}:msc is not a stencil (it is a module)"),

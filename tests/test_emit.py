@@ -68,7 +68,13 @@ def test_design_md_command_line(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "dtype '<f4', expected '<f8'" in bad.stderr
     for argv, said in ((["--bogus"], "unknown option --bogus"), (["--steps", "1", "--bogus", "2"], "unknown option --bogus"),
-                       (["--steps"], "missing value after --steps")):
+                       (["--steps"], "missing value after --steps"),
+                       # an option given twice: the last silently won
+                       (["--steps", "1", "--steps", "2"], "heat: given twice: --steps"),
+                       (["--threads", "1", "--steps", "1", "--threads", "2"], "heat: given twice: --threads"),
+                       (["--param", "alpha=0.1", "--param", "alpha=0.3"], "heat: given twice: --param alpha"),
+                       (["--in", "u=a.npy", "--in", "u=b.npy"], "heat: given twice: --in u"),
+                       (["--out", "u=a.npy", "--steps", "1", "--out", "u=b.npy"], "heat: given twice: --out u")):
         bad = subprocess.run([str(program), *argv], capture_output=True, text=True)
         assert bad.returncode != 0 and said in bad.stderr, (argv, bad.stderr)
 
@@ -103,6 +109,14 @@ def test_without_a_thread_count_the_program_takes_the_free_cores(tmp_path):
     assert (f"other processes keep {cores - 1} of {cores} core(s) busy: 1 OpenMP thread(s)" in busy) == (cores > 1)
     assert note(1) == ""  # only this program runs: every core
     assert note(cores + 5, "--threads", "2") == "" and note(cores + 5, env={"OMP_NUM_THREADS": "2"}) == ""
+
+    # a schedule's with_threads(n) was dropped: it is the program's count now, as in process (--threads still wins)
+    heat.emit("openmp", tmp_path / "heat", schedule=msc.Schedule().with_threads(2))
+    proc = subprocess.run(["make", "-C", str(tmp_path / "heat"), flags], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert note(cores + 5) == "" and "int nthreads = 2;" in (tmp_path / "heat" / "main.c").read_text()
+    usage = subprocess.run([str(tmp_path / "heat" / "heat"), "--help"], capture_output=True, text=True)
+    assert "--threads N: OpenMP threads (default: 2, the schedule's)" in usage.stdout + usage.stderr
 
 
 def test_every_level_out_continues_the_run(tmp_path, assert_matches):

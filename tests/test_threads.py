@@ -65,6 +65,16 @@ def test_a_bad_thread_count_is_named_and_zero_is_the_default(monkeypatch):
     assert heat.compile(threads=0).start(u=u0)._nthreads == heat.compile().start(threads=0, u=u0)._nthreads == 1
 
 
+def test_a_negative_thread_count_is_not_told_to_go_by_name():
+    @msc.stencil
+    def heat(u):
+        u[t + 1, x, y] = u[t, x, y]
+
+    with pytest.raises(StencilArgumentError, match=r"threads must be a positive integer \(or 0: the default\), "
+                                                   r"got -1$"):
+        heat.compile(threads=-1)
+
+
 def test_more_threads_than_msc_starts_are_refused_before_openmp_fails():
     """40000 threads made the OpenMP runtime end the process; compile and run name the ceiling instead."""
     @msc.stencil

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import islpy as isl
+import numpy as np
 
 from msc import ir
 from msc.errors import ScheduleError
@@ -47,7 +49,7 @@ class Schedule:
 
     def tile(self, **sizes: int) -> Schedule:
         """Split the named space dimensions into tiles: tile(x=32, y=256)."""
-        _check_sizes("tile", sizes)
+        sizes = _check_sizes("tile", sizes)
         if self.time_depth:
             raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
         for name in sizes:
@@ -60,9 +62,8 @@ class Schedule:
         """Tile time by `depth` steps and the named space dimensions, with skewed
         (parallelogram) tiles executed in wavefronts: time_tile(8, x=32). With no
         sizes, time_tile(8), the target chooses the tile (its platform's default)."""
-        if not isinstance(depth, int) or depth < 1:
-            raise ScheduleError(f"time_tile depth must be a positive integer, got {depth!r}")
-        _check_sizes("time_tile", sizes)
+        depth = _count(depth, "time_tile depth must be a positive integer")
+        sizes = _check_sizes("time_tile", sizes)
         if self.tiles and not self.time_depth:
             raise ScheduleError("tile() and time_tile() cannot be combined: time_tile already tiles space")
         if self.time_depth:
@@ -109,8 +110,7 @@ class Schedule:
         return replace(self, vector_loop=loop)
 
     def unroll(self, loop: str, factor: int) -> Schedule:
-        if not isinstance(factor, int) or factor < 1:
-            raise ScheduleError(f"unroll factor must be a positive integer, got {factor!r}")
+        factor = _count(factor, "unroll factor must be a positive integer")
         if loop in dict(self.unrolls):
             raise ScheduleError(f"unroll: loop {loop!r} is unrolled already ({self.describe()}); unroll it once")
         return replace(self, unrolls=self.unrolls + ((loop, factor),))
@@ -128,8 +128,7 @@ class Schedule:
         memory) `distance` points ahead of the innermost loop, once per cache
         line: the loads that miss the cache are asked for before the hardware
         prefetcher would."""
-        if not isinstance(distance, int) or distance < 1:
-            raise ScheduleError(f"prefetch distance must be a positive integer, got {distance!r}")
+        distance = _count(distance, "prefetch distance must be a positive integer")
         return replace(self, prefetch_distance=distance)
 
     def tensor_cores(self, precision: str, lossy: bool = False) -> Schedule:
@@ -149,8 +148,7 @@ class Schedule:
 
     def with_threads(self, threads: int) -> Schedule:
         """Run with `threads` threads (a CPU option; the tuner records its choice so)."""
-        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-            raise ScheduleError(f"with_threads: threads must be a positive integer, got {threads!r}")
+        threads = _count(threads, "with_threads: threads must be a positive integer")
         return replace(self, threads=threads)
 
     def describe(self) -> str:
@@ -246,12 +244,19 @@ def _once(schedule: Schedule, primitive: str, given: Any, new: Any) -> None:
                             f"drop one of the two")
 
 
-def _check_sizes(what: str, sizes: dict[str, int]) -> None:
-    for name, size in sizes.items():
+def _count(value: Any, rule: str) -> int:
+    """`value` as a Python int when it is an integer >= 1 (numpy's too, never a bool); else a ScheduleError
+    saying `rule`."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)) or value < 1:
+        raise ScheduleError(f"{rule}, got {value!r}")
+    return int(value)
+
+
+def _check_sizes(what: str, sizes: dict[str, Any]) -> dict[str, int]:
+    for name in sizes:
         if name not in ir.DIM_NAMES:
             raise ScheduleError(f"{what}: unknown dimension {name!r}; space dimensions are x, y, z")
-        if not isinstance(size, int) or size < 1:
-            raise ScheduleError(f"{what}: size of {name} must be a positive integer, got {size!r}")
+    return {name: _count(size, f"{what}: size of {name} must be a positive integer") for name, size in sizes.items()}
 
 
 @dataclass

@@ -344,6 +344,9 @@ def write_tree(directory: Path, files: dict[str, str]) -> Path:
     naming the directory and the cause.
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise EmitError(f"cannot write the source tree {directory}: it exists and is not a directory; "
+                        "nothing was written")
     files = {**files, TREE_LIST: "".join(f"{name}\n" for name in sorted(files))}
     staging: Path | None = None
     replaced = 0

@@ -471,8 +471,9 @@ def _shown(value: Any) -> str:
 def check_threads(threads: Any) -> None:
     """Refuse (StencilArgumentError) a thread count other than None or an integer >= 0 (0: the default, as None)."""
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
-        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {_shown(threads)}; "
-                                   f"{BY_NAME}")
+        hint = "" if isinstance(threads, int) else f"; {BY_NAME}"  # a field or a parameter given by position?
+        raise StencilArgumentError(f"threads must be a positive integer (or 0: the default), got {_shown(threads)}"
+                                   f"{hint}")
     if threads is not None and threads > MAX_THREADS:
         raise StencilArgumentError(f"threads={threads} is more than msc starts (at most {MAX_THREADS}; "
                                    f"this process may use {usable_cores()} CPUs)")

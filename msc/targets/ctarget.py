@@ -239,7 +239,7 @@ class CTarget:
         """kernel.c, main.c, npy.h and a Makefile in `directory` (written atomically)."""
         if not self.toolchain.main_template:
             raise TargetError(f"target '{self.name}' compiles in process only: it emits no source tree")
-        values = program_values(poly.ir)
+        values = program_values(poly.ir, as_schedule(schedule))
         files = {
             "kernel.c": self.source(poly, schedule),
             "main.c": render(self.toolchain.main_template, **values),
@@ -268,8 +268,9 @@ class CTarget:
         return NodeKernel({file: self.source(poly, schedule, box)}, (rule,), entry, box_entry)
 
 
-def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
-    """What the templates of a standalone program (main.c.j2, Makefile.j2) need."""
+def program_values(stencil: ir.StencilIR, schedule: Schedule | None = None) -> dict[str, Any]:
+    """What the templates of a standalone program (main.c.j2, Makefile.j2) need; the schedule's
+    with_threads(n) is the program's thread count when --threads does not give one."""
     call_args = [f"buffers[{n}]" for n in range(len(stencil.fields))]
     call_args += [f"params[{n}]" for n in range(len(stencil.params))]
     call_args += [f"padded[{3 - stencil.ndim + d}]" for d in range(stencil.ndim)]
@@ -288,6 +289,7 @@ def program_values(stencil: ir.StencilIR) -> dict[str, Any]:
         call_args=call_args,
         statements=len(stencil.statements),
         slot_spread=slot_spread(stencil),
+        schedule_threads=(schedule.threads if schedule is not None else None) or 0,
     )
 
 

@@ -100,6 +100,7 @@ class MPITarget:
             call_args=call_args,
             statements=len(stencil.statements),
             threads=build.threads,
+            schedule_threads=(sched.threads if sched is not None else None) or 0,
             build=build,
             rules=[*build.rules, *(rule for kernel in kernels for rule in kernel.rules)],
         )

@@ -369,9 +369,10 @@ class AutoKernel:
         key = _key(self.poly, shape, max_threads, self.kinds, trial_steps, self.platform.name)
         hit = _load_cache().get(key)
         if hit is not None:
-            try:
+            try:  # hand-edited, or an older format: a schedule that does not parse, or that this stencil refuses
                 schedule, ms, default_ms = _cached_choice(hit)
-            except (KeyError, TypeError, ValueError, ScheduleError) as e:  # hand-edited, or an older format
+                kernel = self._compile(schedule, schedule.threads)
+            except (KeyError, TypeError, ValueError, ScheduleError, TargetError) as e:
                 warnings.warn(f"msc tune: the tuning cache {_cache_file()} has a damaged entry for "
                               f"'{self.ir.name}' ({type(e).__name__}: {e}); tuning again",
                               CacheWarning, stacklevel=3)
@@ -381,7 +382,7 @@ class AutoKernel:
                 self.report = TuningReport(schedule, ms, default_ms, True, estimate=estimate)
                 self._say(f"'{self.ir.name}' {'x'.join(map(str, shape))}: cached {schedule} "
                           f"({ms:.3f} ms/step, {self.report.speedup:.2f}x the default)")
-                return self._compile(schedule, schedule.threads)
+                return kernel
         if self.platform.measures:
             with warnings.catch_warnings():  # a field that grows beyond range in the trials is the run's to report
                 warnings.simplefilter("ignore", NonFiniteWarning)
@@ -564,8 +565,9 @@ class AutoKernel:
         trials: list[Trial] = []
         timed: dict[Schedule, float] = {}
         failures: list[MscError] = []
+        shown = self.echo and (sys.stderr.isatty() or "ipykernel" in sys.modules)  # not as frames in a log file
         with tqdm(total=len(pool), desc=f"msc tune '{self.ir.name}'", unit="schedule", file=sys.stderr,
-                  disable=not self.echo, leave=False) as bar:  # the candidates as a bar, each line above it
+                  disable=not shown, leave=False) as bar:  # the candidates as a bar, each line above it
             for n, schedule in enumerate(pool, 1):
                 if trials and time.perf_counter() - start > self.budget_s:
                     self._say(f"budget spent after {len(trials)} of {len(pool)} schedules", bar)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,6 +210,33 @@ def test_damaged_tuning_cache_is_rebuilt_with_one_message(tmp_path, monkeypatch,
     assert str(path) in str(said[0].message)
     json.loads(path.read_text())  # rewritten whole
     report, said = _tune(tmp_path)
+    assert report.from_cache and not said
+
+
+@pytest.mark.parametrize("schedule", ["Schedule().parallel('t')", "Schedule().tensor_cores('fp64')"])
+def test_a_cached_schedule_the_stencil_refuses_is_a_damaged_entry(tmp_path, monkeypatch, schedule):
+    """A hand-edited entry that parses but that the stencil or target refuses made every run raise the
+    schedule's error, without a word of the cache; it is a damaged entry, tuned again."""
+    from msc.tune.tuner import AutoKernel
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+
+    def tuned() -> tuple[object, list[warnings.WarningMessage]]:
+        kernel = AutoKernel(heat.poly(), lambda s, n: heat.compile(schedule=s, threads=n), threads=1, budget_s=0.0,
+                            echo=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kernel.run(steps=4, u=np.zeros((10, 10)), alpha=0.1)
+        return kernel.report, [w for w in caught if issubclass(w.category, CacheWarning)]
+
+    tuned()
+    path = _cache_file(tmp_path)
+    path.write_text(re.sub(r'"schedule_text": "[^"]*"', json.dumps({"schedule_text": schedule})[1:-1],
+                           path.read_text()))
+    report, said = tuned()
+    assert not report.from_cache and len(said) == 1
+    assert "damaged entry for 'heat' (ScheduleError" in str(said[0].message)
+    report, said = tuned()
     assert report.from_cache and not said
 
 
