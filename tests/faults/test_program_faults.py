@@ -181,11 +181,13 @@ def heat_program(tmp_path_factory) -> Callable[[str], Path]:
 
 
 def _heat_run(program: Path, tmp: Path, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    """Run heat on a 12 x 14 array with --out; `args` come after good ones, and an option given twice takes
-    its last value."""
+    """Run heat on a 12 x 14 array with --out; `args` (option, value pairs) stand in for the good value of each
+    option they give (a program refuses an option given twice)."""
     np.save(tmp / "u.npy", np.random.default_rng(2).random((12, 14)))
-    return subprocess.run([str(program), "--steps", "3", "--param", "alpha=0.1", *args, "--in", f"u={tmp / 'u.npy'}",
-                           "--out", f"u={tmp / 'out.npy'}"], capture_output=True, text=True, **kwargs)
+    good = {"--steps": "3", "--param": "alpha=0.1", "--in": f"u={tmp / 'u.npy'}", "--out": f"u={tmp / 'out.npy'}"}
+    options = {**good, **dict(zip(args[::2], args[1::2]))}
+    return subprocess.run([str(program), *(a for pair in options.items() for a in pair)], capture_output=True,
+                          text=True, **kwargs)
 
 
 def _refused(proc: subprocess.CompletedProcess[str], tmp: Path, message: str) -> None:

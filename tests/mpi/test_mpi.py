@@ -168,7 +168,8 @@ def test_emitted_mpi_program_errors(tmp_path):
     out = tmp_path / "out.npy"
     for option, value, message in [("--param", "a=0.5x", "--param a: '0.5x' is not a number"),
                                    ("--steps", "-5", "--steps must be a whole number >= 0, got '-5'")]:
-        bad = subprocess.run(mpi_command(2, *base, "--out", f"f0={out}", option, value), capture_output=True,
+        given = base[:base.index(option)] + base[base.index(option) + 2:]  # the bad value instead of the good one
+        bad = subprocess.run(mpi_command(2, *given, "--out", f"f0={out}", option, value), capture_output=True,
                              text=True, env=env, timeout=60)
         assert bad.returncode != 0 and bad.stdout == "" and message in bad.stderr, (bad.stdout, bad.stderr)
         assert not out.exists()
