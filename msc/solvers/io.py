@@ -151,21 +151,23 @@ def read_metis_graph(path: Path) -> sp.csc_array:
     adj = lines[1:1 + n]
     if len(adj) != n:
         raise MatrixReadError(f"{path}: expected {n} adjacency lines, found {len(adj)}")
-    lists = []
-    for vertex, (line, text) in enumerate(adj, 1):
-        try:
-            neighbours = np.array(text.split(), dtype=np.int64)
-        except ValueError:
-            raise MatrixReadError(f"{path}, line {line}: vertex {vertex}'s neighbours are not integers: "
-                                  f"{text.strip()[:60]!r}") from None
-        outside = neighbours[(neighbours < 1) | (neighbours > n)]
-        if outside.size:
-            raise MatrixReadError(f"{path}, line {line}: vertex {vertex} lists neighbour {outside[0]}, "
-                                  f"outside 1..{n}")
-        lists.append(neighbours - 1)
-    counts = np.fromiter((a.shape[0] for a in lists), dtype=np.int64, count=n)
-    cols = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
+    counts = np.fromiter((len(text.split()) for _, text in adj), dtype=np.int64, count=n)
+    try:
+        cols = np.array(" ".join(text for _, text in adj).split(), dtype=np.int64) - 1
+    except ValueError:  # the first line that does not parse, named
+        for vertex, (line, text) in enumerate(adj, 1):
+            try:
+                np.array(text.split(), dtype=np.int64)
+            except ValueError:
+                raise MatrixReadError(f"{path}, line {line}: vertex {vertex}'s neighbours are not integers: "
+                                      f"{text.strip()[:60]!r}") from None
+        raise MatrixReadError(f"{path}: the adjacency lists are not integers") from None
     rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    outside = np.flatnonzero((cols < 0) | (cols >= n))
+    if outside.size:
+        vertex = int(rows[outside[0]])
+        raise MatrixReadError(f"{path}, line {adj[vertex][0]}: vertex {vertex + 1} lists neighbour "
+                              f"{cols[outside[0]] + 1}, outside 1..{n}")
     if cols.shape[0] != 2 * m:
         raise MatrixReadError(f"{path}: header says {m} edges, so {2 * m} adjacency entries (each edge in both "
                               f"lists), but the lists hold {cols.shape[0]}")
