@@ -54,17 +54,14 @@ def schedule_of(text: str) -> msc.Schedule:
 
 
 def in_cache_shape(case: Case) -> tuple[int, ...]:
-    """Rows of the full size, as many as keep a level within a third of the L2 (one ring of two
-    levels and what the tile's halo adds), and at least 3 interior rows along each other axis."""
-    level_bytes = cache_bytes().get(2, 512 * 1024) // 3
-    rows = max(level_bytes // (case.n * 8), 3 ** (case.ndim - 1))
-    side = max(int(rows ** (1 / (case.ndim - 1))), 3)
-    return (side + 2,) * (case.ndim - 1) + (case.n,)
+    """A level within a third of the L2 (one ring of two levels and what the tile's halo adds)."""
+    return shape_of_level(case, cache_bytes().get(2, 512 * 1024) // 3)
 
 
-def shape_of_level(case: Case, level_mib: float) -> tuple[int, ...]:
-    """Rows of the full size, as many as make a level of about `level_mib` MiB (as many along each other axis)."""
-    rows = max(level_mib * 2**20 / (case.n * 8), 3 ** (case.ndim - 1))
+def shape_of_level(case: Case, level_bytes: float) -> tuple[int, ...]:
+    """Rows of the full size, as many as make a level of about `level_bytes` (as many along each other
+    axis), and at least 3 interior rows along each."""
+    rows = max(level_bytes / (case.n * 8), 3 ** (case.ndim - 1))
     side = max(round(rows ** (1 / (case.ndim - 1))), 3)
     return (side + 2,) * (case.ndim - 1) + (case.n,)
 
@@ -104,7 +101,7 @@ def measure(case: Case, tile: str, threads: int, repeat: int, peer: tuple[str, f
     if growth:
         row["growth_1_thread"] = []
         for mib in GROWTH_LEVEL_MIB:
-            grid = rng.random(shape_of_level(case, mib))
+            grid = rng.random(shape_of_level(case, mib * 2**20))
             steps = max(int(IN_CACHE_UPDATES / 4 / math.prod(n - 2 for n in grid.shape)), FULL_STEPS)
             gst = max(rate(one, grid, steps) for _ in range(repeat))
             row["growth_1_thread"].append({"shape": list(grid.shape), "level_mib": grid.nbytes / 2**20,

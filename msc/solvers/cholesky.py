@@ -18,7 +18,7 @@ from msc.solvers.factor import Factor
 from msc.solvers.matrix import DEFAULT_SYMMETRY_RTOL, Triangle, lower_triangle
 from msc.solvers.memory import small_pages
 from msc.solvers.numeric import QueueParams, factorize
-from msc.solvers.symbolic import Amalgamation, analyze_structure, permute, predicted_cost, tree_and_counts
+from msc.solvers.symbolic import Amalgamation, analyze_structure, integral, permute, predicted_cost, tree_and_counts
 
 Ordering = Union[str, np.ndarray, list[int]]
 
@@ -164,9 +164,6 @@ class Symbolic:
 def check_options(threads: Any, max_factor_bytes: Any, symmetry_rtol: Any, amalgamation: Any = None,
                   queues: Any = None, tune: Any = False) -> None:
     """OptionError naming the first option out of range (the public entry points ask first)."""
-    def integral(v: Any) -> bool:
-        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
     if threads is not None and (not integral(threads) or threads < 0):
         raise OptionError(f"threads must be a non-negative integer (0 or None: the default), got {threads!r}")
     if threads is not None and threads > MAX_THREADS:

@@ -21,7 +21,7 @@ from msc.solvers import native
 from msc.solvers.errors import OptionError
 from msc.solvers.memory import factor_values
 from msc.solvers.schedule import Schedule, supernode_work
-from msc.solvers.symbolic import SupernodalStructure
+from msc.solvers.symbolic import SupernodalStructure, integral
 
 TOP_SPLIT_FLOPS = 1e8  # top supernodes with at least this work are split into tiles
 TILE_MAX = 256  # columns per tile: the largest (most efficient BLAS calls) ...
@@ -57,8 +57,7 @@ class QueueParams:
         for name, low, high in (("inst_max", 0, 64), ("tpq_max", 0, None), ("tpq_batch", 1, None),
                                 ("diag_small", 0, None)):
             value = getattr(self, name)
-            integral = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-            if not integral or value < low or (high is not None and value > high):
+            if not integral(value) or value < low or (high is not None and value > high):
                 span = f"in [{low}, {high}]" if high is not None else f">= {low}"
                 raise OptionError(f"QueueParams: {name} must be an integer {span}, got {value!r}")
 

@@ -39,11 +39,11 @@ class Amalgamation:
             zrelax = tuple(self.zrelax)
         except TypeError:
             raise bad("nrelax and zrelax are sequences of three values", (self.nrelax, self.zrelax)) from None
-        if len(nrelax) != 3 or not all(_integral(v) and v >= 0 for v in nrelax):
+        if len(nrelax) != 3 or not all(integral(v) and v >= 0 for v in nrelax):
             raise bad("nrelax takes three non-negative integers (column counts)", self.nrelax)
         if len(zrelax) != 3 or not all(_real(v) and 0 <= v <= 1 for v in zrelax):
             raise bad("zrelax takes three fractions of explicit zeros in [0, 1]", self.zrelax)
-        if not (_integral(self.max_columns) and self.max_columns >= 1):
+        if not (integral(self.max_columns) and self.max_columns >= 1):
             raise bad("max_columns takes a positive integer", self.max_columns)
         object.__setattr__(self, "nrelax", tuple(int(v) for v in nrelax))
         object.__setattr__(self, "zrelax", tuple(float(v) for v in zrelax))
@@ -57,7 +57,8 @@ def _bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def _integral(value: object) -> bool:
+def integral(value: object) -> bool:
+    """Whether `value` is an integer (Python's or numpy's), not a bool: what the solver's options take."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 

@@ -289,8 +289,13 @@ def program_values(stencil: ir.StencilIR, schedule: Schedule | None = None) -> d
         call_args=call_args,
         statements=len(stencil.statements),
         slot_spread=slot_spread(stencil),
-        schedule_threads=(schedule.threads if schedule is not None else None) or 0,
+        schedule_threads=schedule_threads(schedule),
     )
+
+
+def schedule_threads(schedule: Schedule | None) -> int:
+    """A standalone program's thread count when --threads gives none: the schedule's with_threads(n), else 0."""
+    return (schedule.threads if schedule is not None else None) or 0
 
 
 def stencil_values(stencil: ir.StencilIR) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from msc.poly.schedule import as_schedule
 from msc.runtime.buffers import slot_spread
 from msc.runtime.build import write_tree
 from msc.runtime.halo import HERE as RUNTIME_DIR
-from msc.targets.ctarget import signature
+from msc.targets.ctarget import schedule_threads, signature
 from msc.targets.node import NodeTarget
 from msc.targets.templates_env import render
 from msc.version import __version__
@@ -100,7 +100,7 @@ class MPITarget:
             call_args=call_args,
             statements=len(stencil.statements),
             threads=build.threads,
-            schedule_threads=(sched.threads if sched is not None else None) or 0,
+            schedule_threads=schedule_threads(sched),
             build=build,
             rules=[*build.rules, *(rule for kernel in kernels for rule in kernel.rules)],
         )
