@@ -4,6 +4,8 @@ stencil (benchmarks/stencils.py's CASES) and a time tile:
   core's L2 (rows as long as at full size, few of them: one tile covers the
   grid), many steps on 1 thread;
 - the tile at full size on 1 thread and on every thread (also per thread);
+- for a pipelined tile (Schedule.pipeline), the same tile in wavefronts, timed
+  in the same rounds;
 - with --growth, the tile on 1 thread over grids between the two (rows as
   long as at full size, levels of 1 to 64 MiB): where its speed falls off
   says which cache level a full-size tile outgrows.
@@ -23,6 +25,7 @@ import math
 import platform
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,33 +82,44 @@ def best_peer(case: dict[str, Any]) -> tuple[str, float]:
 
 def measure(case: Case, tile: str, threads: int, repeat: int, peer: tuple[str, float] | None,
             growth: bool) -> dict[str, Any]:
+    """The row of one time tile; a pipelined one's row has the same tile in wavefronts, timed in the same
+    rounds, under "wavefront"."""
     stencil = msc_stencil(case)
     schedule = schedule_of(tile)
+    schedules = [schedule] + ([replace(schedule, pipelined=False)] if schedule.pipelined else [])
     rng = np.random.default_rng(0)
     small = rng.random(in_cache_shape(case))
     full = rng.random((case.n,) * case.ndim)
     small_steps = max(int(IN_CACHE_UPDATES / math.prod(n - 2 for n in small.shape)), FULL_STEPS)
-    one = stencil.compile(schedule=schedule.with_threads(1), threads=1)
-    many = stencil.compile(schedule=schedule.with_threads(threads), threads=threads)
-    best = {"in_cache_1": 0.0, "full_1": 0.0, "full_n": 0.0}
+    kernels = [(stencil.compile(schedule=s.with_threads(1), threads=1),
+                stencil.compile(schedule=s.with_threads(threads), threads=threads)) for s in schedules]
+    best = [{"in_cache_1": 0.0, "full_1": 0.0, "full_n": 0.0} for _ in schedules]
     for _ in range(repeat):
-        best["in_cache_1"] = max(best["in_cache_1"], rate(one, small, small_steps))
-        best["full_1"] = max(best["full_1"], rate(one, full, FULL_STEPS))
-        best["full_n"] = max(best["full_n"], rate(many, full, FULL_STEPS))
-    row = {"stencil": case.name, "schedule": str(schedule), "threads": threads,
-           "in_cache_shape": list(small.shape), "in_cache_steps": small_steps,
-           "in_cache_gstencils_1_thread": best["in_cache_1"],
-           "full_gstencils_1_thread": best["full_1"],
-           "full_gstencils": best["full_n"],
-           "full_gstencils_per_thread": best["full_n"] / threads}
+        for (one, many), b in zip(kernels, best):
+            b["in_cache_1"] = max(b["in_cache_1"], rate(one, small, small_steps))
+            b["full_1"] = max(b["full_1"], rate(one, full, FULL_STEPS))
+            b["full_n"] = max(b["full_n"], rate(many, full, FULL_STEPS))
+    rows = [{"stencil": case.name, "schedule": str(s), "threads": threads,
+             "in_cache_shape": list(small.shape), "in_cache_steps": small_steps,
+             "in_cache_gstencils_1_thread": b["in_cache_1"],
+             "full_gstencils_1_thread": b["full_1"],
+             "full_gstencils": b["full_n"],
+             "full_gstencils_per_thread": b["full_n"] / threads} for s, b in zip(schedules, best)]
     if growth:
-        row["growth_1_thread"] = []
+        for r in rows:
+            r["growth_1_thread"] = []
         for mib in GROWTH_LEVEL_MIB:
             grid = rng.random(shape_of_level(case, mib * 2**20))
             steps = max(int(IN_CACHE_UPDATES / 4 / math.prod(n - 2 for n in grid.shape)), FULL_STEPS)
-            gst = max(rate(one, grid, steps) for _ in range(repeat))
-            row["growth_1_thread"].append({"shape": list(grid.shape), "level_mib": grid.nbytes / 2**20,
-                                           "gstencils": gst})
+            gst = [0.0] * len(rows)
+            for _ in range(repeat):
+                gst = [max(g, rate(one, grid, steps)) for g, (one, _many) in zip(gst, kernels)]
+            for r, g in zip(rows, gst):
+                r["growth_1_thread"].append({"shape": list(grid.shape), "level_mib": grid.nbytes / 2**20,
+                                             "gstencils": g})
+    row = rows[0]
+    if len(rows) > 1:
+        row["wavefront"] = rows[1]
     if peer is not None:
         tool, ms = peer
         points = (case.n - 2) ** case.ndim
@@ -142,6 +156,13 @@ def main() -> None:
         for g in row.get("growth_1_thread", []):
             print(f"  {tuple(g['shape'])} ({g['level_mib']:.1f} MiB a level): "
                   f"{g['gstencils']:.2f} GStencil/s on 1 thread", flush=True)
+        if "wavefront" in row:
+            wave = row["wavefront"]
+            print(f"  the same tile in wavefronts: in cache {wave['in_cache_gstencils_1_thread']:.2f}; at full size "
+                  f"{wave['full_gstencils_1_thread']:.2f} on 1, {wave['full_gstencils_per_thread']:.2f} per thread"
+                  + "".join(f"; {g['level_mib']:.0f} MiB {g['gstencils']:.2f}"
+                            for g in wave.get("growth_1_thread", [])),
+                  flush=True)
     result = {"machine": platform.processor() or platform.machine(), "caches": cache_bytes(),
               "threads": args.threads, "stencils_json": args.stencils, "rows": rows}
     atomic_write_text(Path(args.json), json.dumps(result, indent=1))

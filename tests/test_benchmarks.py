@@ -82,7 +82,7 @@ def _table_has_row(text: str, stencil: str, figures: tuple[str, ...]) -> bool:
     return any(all(f in line for f in figures) for line in text.splitlines() if line.startswith(f"| {stencil} "))
 
 
-@pytest.mark.parametrize("run", ["in_cache.json", "in_cache-xeon.json"])
+@pytest.mark.parametrize("run", ["in_cache.json", "in_cache-xeon.json", "in_cache-xeon-pipeline.json"])
 def test_in_cache_table_is_the_committed_run(run):
     """docs/benchmarks.md's tables of time tiles against their loops in cache (AMD EPYC, Intel Xeon
     with the grids between) are the committed runs, row by row."""
@@ -94,9 +94,16 @@ def test_in_cache_table_is_the_committed_run(run):
                                                    "full_gstencils_per_thread", "per_thread_for_2x_best_peer")),
                    " | ".join(f"{g['gstencils']:.2f}" for g in row.get("growth_1_thread", [])))
         assert _table_has_row(text, row["stencil"], figures), (row["stencil"], figures)
+        if "wavefront" in row:  # the same tile in wavefronts, timed in the same rounds
+            wave = row["wavefront"]
+            figures = (wave["schedule"].removeprefix("Schedule().") + "`",
+                       *(f"{wave[key]:.2f}" for key in ("in_cache_gstencils_1_thread", "full_gstencils_1_thread",
+                                                        "full_gstencils_per_thread")),
+                       " | ".join(f"{g['gstencils']:.2f}" for g in wave["growth_1_thread"]))
+            assert _table_has_row(text, f"{row['stencil']} (wavefronts)", figures), (row["stencil"], figures)
 
 
-@pytest.mark.parametrize("run", ["stencils-full.json", "stencils-full-xeon.json"])
+@pytest.mark.parametrize("run", ["stencils-full.json", "stencils-full-xeon.json", "stencils-full-xeon-pipeline.json"])
 def test_full_size_stencil_tables_are_the_committed_run(run):
     """docs/benchmarks.md's full-size stencil tables (AMD EPYC, Intel Xeon) are
     benchmarks/report.py's rendering of the committed runs."""

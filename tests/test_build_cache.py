@@ -83,3 +83,20 @@ def test_generator_fingerprint_names_the_code_the_process_runs(tmp_path):
     after = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, check=True,
                            env=env, cwd=tmp_path).stdout.strip()
     assert after != first
+
+
+def test_compiled_templates_follow_the_cache_directory_and_survive_its_removal(tmp_path, monkeypatch):
+    """Templates compiled in one cache directory, then in another set later in the same process; a
+    template compiled again after its directory was removed renders as before (the compiled copy is
+    simply not kept)."""
+    from msc.targets.templates_env import environment, render
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv("MSC_CACHE_DIR", str(first))
+    text = render("npy.h")
+    assert list((first / "templates").iterdir())
+    monkeypatch.setenv("MSC_CACHE_DIR", str(second))
+    assert render("npy.h") == text and list((second / "templates").iterdir())
+    shutil.rmtree(second)
+    environment().cache.clear()  # as when a template changes on disk: jinja2 compiles it again
+    assert render("npy.h") == text

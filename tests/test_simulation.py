@@ -99,11 +99,11 @@ def test_generated_code_puts_slots_where_python_does(tmp_path, stencil, dtype):
     import subprocess
 
     from msc.runtime.buffers import slot_points, slot_spread
-    from msc.targets.templates_env import _env
+    from msc.targets.templates_env import environment
 
     ring = stencil.ir.with_dtype(dtype)
     sizes = [1, 7, 100, 511, 512, 513, 4096, 4098 * 4098, 256 ** 3, 258 ** 3, 1000003]
-    expr = _env().from_string('{% from "slot_points.j2" import slot_points %}{{ slot_points("n", spread) }}'
+    expr = environment().from_string('{% from "slot_points.j2" import slot_points %}{{ slot_points("n", spread) }}'
                               ).render(spread=slot_spread(ring))
     ctype = "double" if dtype == "float64" else "float"
     lines = "".join(f'    {{ long n = {n}L; printf("%ld\\n", (long)({expr})); }}\n' for n in sizes)

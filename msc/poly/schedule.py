@@ -5,7 +5,8 @@
 
 Loops are named after what they iterate: "t", "x", "y", "z" (points),
 "x_tile" ... (spatial tiles), and under time tiling "wave" (the wavefront of
-tiles), "t_tile". Lowering builds one isl schedule map for all statements;
+tiles), "t_tile" (a pipelined time tile has no "wave": "t_tile" is outermost).
+Lowering builds one isl schedule map for all statements;
 every lowered schedule is checked against the PolyIR's dependences, and a
 loop asked to run in parallel must carry none. Violations raise a
 ScheduleError that names a violated dependence and the statements involved.
@@ -46,6 +47,7 @@ class Schedule:
     threads: int | None = None
     tensor_core_precision: str | None = None
     tensor_core_lossy: bool = False  # tf32/fp16 accepted on float64 fields
+    pipelined: bool = False
 
     def tile(self, **sizes: int) -> Schedule:
         """Split the named space dimensions into tiles: tile(x=32, y=256)."""
@@ -146,6 +148,15 @@ class Schedule:
             raise ScheduleError(f"tensor_cores: lossy must be True or False, got {lossy!r}")
         return replace(self, tensor_core_precision=precision, tensor_core_lossy=lossy)
 
+    def pipeline(self) -> Schedule:
+        """Run a time tile's tiles in a pipeline instead of wavefronts: band by band
+        (`depth` steps), the threads share the first tiled dimension's tiles (its
+        columns), each running a column's tiles in order along the second, a tile
+        waiting only for the tile of the column before at the same place (no barrier
+        per wavefront). Each tile finds its neighbours' faces just written, in cache.
+        Needs time_tile over two or more dimensions (an OpenMP option)."""
+        return replace(self, pipelined=True)
+
     def with_threads(self, threads: int) -> Schedule:
         """Run with `threads` threads (a CPU option; the tuner records its choice so)."""
         threads = _count(threads, "with_threads: threads must be a positive integer")
@@ -172,6 +183,8 @@ class Schedule:
             parts.append("stream_stores()")
         if self.prefetch_distance:
             parts.append(f"prefetch({self.prefetch_distance})")
+        if self.pipelined:
+            parts.append("pipeline()")
         if self.threads:
             parts.append(f"with_threads({self.threads})")
         if self.tensor_core_precision:
@@ -208,6 +221,7 @@ TARGET_OPTIONS: dict[str, Callable[[Schedule], bool]] = {
     "prefetch": lambda s: s.prefetch_distance > 0,
     "with_threads": lambda s: s.threads is not None,
     "tensor_cores": lambda s: s.tensor_core_precision is not None,
+    "pipeline": lambda s: s.pipelined,
 }
 
 
@@ -270,6 +284,7 @@ class LoweredSchedule:
     parallel_dims: set[int] = field(default_factory=set)  # legal ones, from the dependences
     tiles: dict[int, tuple[int, int]] = field(default_factory=dict)  # tile loop dim -> (space dim, size)
     parallel_dim: int | None = None  # the loop whose iterations are shared among the workers
+    pipelined: bool = False  # parallel_dim's iterations wait point-to-point (pipeline()), not independent
     vector_dim: int | None = None  # the loop asked to run in SIMD lanes
     unroll: dict[int, int] = field(default_factory=dict)
 
@@ -306,6 +321,8 @@ def lower(schedule: Schedule | None, poly: PolyIR) -> LoweredSchedule:
     lowered.tiles = {names.index(f"{d}_tile"): (k, tiles[d]) for k, d in enumerate(stencil.dims) if d in tiles}
     _check_caches(poly, lowered)
     _check_legal(poly, lowered)
+    if schedule.pipelined:
+        _check_pipeline(poly, lowered)
     lowered.parallel_dims = poly.parallel_dims(umap)
     _decorate(poly, lowered)
     _check_staged_workers(poly, lowered)
@@ -358,7 +375,8 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
     """Skewed tiles: space coordinate d becomes i_d + s_d*t + k*r_d for the k-th
     statement, with s_d = statements * r_d, so that every dependence has a
     non-negative distance in every tiled coordinate; tiles then run in
-    wavefronts (t_tile + sum of space tiles), the tiles of one wavefront in parallel."""
+    wavefronts (t_tile + sum of space tiles), the tiles of one wavefront in parallel.
+    Pipelined (pipeline()): the tiles of a band in plain order, [t_tile, space tiles, ...]."""
     stencil = poly.ir
     nst = len(stencil.statements)
     depth = schedule.time_depth
@@ -375,9 +393,12 @@ def _time_tiled(schedule: Schedule, poly: PolyIR, tiles: dict[str, int]) -> tupl
         t_tile = f"floor(t/{depth})"
         wave = " + ".join([t_tile] + [tile_expr[d] for d in tiled])
         point = dict(zip(stencil.dims, poly.dims))
-        rows.append([wave] + [tile_expr[d] for d in tiled] + [t_tile, "t", str(pos)] + [point[d] for d in points])
-    names = ["wave"] + [f"{d}_tile" for d in tiled] + ["t_tile", "t", ""] + points
-    return names, rows
+        order = [t_tile] + [tile_expr[d] for d in tiled] if schedule.pipelined else \
+            [wave] + [tile_expr[d] for d in tiled] + [t_tile]
+        rows.append(order + ["t", str(pos)] + [point[d] for d in points])
+    tile_loops = [f"{d}_tile" for d in tiled]
+    names = ["t_tile"] + tile_loops if schedule.pipelined else ["wave"] + tile_loops + ["t_tile"]
+    return names + ["t", ""] + points, rows
 
 
 # A stencil with a statement of this many reads or more is printed for the
@@ -421,6 +442,42 @@ def _check_caches(poly: PolyIR, lowered: LoweredSchedule) -> None:
     for name in s.cached_writes:
         if name not in written:
             raise ScheduleError(f"cache_write: stencil '{stencil.name}' writes no field {name!r}")
+
+
+def _check_pipeline(poly: PolyIR, lowered: LoweredSchedule) -> None:
+    """pipeline(): a time tile over two or more dimensions, no staging, and every dependence inside a band
+    between two columns (the first tile loop) going forward along the second tile loop too: a tile waits
+    only for the column before it up to its own place there (and its own column before it)."""
+    s, name = lowered.schedule, poly.ir.name
+    loops = [n for n in lowered.names if n.endswith("_tile") and n != "t_tile"]
+    if not s.time_depth or len(loops) < 2:
+        example = "time_tile(16, x=8, y=32).pipeline()"
+        raise ScheduleError(
+            f"pipeline() on stencil '{name}' runs the tiles of a time tile over two or more dimensions ("
+            f"{'with one, a band is a chain of tiles' if s.time_depth else 'there is no time tile'}): "
+            f"e.g. {example}" if poly.ir.ndim > 1 else
+            f"pipeline() on stencil '{name}': a 1D stencil has one dimension to tile; a band of its time tile "
+            "is a chain of tiles, which wavefronts already run")
+    if s.cached_reads or s.cached_writes:
+        raise ScheduleError(f"pipeline() on stencil '{name}' cannot stage tiles (cache_read/cache_write): a "
+                            "staged time tile copies its footprint in and out in wavefront order; drop one of them")
+    if s.parallel_loop not in (None, loops[0]):
+        raise ScheduleError(f"pipeline() shares the columns of the time tile, loop {loops[0]!r}, among threads: "
+                            f"drop parallel({s.parallel_loop!r})")
+    band, column, row = (lowered.names.index(n) for n in ("t_tile", *loops[:2]))
+    sched = lowered.map
+    backwards = isl.UnionMap("{ }")
+    maps: list[isl.Map] = []
+    poly.dependences.apply_domain(sched).apply_range(sched).foreach_map(maps.append)
+    for m in maps:
+        m = m.equate(isl.dim_type.in_, band, isl.dim_type.out, band)
+        m = m.order_lt(isl.dim_type.in_, column, isl.dim_type.out, column)
+        backwards = backwards.union(isl.UnionMap.from_map(m.order_gt(isl.dim_type.in_, row, isl.dim_type.out, row)))
+    if not backwards.is_empty():
+        back = backwards.apply_domain(sched.reverse()).apply_range(sched.reverse())
+        raise ScheduleError(f"pipeline() is illegal for stencil '{name}': a tile would wait for the column before "
+                            f"it only up to its own {loops[1]!r}, but the dependence {_example(poly, back)} goes "
+                            f"back along {loops[1]!r}")
 
 
 def _check_staged_workers(poly: PolyIR, lowered: LoweredSchedule) -> None:
@@ -528,7 +585,10 @@ NEVER_SHARED = ("t", "wave", "t_tile")
 def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
     s = lowered.schedule
     loops = [k for k, n in enumerate(lowered.names) if n]
-    if s.parallel_loop is not None:
+    if s.pipelined:  # the columns, checked by _check_pipeline
+        lowered.parallel_dim = next(k for k, n in enumerate(lowered.names) if n.endswith("_tile") and n != "t_tile")
+        lowered.pipelined = True
+    elif s.parallel_loop is not None:
         d = lowered.dim(s.parallel_loop)
         if s.parallel_loop == "t_tile" and s.time_depth:  # one iteration: the wavefront and space tiles fix it
             space = ", ".join(repr(n) for n in lowered.names if n.endswith("_tile") and n != "t_tile")
@@ -591,7 +651,7 @@ def as_schedule(value: Any) -> Schedule | None:
 
 
 PRIMITIVES = ("tile", "time_tile", "reorder", "compute_at", "cache_read", "cache_write", "parallel",
-              "vectorize", "unroll", "stream_stores", "prefetch", "with_threads", "tensor_cores")
+              "vectorize", "unroll", "stream_stores", "prefetch", "pipeline", "with_threads", "tensor_cores")
 
 
 def parse_schedule(text: str) -> Schedule | str:

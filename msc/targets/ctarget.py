@@ -209,8 +209,11 @@ class CTarget:
         return replace(schedule, tiles=tuple(self.platform.default_time_tile(poly.ir, schedule.time_depth).items()))
 
     def source(self, poly: PolyIR, schedule: object = None, box: bool = False) -> str:
-        """The kernel's C source (`box`: with the entry point msc_run_box too)."""
-        return self.generate(poly, lower(self.complete(poly, as_schedule(schedule)), poly), box)
+        """The kernel's C source (`box`: with the entry point msc_run_box too); a target option it does
+        not take is refused before the schedule is lowered (whose checks would speak of something else)."""
+        sched = self.complete(poly, as_schedule(schedule))
+        check_schedule_options(self.name, sched, self.schedule_options)
+        return self.generate(poly, lower(sched, poly), box)
 
     def compile(self, poly: PolyIR, *, threads: int | None = None, schedule: object = None,
                 box: bool = False) -> CompiledKernel | AutoKernel:
