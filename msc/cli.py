@@ -345,9 +345,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
         "schedule": str(kernel.report.schedule if schedule == "auto" else schedule or "default"),
         "ms_per_step": best.seconds / a.steps * 1e3, "gstencils_per_s": best.gstencils_per_second,
     }
+    if best.threads:  # what the best run used: a busy machine leaves fewer cores than with_threads asks
+        report["threads"] = best.threads
     if a.target in EMULATED_TARGETS:
         report["emulated"] = True
-    print(f"{st.name} {_sizes(shape)} {a.target}, {report['schedule']}: {report['ms_per_step']:.3f} "
+    on = f" on {best.threads} thread{'s' * (best.threads != 1)}" if best.threads else ""
+    print(f"{st.name} {_sizes(shape)} {a.target}, {report['schedule']}{on}: {report['ms_per_step']:.3f} "
           f"ms/step, {report['gstencils_per_s']:.3f} GStencil/s (best of {a.repeat}){_emulated(a.target)}")
     if a.json:
         atomic_write_text(Path(a.json), json.dumps(report, indent=2))

@@ -119,6 +119,14 @@ def test_bench_writes_json(user_file, tmp_path):
     assert data["stencil"] == "heat" and data["gstencils_per_s"] > 0
 
 
+def test_bench_says_the_threads_the_run_used_not_the_schedule_s(user_file, tmp_path, capsys):
+    report = tmp_path / "bench.json"
+    assert main(["bench", f"{user_file}:heat", "--shape", "64x64", "--steps", "5", "--repeat", "1", "--threads", "1",
+                 "--schedule", "tile(x=16).with_threads(2)", "--json", str(report)]) == 0
+    assert "Schedule().tile(x=16).with_threads(2) on 1 thread: " in capsys.readouterr().out
+    assert json.loads(report.read_text())["threads"] == 1
+
+
 def test_bench_on_athread_says_its_time_is_the_emulator_s(user_file, tmp_path, capsys):
     report = tmp_path / "bench.json"
     assert main(["bench", f"{user_file}:heat", "--target", "athread", "--shape", "10x10", "--steps", "2",

@@ -41,6 +41,11 @@ def box3(u):
 
 
 @msc.stencil
+def line(u):
+    u[t + 1, x] = 0.5 * (u[t, x - 1] + u[t, x + 1])
+
+
+@msc.stencil
 def heat2(u):
     u[t + 1, x, y] = 0.5 * u[t, x, y] + 0.125 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1])
 
@@ -127,6 +132,7 @@ def test_the_box_entry_point_of_a_pipelined_time_tile_computes_the_box(assert_ma
 
 
 @pytest.mark.parametrize("stencil, schedule, words", [
+    (line, Schedule().time_tile(4, x=64).pipeline(), "a 1D stencil has one dimension to tile"),
     (heat2, Schedule().time_tile(4, x=8).pipeline(), "with one, a band is a chain of tiles"),
     (heat3, Schedule().time_tile(4, x=8).pipeline(), "with one, a band is a chain of tiles"),
     (heat3, Schedule().pipeline(), "there is no time tile"),

@@ -651,3 +651,16 @@ def test_auto_tuner_tunes_once_then_uses_its_cache(tmp_path, monkeypatch, capsys
 
     with pytest.raises(ScheduleError, match="tuned for a problem size"):
         heat.emit("openmp", tmp_path / "x", schedule="auto")
+
+
+def test_the_tuner_s_budget_and_progress_lines_are_set_on_the_kernel(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    kernel = heat.compile(schedule="auto")
+    kernel.budget_s, kernel.echo = 0.5, False
+    assert kernel.budget_s == 0.5
+    kernel.run(steps=4, u=np.random.default_rng(0).random((18, 20)))
+    assert kernel.report is not None and not kernel.report.from_cache and "msc tune" not in capsys.readouterr().err
+    for name, bad in [("budget_s", -1), ("budget_s", float("inf")), ("budget_s", "10"), ("budget_s", True),
+                      ("echo", 1), ("echo", None)]:
+        with pytest.raises(ScheduleError, match=f"^{name}: "):
+            setattr(kernel, name, bad)

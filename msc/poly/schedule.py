@@ -450,14 +450,13 @@ def _check_pipeline(poly: PolyIR, lowered: LoweredSchedule) -> None:
     only for the column before it up to its own place there (and its own column before it)."""
     s, name = lowered.schedule, poly.ir.name
     loops = [n for n in lowered.names if n.endswith("_tile") and n != "t_tile"]
+    if poly.ir.ndim == 1:
+        raise ScheduleError(f"pipeline() on stencil '{name}': a 1D stencil has one dimension to tile, and a band "
+                            "of its time tile is a chain of tiles, which wavefronts already run")
     if not s.time_depth or len(loops) < 2:
-        example = "time_tile(16, x=8, y=32).pipeline()"
-        raise ScheduleError(
-            f"pipeline() on stencil '{name}' runs the tiles of a time tile over two or more dimensions ("
-            f"{'with one, a band is a chain of tiles' if s.time_depth else 'there is no time tile'}): "
-            f"e.g. {example}" if poly.ir.ndim > 1 else
-            f"pipeline() on stencil '{name}': a 1D stencil has one dimension to tile; a band of its time tile "
-            "is a chain of tiles, which wavefronts already run")
+        why = "with one, a band is a chain of tiles" if s.time_depth else "there is no time tile"
+        raise ScheduleError(f"pipeline() on stencil '{name}' runs the tiles of a time tile over two or more "
+                            f"dimensions ({why}): e.g. time_tile(16, x=8, y=32).pipeline()")
     if s.cached_reads or s.cached_writes:
         raise ScheduleError(f"pipeline() on stencil '{name}' cannot stage tiles (cache_read/cache_write): a "
                             "staged time tile copies its footprint in and out in wavefront order; drop one of them")

@@ -379,7 +379,7 @@ class DistributedKernel:
         stats.bytes_sent = sum(e.bytes_sent for e in self._exchangers.values()) - bytes_before
         self.last_run = stats
         points = int(np.prod(self.plan.interior_shape(self.shape))) * len(self.kernel.ir.statements)
-        self.kernel.last_run = RunStats(seconds, steps, points)
+        self.kernel.last_run = RunStats(seconds, steps, points, threads=nthreads)
 
     def _run_box(self, phase: int, call: list[Any], box: Box, step: int, nthreads: int) -> None:
         """One step of phase `phase` on the points lo[d] <= i_d < hi[d] only."""

@@ -75,13 +75,16 @@ class RunStats:
     """Timing of the last run: seconds inside the compiled time loop, `points`
     computed per step (interior points x statements), `updates` (interior points
     x steps) and, after a run under the CUDA emulator, its memory counters
-    (`gpu`: msc.runtime.cuda_emu.COUNTERS and the bank-conflict ratio)."""
+    (`gpu`: msc.runtime.cuda_emu.COUNTERS and the bank-conflict ratio);
+    `threads`: the CPU threads it ran on (per rank; 0 for a GPU or Sunway run),
+    which may be fewer than the schedule's with_threads on a busy machine."""
 
     seconds: float = 0.0
     steps: int = 0
     points: int = 0
     updates: int = 0
     gpu: dict[str, float] | None = None
+    threads: int = 0
 
     @property
     def gstencils_per_second(self) -> float:
@@ -351,7 +354,7 @@ class Simulation:
                     with interrupts_held():  # a snapshot is written whole
                         writer.append(self.fields, self.step)
         self.kernel.last_run = RunStats(seconds, int(steps), self._points, self._interior * int(steps),
-                                        self.kernel.counters_since(counted))
+                                        self.kernel.counters_since(counted), self._nthreads)
         if not self._blown_up and steps:
             self._blown_up = warn_not_finite(stencil.name, not_finite(self.fields, self._nthreads), first,
                                                self.step, _stacklevel)

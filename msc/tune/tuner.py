@@ -293,6 +293,28 @@ class AutoKernel:
         self._current: Any = None  # the simulation every trial goes on from (`kernel.follow`): one copy of the inputs
 
     @property
+    def budget_s(self) -> float:
+        """Seconds a tuning may take (DEFAULT_BUDGET_S); set it before the run that tunes."""
+        return self._budget_s
+
+    @budget_s.setter
+    def budget_s(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+            raise ScheduleError(f"budget_s: the tuner's budget must be a number of seconds (0 or more), got {seconds!r}")
+        self._budget_s = float(seconds)
+
+    @property
+    def echo(self) -> bool:
+        """Whether a tuning prints its progress on stderr."""
+        return self._echo
+
+    @echo.setter
+    def echo(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise ScheduleError(f"echo: the tuner's progress lines are on (True) or off (False), got {on!r}")
+        self._echo = on
+
+    @property
     def last_run(self) -> Any:
         kernel = next(reversed(self._kernels.values()), None)
         return kernel.last_run if kernel else None

@@ -1,4 +1,5 @@
-"""x86 passes: whole aligned cache-line stores, streaming stores, prefetches.
+"""x86 passes: whole aligned cache-line stores, streaming stores, prefetches,
+and rows jammed into their line loop.
 
 The innermost loop along the last dimension (when it is not work-shared,
 unrolled or dependence-carrying, and its body is one statement storing to
@@ -10,12 +11,14 @@ then a rest. The peel and the rest are computed as one whole line each
 their own points. Streamed stores
 are weakly ordered: a fence drains them at the end of each work-shared
 iteration and of the kernel. `prefetch(d)` issues, once per line, a
-prefetch of each field level's leading access d points ahead.
+prefetch of each field level's leading access d points ahead. A loop
+unrolled around a row loop runs its rows side by side, a line of each in
+turn (`_jammed`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
@@ -90,7 +93,22 @@ def _prefetches(st: k.Assign, base: tuple[ix.Expr, ...], distance: int) -> list[
             for (f, dt), offsets in leading.items()]
 
 
-def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
+@dataclass(frozen=True)
+class _Row:
+    """A row loop in whole lines, in pieces: its iterator's declaration, the test that
+    a whole line is left, the peel up to the first aligned line, the body of one line
+    (the iterator at its first point), the rest after the last whole line, and the row
+    point by point (for a row shorter than a line)."""
+
+    start: k.Decl
+    whole_line: ix.Expr
+    peel: k.If
+    line: k.Block
+    rest: k.If
+    points: k.Loop
+
+
+def _row(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> _Row:
     """`loop`, which ends before `end`, as a peel, whole aligned lines and a
     rest. An ordinary line is stored straight into the field: a line buffer
     copied out through a 64-byte vector type compiles, without AVX-512, to
@@ -111,7 +129,6 @@ def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.N
     base = tuple(ix.substitute(c, at_base) for c in st.coords)
     last = ix.substitute(loop.cond, {loop.iterator: it + LINE - 1})
     aligned = ix.Call("msc_line_aligned", (k.Address(st.lhs),))
-    scalar = k.Block((st,))
     if streaming:
         into_line = replace(st, lhs=k.Ref(LINE_BUFFER, it - base_point, k.Space.STACK))
         buffer: tuple[k.Node, ...] = (k.Buffer(LINE_BUFFER, k.Space.STACK, (LINE,), align=64),)
@@ -119,13 +136,13 @@ def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.N
             k.Call("msc_put_line", (k.Address(st.lhs.substituted(at_base)), ix.Var(LINE_BUFFER))),)
     else:
         into_line, buffer, put = st, (), ()
-    lines = k.Loop(loop.iterator, None, last, k.Block((
+    line = k.Block((
         *buffer,
         k.Decl(LINE_BASE, "index", it),
         *_prefetches(st, base, distance),
         k.Loop(loop.iterator, base_point, it.lt(base_point + LINE), k.Block((into_line,)), vector=True),
         *put,
-    )), step=LINE)
+    ))
     edge_from = ix.Var(EDGE_FROM)
     into_edge = replace(st, lhs=k.Ref(EDGE_BUFFER, it - edge_from, k.Space.STACK))
     from_edge = k.Block((k.Store(st.lhs, k.Load(k.Ref(EDGE_BUFFER, it - edge_from, k.Space.STACK))),))
@@ -140,15 +157,64 @@ def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.N
             k.Loop(loop.iterator, None, stores_while, from_edge),
         ))  # the body of an `if`, whose braces scope the buffer
 
-    return k.Block((k.Decl(loop.iterator, "index", loop.init, const=False), k.If(
-        last,
-        k.Block((
-            k.If(aligned.not_(), edge(it, aligned.not_())),
-            lines,
-            k.If(loop.cond, edge(end - LINE, loop.cond)),
-        )),
-        k.Block((k.Loop(loop.iterator, None, loop.cond, scalar),)),
-    )), scoped=True)
+    return _Row(k.Decl(loop.iterator, "index", loop.init, const=False), last,
+                k.If(aligned.not_(), edge(it, aligned.not_())), line, k.If(loop.cond, edge(end - LINE, loop.cond)),
+                k.Loop(loop.iterator, None, loop.cond, k.Block((st,))))
+
+
+def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
+    """One row loop in whole lines (`_row`)."""
+    row = _row(loop, end, distance, streaming)
+    lines = k.Loop(loop.iterator, None, row.whole_line, row.line, step=LINE)
+    return k.Block((row.start, k.If(row.whole_line, k.Block((row.peel, lines, row.rest)), k.Block((row.points,)))),
+                   scoped=True)
+
+
+def _jammed(outer: k.Loop, loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
+    """`outer` unrolled by its factor and jammed into its row loop `loop` (which ends before `end`, whatever
+    row it runs): the rows side by side, a line of each per iteration, so that each core has as many streams
+    from memory in flight as rows (2D streamed sweeps, 2 rows: 1.2-1.3x; ADR 0014, jammed rows). Rows
+    start their aligned lines at different points, so each has its own iterator: after their peels, the
+    rows run lines together while each has one, then each its lines left (one at most) and its rest. The
+    rows that do not fill a group run one by one."""
+    st = loop.body.body[0]
+    assert isinstance(st, k.Assign)
+    at = ix.Var(outer.iterator)
+    rows = []
+    for j in range(outer.unroll):
+        name = loop.iterator if j == 0 else f"{loop.iterator}_{j}"
+        values = {outer.iterator: at + j, loop.iterator: ix.Var(name)}
+        shifted = replace(st, lhs=st.lhs.substituted(values), coords=tuple(ix.substitute(c, values) for c in st.coords),
+                          loads=tuple((read, ref.substituted(values)) for read, ref in st.loads))
+        renamed = {loop.iterator: ix.Var(name)}
+        assert loop.init is not None and loop.cond is not None
+        rows.append(_row(replace(loop, iterator=name, init=loop.init, cond=ix.substitute(loop.cond, renamed),
+                                 body=k.Block((shifted,))), end, distance, streaming))
+    together = rows[0].whole_line
+    for row in rows[1:]:
+        together = together.and_(row.whole_line)
+    lines = k.Loop(rows[0].start.name, None, together, k.Block((
+        *(k.Block(row.line.body, scoped=True) for row in rows),
+        *(k.Set(row.start.name, LINE, "+=") for row in rows[1:]))), step=LINE)
+    left = [k.Loop(row.start.name, None, row.whole_line, row.line, step=LINE) for row in rows]
+    group = k.Block((*(row.start for row in rows), k.If(
+        rows[0].whole_line,
+        k.Block((*(row.peel for row in rows), lines, *left, *(row.rest for row in rows))),
+        k.Block(tuple(row.points for row in rows)))), scoped=True)
+    assert outer.init is not None and outer.cond is not None
+    factor = outer.unroll
+    full = ix.substitute(outer.cond, {outer.iterator: at + (factor - 1)})
+    one = replace(outer, init=None, unroll=0, body=k.Block((_in_lines(loop, end, distance, streaming),)))
+    return k.Block((k.Decl(outer.iterator, "index", outer.init, const=False),
+                    replace(outer, init=None, cond=full, step=ix.Lit(factor), unroll=0, body=k.Block((group,))),
+                    one), scoped=True)
+
+
+def _is_row(node: k.Node, dim: int) -> bool:
+    """A loop of the line dimension whose body is one statement storing to its field."""
+    return (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == ix.Lit(1)
+            and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)
+            and node.body.body[0].lhs.space == k.Space.GLOBAL)
 
 
 def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tuple[k.Kernel, bool]:
@@ -159,15 +225,25 @@ def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tup
         return kernel, False
     distance, streaming = lowered.schedule.prefetch_distance, lowered.schedule.streaming
 
+    def jam(node: k.Node) -> k.Node:
+        """An unrolled loop around one row loop whose bounds do not depend on it: jammed (`_jammed`)."""
+        if not (isinstance(node, k.Loop) and node.unroll > 1 and not node.degenerate and node.step == ix.Lit(1)
+                and node.end() is not None and len(node.body.body) == 1 and _is_row(node.body.body[0], dim)):
+            return node
+        row = node.body.body[0]
+        assert isinstance(row, k.Loop) and row.init is not None and row.cond is not None
+        end = row.end()
+        if end is None or node.iterator in ix.variables(row.init) | ix.variables(row.cond):
+            return node
+        return _jammed(node, row, end, distance, streaming)
+
     def rewrite(node: k.Node) -> k.Node:
-        if (isinstance(node, k.Loop) and node.dim == dim and not node.degenerate and node.step == ix.Lit(1)
-                and len(node.body.body) == 1 and isinstance(node.body.body[0], k.Assign)
-                and node.body.body[0].lhs.space == k.Space.GLOBAL):
+        if _is_row(node, dim):
             end = node.end()  # None: left as it is (isl prints every loop's condition as a bound)
             return node if end is None else _in_lines(node, end, distance, streaming)
         return node
 
-    return k.transform_kernel(kernel, rewrite), True
+    return k.transform_kernel(k.transform_kernel(kernel, jam), rewrite), True
 
 
 def stream_fences(kernel: k.Kernel) -> k.Kernel:
