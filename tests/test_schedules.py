@@ -445,6 +445,32 @@ def test_a_finalist_stopped_early_does_not_win_when_load_slows_the_rest(tmp_path
     assert kernel.report.schedule.time_depth and kernel.report.ms_per_step > kernel.report.default_ms_per_step
 
 
+def test_a_first_timing_close_behind_the_finalists_goes_to_the_run_off(tmp_path, monkeypatch, assert_matches):
+    """A stand-in clock: the first four candidates timed take 1.0, 1.01, 1.02 and 1.05 ms/step at first,
+    every other 2 ms and the default 3. The fourth is within CLOSE of the fastest, so it is timed again
+    with the three ahead of it, and there it takes 0.5 ms: it is chosen (it was one unlucky timing)."""
+    from msc.tune import tuner
+
+    monkeypatch.setenv("MSC_CACHE_DIR", str(tmp_path))
+    first: dict = {}
+
+    def timing(self, kernel, steps):
+        schedule = kernel.schedule
+        if schedule in (None, Schedule()):
+            return 3.0
+        if schedule not in first:
+            first[schedule] = [1.0, 1.01, 1.02, 1.05][len(first)] if len(first) < 4 else 2.0
+            return first[schedule]
+        return 0.5 if first[schedule] == 1.05 else first[schedule]
+
+    monkeypatch.setattr(tuner.AutoKernel, "_timing", timing)
+    kernel = heat.compile(target="openmp", schedule="auto")
+    u0 = np.random.default_rng(4).random((34, 40))
+    assert_matches(kernel.run(steps=4, u=u0), heat.reference(steps=4, u=u0))
+    fourth = next(s for s, ms in first.items() if ms == 1.05)
+    assert kernel.report.schedule == fourth and kernel.report.ms_per_step == 0.5
+
+
 def test_fewer_threads_winning_on_long_steps_is_load_and_not_chosen(tmp_path, monkeypatch, assert_matches):
     """Steps of a millisecond or more (a stand-in clock on which one thread would be faster, as when
     another process holds a core): fewer threads are not tried, and the choice records no thread

@@ -14,8 +14,8 @@ narrower, shallower) while one is faster (`_climb`); each timing runs
 whole time tiles for about SAMPLE_S seconds, after one warm-up step. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
-finalists (the fastest few, the default, and the fastest one's prefetching
-and thread-count variants) are timed again in interleaved rounds of one
+finalists (the fastest few and those close behind them, the default, and
+the fastest one's prefetching and thread-count variants) are timed again in interleaved rounds of one
 run-off (one far or clearly slower stops after one or two) and the one with
 the best median wins.
 Every target tunes here: the CPU measures, a GPU measures on a device, and
@@ -167,6 +167,12 @@ def _too_deep(tile: Schedule, timed: dict[Schedule, float]) -> float:
 
 MAX_TRIAL_STEPS = 64
 FINALISTS = 3  # the fastest of the first pass timed again against each other (and the default)
+#: and up to CLOSE_FINALISTS more whose first timing was within CLOSE of the fastest: one timing on a shared
+#: machine can be 1.1x off, and a fourth that close may be the best (box3d27p 256^3, 2 threads:
+#: time_tile(16, x=16, y=16).pipeline() timed 9.28 ms/step in one first pass, 4th behind 8.79, and 7.97 in
+#: another; alone it runs 7.90, the 8.79 one 8.91)
+CLOSE = 1.1
+CLOSE_FINALISTS = 2
 ROUNDS = 5  # interleaved timings of each finalist; the median decides
 #: a finalist whose fastest timing after two rounds is this much slower than the leader's slowest stops early:
 #: more rounds cannot make it win (a run-off of fewer threads often has one); after one round, one FAR_SLOWER
@@ -300,7 +306,8 @@ class AutoKernel:
     @budget_s.setter
     def budget_s(self, seconds: float) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
-            raise ScheduleError(f"budget_s: the tuner's budget must be a number of seconds (0 or more), got {seconds!r}")
+            raise ScheduleError(f"budget_s: the tuner's budget must be a number of seconds (0 or more), "
+                                f"got {seconds!r}")
         self._budget_s = float(seconds)
 
     @property
@@ -616,7 +623,8 @@ class AutoKernel:
         variants = self.platform.refinements(ranked[0], max_threads)
         if timed[ranked[0]] >= FEWER_THREADS_BELOW_MS:
             variants = [v for v in variants if not v.threads]
-        finalists = _dedupe([Schedule(), *ranked[:FINALISTS], *variants])
+        close = [s for s in ranked[FINALISTS:FINALISTS + CLOSE_FINALISTS] if timed[s] <= CLOSE * timed[ranked[0]]]
+        finalists = _dedupe([Schedule(), *ranked[:FINALISTS], *close, *variants])
         self._prebuild(finalists, max_threads)
         medians, contenders = self._runoff(finalists, max_threads, inputs, trial_steps, trials, timed)
         default_ms = medians[Schedule()]
