@@ -284,7 +284,6 @@ class LoweredSchedule:
     parallel_dims: set[int] = field(default_factory=set)  # legal ones, from the dependences
     tiles: dict[int, tuple[int, int]] = field(default_factory=dict)  # tile loop dim -> (space dim, size)
     parallel_dim: int | None = None  # the loop whose iterations are shared among the workers
-    pipelined: bool = False  # parallel_dim's iterations wait point-to-point (pipeline()), not independent
     vector_dim: int | None = None  # the loop asked to run in SIMD lanes
     unroll: dict[int, int] = field(default_factory=dict)
 
@@ -449,7 +448,7 @@ def _check_pipeline(poly: PolyIR, lowered: LoweredSchedule) -> None:
     between two columns (the first tile loop) going forward along the second tile loop too: a tile waits
     only for the column before it up to its own place there (and its own column before it)."""
     s, name = lowered.schedule, poly.ir.name
-    loops = [n for n in lowered.names if n.endswith("_tile") and n != "t_tile"]
+    loops = [lowered.names[d] for d in sorted(lowered.tiles)]  # the space tile loops, outermost first
     if poly.ir.ndim == 1:
         raise ScheduleError(f"pipeline() on stencil '{name}': a 1D stencil has one dimension to tile, and a band "
                             "of its time tile is a chain of tiles, which wavefronts already run")
@@ -584,9 +583,8 @@ NEVER_SHARED = ("t", "wave", "t_tile")
 def _decorate(poly: PolyIR, lowered: LoweredSchedule) -> None:
     s = lowered.schedule
     loops = [k for k, n in enumerate(lowered.names) if n]
-    if s.pipelined:  # the columns, checked by _check_pipeline
-        lowered.parallel_dim = next(k for k, n in enumerate(lowered.names) if n.endswith("_tile") and n != "t_tile")
-        lowered.pipelined = True
+    if s.pipelined:  # the columns: the first space tile loop, checked by _check_pipeline
+        lowered.parallel_dim = min(lowered.tiles)
     elif s.parallel_loop is not None:
         d = lowered.dim(s.parallel_loop)
         if s.parallel_loop == "t_tile" and s.time_depth:  # one iteration: the wavefront and space tiles fix it

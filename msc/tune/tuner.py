@@ -15,9 +15,9 @@ whole time tiles for about SAMPLE_S seconds, after one warm-up step. A platform
 that does not measure ranks them by its cost model instead, running
 nothing. One timing on a busy machine can be lucky, so the
 finalists (the fastest few and those close behind them, the default, and
-the fastest one's prefetching and thread-count variants) are timed again in interleaved rounds of one
-run-off (one far or clearly slower stops after one or two) and the one with
-the best median wins.
+the fastest one's prefetching and thread-count variants) are timed again in
+interleaved rounds of one run-off (one far or clearly slower stops after one
+or two) and the one with the best median wins.
 Every target tunes here: the CPU measures, a GPU measures on a device, and
 the Sunway platforms (no chip at hand) and the GPU under its emulator rank by
 their models.

@@ -139,7 +139,7 @@ class CPUPlatform(ctarget.Platform):
             kernel = x86.stream_fences(kernel)
         kernel = openmp.map_loops(kernel, tiles_dynamic=wavefront_tiles(schedule))
         columns = None
-        if schedule.pipelined:
+        if schedule.schedule.pipelined:
             kernel = openmp.pipeline_waits(kernel, schedule.names.index("t_tile"), schedule.parallel_dim)
             columns = c_int(pipeline_columns(poly, schedule))
         return kernel, dict(lines=lines, streaming=schedule.schedule.streaming,

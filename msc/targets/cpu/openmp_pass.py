@@ -78,7 +78,7 @@ def pipeline_waits(kernel: k.Kernel, band_dim: int, column_dim: int) -> k.Kernel
         body = visit(node.body, band, column)
         assert isinstance(body, k.Block)
         if node.dim == column_dim:
-            assert band is not None and node.init is not None
+            assert band is not None
             body = k.Block((*body.body, k.Call("msc_column_done", (*PROGRESS, ix.Var(node.iterator), band))))
         elif node.dim == column_dim + 1:
             assert band is not None and column is not None and column.init is not None

@@ -178,17 +178,15 @@ def _jammed(outer: k.Loop, loop: k.Loop, end: ix.Expr, distance: int, streaming:
     rows run lines together while each has one, then each its lines left (one at most) and its rest. The
     rows that do not fill a group run one by one."""
     st = loop.body.body[0]
-    assert isinstance(st, k.Assign)
+    assert isinstance(st, k.Assign) and loop.cond is not None and outer.init is not None and outer.cond is not None
     at = ix.Var(outer.iterator)
     rows = []
     for j in range(outer.unroll):
-        name = loop.iterator if j == 0 else f"{loop.iterator}_{j}"
-        values = {outer.iterator: at + j, loop.iterator: ix.Var(name)}
+        name = ix.Var(loop.iterator if j == 0 else f"{loop.iterator}_{j}")
+        values = {outer.iterator: at + j, loop.iterator: name}
         shifted = replace(st, lhs=st.lhs.substituted(values), coords=tuple(ix.substitute(c, values) for c in st.coords),
                           loads=tuple((read, ref.substituted(values)) for read, ref in st.loads))
-        renamed = {loop.iterator: ix.Var(name)}
-        assert loop.init is not None and loop.cond is not None
-        rows.append(_row(replace(loop, iterator=name, init=loop.init, cond=ix.substitute(loop.cond, renamed),
+        rows.append(_row(replace(loop, iterator=name.name, cond=ix.substitute(loop.cond, {loop.iterator: name}),
                                  body=k.Block((shifted,))), end, distance, streaming))
     together = rows[0].whole_line
     for row in rows[1:]:
@@ -201,7 +199,6 @@ def _jammed(outer: k.Loop, loop: k.Loop, end: ix.Expr, distance: int, streaming:
         rows[0].whole_line,
         k.Block((*(row.peel for row in rows), lines, *left, *(row.rest for row in rows))),
         k.Block(tuple(row.points for row in rows)))), scoped=True)
-    assert outer.init is not None and outer.cond is not None
     factor = outer.unroll
     full = ix.substitute(outer.cond, {outer.iterator: at + (factor - 1)})
     one = replace(outer, init=None, unroll=0, body=k.Block((_in_lines(loop, end, distance, streaming),)))
