@@ -136,11 +136,13 @@ def test_729_point_box_traces_hashes_and_generates_code():
         [u0[4 + a:7 + a, 4 + b:8 + b, 4 + c:9 + c] for a, b, c in itertools.product(range(-4, 5), repeat=3)],
         axis=0), rtol=1e-12)
     source = get_target("openmp").source(st.poly())
-    assert source.count("const real *restrict msc_row") == 81  # one pointer per row (x, y offset) read
-    # every row read once per point into one sum (its weights are all alike: msc/codegen/row_sums.py),
-    # which the point then reads at its 9 shifts
-    assert len(re.findall(r"msc_row\d+\[", source)) == 81 and "msc_put_line(&" not in source
+    # its 81 rows (x, y offsets) weighed alike are one sum (msc/codegen/row_sums.py), which the point
+    # reads at its 9 shifts; the sum is made from 9 column sums (9 rows along x each) kept in a ring
+    # along y: one new column sum per row of points, 8 made before the first (no row pointers left)
     assert source.count("msc_rowsum0[") == 1 + 1 + 9  # declared, stored, read at each shift
+    assert source.count("msc_ring0[") == 1 + 8 + 1 + 9  # declared, the first 8 filled, one stored, 9 read
+    assert source.count("f_u_t0[") == 9 * 8 + 9 and "msc_put_line(&" not in source
+    assert not re.findall(r"msc_row\d+", source)
 
 
 def test_large_stencils_read_through_row_pointers_under_every_schedule(assert_matches):

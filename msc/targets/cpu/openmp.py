@@ -133,7 +133,8 @@ class CPUPlatform(ctarget.Platform):
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         rows = x86.row_dim(poly, schedule)
         if rows is not None:
-            kernel = row_sums(kernel, rows, in_cache=bool(schedule.schedule.time_depth))
+            kernel = row_sums(kernel, rows, in_cache=bool(schedule.schedule.time_depth),
+                              ring_dim=x86.column_dim(poly, schedule))
         kernel, lines = x86.line_stores(kernel, poly, schedule)
         if schedule.schedule.streaming:
             kernel = x86.stream_fences(kernel)

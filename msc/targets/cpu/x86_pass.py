@@ -63,6 +63,15 @@ def row_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
     return innermost if problem is None else None
 
 
+def column_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
+    """The schedule dimension of the loop along the next-to-last space dimension (y in 3D) when it
+    carries no dependence and is not shared among threads: row sums may keep column sums across
+    its iterations (msc/codegen/row_sums.py)."""
+    name = poly.ir.dims[-2] if poly.ir.ndim >= 3 else None
+    dim = lowered.names.index(name) if name in lowered.names else None
+    return dim if dim is not None and dim in lowered.parallel_dims and dim != lowered.parallel_dim else None
+
+
 def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
     """The loop written in whole aligned cache lines: the private row loop
     (`_row_loop`); for a large stencil (LARGE_READS) only when asked for.
