@@ -211,3 +211,12 @@ def test_the_box_entry_point_keeps_rings(schedule):
     kernel.advance_box(kernel.arguments(part, args.scalars, shape), lo, hi, 0, 1, 2)
     inside = tuple(slice(a, b) for a, b in zip(lo, hi))
     assert np.array_equal(part["u"][1][inside], whole["u"][1][inside])
+
+
+def test_prefetch_reaches_the_rows_the_rings_read(assert_matches):
+    """The points of a ringed row read only stack buffers; prefetch(d) still fetches the rows the ring
+    reads from memory (the statement's leading access, d points ahead), once per line."""
+    kernel = box1.compile(target="openmp", threads=2, schedule=Schedule().stream_stores().prefetch(64))
+    assert kernel.source.count("__builtin_prefetch(&f_u_t0[((c2 + 1) * P1 + c3 + 1) * P2 + msc_base + 1 + 64])") == 1
+    u = np.random.default_rng(8).random((7, 9, 40))
+    assert_matches(kernel.run(steps=3, u=u), box1.reference(steps=3, u=u))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
 from msc.codegen.lower import array_name, global_index
@@ -88,17 +89,34 @@ def line_dim(poly: PolyIR, lowered: LoweredSchedule) -> int | None:
     return None
 
 
-def _prefetches(st: k.Assign, base: tuple[ix.Expr, ...], distance: int) -> list[k.Node]:
+@dataclass(frozen=True)
+class _Lines:
+    """How rows run in lines: `distance` points ahead to prefetch (0: none), `streaming` stores,
+    and the reads from memory of the statement that computes each field (`memory_reads`)."""
+
+    distance: int
+    streaming: bool
+    memory_reads: dict[str, tuple[ir.FieldRead, ...]]
+
+
+def _memory_reads(poly: PolyIR, lowered: LoweredSchedule) -> dict[str, tuple[ir.FieldRead, ...]]:
+    """Each statement's reads of fields not staged in a cache (cache_read), by the field it computes: what
+    its rows read from memory, including the rows the row sums read before the points (msc/codegen/row_sums.py)."""
+    staged = set(lowered.schedule.cached_reads)
+    return {s.target: tuple(r for r in s.reads if r.name not in staged) for s in poly.ir.statements}
+
+
+def _prefetches(st: k.Assign, base: tuple[ix.Expr, ...], lines: _Lines) -> list[k.Node]:
     """For each field level the statement reads from memory, its leading
     access (the largest offset, furthest ahead in row-major order), `distance` points ahead."""
-    if not distance:
+    if not lines.distance:
         return []
     leading: dict[tuple[str, int | None], tuple[int, ...]] = {}
-    for read, ref in st.loads:
-        if ref.space == k.Space.GLOBAL:
-            key = (read.name, read.dt)
-            leading[key] = max(leading.get(key, read.offsets), read.offsets)
-    return [k.Call("__builtin_prefetch", (k.Address(k.Ref(array_name(f, dt), global_index(base, offsets) + distance)),))
+    for read in lines.memory_reads[st.field]:
+        key = (read.name, read.dt)
+        leading[key] = max(leading.get(key, read.offsets), read.offsets)
+    return [k.Call("__builtin_prefetch",
+                   (k.Address(k.Ref(array_name(f, dt), global_index(base, offsets) + lines.distance)),))
             for (f, dt), offsets in leading.items()]
 
 
@@ -117,7 +135,7 @@ class _Row:
     points: k.Loop
 
 
-def _row(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> _Row:
+def _row(loop: k.Loop, end: ix.Expr, lines: _Lines) -> _Row:
     """`loop`, which ends before `end`, as a peel, whole aligned lines and a
     rest. An ordinary line is stored straight into the field: a line buffer
     copied out through a 64-byte vector type compiles, without AVX-512, to
@@ -138,7 +156,7 @@ def _row(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> _Row:
     base = tuple(ix.substitute(c, at_base) for c in st.coords)
     last = ix.substitute(loop.cond, {loop.iterator: it + LINE - 1})
     aligned = ix.Call("msc_line_aligned", (k.Address(st.lhs),))
-    if streaming:
+    if lines.streaming:
         into_line = replace(st, lhs=k.Ref(LINE_BUFFER, it - base_point, k.Space.STACK))
         buffer: tuple[k.Node, ...] = (k.Buffer(LINE_BUFFER, k.Space.STACK, (LINE,), align=64),)
         put: tuple[k.Node, ...] = (
@@ -148,7 +166,7 @@ def _row(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> _Row:
     line = k.Block((
         *buffer,
         k.Decl(LINE_BASE, "index", it),
-        *_prefetches(st, base, distance),
+        *_prefetches(st, base, lines),
         k.Loop(loop.iterator, base_point, it.lt(base_point + LINE), k.Block((into_line,)), vector=True),
         *put,
     ))
@@ -171,15 +189,15 @@ def _row(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> _Row:
                 k.Loop(loop.iterator, None, loop.cond, k.Block((st,))))
 
 
-def _in_lines(loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
+def _in_lines(loop: k.Loop, end: ix.Expr, lines: _Lines) -> k.Node:
     """One row loop in whole lines (`_row`)."""
-    row = _row(loop, end, distance, streaming)
+    row = _row(loop, end, lines)
     lines = k.Loop(loop.iterator, None, row.whole_line, row.line, step=LINE)
     return k.Block((row.start, k.If(row.whole_line, k.Block((row.peel, lines, row.rest)), k.Block((row.points,)))),
                    scoped=True)
 
 
-def _jammed(outer: k.Loop, loop: k.Loop, end: ix.Expr, distance: int, streaming: bool) -> k.Node:
+def _jammed(outer: k.Loop, loop: k.Loop, end: ix.Expr, lines: _Lines) -> k.Node:
     """`outer` unrolled by its factor and jammed into its row loop `loop` (which ends before `end`, whatever
     row it runs): the rows side by side, a line of each per iteration, so that each core has as many streams
     from memory in flight as rows (2D streamed sweeps, 2 rows: 1.2-1.3x; ADR 0014, jammed rows). Rows
@@ -196,21 +214,21 @@ def _jammed(outer: k.Loop, loop: k.Loop, end: ix.Expr, distance: int, streaming:
         shifted = replace(st, lhs=st.lhs.substituted(values), coords=tuple(ix.substitute(c, values) for c in st.coords),
                           loads=tuple((read, ref.substituted(values)) for read, ref in st.loads))
         rows.append(_row(replace(loop, iterator=name.name, cond=ix.substitute(loop.cond, {loop.iterator: name}),
-                                 body=k.Block((shifted,))), end, distance, streaming))
+                                 body=k.Block((shifted,))), end, lines))
     together = rows[0].whole_line
     for row in rows[1:]:
         together = together.and_(row.whole_line)
-    lines = k.Loop(rows[0].start.name, None, together, k.Block((
+    side_by_side = k.Loop(rows[0].start.name, None, together, k.Block((
         *(k.Block(row.line.body, scoped=True) for row in rows),
         *(k.Set(row.start.name, LINE, "+=") for row in rows[1:]))), step=LINE)
     left = [k.Loop(row.start.name, None, row.whole_line, row.line, step=LINE) for row in rows]
     group = k.Block((*(row.start for row in rows), k.If(
         rows[0].whole_line,
-        k.Block((*(row.peel for row in rows), lines, *left, *(row.rest for row in rows))),
+        k.Block((*(row.peel for row in rows), side_by_side, *left, *(row.rest for row in rows))),
         k.Block(tuple(row.points for row in rows)))), scoped=True)
     factor = outer.unroll
     full = ix.substitute(outer.cond, {outer.iterator: at + (factor - 1)})
-    one = replace(outer, init=None, unroll=0, body=k.Block((_in_lines(loop, end, distance, streaming),)))
+    one = replace(outer, init=None, unroll=0, body=k.Block((_in_lines(loop, end, lines),)))
     return k.Block((k.Decl(outer.iterator, "index", outer.init, const=False),
                     replace(outer, init=None, cond=full, step=ix.Lit(factor), unroll=0, body=k.Block((group,))),
                     one), scoped=True)
@@ -229,7 +247,7 @@ def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tup
     dim = line_dim(poly, lowered)
     if dim is None:
         return kernel, False
-    distance, streaming = lowered.schedule.prefetch_distance, lowered.schedule.streaming
+    lines = _Lines(lowered.schedule.prefetch_distance, lowered.schedule.streaming, _memory_reads(poly, lowered))
 
     def jam(node: k.Node) -> k.Node:
         """An unrolled loop around one row loop whose bounds do not depend on it: jammed (`_jammed`)."""
@@ -241,12 +259,12 @@ def line_stores(kernel: k.Kernel, poly: PolyIR, lowered: LoweredSchedule) -> tup
         end = row.end()
         if end is None or node.iterator in ix.variables(row.init) | ix.variables(row.cond):
             return node
-        return _jammed(node, row, end, distance, streaming)
+        return _jammed(node, row, end, lines)
 
     def rewrite(node: k.Node) -> k.Node:
         if _is_row(node, dim):
             end = node.end()  # None: left as it is (isl prints every loop's condition as a bound)
-            return node if end is None else _in_lines(node, end, distance, streaming)
+            return node if end is None else _in_lines(node, end, lines)
         return node
 
     return k.transform_kernel(k.transform_kernel(kernel, jam), rewrite), True
