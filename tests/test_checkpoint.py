@@ -100,6 +100,18 @@ def test_a_checkpoint_that_cannot_be_written_is_a_checkpoint_error(tmp_path, mon
     assert list(tmp_path.iterdir()) == [tmp_path / "file"]
 
 
+def test_a_checkpoint_is_named_as_the_netcdf_file_it_is(tmp_path):
+    """`sim.save("run.npy")` would write netCDF under a name that says otherwise (np.load then fails far
+    from the cause): refused before anything is written, naming the file and what to call it."""
+    sim = wave.compile(threads=1).start(**wave_inputs())
+    for name in ("run.npy", "run", "run.h5"):
+        with pytest.raises(CheckpointError, match=rf"checkpoint .*{re.escape(name)}: a checkpoint is a netCDF "
+                                                  r"file; name it \.nc or \.nc4 \(e\.g\. .*run\.nc\)"):
+            sim.save(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
+    assert sim.save(tmp_path / "RUN.NC4").is_file()
+
+
 def test_truncated_damaged_and_foreign_files_are_named_errors(tmp_path):
     kernel = wave.compile(threads=1)
     sim = kernel.start(**wave_inputs())

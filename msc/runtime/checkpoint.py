@@ -105,6 +105,20 @@ def check_not_folder(path: Path) -> None:
                               f"(e.g. {os.path.join(path, 'run.nc')})")
 
 
+#: the names of a netCDF file (a checkpoint, a time series): it is netCDF4 (HDF5) whatever the name says,
+#: so another name (`run.npy`) would hide what it holds from the user and the tools that open it
+NETCDF_SUFFIXES = (".nc", ".nc4")
+
+
+def check_save_target(path: Path) -> None:
+    """CheckpointError when a checkpoint cannot be saved at `path`: a folder, or a name that is not a
+    netCDF file's (checked before anything is written)."""
+    check_not_folder(path)
+    if Path(path).suffix.lower() not in NETCDF_SUFFIXES:
+        raise CheckpointError(f"checkpoint {path}: a checkpoint is a netCDF file; name it "
+                              f"{' or '.join(NETCDF_SUFFIXES)} (e.g. {Path(path).with_suffix('.nc')})")
+
+
 def write_block(path: Path, stencil: ir.StencilIR, attrs: Mapping[str, Any], block: Block) -> None:
     """One block as one file, atomically."""
     import xarray as xr

@@ -47,7 +47,7 @@ from msc.runtime.buffers import field_buffer, on_ring, pack, put_level
 from msc.runtime.build import writer_tag
 from msc.runtime.checkpoint import (
     Block,
-    check_not_folder,
+    check_save_target,
     checkpoint_blocks,
     checkpoint_path,
     fill,
@@ -499,7 +499,7 @@ class DistributedSimulation:
         path = checkpoint_path(path)
 
         def check() -> None:  # before any rank writes its block
-            check_not_folder(path)
+            check_save_target(path)
             paths = comm.allgather(str(path))
             if len(set(paths)) > 1:
                 raise CheckpointError(f"sim.save is collective, and the ranks gave different paths: "

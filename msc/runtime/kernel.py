@@ -413,15 +413,16 @@ class Simulation:
 
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint that `kernel.resume(path)` continues bitwise (msc.runtime.checkpoint)."""
-        from msc.runtime.checkpoint import Block, checkpoint_path, header, write_block
+        from msc.runtime.checkpoint import Block, check_save_target, checkpoint_path, header, write_block
 
+        path = checkpoint_path(path)
+        check_save_target(path)
         stencil = self.kernel.ir
         buffers = self._host_buffers()
         levels = {f.name: [buffers[f.name][(self.step - age) % f.slots][self._domain] for age in range(f.slots)]
                   for f in stencil.written_fields}
         inputs = {f.name: buffers[f.name][self._domain] for f in stencil.fields if not f.written}
         shape = levels[stencil.written_fields[0].name][0].shape
-        path = checkpoint_path(path)
         write_block(path, stencil, header(stencil, self.step, self._scalars, shape),
                     Block((0,) * stencil.ndim, levels, inputs))
         return path

@@ -48,10 +48,6 @@ def dataset(stencil: ir.StencilIR, fields: Mapping[str, np.ndarray], step: int,
                       attrs={"stencil": stencil.name, "step": int(step)})
 
 
-#: the names of a netCDF time series (out=): it is netCDF4 (HDF5) whatever the name says
-SERIES_SUFFIXES = (".nc", ".nc4")
-
-
 class SeriesWriter:
     """Appends the newest levels to a netCDF file with an unlimited time axis (CF-1.8).
 
@@ -73,16 +69,16 @@ class SeriesWriter:
                                        f"file out every N steps); got every={every!r}, out={out!r}")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise StencilArgumentError(f"stencil '{stencil.name}': every must be a positive integer, got {every!r}")
-        from msc.runtime.checkpoint import checkpoint_path
+        from msc.runtime.checkpoint import NETCDF_SUFFIXES, checkpoint_path
 
         where = f"stencil '{stencil.name}': out={out}"
         try:
             path = checkpoint_path(out)
         except MscError:
             raise StencilArgumentError(f"{where}: a time series' path is a str or a pathlib.Path") from None
-        if path.suffix.lower() not in SERIES_SUFFIXES and not path.is_dir():  # a folder is named as such below
+        if path.suffix.lower() not in NETCDF_SUFFIXES and not path.is_dir():  # a folder is named as such below
             raise StencilArgumentError(f"{where}: the time series is a netCDF file; name it "
-                                       f"{' or '.join(SERIES_SUFFIXES)} (e.g. {path.with_suffix('.nc')})")
+                                       f"{' or '.join(NETCDF_SUFFIXES)} (e.g. {path.with_suffix('.nc')})")
         writer = cls(path, stencil, every)
         writer._check_goes_on(step // every * every + every, shape)
         return writer
