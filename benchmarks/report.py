@@ -49,7 +49,9 @@ def main(path: str) -> None:
             best = min(peers)
             sweep = min(c["tools"]["msc"]["ms_per_step"], c["tools"]["msc_sweep_tuned"]["ms_per_step"])
             line += (f"; best peer {best[1]} {best[0]:.2f} ms/step: msc single sweep {best[0] / sweep:.2f}x, "
-                     f"time-tiled {best[0] / c['tools']['msc_time_tiled']['ms_per_step']:.2f}x of it")
+                     f"time-tiled {best[0] / c['tools']['msc_time_tiled']['ms_per_step']:.2f}x"
+                     + (f", auto {best[0] / c['tools']['msc_auto']['ms_per_step']:.2f}x" if "msc_auto" in c["tools"]
+                        else "") + " of it")
         else:
             line += "; no peer was measured"
         line += (f"; compile cold {c['msc_compile_cold_s']:.2f} s, cached {c['msc_compile_warm_s'] * 1e3:.0f} ms"

@@ -5,11 +5,15 @@ figures measured in the same rounds. Writes JSON.
     python3 benchmarks/stencils.py --json results.json [--threads 2] [--quick | --reduced]
         [--peers c,pystencils,devito] [--only heat2d,box3d27p] [--tune-budget 40]
 
-msc runs three ways: the default schedule, the best single-sweep schedule and
+msc runs four ways: the default schedule, the best single-sweep schedule and
 the best temporally tiled schedule (both found by the auto-tuner within the
-budget; its choices are in the JSON). Time tiles are tuned for an eighth of
-the measured run, so the measured run is at least 8 tiles deep: steady state,
-not one or two tiles over the whole run. No peer gets temporal blocking:
+budget; its choices are in the JSON), and `msc_auto`, the schedule that
+`schedule="auto"` chooses for the measured run itself (every kind of
+schedule, trials on the run's steps as for a user's first run). The
+temporally tiled one is tuned for an eighth of the measured run, so the
+measured run is at least 8 tiles deep: steady state, not one or two tiles
+over the whole run; `msc_auto` may choose tiles as deep as its trials (4
+tiles of 32 steps in a 128-step run). No peer gets temporal blocking:
 Devito has none on CPU and pystencils none in its kernel generator.
 
 Every tool starts from the same 64-byte-aligned arrays (msc's own buffers
@@ -374,6 +378,14 @@ def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budge
         if chosen.time_depth:
             result["time_tiles_per_run"] = case.steps / chosen.time_depth
         tools[label] = msc_tool(stencil.compile(schedule=chosen, threads=chosen.threads or threads))
+    # what schedule="auto" gives a user who runs the case: tuned for the run's own steps, any kind
+    auto = AutoKernel(stencil.poly(), lambda s, n: stencil.compile(schedule=s, threads=n), threads,
+                      budget_s=tune_budget)
+    auto.run(steps=case.steps, u=u0)
+    assert auto.report is not None
+    result["msc_schedules"]["msc_auto"] = str(auto.report.schedule)
+    tools["msc_auto"] = msc_tool(stencil.compile(schedule=auto.report.schedule,
+                                                 threads=auto.report.schedule.threads or threads))
     if "c" in peers:
         tools["c_handwritten"] = handwritten_c(case, threads)
     if "pystencils" in peers:

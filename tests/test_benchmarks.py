@@ -21,7 +21,8 @@ def test_stencil_benchmark_quick_run_and_report(tmp_path, monkeypatch):
     assert run.returncode == 0, run.stderr
     data = json.loads(out.read_text())
     case = data["cases"][0]
-    assert set(case["tools"]) == {"msc", "msc_sweep_tuned", "msc_time_tiled", "c_handwritten"}
+    assert set(case["tools"]) == {"msc", "msc_sweep_tuned", "msc_time_tiled", "msc_auto", "c_handwritten"}
+    assert set(case["msc_schedules"]) == {"msc", "msc_sweep_tuned", "msc_time_tiled", "msc_auto"}
     assert case["tools"]["c_handwritten"]["max_abs_diff_vs_msc"] < 1e-12  # same answer as the peer
     assert case["stream_copy_best_gbs"]["stream_copy"] > 0 and case["stream_copy_best_gbs"]["stream_copy_nt"] > 0
     for entry in case["tools"].values():  # a call's wall time holds its kernel time
@@ -31,6 +32,7 @@ def test_stencil_benchmark_quick_run_and_report(tmp_path, monkeypatch):
                             capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     assert "| msc_time_tiled |" in report.stdout and "best peer c_handwritten" in report.stdout
+    assert "| msc_auto |" in report.stdout and "x, auto " in report.stdout
 
 
 def test_readme_pde_figures_are_the_latest_committed_run():
