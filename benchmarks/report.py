@@ -42,9 +42,9 @@ def main(path: str) -> None:
     for c in cases:
         missing = [f"{p}: {c[p]}" for p in ("pystencils", "pystencils_simd", "devito") if p in c]
         peers = [(c["tools"][p]["ms_per_step"], p) for p in PEERS if p in c["tools"]]
-        line = f"- {c['stencil']}: schedules: " + "; ".join(f"{k}: {v}" for k, v in c["msc_schedules"].items())
-        if "time_tiles_per_run" in c:
-            line += f" ({c['time_tiles_per_run']:.0f} time tiles per run)"
+        tiles = f" ({c['time_tiles_per_run']:.0f} time tiles per run)" if "time_tiles_per_run" in c else ""
+        line = f"- {c['stencil']}: schedules: " + "; ".join(
+            f"{k}: {v}" + (tiles if k == "msc_time_tiled" else "") for k, v in c["msc_schedules"].items())
         if peers:
             best = min(peers)
             sweep = min(c["tools"]["msc"]["ms_per_step"], c["tools"]["msc_sweep_tuned"]["ms_per_step"])
