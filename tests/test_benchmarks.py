@@ -67,7 +67,8 @@ def test_readme_multigrid_figures_are_the_committed_run():
         assert figure in text, f"README lacks {figure!r} from pde-multigrid.json"
 
 
-@pytest.mark.parametrize("run", ["tuner.json", "tuner-xeon.json", "tuner-xeon-pipeline.json"])
+@pytest.mark.parametrize("run", ["tuner.json", "tuner-xeon.json", "tuner-xeon-pipeline.json",
+                                 "tuner-xeon-rings.json"])
 def test_tuner_table_is_the_committed_run(run):
     """docs/benchmarks.md's tuner tables (AMD EPYC, Intel Xeon) are the committed runs, row by row."""
     data = json.loads((ROOT / "benchmarks" / "results" / run).read_text())

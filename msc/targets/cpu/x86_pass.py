@@ -192,8 +192,8 @@ def _row(loop: k.Loop, end: ix.Expr, lines: _Lines) -> _Row:
 def _in_lines(loop: k.Loop, end: ix.Expr, lines: _Lines) -> k.Node:
     """One row loop in whole lines (`_row`)."""
     row = _row(loop, end, lines)
-    lines = k.Loop(loop.iterator, None, row.whole_line, row.line, step=LINE)
-    return k.Block((row.start, k.If(row.whole_line, k.Block((row.peel, lines, row.rest)), k.Block((row.points,)))),
+    whole = k.Loop(loop.iterator, None, row.whole_line, row.line, step=LINE)
+    return k.Block((row.start, k.If(row.whole_line, k.Block((row.peel, whole, row.rest)), k.Block((row.points,)))),
                    scoped=True)
 
 
