@@ -367,25 +367,20 @@ def run_case(case: Case, threads: int, repeat: int, peers: list[str], tune_budge
     result["msc_compile_warm_s"] = warm
 
     tools: dict[str, Tool] = {"msc": msc_tool(kernel)}
-    # tuned for an eighth of the run: a time tile found here is at most steps / 8 deep
-    for label, kinds in (("msc_sweep_tuned", "sweep"), ("msc_time_tiled", "temporal")):
+    # the sweep and the time tile tuned for an eighth of the run (a time tile found so is at most steps / 8 deep:
+    # steady state); msc_auto is what schedule="auto" gives a user who runs the case (its own steps, any kind)
+    for label, kinds, steps in (("msc_sweep_tuned", "sweep", max(case.steps // 8, 1)),
+                                ("msc_time_tiled", "temporal", max(case.steps // 8, 1)),
+                                ("msc_auto", "all", case.steps)):
         auto = AutoKernel(stencil.poly(), lambda s, n: stencil.compile(schedule=s, threads=n), threads,
                           budget_s=tune_budget, kinds=kinds)
-        auto.run(steps=max(case.steps // 8, 1), u=u0)
+        auto.run(steps=steps, u=u0)
         assert auto.report is not None
         chosen = auto.report.schedule
         result["msc_schedules"][label] = str(chosen)
-        if chosen.time_depth:
+        if label == "msc_time_tiled" and chosen.time_depth:
             result["time_tiles_per_run"] = case.steps / chosen.time_depth
         tools[label] = msc_tool(stencil.compile(schedule=chosen, threads=chosen.threads or threads))
-    # what schedule="auto" gives a user who runs the case: tuned for the run's own steps, any kind
-    auto = AutoKernel(stencil.poly(), lambda s, n: stencil.compile(schedule=s, threads=n), threads,
-                      budget_s=tune_budget)
-    auto.run(steps=case.steps, u=u0)
-    assert auto.report is not None
-    result["msc_schedules"]["msc_auto"] = str(auto.report.schedule)
-    tools["msc_auto"] = msc_tool(stencil.compile(schedule=auto.report.schedule,
-                                                 threads=auto.report.schedule.threads or threads))
     if "c" in peers:
         tools["c_handwritten"] = handwritten_c(case, threads)
     if "pystencils" in peers:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from msc import ir
 from msc.codegen import index as ix
@@ -81,13 +82,12 @@ class _Group:
 
     def flops(self) -> int:
         """Flops per point of the sum: from column sums kept in a ring where the group allows."""
-        ring = self.ring()
+        ring = self.ring
         if ring is None:
             return expr_flops(self.total())
-        column = [ir.FieldRead(*self.level, (*c, 0, 0)) for c in ring.columns]
-        along = [ir.FieldRead(*self.level, (*ring.columns[0], o, 0)) for o in ring.offsets]
-        return expr_flops(_weighed(list(zip(ring.across, column)))) + expr_flops(_weighed(list(zip(ring.along, along))))
+        return expr_flops(ring.column(self.level, 0)) + expr_flops(ring.total(RING))
 
+    @cached_property
     def ring(self) -> _Ring | None:
         """The group as column sums kept in a ring, where its rows are a product (columns times
         offsets along y, each row's factor a column's times an offset's, exactly) and the ring
@@ -135,6 +135,14 @@ class _Ring:
         """The slot of the column sum at y + `offset` (the ring's first at the y loop's start)."""
         return (y - ix.Var(RING_FROM) + (offset - self.offsets[0])) % self.slots
 
+    def column(self, level: Level, offset: int) -> ir.Expr:
+        """The column sum at y + `offset`: its columns' rows at shift 0, weighed."""
+        return _weighed([(a, ir.FieldRead(*level, (*c, offset, 0))) for c, a in zip(self.columns, self.across)])
+
+    def total(self, buffer: str) -> ir.Expr:
+        """The group's sum from the column sums in `buffer`, each read as FieldRead(buffer, None, (offset,))."""
+        return _weighed([(g, ir.FieldRead(buffer, None, (o,))) for o, g in zip(self.offsets, self.along)])
+
 
 @dataclass(frozen=True)
 class _Slots:
@@ -151,11 +159,10 @@ class _Slots:
         """The column sum at y + `offset` (its columns' rows weighed, read from the level's array
         whether the statement reads them through row pointers or not) into its slot; `first`: at the
         y loop's start (`RING_FROM`)."""
-        reads = [ir.FieldRead(*level, (*c, offset, 0)) for c in self.ring.columns]
+        column = self.ring.column(level, offset)
         coords = tuple(ix.Var(RING_FROM) if first and c == ix.Var(self.y) else c for c in st.coords)
-        refs = [k.Ref(array_name(*level), global_index(coords, r.offsets)) for r in reads]
-        return k.Assign(self.ref(offset, first), _weighed(list(zip(self.ring.across, reads))),
-                        tuple(zip(reads, refs)), st.field, st.coords)
+        loads = tuple((r, k.Ref(array_name(*level), global_index(coords, r.offsets))) for r in ir.reads_of(column))
+        return k.Assign(self.ref(offset, first), column, loads, st.field, st.coords)
 
     def ref(self, offset: int, first: bool = False) -> k.Ref:
         """The column sum at y + `offset` (`first`: at the y loop's start)."""
@@ -318,7 +325,7 @@ def _strip(loop: k.Loop, st: k.Assign, grouping: _Grouping, rows: dict[tuple[Lev
         width = ROW_STRIP + group.high - group.low
         buffers.append(k.Buffer(buffer, k.Space.STACK, (width,), align=64))
         at = it - (strip + group.low)
-        ring = None if around is None else group.ring()
+        ring = None if around is None else group.ring
         if ring is None:
             reads = [ir.FieldRead(*group.level, row + (0,)) for row in group.rows]
             total, bound = group.total(), [rows[(group.level, r.offsets[:-1])] for r in reads]
@@ -329,8 +336,9 @@ def _strip(loop: k.Loop, st: k.Assign, grouping: _Grouping, rows: dict[tuple[Lev
             fills[(group.low, group.high)] += [slots.column(offset, st, group.level, first=True)
                                                for offset in ring.offsets[:-1]]
             sums[(group.low, group.high)].append(slots.column(ring.offsets[-1], st, group.level))
-            reads = [ir.FieldRead(slots.buffer, None, (offset,)) for offset in ring.offsets]
-            total, bound = _weighed(list(zip(ring.along, reads))), [slots.ref(o) for o in ring.offsets]
+            total = ring.total(slots.buffer)
+            reads = ir.reads_of(total)
+            bound = [slots.ref(r.offsets[0]) for r in reads]
         sums[(group.low, group.high)].append(k.Assign(k.Ref(buffer, at, k.Space.STACK), total,
                                                       tuple(zip(reads, bound)), st.field, st.coords))
         for shift, _ in group.shifts:
@@ -403,7 +411,7 @@ def row_sums(kernel: k.Kernel, dim: int, in_cache: bool, ring_dim: int | None = 
         if around is not None:
             y = around.iterator
             if st.coords[-2] != ix.Var(y) or any(y in ix.variables(e) for e in (node.init, end)) or \
-                    not any(group.ring() for group in plan[0].groups):
+                    not any(group.ring for group in plan[0].groups):
                 return None
         assert isinstance(node, k.Loop)
         return _strip(node, st, *plan, end, around, pointers)
