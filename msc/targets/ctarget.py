@@ -97,6 +97,7 @@ class Platform:
     tunes = False  # schedule="auto" chooses among tuning_space on this platform
     measures = True  # by timing kernels (else by `cost`)
     thread_counts = False  # kernels run on a thread count the chosen schedule records (with_threads)
+    fused_multiply_add = False  # multiply-adds print as fma (rounded once): where the hardware fuses them
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
         """The kernel after this platform's passes, and the values its template needs."""
@@ -190,7 +191,7 @@ class CTarget:
         (`box`: with the entry point msc_run_box too)."""
         stencil = poly.ir
         kernels, values = self.kernels(poly, schedule, box)
-        printer = CPrinter(stencil.dtype)
+        printer = CPrinter(stencil.dtype, self.platform.fused_multiply_add)
         entries = [_entry(stencil, kernel, printer) for kernel in kernels]
         return render(
             self.platform.kernel_template,

@@ -99,9 +99,11 @@ def c_ref(ref: k.Ref) -> str:
 
 @dataclass(frozen=True)
 class CPrinter:
-    """Prints with values of type `real` (typedef'd by the file) of `dtype`."""
+    """Prints with values of type `real` (typedef'd by the file) of `dtype`; `fused`: multiply-adds
+    as `fma` (cexpr.c_expr)."""
 
     dtype: str
+    fused: bool = False
     restrict = "restrict"  # how the language says that no other pointer reaches a pointer's values
     types = {"index": "long", "int": "int", "flag": "_Bool", "value": "real"}  # of a Decl's (or Loop's) kind
     elements = C_TYPES  # of a buffer's or pointer's values of another type than the stencil's
@@ -121,7 +123,7 @@ class CPrinter:
             return out + [f"{pad}}}"]
         if isinstance(node, k.Assign):
             loads = dict(node.loads)
-            rhs = c_expr(node.rhs, self.dtype, lambda a: c_ref(loads[a]), param_name)
+            rhs = c_expr(node.rhs, self.dtype, lambda a: c_ref(loads[a]), param_name, self.fused)
             return [f"{pad}{c_ref(node.lhs)} = {rhs};"]
         if isinstance(node, k.Store):
             return [f"{pad}{c_ref(node.ref)} = {c_int(node.value)};"]

@@ -27,6 +27,7 @@ class _CExpr(ir.Visitor[str]):
     dtype: str
     access: Callable[[ir.FieldRead], str]
     param: Callable[[str], str]
+    fused: bool = False
 
     def const(self, e: ir.Const) -> str:
         return c_literal(e.value, self.dtype)
@@ -50,7 +51,26 @@ class _CExpr(ir.Visitor[str]):
             if isinstance(e.rhs, ir.Const) and e.rhs.value == 0.5:  # as numpy, which takes sqrt: nan at -inf
                 return f"sqrt{self._suffix()}({self.visit(e.lhs)})"
             return f"pow{self._suffix()}({self.visit(e.lhs)}, {self.visit(e.rhs)})"
+        if self.fused and e.op in ("+", "-"):
+            fused = self._fused(e)
+            if fused is not None:
+                return fused
         return f"({self.visit(e.lhs)} {_C_OP.get(e.op, e.op)} {self.visit(e.rhs)})"
+
+    def _fused(self, e: ir.BinOp) -> str | None:
+        """`a + b * c` (or `a - b * c`, `b * c +- a`) as one multiply-add rounded once, the
+        right-hand product first: the C says how each value rounds, whatever the compiler's
+        contraction, so every kernel of a point computes it bitwise alike."""
+        fma = f"fma{self._suffix()}"
+        if _is_product(e.rhs):
+            b, c = e.rhs.lhs, e.rhs.rhs  # type: ignore[attr-defined]
+            factor = self.visit(b) if e.op == "+" else f"(-{self.visit(b)})"
+            return f"{fma}({factor}, {self.visit(c)}, {self.visit(e.lhs)})"
+        if _is_product(e.lhs):
+            b, c = e.lhs.lhs, e.lhs.rhs  # type: ignore[attr-defined]
+            addend = self.visit(e.rhs) if e.op == "+" else f"(-{self.visit(e.rhs)})"
+            return f"{fma}({self.visit(b)}, {self.visit(c)}, {addend})"
+        return None
 
     def call(self, e: ir.Call) -> str:
         name = _C_HELPER.get(e.func) or f"{_C_FUNC[e.func]}{self._suffix()}"
@@ -63,6 +83,12 @@ class _CExpr(ir.Visitor[str]):
         return "f" if self.dtype == "float32" else ""
 
 
-def c_expr(e: ir.Expr, dtype: str, access: Callable[[ir.FieldRead], str], param: Callable[[str], str]) -> str:
-    """C source for `e`; `access` prints a field read, `param` names a scalar parameter."""
-    return _CExpr(dtype, access, param).visit(e)
+def _is_product(e: ir.Expr) -> bool:
+    return isinstance(e, ir.BinOp) and e.op == "*"
+
+
+def c_expr(e: ir.Expr, dtype: str, access: Callable[[ir.FieldRead], str], param: Callable[[str], str],
+           fused: bool = False) -> str:
+    """C source for `e`; `access` prints a field read, `param` names a scalar parameter; `fused`: each
+    sum or difference with a product as an operand is one `fma` (rounded once)."""
+    return _CExpr(dtype, access, param, fused).visit(e)

@@ -60,6 +60,7 @@ def pipeline_columns(poly: PolyIR, lowered: LoweredSchedule) -> ix.Expr:
 class CPUPlatform(ctarget.Platform):
     name = "x86 (OpenMP)"
     kernel_template = "openmp_kernel.c.j2"
+    fused_multiply_add = True
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: STACK_BYTES}
     tunes = True
     thread_counts = True

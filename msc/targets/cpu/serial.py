@@ -21,6 +21,7 @@ NAME = "serial"
 class SerialPlatform(ctarget.Platform):
     name = "one core"
     kernel_template = "serial_kernel.c.j2"
+    fused_multiply_add = True
     capacity: ClassVar[dict[k.Space, int]] = {k.Space.STACK: 512 << 10}  # as target 'openmp'
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
