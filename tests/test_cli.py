@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,15 @@ import numpy as np
 import pytest
 
 from msc.cli import load_source, main
+
+CHECKED = re.compile(r"max relative difference to the reference (\S+) \(tolerance \S+\): ok")
+
+
+def assert_agrees_to_rounding(out: str) -> None:
+    """`--check` passed, the run a few roundings from the reference (the CPU kernels fuse
+    multiply-adds, which numpy rounds apart: ADR 0066)."""
+    found = CHECKED.findall(out)
+    assert found and all(float(d) <= 1e-15 for d in found), out
 
 STENCIL_FILE = '''
 import msc
@@ -140,7 +150,7 @@ def test_schedule_option_on_run_bench_and_emit(user_file, tmp_path, capsys):
     np.save(tmp_path / "u0.npy", u0)
     assert main(["run", f"{user_file}:heat", "--steps", "6", "--param", "alpha=0.1", "--in", f"u={tmp_path / 'u0.npy'}",
                  "--schedule", "time_tile(3, x=8).parallel('x_tile')", "--check"]) == 0
-    assert "max relative difference to the reference 0.00e+00" in capsys.readouterr().out
+    assert_agrees_to_rounding(capsys.readouterr().out)
     report = tmp_path / "bench.json"
     assert main(["bench", f"{user_file}:heat", "--shape", "64x64", "--steps", "5", "--repeat", "1",
                  "--schedule", "Schedule().stream_stores().prefetch(64)", "--json", str(report)]) == 0
@@ -256,7 +266,7 @@ def test_definition_error_in_a_python_file(broken_file, capsys):
 def test_mpi_targets_run_without_a_schedule(target, user_file, u0_file, tmp_path, capsys):
     assert main(["run", f"{user_file}:heat", "--steps", "3", "--param", "alpha=0.1", "--in", f"u={u0_file}",
                  "--target", target, "--check"]) == 0
-    assert "max relative difference to the reference 0.00e+00" in capsys.readouterr().out
+    assert_agrees_to_rounding(capsys.readouterr().out)
     report = tmp_path / "bench.json"
     assert main(["bench", f"{user_file}:heat", "--shape", "16x16", "--steps", "2", "--repeat", "1",
                  "--target", target, "--json", str(report)]) == 0
@@ -267,8 +277,8 @@ def test_out_makes_missing_folders_and_is_checked_before_the_run(user_file, u0_f
     out = tmp_path / "new" / "dir" / "u.npy"
     assert main(["run", f"{user_file}:heat", "--steps", "2", "--param", "alpha=0.1", "--in", f"u={u0_file}",
                  "--out", f"u={out}"]) == 0
-    want = load_source(f"{user_file}:heat").reference(steps=2, u=np.load(u0_file), alpha=0.1)["u"]
-    np.testing.assert_array_equal(np.load(out), want)
+    want = load_source(f"{user_file}:heat").compile().run(steps=2, u=np.load(u0_file), alpha=0.1)["u"]
+    np.testing.assert_array_equal(np.load(out), want)  # the run's result, as it ran
     assert [p.name for p in out.parent.iterdir()] == ["u.npy"]  # no temporary left
     capsys.readouterr()
     (tmp_path / "file").write_text("")
@@ -376,7 +386,7 @@ def test_msc_file_is_accepted_by_run_and_bench(tmp_path, capsys):
     np.save(tmp_path / "u0.npy", u0)
     assert main(["run", source, "--steps", "3", "--param", "alpha=0.1", "--in", f"u={tmp_path / 'u0.npy'}",
                  "--out", f"u={tmp_path / 'u.npy'}", "--check"]) == 0
-    assert "max relative difference to the reference 0.00e+00" in capsys.readouterr().out
+    assert_agrees_to_rounding(capsys.readouterr().out)
     assert main(["bench", source, "--shape", "32x32", "--steps", "2", "--repeat", "1"]) == 0
 
 
