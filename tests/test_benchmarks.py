@@ -68,7 +68,7 @@ def test_readme_multigrid_figures_are_the_committed_run():
 
 
 @pytest.mark.parametrize("run", ["tuner.json", "tuner-xeon.json", "tuner-xeon-pipeline.json",
-                                 "tuner-xeon-rings.json"])
+                                 "tuner-xeon-rings.json", "tuner-xeon-fma.json"])
 def test_tuner_table_is_the_committed_run(run):
     """docs/benchmarks.md's tuner tables (AMD EPYC, Intel Xeon) are the committed runs, row by row."""
     data = json.loads((ROOT / "benchmarks" / "results" / run).read_text())
