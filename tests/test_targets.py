@@ -417,3 +417,16 @@ def test_the_bandwidth_copy_stays_small_beside_a_server_sized_last_level_cache(m
     finally:
         machine.memory_bandwidth.cache_clear()
     assert sizes == [machine.COPY_BYTES_MAX // 8]
+
+
+def test_cpu_run_off_tries_a_streamed_sweep_with_ordinary_stores_too():
+    """The model ranks a streamed sweep by the bytes its stores save, which need not buy
+    time: the run-off times the same sweep with ordinary stores beside it."""
+    from msc.targets.cpu.openmp import CPUPlatform
+
+    streamed = msc.Schedule().tile(y=128).stream_stores().prefetch(512)
+    variants = CPUPlatform().refinements(streamed, 2)
+    assert msc.Schedule().tile(y=128).prefetch(512) in variants
+    assert streamed.with_threads(1) in variants
+    tile = msc.Schedule().time_tile(8, x=16).stream_stores()
+    assert not any(v.time_depth and not v.streaming for v in CPUPlatform().refinements(tile, 2))
