@@ -108,7 +108,8 @@ def test_in_cache_table_is_the_committed_run(run):
 
 @pytest.mark.parametrize("run", ["stencils-full.json", "stencils-full-xeon.json", "stencils-full-xeon-pipeline.json",
                                  "stencils-full-xeon-jam.json", "stencils-full-xeon-rings.json",
-                                 "stencils-full-xeon-auto.json", "stencils-full-xeon-fma.json"])
+                                 "stencils-full-xeon-auto.json", "stencils-full-xeon-fma.json",
+                                 "stencils-full-xeon-runoff.json"])
 def test_full_size_stencil_tables_are_the_committed_run(run):
     """docs/benchmarks.md's full-size stencil tables (AMD EPYC, Intel Xeon) are
     benchmarks/report.py's rendering of the committed runs."""
