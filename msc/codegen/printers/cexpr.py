@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from msc import ir
 
@@ -63,11 +63,11 @@ class _CExpr(ir.Visitor[str]):
         contraction, so every kernel of a point computes it bitwise alike."""
         fma = f"fma{self._suffix()}"
         if _is_product(e.rhs):
-            b, c = e.rhs.lhs, e.rhs.rhs  # type: ignore[attr-defined]
+            b, c = e.rhs.lhs, e.rhs.rhs
             factor = self.visit(b) if e.op == "+" else f"(-{self.visit(b)})"
             return f"{fma}({factor}, {self.visit(c)}, {self.visit(e.lhs)})"
         if _is_product(e.lhs):
-            b, c = e.lhs.lhs, e.lhs.rhs  # type: ignore[attr-defined]
+            b, c = e.lhs.lhs, e.lhs.rhs
             addend = self.visit(e.rhs) if e.op == "+" else f"(-{self.visit(e.rhs)})"
             return f"{fma}({self.visit(b)}, {self.visit(c)}, {addend})"
         return None
@@ -83,7 +83,7 @@ class _CExpr(ir.Visitor[str]):
         return "f" if self.dtype == "float32" else ""
 
 
-def _is_product(e: ir.Expr) -> bool:
+def _is_product(e: ir.Expr) -> TypeGuard[ir.BinOp]:
     return isinstance(e, ir.BinOp) and e.op == "*"
 
 
