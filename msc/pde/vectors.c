@@ -1,6 +1,6 @@
 /* Vector operations of the iterative solvers on float64 vectors, fused and threaded (OpenMP): each is
  * one pass over its vectors. Dot products return this process's part (summed over MPI ranks by the
- * caller). A view is a 3D array inside a kernel buffer: its shape, the strides of its two outer axes
+ * caller), the same on any number of threads (CHUNKS). A view is a 3D array inside a kernel buffer: its shape, the strides of its two outer axes
  * in elements, its last axis contiguous.
  *
  * ZREAL is the element type of the operand that may be the multigrid preconditioner's (its result z,
@@ -11,26 +11,51 @@
 #define ZREAL double
 #endif
 
-double vec_dot(long n, const double *restrict a, const ZREAL *restrict b, int nthreads)
+/* A dot product is summed in CHUNKS fixed runs of consecutive elements (or rows), each in order, then
+ * the runs' sums in order: its rounding, and the solvers' results, are the same on any number of
+ * threads (an OpenMP reduction adds each thread's part, so its rounding follows the count). */
+#define CHUNKS 64
+
+static double sum_in_order(const double *part)
 {
     double s = 0.0;
-#pragma omp parallel for simd reduction(+ : s) schedule(static) num_threads(nthreads)
-    for (long i = 0; i < n; i++)
-        s += a[i] * b[i];
+    for (int c = 0; c < CHUNKS; c++)
+        s += part[c];
     return s;
+}
+
+double vec_dot(long n, const double *restrict a, const ZREAL *restrict b, int nthreads)
+{
+    double part[CHUNKS];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int c = 0; c < CHUNKS; c++) {
+        const long from = n * c / CHUNKS, to = n * (c + 1) / CHUNKS;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (long i = from; i < to; i++)
+            s += a[i] * b[i];
+        part[c] = s;
+    }
+    return sum_in_order(part);
 }
 
 /* r -= alpha q; returns r . r (CG's residual and its norm in one pass). */
 double vec_residual_update(long n, double alpha, double *restrict r, const double *restrict q, int nthreads)
 {
-    double s = 0.0;
-#pragma omp parallel for simd reduction(+ : s) schedule(static) num_threads(nthreads)
-    for (long i = 0; i < n; i++) {
-        const double ri = r[i] - alpha * q[i];
-        r[i] = ri;
-        s += ri * ri;
+    double part[CHUNKS];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int c = 0; c < CHUNKS; c++) {
+        const long from = n * c / CHUNKS, to = n * (c + 1) / CHUNKS;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (long i = from; i < to; i++) {
+            const double ri = r[i] - alpha * q[i];
+            r[i] = ri;
+            s += ri * ri;
+        }
+        part[c] = s;
     }
-    return s;
+    return sum_in_order(part);
 }
 
 /* x += alpha p, then p = z + beta p (CG's solution step and its new direction in one pass). */
@@ -66,10 +91,14 @@ void vec_scale(long n, double a, const ZREAL *restrict x, double *restrict out, 
 double vec_dot_views(const long *shape, const double *a, const long *sa, const ZREAL *b, const long *sb,
                      int nthreads)
 {
-    double s = 0.0;
-#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
-    for (long i = 0; i < shape[0]; i++)
-        for (long j = 0; j < shape[1]; j++) {
+    const long rows = shape[0] * shape[1];
+    double part[CHUNKS];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int c = 0; c < CHUNKS; c++) {
+        const long from = rows * c / CHUNKS, to = rows * (c + 1) / CHUNKS;
+        double s = 0.0;
+        for (long ij = from; ij < to; ij++) {
+            const long i = ij / shape[1], j = ij % shape[1];
             const double *restrict ra = a + i * sa[0] + j * sa[1];
             const ZREAL *restrict rb = b + i * sb[0] + j * sb[1];
             double row = 0.0;
@@ -78,17 +107,23 @@ double vec_dot_views(const long *shape, const double *a, const long *sa, const Z
                 row += ra[k] * rb[k];
             s += row;
         }
-    return s;
+        part[c] = s;
+    }
+    return sum_in_order(part);
 }
 
 /* y, if not NULL: r's new values written there too, in the same pass (the V-cycle's right-hand side). */
 double vec_residual_update_views(const long *shape, double alpha, double *r, const long *sr, const double *q,
                                  const long *sq, ZREAL *y, const long *sy, int nthreads)
 {
-    double s = 0.0;
-#pragma omp parallel for collapse(2) reduction(+ : s) schedule(static) num_threads(nthreads)
-    for (long i = 0; i < shape[0]; i++)
-        for (long j = 0; j < shape[1]; j++) {
+    const long rows = shape[0] * shape[1];
+    double part[CHUNKS];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int c = 0; c < CHUNKS; c++) {
+        const long from = rows * c / CHUNKS, to = rows * (c + 1) / CHUNKS;
+        double s = 0.0;
+        for (long ij = from; ij < to; ij++) {
+            const long i = ij / shape[1], j = ij % shape[1];
             double *restrict rr = r + i * sr[0] + j * sr[1];
             const double *restrict rq = q + i * sq[0] + j * sq[1];
             ZREAL *restrict ry = y ? y + i * sy[0] + j * sy[1] : 0;
@@ -103,7 +138,9 @@ double vec_residual_update_views(const long *shape, double alpha, double *r, con
             }
             s += row;
         }
-    return s;
+        part[c] = s;
+    }
+    return sum_in_order(part);
 }
 
 void vec_cg_step_views(const long *shape, double alpha, double *x, const long *sx, const ZREAL *z, const long *sz,
