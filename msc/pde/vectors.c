@@ -1,7 +1,7 @@
 /* Vector operations of the iterative solvers on float64 vectors, fused and threaded (OpenMP): each is
  * one pass over its vectors. Dot products return this process's part (summed over MPI ranks by the
- * caller), the same on any number of threads (CHUNKS). A view is a 3D array inside a kernel buffer: its shape, the strides of its two outer axes
- * in elements, its last axis contiguous.
+ * caller), the same on any number of threads (CHUNKS). A view is a 3D array inside a kernel buffer:
+ * its shape, the strides of its two outer axes in elements, its last axis contiguous.
  *
  * ZREAL is the element type of the operand that may be the multigrid preconditioner's (its result z,
  * its right-hand side): double here, float in the build for a single-precision hierarchy (each
