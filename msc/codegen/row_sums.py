@@ -389,8 +389,10 @@ def _inside(loop: k.Loop) -> tuple[tuple[k.Node, ...], k.Node] | None:
         return None
     if not (isinstance(body[0], k.Block) and body[0].scoped):
         return (), body[0]
-    *pointers, last = body[0].body or (None,)
-    return (tuple(pointers), last) if last is not None and all(isinstance(p, k.Decl) for p in pointers) else None
+    if not body[0].body:
+        return None
+    *pointers, last = body[0].body
+    return (tuple(pointers), last) if all(isinstance(p, k.Decl) for p in pointers) else None
 
 
 def row_sums(kernel: k.Kernel, dim: int, in_cache: bool, ring_dim: int | None = None) -> k.Kernel:

@@ -110,13 +110,20 @@ def check_not_folder(path: Path) -> None:
 NETCDF_SUFFIXES = (".nc", ".nc4")
 
 
+def netcdf_rename(path: Path) -> str | None:
+    """What to call `path` if its name is not a netCDF file's ("name it .nc or .nc4 (e.g. ...)"), else None."""
+    if path.suffix.lower() in NETCDF_SUFFIXES:
+        return None
+    return f"name it {' or '.join(NETCDF_SUFFIXES)} (e.g. {path.with_suffix('.nc')})"
+
+
 def check_save_target(path: Path) -> None:
     """CheckpointError when a checkpoint cannot be saved at `path`: a folder, or a name that is not a
     netCDF file's (checked before anything is written)."""
     check_not_folder(path)
-    if Path(path).suffix.lower() not in NETCDF_SUFFIXES:
-        raise CheckpointError(f"checkpoint {path}: a checkpoint is a netCDF file; name it "
-                              f"{' or '.join(NETCDF_SUFFIXES)} (e.g. {Path(path).with_suffix('.nc')})")
+    rename = netcdf_rename(Path(path))
+    if rename:
+        raise CheckpointError(f"checkpoint {path}: a checkpoint is a netCDF file; {rename}")
 
 
 def write_block(path: Path, stencil: ir.StencilIR, attrs: Mapping[str, Any], block: Block) -> None:

@@ -69,16 +69,16 @@ class SeriesWriter:
                                        f"file out every N steps); got every={every!r}, out={out!r}")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise StencilArgumentError(f"stencil '{stencil.name}': every must be a positive integer, got {every!r}")
-        from msc.runtime.checkpoint import NETCDF_SUFFIXES, checkpoint_path
+        from msc.runtime.checkpoint import checkpoint_path, netcdf_rename
 
         where = f"stencil '{stencil.name}': out={out}"
         try:
             path = checkpoint_path(out)
         except MscError:
             raise StencilArgumentError(f"{where}: a time series' path is a str or a pathlib.Path") from None
-        if path.suffix.lower() not in NETCDF_SUFFIXES and not path.is_dir():  # a folder is named as such below
-            raise StencilArgumentError(f"{where}: the time series is a netCDF file; name it "
-                                       f"{' or '.join(NETCDF_SUFFIXES)} (e.g. {path.with_suffix('.nc')})")
+        rename = None if path.is_dir() else netcdf_rename(path)  # a folder is named as such below
+        if rename:
+            raise StencilArgumentError(f"{where}: the time series is a netCDF file; {rename}")
         writer = cls(path, stencil, every)
         writer._check_goes_on(step // every * every + every, shape)
         return writer
