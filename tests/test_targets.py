@@ -215,7 +215,8 @@ def test_an_option_the_target_lacks_is_named(tmp_path):
 
 OPTION_SCHEDULES = {"stream_stores": msc.Schedule().stream_stores(), "prefetch": msc.Schedule().prefetch(8),
                     "with_threads": msc.Schedule().with_threads(2), "tensor_cores": msc.Schedule().tensor_cores("fp64"),
-                    "pipeline": msc.Schedule().time_tile(4, x=8, y=8).pipeline()}
+                    "pipeline": msc.Schedule().time_tile(4, x=8, y=8).pipeline(),
+                    "update_in_place": msc.Schedule().tile(y=8).update_in_place()}
 
 
 @pytest.mark.parametrize("target", ["openmp", "serial", "cuda", "hip", "athread"])

@@ -48,6 +48,7 @@ class Schedule:
     tensor_core_precision: str | None = None
     tensor_core_lossy: bool = False  # tf32/fp16 accepted on float64 fields
     pipelined: bool = False
+    in_place: bool = False
 
     def tile(self, **sizes: int) -> Schedule:
         """Split the named space dimensions into tiles: tile(x=32, y=256)."""
@@ -157,6 +158,15 @@ class Schedule:
         Needs time_tile over two or more dimensions (an OpenMP option)."""
         return replace(self, pipelined=True)
 
+    def update_in_place(self) -> Schedule:
+        """Write each step over the level it reads (a 3D sweep of tile(y=B)): the threads share the
+        x-planes in runs, each sweeps its run y tile by y tile, keeps the old planes its points still
+        read in a ring of plane tiles in cache and writes every point where it read it, so no written
+        line is read from memory first (a streaming store's saving, with ordinary stores). The last step of a run, and the first of an even number,
+        write the other level's slot as usual: levels end where they always do. Needs one statement
+        whose field of two levels it reads at t only, a dirichlet boundary (an OpenMP option)."""
+        return replace(self, in_place=True)
+
     def with_threads(self, threads: int) -> Schedule:
         """Run with `threads` threads (a CPU option; the tuner records its choice so)."""
         threads = _count(threads, "with_threads: threads must be a positive integer")
@@ -185,6 +195,8 @@ class Schedule:
             parts.append(f"prefetch({self.prefetch_distance})")
         if self.pipelined:
             parts.append("pipeline()")
+        if self.in_place:
+            parts.append("update_in_place()")
         if self.threads:
             parts.append(f"with_threads({self.threads})")
         if self.tensor_core_precision:
@@ -222,6 +234,7 @@ TARGET_OPTIONS: dict[str, Callable[[Schedule], bool]] = {
     "with_threads": lambda s: s.threads is not None,
     "tensor_cores": lambda s: s.tensor_core_precision is not None,
     "pipeline": lambda s: s.pipelined,
+    "update_in_place": lambda s: s.in_place,
 }
 
 
@@ -648,7 +661,8 @@ def as_schedule(value: Any) -> Schedule | None:
 
 
 PRIMITIVES = ("tile", "time_tile", "reorder", "compute_at", "cache_read", "cache_write", "parallel",
-              "vectorize", "unroll", "stream_stores", "prefetch", "pipeline", "with_threads", "tensor_cores")
+              "vectorize", "unroll", "stream_stores", "prefetch", "pipeline", "update_in_place", "with_threads",
+              "tensor_cores")
 
 
 def parse_schedule(text: str) -> Schedule | str:

@@ -162,7 +162,9 @@ class CompiledKernel:
 
     def advance(self, call: list[Any], t0: int, steps: int, nthreads: int) -> None:
         """Run steps t0 .. t0+steps-1 on already packed buffers (`arguments`)."""
-        self._fn(*call, t0, steps, nthreads)
+        if self._fn(*call, t0, steps, nthreads) != 0:
+            raise MemoryError(f"stencil '{self.ir.name}': the kernel could not allocate its buffers "
+                              f"({self.schedule}: each thread's ring of planes and the saved rows)")
 
     def advance_box(self, call: list[Any], lo: Any, hi: Any, t0: int, steps: int, nthreads: int) -> None:
         """Like `advance`, on the points lo[d] <= i_d < hi[d] only (a kernel compiled with box=True)."""

@@ -133,10 +133,10 @@ def _dedupe(items: list[Schedule]) -> list[Schedule]:
 
 def _order(poly: PolyIR, items: list[Schedule]) -> list[Schedule]:
     """Default first, then time tiles by a cache-fit prior with the
-    prefetching sweeps among the likeliest of them, then the rest."""
+    prefetching and in-place sweeps among the likeliest of them, then the rest."""
     def prior(s: Schedule) -> float:
         if not s.time_depth:
-            return -1.0 if s == Schedule() else 1.0 if s.prefetch_distance else 1e9
+            return -1.0 if s == Schedule() else 1.0 if s.prefetch_distance or s.in_place else 1e9
         w = dict(s.tiles)
         return abs(s.time_depth - 8) + abs(np.log2(w.get("x", 32) / 32)) + abs(np.log2(w.get("y", 32) / 32))
     return sorted(items, key=prior)

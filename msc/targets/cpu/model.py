@@ -3,9 +3,9 @@ decides which few schedules are timed, and is never reported as a timing.
 
 Per step, the largest of
   memory   the bytes a sweep moves from memory (each level read once, each
-           written level once, twice without streaming stores: the line is
-           read before it is written), a time tile's divided by its depth,
-           at the measured memory bandwidth;
+           written level once, twice without streaming stores or an in-place
+           sweep: the line is read before it is written), a time tile's
+           divided by its depth, at the measured memory bandwidth;
   cache    a time tile's sweeps inside the tile, each step reading the tile
            and its halo of one radius again, at the bandwidth of the cache
            level that holds what one step hands the next (the tile and its
@@ -39,7 +39,7 @@ def estimate(poly: PolyIR, shape: tuple[int, ...], schedule: Schedule) -> Estima
     interior = [n - 2 * r if stencil.boundary == "dirichlet" else n for n, r in zip(shape, stencil.radius)]
     points = math.prod(interior)
     levels = len({(a.name, a.dt) for st in stencil.statements for a in st.reads})
-    writes = len(stencil.statements) * (1 if schedule.streaming else 2)
+    writes = len(stencil.statements) * (1 if schedule.streaming or schedule.in_place else 2)
     sweep = points * (levels + writes) * itemsize
     bandwidth, cores = memory_bandwidth(), usable_cores()
     in_cache = bool(schedule.time_depth)

@@ -23,7 +23,7 @@ from msc.codegen.row_sums import row_sums
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule
 from msc.targets import ctarget
-from msc.targets.cpu import model
+from msc.targets.cpu import in_place, model
 from msc.targets.cpu import openmp_pass as openmp
 from msc.targets.cpu import x86_pass as x86
 from msc.tune.tuner import Estimate
@@ -91,6 +91,10 @@ class CPUPlatform(ctarget.Platform):
                             out.append(base.time_tile(depth, x=w, y=w2).pipeline())
                     else:
                         out.append(base.time_tile(depth, **{dims[0]: w}))
+        if in_place.refusal(stencil) is None:
+            # first among the sweeps, which the model ranks by bytes with the streamed ones: heat3d 256^3 ran
+            # tile(y=128).update_in_place() 8.8-9.2 ms/step against 9.6-10.1 for tile(y=128).prefetch(512)
+            out += [base.tile(y=b).update_in_place() for b in (64, 128, 32)]
         sweeps = [base]
         if stencil.ndim == 3:  # 2.5D blocking: y blocks swept along x keep three x-planes in cache
             sweeps += [base.tile(y=b) for b in (16, 32, 64, 128)]
@@ -123,8 +127,8 @@ class CPUPlatform(ctarget.Platform):
         tile(y=128).prefetch(512) ran 9.64-9.82 ms/step against 10.27-10.32 streamed at
         256^3 on 2 threads, the reads of three planes bounding both), and fewer threads:
         halves (memory-bound kernels may run as fast on fewer cores)."""
-        out = [] if schedule.prefetch_distance or schedule.time_depth else [schedule.prefetch(64),
-                                                                               schedule.prefetch(256)]
+        plain_sweep = not (schedule.prefetch_distance or schedule.time_depth or schedule.in_place)
+        out = [schedule.prefetch(64), schedule.prefetch(256)] if plain_sweep else []
         if schedule.streaming and not schedule.time_depth:
             out.append(replace(schedule, streaming=False))
         n = max_threads
@@ -138,6 +142,8 @@ class CPUPlatform(ctarget.Platform):
         return model.estimate(poly, shape, schedule)
 
     def rewrite(self, kernel: k.Kernel, poly: PolyIR, schedule: LoweredSchedule) -> tuple[k.Kernel, dict[str, Any]]:
+        if schedule.schedule.in_place:
+            in_place.check(poly, schedule)
         rows = x86.row_dim(poly, schedule)
         if rows is not None:
             kernel = row_sums(kernel, rows, in_cache=bool(schedule.schedule.time_depth),
@@ -150,8 +156,15 @@ class CPUPlatform(ctarget.Platform):
         if schedule.schedule.pipelined:
             kernel = openmp.pipeline_waits(kernel, schedule.names.index("t_tile"), schedule.parallel_dim)
             columns = c_int(pipeline_columns(poly, schedule))
+        rings = None  # the buffers the template allocates around msc_run (a box entry runs the plain sweep)
+        if schedule.schedule.in_place:
+            if not kernel.box:
+                kernel = in_place.in_place_kernel(kernel, poly, schedule)
+            rings = dict(thread=c_int(in_place.thread_points(poly, schedule)),
+                         saved=c_int(in_place.saved_points(poly, schedule)))
         return kernel, dict(lines=lines, streaming=schedule.schedule.streaming,
-                            suffix="pd" if poly.ir.dtype == "float64" else "ps", pipeline_columns=columns)
+                            suffix="pd" if poly.ir.dtype == "float64" else "ps", pipeline_columns=columns,
+                            in_place=rings)
 
 
 class OpenMPTarget(ctarget.CTarget):
@@ -159,7 +172,8 @@ class OpenMPTarget(ctarget.CTarget):
 
     def __init__(self) -> None:
         super().__init__(NAME, CPUPlatform(), ctarget.Toolchain(),
-                         schedule_options=("stream_stores", "prefetch", "pipeline", "with_threads"))
+                         schedule_options=("stream_stores", "prefetch", "pipeline", "update_in_place",
+                                           "with_threads"))
 
 
 def generate(poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
