@@ -68,7 +68,7 @@ def test_readme_multigrid_figures_are_the_committed_run():
 
 
 @pytest.mark.parametrize("run", ["tuner.json", "tuner-xeon.json", "tuner-xeon-pipeline.json",
-                                 "tuner-xeon-rings.json", "tuner-xeon-fma.json"])
+                                 "tuner-xeon-rings.json", "tuner-xeon-fma.json", "tuner-xeon-in-place.json"])
 def test_tuner_table_is_the_committed_run(run):
     """docs/benchmarks.md's tuner tables (AMD EPYC, Intel Xeon) are the committed runs, row by row."""
     data = json.loads((ROOT / "benchmarks" / "results" / run).read_text())
@@ -109,7 +109,7 @@ def test_in_cache_table_is_the_committed_run(run):
 @pytest.mark.parametrize("run", ["stencils-full.json", "stencils-full-xeon.json", "stencils-full-xeon-pipeline.json",
                                  "stencils-full-xeon-jam.json", "stencils-full-xeon-rings.json",
                                  "stencils-full-xeon-auto.json", "stencils-full-xeon-fma.json",
-                                 "stencils-full-xeon-runoff.json"])
+                                 "stencils-full-xeon-runoff.json", "stencils-full-xeon-in-place.json"])
 def test_full_size_stencil_tables_are_the_committed_run(run):
     """docs/benchmarks.md's full-size stencil tables (AMD EPYC, Intel Xeon) are
     benchmarks/report.py's rendering of the committed runs."""
