@@ -426,8 +426,8 @@ def row_sums(kernel: k.Kernel, dim: int, in_cache: bool, ring_dim: int | None = 
             return replace(node, then=rewrite(node.then), otherwise=otherwise)
         if not isinstance(node, k.Loop):
             return node
-        if node.dim == ring_dim and node.step == ix.Lit(1) and node.init is not None and not node.degenerate \
-                and not node.parallel and not node.unroll:
+        if ring_dim is not None and node.dim == ring_dim and node.step == ix.Lit(1) and node.init is not None \
+                and not node.degenerate and not node.parallel and not node.unroll:
             inside = _inside(node)
             ringed = None if inside is None else strips(inside[1], around=node, pointers=inside[0])
             if ringed is not None:

@@ -34,12 +34,11 @@ from msc.codegen.row_sums import row_sums
 from msc.errors import ScheduleError
 from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule
+from msc.targets.cpu.openmp_pass import SIMD
 
 RINGS = "msc_rings"  # each thread's ring and its run's edge planes, allocated by the kernel template
 SAVED = "msc_saved"  # the rows below each y tile of every plane, allocated by the kernel template
-SIMD = "omp simd"
-#: the dimensions row sums (msc/codegen/row_sums.py) know the loops of a plane by: its points along z, along y
-ROW_DIM, COLUMN_DIM = 2, 1
+ROW_DIM = 2  # the dimension row sums (msc/codegen/row_sums.py) know a row's loop by: its points along z
 X, Y, Z = ix.Var("msc_x"), ix.Var("msc_y"), ix.Var("msc_z")
 TILE, FIRST, END = ix.Var("msc_tile"), ix.Var("msc_first"), ix.Var("msc_end")  # a y tile: rows [first, end)
 LO, HI = ix.Var("msc_lo"), ix.Var("msc_hi")  # the thread's run of planes
@@ -195,8 +194,7 @@ class _Sweep:
         assign = k.Assign(lhs, st.expr, tuple(loads.items()), self.field, (X, Y, Z))
         points = k.Loop("msc_z", ix.Lit(r2), Z.lt(extent(2) - r2), k.Block((assign,)), dim=ROW_DIM, vector=True,
                         mapping=SIMD)
-        row_loop = k.Loop("msc_y", FIRST, Y.lt(END), k.Block((k.Block((*pointers, points), scoped=True),)),
-                          dim=COLUMN_DIM)
+        row_loop = k.Loop("msc_y", FIRST, Y.lt(END), k.Block((k.Block((*pointers, points), scoped=True),)))
         summed = row_sums(k.Kernel("plane", k.Block((row_loop,))), ROW_DIM, in_cache=False)
         return summed.body
 
