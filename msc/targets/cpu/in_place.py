@@ -42,6 +42,7 @@ ROW_DIM = 2  # the dimension row sums (msc/codegen/row_sums.py) know a row's loo
 X, Y, Z = ix.Var("msc_x"), ix.Var("msc_y"), ix.Var("msc_z")
 TILE, FIRST, END = ix.Var("msc_tile"), ix.Var("msc_first"), ix.Var("msc_end")  # a y tile: rows [first, end)
 LO, HI = ix.Var("msc_lo"), ix.Var("msc_hi")  # the thread's run of planes
+RING, EDGES = ix.Var("msc_ring"), ix.Var("msc_edges")  # the thread's ring and its run's edge planes
 
 
 def refusal(stencil: ir.StencilIR) -> str | None:
@@ -97,9 +98,14 @@ class _Sweep:
         return self.poly.ir.statements[0].target
 
     @property
+    def size(self) -> int:
+        """Rows of a y tile (B)."""
+        return dict(self.schedule.schedule.tiles)["y"]
+
+    @property
     def height(self) -> int:
         """Rows of a ring slot: a tile and its halos."""
-        return dict(self.schedule.schedule.tiles)["y"] + 2 * self.radius[1]
+        return self.size + 2 * self.radius[1]
 
     def ring_points(self) -> ix.Expr:
         return ix.Lit((self.radius[0] + 1) * self.height) * extent(2)
@@ -108,7 +114,7 @@ class _Sweep:
         return self.ring_points() + ix.Lit(2 * self.radius[0]) * extent(1) * extent(2)
 
     def tiles(self) -> ix.Expr:
-        return ix.Op("/", extent(1) - (self.radius[1] + 1), ix.Lit(dict(self.schedule.schedule.tiles)["y"])) + 1
+        return ix.Op("/", extent(1) - (self.radius[1] + 1), ix.Lit(self.size)) + 1
 
     def saved_points(self) -> ix.Expr:
         return extent(0) * self.tiles() * self.radius[1] * extent(2)
@@ -127,11 +133,11 @@ class _Sweep:
         """Row `row` of an edge plane of the run (r0 before lo, then r0 from hi), as saved before the step."""
         r0 = self.radius[0]
         edge = ix.Select(plane.lt(LO), plane - (LO - r0), plane - HI + r0)
-        return ix.Var("msc_edges") + (edge * extent(1) + row) * extent(2)
+        return EDGES + (edge * extent(1) + row) * extent(2)
 
     def ring_row(self, plane: ix.Expr, row: ix.Expr) -> ix.Expr:
         r0, r1 = self.radius[:2]
-        return ix.Var("msc_ring") + ((plane % (r0 + 1)) * self.height + row - (FIRST - r1)) * extent(2)
+        return RING + ((plane % (r0 + 1)) * self.height + row - (FIRST - r1)) * extent(2)
 
     def ahead_row(self, plane: ix.Expr, row: ix.Expr) -> ix.Expr:
         """Row `row` of a plane ahead of the one computed: the field's (not written yet) but an edge
@@ -152,7 +158,7 @@ class _Sweep:
         plane, row, e = ix.Var("msc_p"), ix.Var("msc_row"), ix.Var("msc_e")
         at = ix.Select(e.lt(r0), LO - r0 + e, HI + e - r0)
         edge_rows = k.Loop("msc_row", ix.Lit(0), row.lt(extent(1)), k.Block((
-            self.copy_row(self.field_row(at, row), ix.Var("msc_edges") + (e * extent(1) + row) * extent(2)),)))
+            self.copy_row(self.field_row(at, row), EDGES + (e * extent(1) + row) * extent(2)),)))
         edges = k.Loop("msc_e", ix.Lit(0), e.lt(2 * r0), k.Block((edge_rows,)))
         below = k.Loop("msc_row", FIRST - r1, row.lt(FIRST), k.Block((
             self.copy_row(self.field_row(plane, row), self.saved_row(plane, row)),)))
@@ -161,9 +167,9 @@ class _Sweep:
 
     def tile_loop(self, body: tuple[k.Node, ...]) -> k.Loop:
         """The y tiles in order, with their rows [msc_first, msc_end) (at multiples of B, in the interior)."""
-        r1, b = self.radius[1], dict(self.schedule.schedule.tiles)["y"]
-        decls = (k.Decl("msc_first", "index", ix.max_(r1, TILE * b)),
-                 k.Decl("msc_end", "index", ix.min_(extent(1) - r1, (TILE + 1) * b)))
+        r1 = self.radius[1]
+        decls = (k.Decl("msc_first", "index", ix.max_(r1, TILE * self.size)),
+                 k.Decl("msc_end", "index", ix.min_(extent(1) - r1, (TILE + 1) * self.size)))
         return k.Loop("msc_tile", ix.Lit(0), TILE.lt(self.tiles()), k.Block((*decls, *body)))
 
     def fill(self, plane: ix.Expr) -> k.Loop:
@@ -208,8 +214,8 @@ class _Sweep:
                         + ring_slot(step, 0, stencil.field(self.field).slots) * LEVEL_POINTS),
                  k.Decl("msc_lo", "index", ix.Op("/", interior * thread, threads) + r0),
                  k.Decl("msc_hi", "index", ix.Op("/", interior * (thread + 1), threads) + r0),
-                 k.Decl("msc_ring", "pointer", ix.Var(RINGS) + thread * self.thread_points()),
-                 k.Decl("msc_edges", "pointer", ix.Var("msc_ring") + self.ring_points())]
+                 k.Decl(RING.name, "pointer", ix.Var(RINGS) + thread * self.thread_points()),
+                 k.Decl(EDGES.name, "pointer", RING + self.ring_points())]
         behind = k.Loop("msc_p", LO - r0, ix.Var("msc_p").lt(LO), k.Block((self.fill(ix.Var("msc_p")),)))
         planes = k.Loop("msc_x", LO, X.lt(HI), k.Block((self.fill(X), *self.plane().body)))
         return k.Block((*decls, *self.save(), k.Call("msc_barrier"), self.tile_loop((behind, planes)),
