@@ -162,9 +162,10 @@ class Schedule:
         """Write each step over the level it reads (a 3D sweep of tile(y=B)): the threads share the
         x-planes in runs, each sweeps its run y tile by y tile, keeps the old planes its points still
         read in a ring of plane tiles in cache and writes every point where it read it, so no written
-        line is read from memory first (a streaming store's saving, with ordinary stores). The last step of a run, and the first of an even number,
-        write the other level's slot as usual: levels end where they always do. Needs one statement
-        whose field of two levels it reads at t only, a dirichlet boundary (an OpenMP option)."""
+        line is read from memory first (a streaming store's saving, with ordinary stores). The last
+        step of a run, and the first of an even number, write the other level's slot as usual: levels
+        end where they always do. Needs one statement whose field of two levels it reads at t only, a
+        dirichlet boundary (an OpenMP option)."""
         return replace(self, in_place=True)
 
     def with_threads(self, threads: int) -> Schedule:

@@ -129,21 +129,28 @@ class _Sweep:
         r1 = self.radius[1]
         return ix.Var(SAVED) + ((plane * self.tiles() + TILE) * r1 + row - (FIRST - r1)) * extent(2)
 
-    def edge_row(self, plane: ix.Expr, row: ix.Expr) -> ix.Expr:
-        """Row `row` of an edge plane of the run (r0 before lo, then r0 from hi), as saved before the step."""
+    def edge_plane(self, edge: ix.Expr) -> ix.Expr:
+        """The plane of edge plane `edge` of the run: the r0 before lo, then the r0 from hi."""
         r0 = self.radius[0]
-        edge = ix.Select(plane.lt(LO), plane - (LO - r0), plane - HI + r0)
+        return ix.Select(edge.lt(r0), LO - r0 + edge, HI + edge - r0)
+
+    def edge_row(self, edge: ix.Expr, row: ix.Expr) -> ix.Expr:
+        """Row `row` of edge plane `edge` of the run (the r0 planes before lo, then the r0 from hi), as
+        saved before the step."""
         return EDGES + (edge * extent(1) + row) * extent(2)
+
+    def own_row(self, plane: ix.Expr, row: ix.Expr) -> ix.Expr:
+        """Row `row` of a plane of the run not computed yet in this tile: the field's, but a row below
+        the tile (written already) as saved."""
+        return ix.Select(row.lt(FIRST), self.saved_row(plane, row), self.field_row(plane, row))
 
     def ring_row(self, plane: ix.Expr, row: ix.Expr) -> ix.Expr:
         r0, r1 = self.radius[:2]
         return RING + ((plane % (r0 + 1)) * self.height + row - (FIRST - r1)) * extent(2)
 
     def ahead_row(self, plane: ix.Expr, row: ix.Expr) -> ix.Expr:
-        """Row `row` of a plane ahead of the one computed: the field's (not written yet) but an edge
-        plane's or a row below the tile (written already)."""
-        own = ix.Select(row.lt(FIRST), self.saved_row(plane, row), self.field_row(plane, row))
-        return ix.Select(plane.ge(HI), self.edge_row(plane, row), own)
+        """Row `row` of a plane ahead of the one computed: its own run's, or an edge plane's past hi."""
+        return ix.Select(plane.ge(HI), self.edge_row(plane - HI + self.radius[0], row), self.own_row(plane, row))
 
     # -- the step
 
@@ -156,9 +163,8 @@ class _Sweep:
         """The run's edge planes, and the rows below each y tile of its own planes."""
         r0, r1 = self.radius[:2]
         plane, row, e = ix.Var("msc_p"), ix.Var("msc_row"), ix.Var("msc_e")
-        at = ix.Select(e.lt(r0), LO - r0 + e, HI + e - r0)
         edge_rows = k.Loop("msc_row", ix.Lit(0), row.lt(extent(1)), k.Block((
-            self.copy_row(self.field_row(at, row), EDGES + (e * extent(1) + row) * extent(2)),)))
+            self.copy_row(self.field_row(self.edge_plane(e), row), self.edge_row(e, row)),)))
         edges = k.Loop("msc_e", ix.Lit(0), e.lt(2 * r0), k.Block((edge_rows,)))
         below = k.Loop("msc_row", FIRST - r1, row.lt(FIRST), k.Block((
             self.copy_row(self.field_row(plane, row), self.saved_row(plane, row)),)))
@@ -172,12 +178,10 @@ class _Sweep:
                  k.Decl("msc_end", "index", ix.min_(extent(1) - r1, (TILE + 1) * self.size)))
         return k.Loop("msc_tile", ix.Lit(0), TILE.lt(self.tiles()), k.Block((*decls, *body)))
 
-    def fill(self, plane: ix.Expr) -> k.Loop:
-        """Old plane `plane` (the tile and its halos) into its ring slot."""
+    def fill(self, plane: ix.Expr, src: ix.Expr) -> k.Loop:
+        """Old plane `plane` (the tile and its halos, row msc_row from `src`) into its ring slot."""
         r1 = self.radius[1]
         row = ix.Var("msc_row")
-        own = ix.Select(row.lt(FIRST), self.saved_row(plane, row), self.field_row(plane, row))
-        src = ix.Select(plane.lt(LO), self.edge_row(plane, row), own)
         return k.Loop("msc_row", FIRST - r1, row.lt(END + r1),
                       k.Block((self.copy_row(src, self.ring_row(plane, row)),)))
 
@@ -216,8 +220,10 @@ class _Sweep:
                  k.Decl("msc_hi", "index", ix.Op("/", interior * (thread + 1), threads) + r0),
                  k.Decl(RING.name, "pointer", ix.Var(RINGS) + thread * self.thread_points()),
                  k.Decl(EDGES.name, "pointer", RING + self.ring_points())]
-        behind = k.Loop("msc_p", LO - r0, ix.Var("msc_p").lt(LO), k.Block((self.fill(ix.Var("msc_p")),)))
-        planes = k.Loop("msc_x", LO, X.lt(HI), k.Block((self.fill(X), *self.plane().body)))
+        edge, row = ix.Var("msc_e"), ix.Var("msc_row")
+        behind = k.Loop("msc_e", ix.Lit(0), edge.lt(r0), k.Block((
+            self.fill(LO - r0 + edge, self.edge_row(edge, row)),)))  # the planes before the run
+        planes = k.Loop("msc_x", LO, X.lt(HI), k.Block((self.fill(X, self.own_row(X, row)), *self.plane().body)))
         return k.Block((*decls, *self.save(), k.Call("msc_barrier"), self.tile_loop((behind, planes)),
                         k.Call("msc_barrier")), scoped=True)
 
