@@ -691,6 +691,93 @@ def test_other_time_tiles_say_why_they_stay_in_global_memory():
     assert "time_tile(8, x=2, y=4, z=32)" in chosen and "skewed time tiles in global memory" in chosen
 
 
+def _several_cases() -> list[Any]:
+    from msc import t, x, y, z
+
+    @msc.stencil
+    def wave(u, c):  # level t-1 read at the point only: from global memory
+        u[t + 1, x, y] = 2 * u[t, x, y] - u[t - 1, x, y] + c * (
+            u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
+
+    @msc.stencil
+    def wave3(u, s):  # level t-1 read with neighbours: a ring of its own; an input
+        u[t + 1, x, y, z] = 1.9 * u[t, x, y, z] - 0.5 * (u[t - 1, x + 1, y, z] + u[t - 1, x, y - 1, z + 1]) + (
+            0.1 * s[x, y, z] * (u[t, x - 1, y, z] + u[t, x, y + 1, z]))
+
+    @msc.stencil
+    def pair(u, v, a):  # two fields, each reading the other's neighbours
+        u[t + 1, x, y] = u[t, x, y] + a * (u[t, x - 1, y] + u[t, x + 1, y] - 2 * u[t, x, y]) - (
+            0.1 * u[t, x, y] * v[t, x, y + 1])
+        v[t + 1, x, y] = v[t, x, y] + a * (v[t, x, y - 1] + v[t, x, y + 1] - 2 * v[t, x, y]) + (
+            0.1 * u[t, x - 1, y] * v[t, x, y])
+
+    @msc.stencil
+    def pair3(u, v, k):
+        u[t + 1, x, y, z] = u[t, x, y, z] + 0.1 * (u[t, x - 1, y, z] + u[t, x, y + 1, z] + u[t, x, y, z - 1]
+                                                   - 3 * u[t, x, y, z]) + 0.05 * k[x, y, z] * v[t, x + 1, y, z]
+        v[t + 1, x, y, z] = 0.9 * v[t, x, y, z] + 0.1 * u[t, x, y - 1, z + 1]
+
+    rng = np.random.default_rng(3)
+    plane, box = (37, 45), (13, 14, 35)
+    two = {"u": rng.random(plane), "v": rng.random(plane), "a": 0.2}
+    three = {name: rng.random(box).astype(np.float32) for name in ("u", "v", "k")}
+    return [
+        (wave, msc.Schedule(), {"u": [rng.random(plane), rng.random(plane)], "c": 0.1}, "float64"),
+        (wave3, msc.Schedule(), {"u": [rng.random(box), rng.random(box)], "s": rng.random(box)}, "float64"),
+        (pair, msc.Schedule(), two, "float64"),
+        (pair, msc.Schedule().time_tile(3, x=8, y=16), two, "float64"),
+        (pair, msc.Schedule().time_tile(2), two, "float64"),
+        (pair3, msc.Schedule().time_tile(2, x=5, y=4, z=8), three, "float32"),
+        (pair3, msc.Schedule().time_tile(2, x=6, y=4, z=12).unroll("y", 2), three, "float32"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_several_statements_and_levels_stream(index, assert_matches, reverse_blocks):
+    """Streamed tiles of stencils with several statements or past levels: every written
+    field's rings, an older level from a ring or from global memory."""
+    stencil, schedule, inputs, dtype = _several_cases()[index]
+    source = get_target("cuda").source(stencil.poly(dtype), schedule)
+    assert "streamed tiles" in source and "skewed" not in source
+    _runs_match(stencil, schedule, source, inputs, dtype, 5, assert_matches)
+
+
+def test_several_levels_stream_each_level_once():
+    """The streamed default launch reads each level about once (at most 1.5 x the itemsize per
+    update and level read), against one value per read before (48 and 64 bytes per update)."""
+    if not EMULATE:
+        pytest.skip("the counters are the emulator's")
+    for index, levels in ((0, 2), (2, 2)):
+        stencil, schedule, inputs, dtype = _several_cases()[index]
+        kernel = stencil.compile(target="cuda", emulate=True, schedule=schedule)
+        kernel.run(steps=4, **inputs)
+        run = kernel.last_run
+        assert run.gpu["load_bytes"] <= 1.5 * 8 * levels * run.updates, (stencil.name, run.gpu)
+        assert run.gpu["shared_wavefronts_per_access"] <= 1.1
+
+
+def test_what_does_not_stream_says_why():
+    from msc import t, x, y
+
+    wave, pair = _several_cases()[0][0], _several_cases()[2][0]
+
+    @msc.stencil
+    def chained(u, v):  # v reads u[t+1]: written in the same step
+        u[t + 1, x, y] = 0.5 * (u[t, x - 1, y] + u[t, x + 1, y])
+        v[t + 1, x, y] = v[t, x, y] + 0.1 * u[t + 1, x, y + 1]
+
+    cuda = get_target("cuda")
+    tiled = cuda.source(wave.poly(), msc.Schedule().time_tile(2, x=8, y=16))
+    assert "skewed time tiles in global memory, not in shared memory: field 'u' keeps 2 past levels" in tiled
+    assert "streamed tiles" in cuda.source(wave.poly(), msc.Schedule())
+    assert "msc_ring" not in cuda.source(chained.poly(), msc.Schedule())
+    assert "the statement of 'v' reads u[t+1], written in the same step" in cuda.source(
+        chained.poly(), msc.Schedule().time_tile(2, x=8, y=16))
+    # the tuner's streamed time tiles only where they stream
+    assert any(s.time_depth > 1 and "msc_ring" in cuda.source(pair.poly(), s) for s in cuda_candidates(pair.ir))
+    assert all("msc_ring" not in cuda.source(wave.poly(), s) for s in cuda_candidates(wave.ir) if s.time_depth > 1)
+
+
 def _row_cases() -> list[Any]:
     from msc import t, x, y, z
 

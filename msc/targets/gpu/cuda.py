@@ -351,7 +351,9 @@ def _row_blocks(stencil: ir.StencilIR) -> list[tuple[tuple[int, ...], int]]:
 
 def _streamed(stencil: ir.StencilIR, depth: int, blocks: list[tuple[tuple[int, ...], int]]) -> list[Schedule]:
     """Streamed tiles of `depth` steps for blocks of these threads (outer first), each
-    thread taking `rows` points of the middle dimension: those that fit and pay."""
+    thread taking `rows` points of the middle dimension: those that stream, fit and pay."""
+    if stream.reason(stencil, depth) is not None:
+        return []
     out = []
     for threads, rows in blocks:
         tile = stream.block_tile(stencil, depth, threads, rows)

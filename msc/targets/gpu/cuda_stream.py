@@ -22,10 +22,18 @@ With `unroll(y, k)` on a 3D tile, each thread owns k consecutive points of
 the middle dimension instead of one (`StreamedTile.rows`): it loads, computes
 and writes all k, and its partial sums read each neighbour once for all k.
 
-The default launch of a qualifying stencil (2D or 3D, dirichlet, one
-statement, one past level: `cuda_time_tile.reason_not_shared`) is a streamed
-tile of depth 1; `time_tile(depth, ...)` tiles are streamed tiles of that
-depth, the outermost dimension's size being the chunk.
+Several statements and levels: each written field has its own rings, one per
+`Level` a step reads with neighbours (the loaded level t of every written
+field, an older level read with a nonzero offset, and each step's result but
+the last), and every statement of a step computes its field's plane. An older
+level read only at the point itself (u[t-1] of a wave equation) is read from
+global memory, as inputs are. A tile of several steps needs every written
+field to keep one past level: its launch reads one copy of the fields and
+writes the other (`reason` says which stencils stream).
+
+The default launch of a qualifying stencil (2D or 3D, dirichlet, `reason`
+None) is a streamed tile of depth 1; `time_tile(depth, ...)` tiles are
+streamed tiles of that depth, the outermost dimension's size being the chunk.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import Sequence
 from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.lower import field_name, param_name
+from msc.codegen.lower import field_name, level_name, param_name
 from msc.ir.linear import NonLinearError, linear_form
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, STATIC_SHARED, DeviceFunction
 
@@ -49,6 +57,34 @@ CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth
 AHEAD = 2  # loads in flight per thread: planes its loads run ahead of the one computed, times its points per plane
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first
 Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weighted reads by streamed offset
+
+
+def reason(stencil: ir.StencilIR, depth: int) -> str | None:
+    """Why the stencil's tiles of `depth` steps cannot stream (None: they can): a
+    field that changes in time but no statement computes, a read of a level t+1
+    (written by an earlier statement of the same step), or, with several steps, a
+    written field keeping more than one past level."""
+    written = {f.name for f in stencil.written_fields}
+    for f in stencil.fields:
+        if not f.written and not f.time_invariant:
+            return f"field '{f.name}' changes in time but is not computed by a statement"
+        if depth > 1 and f.written and f.window != 1:
+            return f"field '{f.name}' keeps {f.window} past levels (time tiles in shared memory keep one)"
+    for statement in stencil.statements:
+        for read in statement.reads:
+            if read.dt is not None and read.dt > 0 and read.name in written:
+                return (f"the statement of '{statement.target}' reads {read.name}[t+1], written in the same step "
+                        f"(streamed tiles read levels up to t)")
+    return None
+
+
+@dataclass(frozen=True)
+class Level:
+    """Level t + `at` of a written field, relative to a tile's first step: at <= 0
+    a level loaded from global memory (t, t-1, ...), at >= 1 the result of step `at`."""
+
+    field: str
+    at: int
 
 
 @dataclass(frozen=True)
@@ -81,10 +117,34 @@ class StreamedTile:
         `rows` points along the middle dimension of a 3D stencil."""
         return (self.points[0] // self.rows, *self.points[1:])
 
+    @property
+    def single(self) -> bool:
+        """One statement whose field keeps one past level (the only form with partial sums)."""
+        st = self.stencil
+        return len(st.statements) == 1 and st.field(st.statements[0].target).window == 1
+
+    @cached_property
+    def rings(self) -> tuple[Level, ...]:
+        """The levels kept in rings of planes in shared memory, in the order of the ring
+        buffer's rows: the loaded ones (level t of every written field, an older level
+        where a step reads it with a nonzero offset), then each step's result but the
+        last's. An older level read only at the point is read from global memory."""
+        st, written = self.stencil, self.stencil.written_fields
+        older = {Level(read.name, stage - 1 + read.dt) for stage in range(1, self.depth + 1)
+                 for statement in st.statements for read in statement.reads
+                 if read.dt is not None and stage - 1 + read.dt < 0 and any(read.offsets)}
+        loaded = [Level(f.name, 0) for f in written] + sorted(older, key=lambda level: (-level.at, level.field))
+        return (*loaded, *(Level(f.name, at) for at in range(1, self.depth) for f in written))
+
+    @property
+    def loaded(self) -> tuple[Level, ...]:
+        """The rings the block loads from global memory."""
+        return tuple(level for level in self.rings if level.at <= 0)
+
     @cached_property
     def sums(self) -> tuple[Terms, ir.Expr | None] | None:
         """The statement as partial sums (`partial_sums`; None: the steps read rings of planes)."""
-        return partial_sums(self.stencil)
+        return partial_sums(self.stencil) if self.single else None
 
     @property
     def loaded_in_registers(self) -> bool:
@@ -105,7 +165,7 @@ class StreamedTile:
     @property
     def shared_bytes(self) -> int:
         itemsize = 4 if self.stencil.dtype == "float32" else 8
-        return self.depth * self.slots * math.prod(self.points) * itemsize
+        return len(self.rings) * self.slots * math.prod(self.points) * itemsize
 
     @property
     def dynamic_shared(self) -> int:
@@ -119,7 +179,7 @@ class StreamedTile:
             return (f"its blocks of {' x '.join(map(str, self.threads))} threads (tile plus {self.depth} x radius "
                     f"on each side{self._per_thread()}) would be {threads} threads, more than {MAX_THREADS}")
         if self.shared_bytes > SHARED_BYTES:
-            return (f"its {self.depth} rings of {self.slots} planes of {math.prod(self.points)} points would take "
+            return (f"its {len(self.rings)} rings of {self.slots} planes of {math.prod(self.points)} points would take "
                     f"{self.shared_bytes} bytes of shared memory, more than {SHARED_BYTES}")
         return None
 
@@ -209,10 +269,36 @@ def conjunction(conditions: Sequence[ix.Expr]) -> ix.Expr:
     return functools.reduce(ix.Expr.and_, conditions)
 
 
+def tag(stencil: ir.StencilIR, level: Level) -> str:
+    """The suffix of the names of a level's pointer and registers: where several fields are
+    written, the level's name (`level_name`: field and level, distinct for any names);
+    else m1, m2, ... for levels t-1, t-2, ... and none for level t."""
+    if len(stencil.written_fields) > 1:
+        return "_" + level_name(level.field, level.at)
+    return f"_m{-level.at}" if level.at < 0 else ""
+
+
+def destination(stencil: ir.StencilIR, field: str) -> str:
+    """The pointer to the level of `field` a launch writes (its newest)."""
+    return "dst" + tag(stencil, Level(field, 1))
+
+
+def source(stencil: ir.StencilIR, level: Level) -> str:
+    """The pointer to a loaded level."""
+    return "src" + tag(stencil, level)
+
+
+def sources(stencil: ir.StencilIR) -> tuple[Level, ...]:
+    """The levels a launch reads, in call order: of each written field, t, t-1, ..."""
+    return tuple(Level(f.name, -m) for f in stencil.written_fields for m in range(f.window))
+
+
 def tile_parameters(stencil: ir.StencilIR) -> tuple[tuple[str, str], ...]:
     """A time tile's device function's parameters (type, name), in call order: the level
-    it writes and the level it reads, the inputs, the scalars, the extents, the steps."""
-    return (("real *", "dst"), ("const real *", "src"),
+    each written field gets and the levels it reads (`sources`), the inputs, the scalars,
+    the extents, the steps."""
+    return (*(("real *", destination(stencil, f.name)) for f in stencil.written_fields),
+            *(("const real *", source(stencil, level)) for level in sources(stencil)),
             *(("const real *", field_name(f.name)) for f in stencil.fields if f.time_invariant),
             *(("real", param_name(p)) for p in stencil.params), *(("long", f"P{d}") for d in range(stencil.ndim)),
             ("long", "steps"))
@@ -270,12 +356,17 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     def glob(point: _Point) -> list[ix.Var]:
         return [g0, *(ix.Var(point.glob(d)) for d in inner)]
 
-    def load(point: _Point, ahead: int, loaded: ix.Expr | None = None) -> ix.Expr:
-        """The block's plane `loaded` + `ahead` at the point's column; 0 outside the array or the planes."""
+    def load(level: Level, point: _Point, ahead: int, loaded: ix.Expr | None = None) -> ix.Expr:
+        """The level's plane `loaded` + `ahead` of the block at the point's column; 0 outside
+        the array or the planes."""
         at, g = (ix.Lit(ahead), first + ahead) if loaded is None else (loaded + ahead, first + loaded + ahead)
         inside = conjunction([point.var("in_plane"), at.lt(planes), g.ge(0), g.lt(extents[0])])
-        return ix.Select(inside, k.Load(k.Ref("src", g * ix.Var("plane") + point.var("column"))),
+        return ix.Select(inside, k.Load(k.Ref(source(st, level), g * ix.Var("plane") + point.var("column"))),
                          ix.Cast("real", ix.Lit(0)))
+
+    def next_(a: int, level: Level, point: _Point) -> str:
+        """The register holding the level's plane `a` ahead of the newest loaded one."""
+        return f"next{a}{tag(st, level)}{point.suffix}"
 
     indices: dict[str, k.Node] = {}  # each global index once: the points share all but the middle one
     for point in points:
@@ -296,22 +387,24 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
               k.Decl("first", "index", ix.Var("b0") * plan.chunk - depth * r0),
               k.Decl("planes", "int",
                      ix.Cast("int", ix.min_(plan.chunk + 2 * depth * r0, extents[0] + depth * r0 - first))),
-              *(k.Decl(f"next{a}{point.suffix}", "value", load(point, a), const=False)
-                for a in range(plan.ahead) for point in points)]
+              *(k.Decl(next_(a, level, point), "value", load(level, point, a), const=False)
+                for level in plan.loaded for a in range(plan.ahead) for point in points)]
     if summed is not None:
         lines.append(k.Comment("partial sums, own column's planes"))
         lines += [k.Decl(f"{v}{s}_{m}{point.suffix}", "value", ix.Lit(0), const=False)
                   for v, n in (("a", 2 * r0 + 1), ("w", r0 + 1)) for s in range(1, depth + 1) for m in range(n)
                   for point in points]
     slot = j & 1 if summed is not None else j % slots
-    step: list[k.Node] = [*(k.Store(ring(0, slot, point.q), point.var("next0")) for point in points),
-                          *(node for point in points if plan.loaded_in_registers
-                            for node in _hand_on(plan, 1, point, point.var("next0"))),
-                          *(k.Set(f"next{a}{point.suffix}", point.var(f"next{a + 1}"))
-                            for a in range(plan.ahead - 1) for point in points),
-                          *(k.Set(f"next{plan.ahead - 1}{point.suffix}", load(point, plan.ahead, j))
-                            for point in points),
-                          k.Barrier()]
+    step: list[k.Node] = []
+    for level in plan.loaded:
+        step += [*(k.Store(ring(plan.rings.index(level), slot, point.q), ix.Var(next_(0, level, point)))
+                   for point in points),
+                 *(node for point in points if plan.loaded_in_registers
+                   for node in _hand_on(plan, 1, point, point.var("next0"))),
+                 *(k.Set(next_(a, level, point), ix.Var(next_(a + 1, level, point)))
+                   for a in range(plan.ahead - 1) for point in points),
+                 *(k.Set(next_(plan.ahead - 1, level, point), load(level, point, plan.ahead, j)) for point in points)]
+    step.append(k.Barrier())
     window = [g0.ge(r0), g0.lt(extents[0] - r0)]
     for stage in range(1, depth + 1):
         valid = [[c for d in inner for c in (point.local[d].ge(stage * r[d]),
@@ -322,19 +415,24 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
         if summed is None:
             out: list[k.Node] = []
             for point, finished in zip(points, done):
-                at = {read: access(plan, read, stage, p, point.q, glob(point), extents)
-                      for read in ir.reads_of(st.statements[0].expr)}
-                value = k.Compute(st.statements[0].expr, tuple(at.items()), st.dtype)
-                out += [k.Decl("v" + point.suffix, "value", k.Load(ring(stage - 1, p % slots, point.q)), const=False),
-                        k.If(finished, k.Block((k.Set("v" + point.suffix, value),))),
-                        _output(plan, p, False, point) if last
-                        else k.Store(ring(stage, p % slots, point.q), point.var("v"))]
+                for statement in st.statements:
+                    at = {read: access(plan, read, stage, p, point.q, glob(point), extents)
+                          for read in ir.reads_of(statement.expr)}
+                    value = k.Compute(statement.expr, tuple(at.items()), st.dtype)
+                    v = "v" + tag(st, Level(statement.target, 1)) + point.suffix
+                    own = ring(plan.rings.index(Level(statement.target, stage - 1)), p % slots, point.q)
+                    out += [k.Decl(v, "value", k.Load(own), const=False),
+                            k.If(finished, k.Block((k.Set(v, value),))),
+                            _output(plan, p, False, point, statement.target) if last
+                            else k.Store(ring(plan.rings.index(Level(statement.target, stage)), p % slots, point.q),
+                                         ix.Var(v))]
             body: list[k.Node] = [k.Decl("p", "int", j - stage * r0), k.Decl("g0", "index", first + p),
                                   k.If(p.ge(stage * r0), k.Block(tuple(out)))]
         else:
             body = _summed_stage(plan, stage, summed, points, [conjunction(ok) for ok in valid], done)
-            body += [_output(plan, p, True, point) if last else k.Store(ring(stage, p & 1, point.q), point.var("v"))
-                     for point in points]
+            target = st.statements[0].target
+            body += [_output(plan, p, True, point, target) if last
+                     else k.Store(ring(stage, p & 1, point.q), point.var("v")) for point in points]
             if not last:
                 body += [node for point in points for node in _hand_on(plan, stage + 1, point, point.var("v"))]
         step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {r0} behind the loaded one"
@@ -345,7 +443,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
     dynamic = 0 if plan.dynamic_shared else None  # rings over STATIC_SHARED go to dynamic shared memory
-    function = k.Block((k.Buffer(RING, k.Space.SHARED, (depth, slots, math.prod(sides)), rows=2, offset=dynamic),
+    function = k.Block((k.Buffer(RING, k.Space.SHARED, (len(plan.rings), slots, math.prod(sides)), rows=2,
+                                 offset=dynamic),
                         *(k.Decl(f"l{d}", "int", ix.Var(f"threadIdx.{axes[d]}")) for d in inner),
                         k.Decl("q", "int", ix.linear(list(points[0].local.values()), sides)),
                         k.Decl("plane", "index", plane),
@@ -353,27 +452,34 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st))
 
 
-def ring(stage: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
-    """Point `at` of plane `slot` of stage `stage`'s ring (stage 0: the loaded planes)."""
-    return k.Ref(RING, at, k.Space.SHARED, rows=(ix.Lit(stage), slot))
+def ring(index: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
+    """Point `at` of plane `slot` of ring `index` (of `StreamedTile.rings`; with one
+    written field of one past level, the ring of step `index`'s results, 0: the loaded planes)."""
+    return k.Ref(RING, at, k.Space.SHARED, rows=(ix.Lit(index), slot))
 
 
 def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, q: ix.Expr, glob: list[ix.Var],
            extents: list[ix.Var]) -> ix.Expr:
-    """A read of step `stage` at plane p: the field computed from the ring of the step before,
-    an input from global memory."""
-    if read.name == plan.stencil.statements[0].target:
-        return k.Load(ring(stage - 1, (p + read.offsets[0]) % plan.slots, q + plan.shift(read.offsets[1:])))
-    return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
+    """A read of step `stage` at plane p: a level in a ring from there (the level the step
+    before computed or loaded), any other from global memory (an input, or an older level
+    read at the point only)."""
+    if read.dt is None:
+        return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
+    level = Level(read.name, stage - 1 + read.dt)
+    if level in plan.rings:
+        return k.Load(ring(plan.rings.index(level), (p + read.offsets[0]) % plan.slots,
+                           q + plan.shift(read.offsets[1:])))
+    return k.Load(k.Ref(source(plan.stencil, level), ix.linear(glob, extents, read.offsets)))
 
 
-def _output(plan: StreamedTile, p: ix.Expr, summed: bool, point: _Point) -> k.If:
-    """The last step's value of a point written out where it is an output of the block's tile."""
+def _output(plan: StreamedTile, p: ix.Expr, summed: bool, point: _Point, field: str) -> k.If:
+    """The last step's value of a point of `field` written out where it is an output of the block's tile."""
     reach = plan.depth * plan.stencil.radius[0]
     g0, r0, extent = ix.Var("g0"), plan.stencil.radius[0], ix.Var("P0")
     where = [*([p.ge(reach)] if summed else []), point.var("in_tile"), point.var("interior"), p.lt(reach + plan.chunk),
              g0.ge(r0), g0.lt(extent - r0)]
-    stored = k.Store(k.Ref("dst", g0 * ix.Var("plane") + point.var("column")), point.var("v"))
+    value = ix.Var("v" + tag(plan.stencil, Level(field, 1)) + point.suffix)
+    stored = k.Store(k.Ref(destination(plan.stencil, field), g0 * ix.Var("plane") + point.var("column")), value)
     return k.If(conjunction(where), k.Block((stored,)))
 
 

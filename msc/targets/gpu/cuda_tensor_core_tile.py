@@ -30,6 +30,7 @@ fused steps equal `steps` one-step launches (`replay` stepped; tests).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from msc import ir
@@ -173,7 +174,8 @@ def entry_loop(stencil: ir.StencilIR, schedule: Schedule, name: str) -> tuple[st
     fused = generate(stencil, schedule.tensor_core_precision, depth, dict(schedule.tiles), f"{name}_tc")
     stepped = (stencil.statements[0].target, 0)
 
-    def launch(dst: ix.Expr, src: ix.Expr) -> kir.Node:
+    def launch(pointers: Sequence[ix.Expr]) -> kir.Node:
+        dst, src = pointers
         sources = [src if s == stepped else ix.Var(field_name(s[0])) for s in fused.kernel.sources]
         return kir.Call(f"{fused.kernel.name}_launch", (
             dst, *sources, *(ix.Cast("double", ix.Var(param_name(p))) for p in stencil.params),

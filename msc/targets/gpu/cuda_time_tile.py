@@ -1,20 +1,22 @@
 """Temporal blocking in shared memory for the CUDA target.
 
-For `time_tile(depth, ...)` on a stencil of one statement whose field keeps
-one past level (it reads its own level t only, and otherwise time-invariant
-inputs), dirichlet, every dimension tiled, one launch advances `depth` steps
-between the two ring slots: global memory is read and written once per
-`depth` steps instead of once per step, at the price of a recomputed halo.
-In 2D and 3D the tiles are streamed (msc/targets/gpu/cuda_stream.py, which
-also gives such a stencil's default launch, a streamed tile of one step). In
-1D a tile is a box: each block loads its tile plus a halo of depth x radius
-into shared memory once, runs up to `depth` steps there (each step on a
-region shrunk by the radius, `__syncthreads()` between steps), and writes
-the tile's interior; the block is the loaded region, at most 1024 threads.
+For `time_tile(depth, ...)` on a dirichlet stencil, every dimension tiled,
+one launch advances `depth` steps between the two ring slots: global memory
+is read and written once per `depth` steps instead of once per step, at the
+price of a recomputed halo. In 2D and 3D the tiles are streamed
+(msc/targets/gpu/cuda_stream.py, which also gives the stencil's default
+launch, a streamed tile of one step): any statements reading levels up to t,
+every written field keeping one past level where a tile has several steps
+(`cuda_stream.reason`). In 1D a tile is a box, for one statement whose field
+keeps one past level (`qualifies`): each block loads its tile plus a halo of
+depth x radius into shared memory once, runs up to `depth` steps there (each
+step on a region shrunk by the radius, `__syncthreads()` between steps), and
+writes the tile's interior; the block is the loaded region, at most 1024
+threads.
 
-Other time-tiled schedules (several statements or levels, or a block over
-the limit) keep the general skewed tiles of the kernel IR, run in global
-memory (`passes/cuda.py`); `reason_not_shared` says why.
+Other time-tiled schedules (or a block over the limit) keep the general
+skewed tiles of the kernel IR, run in global memory (`passes/cuda.py`);
+`reason_not_shared` says why.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from msc import ir
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
-from msc.codegen.lower import field_name, ring_buffer
+from msc.codegen.lower import field_name, ring_buffer, ring_slot
 from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
 from msc.targets.gpu import cuda_stream as stream
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, DeviceFunction
@@ -93,7 +95,7 @@ def reason_not_shared(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str |
     """Why the schedule's time tiles cannot run in shared memory (None: they can)."""
     s = schedule.schedule
     tiles = dict(s.tiles)
-    why = qualifies(stencil)
+    why = qualifies(stencil) if stencil.ndim == 1 else stream.reason(stencil, s.time_depth)
     if why is not None:
         return why
     if set(tiles) != set(stencil.dims):
@@ -128,7 +130,7 @@ def default_tile(stencil: ir.StencilIR, depth: int, block: tuple[int, ...]) -> d
     memory); in 1D `block` halved until tile plus halo fits a block (or is 1 point)."""
     if stencil.ndim > 1:
         tiles = stream.default_tile(stencil, depth)
-        if qualifies(stencil) is None and stream.streamed_tile(stencil, depth, tiles).too_large() is None:
+        if stream.reason(stencil, depth) is None and stream.streamed_tile(stencil, depth, tiles).too_large() is None:
             return tiles
         return dict(zip(stencil.dims, block))
     tile = shrink_tile(block, lambda sides: math.prod(t + 2 * depth * r for t, r in zip(sides, stencil.radius))
@@ -146,7 +148,7 @@ def pays(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1
 
 def default_stream(stencil: ir.StencilIR) -> StreamedTile | None:
     """The stencil's default launch as a streamed tile of one step (None: the kernel IR's mapping)."""
-    if stencil.ndim < 2 or stencil.boundary != "dirichlet" or qualifies(stencil) is not None:
+    if stencil.ndim < 2 or stencil.boundary != "dirichlet" or stream.reason(stencil, 1) is not None:
         return None
     plan = stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1))
     return plan if plan.too_large() is None else None
@@ -227,28 +229,43 @@ def host_loop(plan: SharedTimeTile | StreamedTile, function: DeviceFunction) -> 
     """The time loop of the plan's launches (`ring_loop`)."""
     shared = plan.dynamic_shared
 
-    def launch(dst: ix.Expr, src: ix.Expr) -> k.Node:
+    def launch(pointers: Sequence[ix.Expr]) -> k.Node:
         return k.Launch(function.name, function.grid, function.block,
-                        (dst, src, *(ix.Var(name) for _, name in function.scope[2:])), shared)
+                        (*pointers, *(ix.Var(name) for _, name in function.scope[len(pointers):])), shared)
 
     setup = [k.SharedLimit(function.name, shared)] if shared else []
     return ring_loop(plan.stencil, plan.depth, plan.describe(), launch, setup)
 
 
-def ring_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Callable[[ix.Expr, ix.Expr], k.Node],
+def ring_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Callable[[Sequence[ix.Expr]], k.Node],
               setup: Sequence[k.Node] = ()) -> k.Block:
-    """The time loop: `launch(dst, src)` (up to `steps` steps, at most `depth`) per `depth`
-    steps between the two ring slots, then the newest level moved to the slot the ring
-    convention gives it (when the number of launches leaves it in the other)."""
-    buf, slot, t, volume = ring_buffer(stencil.statements[0].target), ix.Var("slot"), ix.Var("t"), ix.Var("V")
+    """The time loop: `launch(pointers)` (up to `steps` steps, at most `depth`) per `depth`
+    steps, the pointers to the level each written field gets and to the levels it reads
+    (`cuda_stream.tile_parameters`' order). Fields keeping one past level alternate
+    between their two ring slots, and the newest level moves to the slot the ring
+    convention gives it at the end (when the number of launches leaves it in the
+    other); with more past levels (a step per launch) every level is in its own slot."""
+    fields, t, volume = stencil.written_fields, ix.Var("t"), ix.Var("V")
     periods = ix.Var("t0") + ix.Var("T")
+
+    def at(field: str, slot: ix.Expr) -> ix.Expr:
+        return ix.Var(ring_buffer(field)) + slot * volume
+
+    steps = k.Decl("steps", "index", ix.min_(depth, ix.Var("T") - t))
+    if any(f.window != 1 for f in fields):
+        assert depth == 1, "a launch of several steps writes the levels it reads"
+        pointers = [at(f.name, ring_slot(t, 1, f.slots)) for f in fields]
+        pointers += [at(level.field, ring_slot(t, level.at, stencil.field(level.field).slots))
+                     for level in stream.sources(stencil)]
+        return k.Block((k.Comment(comment), *setup,
+                        k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((steps, launch(pointers))))))
+    slot = ix.Var("slot")
+    pointers = [at(f.name, 1 - slot) for f in fields] + [at(f.name, slot) for f in fields]
     return k.Block((
         k.Comment(comment),
         *setup,
         k.Decl("slot", "index", ix.Var("t0") % 2, const=False),
-        k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((
-            k.Decl("steps", "index", ix.min_(depth, ix.Var("T") - t)),
-            launch(ix.Var(buf) + (1 - slot) * volume, ix.Var(buf) + slot * volume),
-            k.Set("slot", 1 - slot))), step=ix.Lit(depth)),
-        k.If(slot.ne(periods % 2), k.Block((
-            k.DeviceCopy(ix.Var(buf) + periods % 2 * volume, ix.Var(buf) + slot * volume, volume),)))))
+        k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((steps, launch(pointers), k.Set("slot", 1 - slot))),
+               step=ix.Lit(depth)),
+        k.If(slot.ne(periods % 2), k.Block(tuple(
+            k.DeviceCopy(at(f.name, periods % 2), at(f.name, slot), volume) for f in fields)))))
