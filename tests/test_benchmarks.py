@@ -52,6 +52,19 @@ def test_readme_pde_figures_are_the_latest_committed_run():
         assert figure in text, f"README lacks {figure} from {latest.name}"
 
 
+def test_several_level_counters_in_docs_are_the_committed_run():
+    """docs/cuda.md's table of stencils of several levels or fields quotes every float64 row of
+    benchmarks/results/cuda_counters-several.json, and that run met its goals."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "cuda_counters-several.json").read_text())
+    assert data["all_goals_met"]
+    lines = (ROOT / "docs" / "cuda.md").read_text(encoding="utf-8").splitlines()
+    for row in (r for r in data["rows"] if r["dtype"] == "float64"):
+        shared = row["shared_accesses_per_update"]
+        cells = (f"| {row['load_bytes_per_update']:.2f} | {row['sectors_per_update']:.3f} | "
+                 f"{row['dram_bytes_per_update']:.2f} | {f'{shared:.3f}' if shared else '0'} |")
+        assert any(line.startswith(f"| {row['stencil']}") and line.endswith(cells) for line in lines), row
+
+
 def test_readme_multigrid_figures_are_the_committed_run():
     """The multigrid figures the README quotes are those of benchmarks/results/pde-multigrid.json."""
     data = json.loads((ROOT / "benchmarks" / "results" / "pde-multigrid.json").read_text())
