@@ -15,9 +15,7 @@ of a plane and its tile.
 
 `--only` also takes stencils of several levels or fields (SEVERAL, not run by
 default): a wave equation in 2D and 3D (levels t and t-1) and two coupled
-fields in 2D, with the grid-mapped launch, the default and time_tile(4) (the
-wave equation's in skewed tiles in global memory: a streamed time tile keeps
-one past level).
+fields in 2D, with the grid-mapped launch, the default and time_tile(4).
 
 Goals: with the default launch, global load bytes per update at most 1.5 x
 the itemsize per level read (the standard stencils read one); with

@@ -712,6 +712,11 @@ def _several_cases() -> list[Any]:
             0.1 * u[t, x - 1, y] * v[t, x, y])
 
     @msc.stencil
+    def levels3(u, v):  # a field of three past levels beside one of one
+        u[t + 1, x, y] = 0.5 * u[t, x, y] + 0.3 * u[t - 1, x + 1, y] + 0.2 * u[t - 2, x, y - 1] + 0.1 * v[t, x, y + 1]
+        v[t + 1, x, y] = 0.9 * v[t, x, y] - 0.05 * (u[t, x - 1, y] - u[t - 1, x, y])
+
+    @msc.stencil
     def pair3(u, v, k):
         u[t + 1, x, y, z] = u[t, x, y, z] + 0.1 * (u[t, x - 1, y, z] + u[t, x, y + 1, z] + u[t, x, y, z - 1]
                                                    - 3 * u[t, x, y, z]) + 0.05 * k[x, y, z] * v[t, x + 1, y, z]
@@ -721,25 +726,45 @@ def _several_cases() -> list[Any]:
     plane, box = (37, 45), (13, 14, 35)
     two = {"u": rng.random(plane), "v": rng.random(plane), "a": 0.2}
     three = {name: rng.random(box).astype(np.float32) for name in ("u", "v", "k")}
+    waves = {"u": [rng.random(plane), rng.random(plane)], "c": 0.1}
+    waves3 = {"u": [rng.random(box), rng.random(box)], "s": rng.random(box)}
     return [
-        (wave, msc.Schedule(), {"u": [rng.random(plane), rng.random(plane)], "c": 0.1}, "float64"),
-        (wave3, msc.Schedule(), {"u": [rng.random(box), rng.random(box)], "s": rng.random(box)}, "float64"),
+        (wave, msc.Schedule(), waves, "float64"),
+        (wave3, msc.Schedule(), waves3, "float64"),
         (pair, msc.Schedule(), two, "float64"),
         (pair, msc.Schedule().time_tile(3, x=8, y=16), two, "float64"),
         (pair, msc.Schedule().time_tile(2), two, "float64"),
         (pair3, msc.Schedule().time_tile(2, x=5, y=4, z=8), three, "float32"),
         (pair3, msc.Schedule().time_tile(2, x=6, y=4, z=12).unroll("y", 2), three, "float32"),
+        (wave, msc.Schedule().time_tile(4, x=8, y=16), waves, "float64"),
+        (wave3, msc.Schedule().time_tile(3, x=5, y=4, z=8), waves3, "float64"),
+        (levels3, msc.Schedule().time_tile(3, x=8, y=16),
+         {"u": [rng.random(plane), rng.random(plane), rng.random(plane)], "v": rng.random(plane)}, "float64"),
     ]
 
 
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(10))
 def test_several_statements_and_levels_stream(index, assert_matches, reverse_blocks):
     """Streamed tiles of stencils with several statements or past levels: every written
-    field's rings, an older level from a ring or from global memory."""
+    field's rings, an older level from a ring or from global memory; time tiles of fields
+    keeping several levels over 9 and 10 steps and continued from step 3 (launches ending
+    in either set of levels, steps left over)."""
     stencil, schedule, inputs, dtype = _several_cases()[index]
     source = get_target("cuda").source(stencil.poly(dtype), schedule)
     assert "streamed tiles" in source and "skewed" not in source
-    _runs_match(stencil, schedule, source, inputs, dtype, 5, assert_matches)
+    several_levels = schedule.time_depth > 1 and any(f.window > 1 for f in stencil.ir.written_fields)
+    assert ("msc_place_levels(" in source) == several_levels
+    _runs_match(stencil, schedule, source, inputs, dtype, 9 if several_levels else 5, assert_matches)
+
+
+def test_the_last_step_reading_a_loaded_level_keeps_a_plane_more(assert_matches):
+    """The last step of wave3's time tile of 2 reads level t-1, a loaded ring, at in-plane
+    neighbours with no barrier before the next plane is stored: its ring keeps one plane
+    more (threads in order, where a lower warp overwrites before a higher one reads)."""
+    stencil, _, inputs, dtype = _several_cases()[1]
+    schedule = msc.Schedule().time_tile(2, x=5, y=4, z=8)
+    _runs_match(stencil, schedule, get_target("cuda").source(stencil.poly(dtype), schedule), inputs, dtype, 5,
+                assert_matches)
 
 
 def test_several_levels_stream_each_level_once():
@@ -767,15 +792,19 @@ def test_what_does_not_stream_says_why():
         v[t + 1, x, y] = v[t, x, y] + 0.1 * u[t + 1, x, y + 1]
 
     cuda = get_target("cuda")
-    tiled = cuda.source(wave.poly(), msc.Schedule().time_tile(2, x=8, y=16))
-    assert "skewed time tiles in global memory, not in shared memory: field 'u' keeps 2 past levels" in tiled
-    assert "streamed tiles" in cuda.source(wave.poly(), msc.Schedule())
+    levels3 = _several_cases()[9][0]
+    tiled = cuda.source(levels3.poly(), msc.Schedule().time_tile(2, x=8, y=16))
+    assert ("skewed time tiles in global memory, not in shared memory: field 'u' keeps 3 past levels, and a time "
+            "tile in shared memory writes them all: it takes at least 3 steps") in tiled
+    assert "streamed tiles" in cuda.source(wave.poly(), msc.Schedule().time_tile(2, x=8, y=16))
     assert "msc_ring" not in cuda.source(chained.poly(), msc.Schedule())
     assert "the statement of 'v' reads u[t+1], written in the same step" in cuda.source(
         chained.poly(), msc.Schedule().time_tile(2, x=8, y=16))
     # the tuner's streamed time tiles only where they stream
-    assert any(s.time_depth > 1 and "msc_ring" in cuda.source(pair.poly(), s) for s in cuda_candidates(pair.ir))
-    assert all("msc_ring" not in cuda.source(wave.poly(), s) for s in cuda_candidates(wave.ir) if s.time_depth > 1)
+    for stencil in (pair, wave):
+        assert any(s.time_depth > 1 and "msc_ring" in cuda.source(stencil.poly(), s) for s in cuda_candidates(stencil.ir))
+    assert all("msc_ring" not in cuda.source(levels3.poly(), s) for s in cuda_candidates(levels3.ir)
+               if s.time_depth == 2)
 
 
 def _row_cases() -> list[Any]:

@@ -144,7 +144,7 @@ def test_gpu_time_tiles_are_kernel_ir_the_gpu_printer_prints():
                          st.poly())
         plan = cuda_time_tile.shared_time_tile(st.ir, schedule)
         assert plan is not None and plan.depth == 3
-        function = cuda_time_tile.device_function(plan, "f")
+        [function] = cuda_time_tile.device_functions(plan, "f")
         nodes = list(k.walk(function.body))
         shared = [n for n in nodes if isinstance(n, k.Buffer) and n.space == k.Space.SHARED]
         assert len(shared) == 1 and shared[0].rows >= 1
@@ -153,7 +153,7 @@ def test_gpu_time_tiles_are_kernel_ir_the_gpu_printer_prints():
         computes = [e for n in nodes if isinstance(n, (k.Store, k.Set)) for e in ix.walk(n.value)
                     if isinstance(e, k.Compute)]
         assert computes and all(e.expr == st.ir.statements[0].expr for e in computes)
-        host = cuda_time_tile.host_loop(plan, function)
+        host = cuda_time_tile.host_loop(plan, [function])
         launches = [n for n in k.walk(host) if isinstance(n, k.Launch)]
         assert len(launches) == 1 and len(launches[0].args) == len(function.scope)
         assert any(isinstance(n, k.DeviceCopy) for n in k.walk(host))

@@ -154,6 +154,7 @@ class CudaTarget(ctarget.CTarget):
             schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
             int_helpers=int_helpers(DEVICE_FUNCTION),
             entries=entries,
+            level_sets=any("msc_level(" in line for entry in entries for line in entry["body"]),
             fields=fields,
             volume=" * ".join(f"P{d}" for d in range(stencil.ndim)),
             radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
@@ -173,9 +174,9 @@ class CudaTarget(ctarget.CTarget):
             return dict(entry, launches=[dict(source=source)], body=printer.lines(loop))
         tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
         if tiled is not None:
-            function = time_tile.device_function(tiled, f"{name}_tt")
-            return dict(entry, launches=[_printed(function, function.scope, printer.lines(function.body), printer)],
-                        body=printer.lines(time_tile.host_loop(tiled, function)))
+            functions = time_tile.device_functions(tiled, f"{name}_tt")
+            return dict(entry, launches=[_printed(f, f.scope, printer.lines(f.body), printer) for f in functions],
+                        body=printer.lines(time_tile.host_loop(tiled, functions)))
         kernel = lower_kernel(poly, schedule, name, box)
         why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
         try:

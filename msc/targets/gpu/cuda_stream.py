@@ -27,9 +27,9 @@ Several statements and levels: each written field has its own rings, one per
 field, an older level read with a nonzero offset, and each step's result but
 the last), and every statement of a step computes its field's plane. An older
 level read only at the point itself (u[t-1] of a wave equation) is read from
-global memory, as inputs are. A tile of several steps needs every written
-field to keep one past level: its launch reads one copy of the fields and
-writes the other (`reason` says which stencils stream).
+global memory, as inputs are. A launch of several steps writes as many
+levels of each field as the field keeps, the last steps' results (the next
+launch reads them: `destinations`); `reason` says which stencils stream.
 
 The default launch of a qualifying stencil (2D or 3D, dirichlet, `reason`
 None) is a streamed tile of depth 1; `time_tile(depth, ...)` tiles are
@@ -62,14 +62,16 @@ Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weight
 def reason(stencil: ir.StencilIR, depth: int) -> str | None:
     """Why the stencil's tiles of `depth` steps cannot stream (None: they can): a
     field that changes in time but no statement computes, a read of a level t+1
-    (written by an earlier statement of the same step), or, with several steps, a
-    written field keeping more than one past level."""
+    (written by an earlier statement of the same step), or, with several steps,
+    fewer steps than a written field keeps past levels (a launch writes the levels
+    the next one reads)."""
     written = {f.name for f in stencil.written_fields}
     for f in stencil.fields:
         if not f.written and not f.time_invariant:
             return f"field '{f.name}' changes in time but is not computed by a statement"
-        if depth > 1 and f.written and f.window != 1:
-            return f"field '{f.name}' keeps {f.window} past levels (time tiles in shared memory keep one)"
+        if 1 < depth < f.window:
+            return (f"field '{f.name}' keeps {f.window} past levels, and a time tile in shared memory writes them "
+                    f"all: it takes at least {f.window} steps")
     for statement in stencil.statements:
         for read in statement.reads:
             if read.dt is not None and read.dt > 0 and read.name in written:
@@ -153,14 +155,29 @@ class StreamedTile:
         launch (one step) reads it back from shared memory (see `_hand_on`)."""
         return self.sums is not None and self.depth > 1
 
-    @property
+    @cached_property
     def slots(self) -> int:
-        """Planes in a stage's ring: summed, the newest plane, double-buffered; else the
-        2 x radius + 1 a step reads, and with one step one more, for the loaded plane is
-        stored before the iteration's only barrier."""
+        """Planes in a ring: summed, the newest plane, double-buffered; else the 2 x radius
+        + 1 a step reads, and with one step one more, for the loaded plane is stored before
+        the iteration's only barrier. With several fields or levels, the most any read
+        reaches back from its ring's newest plane (a step reading a level older than the
+        step before's reaches further), one more where the last step reads a loaded ring."""
+        r0 = self.stencil.radius[0]
         if self.sums is not None:
             return 2
-        return 2 * self.stencil.radius[0] + (2 if self.depth == 1 else 1)
+        if self.single:
+            return 2 * r0 + (2 if self.depth == 1 else 1)
+        most = 0
+        for stage in range(1, self.depth + 1):
+            for statement in self.stencil.statements:
+                reads = [(read.name, read.dt, read.offsets[0]) for read in statement.reads if read.dt is not None]
+                for name, dt, along in [*reads, (statement.target, 0, 0)]:  # and the step's own value
+                    level = Level(name, stage - 1 + dt)
+                    if level not in self.rings:
+                        continue
+                    span = (stage - max(level.at, 0)) * r0 - along + 1  # planes from the one read to the newest
+                    most = max(most, span + (level.at <= 0 and stage == self.depth))
+        return most
 
     @property
     def shared_bytes(self) -> int:
@@ -278,9 +295,16 @@ def tag(stencil: ir.StencilIR, level: Level) -> str:
     return f"_m{-level.at}" if level.at < 0 else ""
 
 
-def destination(stencil: ir.StencilIR, field: str) -> str:
-    """The pointer to the level of `field` a launch writes (its newest)."""
-    return "dst" + tag(stencil, Level(field, 1))
+def destination(stencil: ir.StencilIR, field: str, back: int = 0) -> str:
+    """The pointer to the level of `field` a launch writes `back` levels before its newest."""
+    return "dst" + tag(stencil, Level(field, -back if back else 1))
+
+
+def destinations(stencil: ir.StencilIR, depth: int) -> tuple[tuple[str, int], ...]:
+    """The levels a launch of `depth` steps writes, in call order, as (field, back): the
+    newest of each written field, and with several steps as many as the field keeps
+    (the next launch reads them)."""
+    return tuple((f.name, back) for f in stencil.written_fields for back in range(f.window if depth > 1 else 1))
 
 
 def source(stencil: ir.StencilIR, level: Level) -> str:
@@ -293,11 +317,11 @@ def sources(stencil: ir.StencilIR) -> tuple[Level, ...]:
     return tuple(Level(f.name, -m) for f in stencil.written_fields for m in range(f.window))
 
 
-def tile_parameters(stencil: ir.StencilIR) -> tuple[tuple[str, str], ...]:
-    """A time tile's device function's parameters (type, name), in call order: the level
-    each written field gets and the levels it reads (`sources`), the inputs, the scalars,
-    the extents, the steps."""
-    return (*(("real *", destination(stencil, f.name)) for f in stencil.written_fields),
+def tile_parameters(stencil: ir.StencilIR, depth: int = 1) -> tuple[tuple[str, str], ...]:
+    """A time tile's device function's parameters (type, name), in call order: the levels
+    a launch of `depth` steps writes (`destinations`) and reads (`sources`), the inputs,
+    the scalars, the extents, the steps."""
+    return (*(("real *", destination(stencil, field, back)) for field, back in destinations(stencil, depth)),
             *(("const real *", source(stencil, level)) for level in sources(stencil)),
             *(("const real *", field_name(f.name)) for f in stencil.fields if f.time_invariant),
             *(("real", param_name(p)) for p in stencil.params), *(("long", f"P{d}") for d in range(stencil.ndim)),
@@ -421,8 +445,11 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                     value = k.Compute(statement.expr, tuple(at.items()), st.dtype)
                     v = "v" + tag(st, Level(statement.target, 1)) + point.suffix
                     own = ring(plan.rings.index(Level(statement.target, stage - 1)), p % slots, point.q)
+                    back = depth - stage  # a level before the newest the launch writes too
                     out += [k.Decl(v, "value", k.Load(own), const=False),
                             k.If(finished, k.Block((k.Set(v, value),))),
+                            *([_output(plan, p, False, point, statement.target, back)]
+                              if 0 < back < st.field(statement.target).window else []),
                             _output(plan, p, False, point, statement.target) if last
                             else k.Store(ring(plan.rings.index(Level(statement.target, stage)), p % slots, point.q),
                                          ix.Var(v))]
@@ -449,7 +476,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                         k.Decl("q", "int", ix.linear(list(points[0].local.values()), sides)),
                         k.Decl("plane", "index", plane),
                         *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
-    return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st))
+    return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st, depth))
 
 
 def ring(index: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
@@ -472,14 +499,15 @@ def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, q: ix
     return k.Load(k.Ref(source(plan.stencil, level), ix.linear(glob, extents, read.offsets)))
 
 
-def _output(plan: StreamedTile, p: ix.Expr, summed: bool, point: _Point, field: str) -> k.If:
-    """The last step's value of a point of `field` written out where it is an output of the block's tile."""
+def _output(plan: StreamedTile, p: ix.Expr, summed: bool, point: _Point, field: str, back: int = 0) -> k.If:
+    """A step's value of a point of `field` written out where it is an output of the block's
+    tile: the last step's, or the one `back` steps before it (a level the next launch reads)."""
     reach = plan.depth * plan.stencil.radius[0]
     g0, r0, extent = ix.Var("g0"), plan.stencil.radius[0], ix.Var("P0")
-    where = [*([p.ge(reach)] if summed else []), point.var("in_tile"), point.var("interior"), p.lt(reach + plan.chunk),
-             g0.ge(r0), g0.lt(extent - r0)]
+    where = [*([p.ge(reach)] if summed or back else []), point.var("in_tile"), point.var("interior"),
+             p.lt(reach + plan.chunk), g0.ge(r0), g0.lt(extent - r0)]
     value = ix.Var("v" + tag(plan.stencil, Level(field, 1)) + point.suffix)
-    stored = k.Store(k.Ref(destination(plan.stencil, field), g0 * ix.Var("plane") + point.var("column")), value)
+    stored = k.Store(k.Ref(destination(plan.stencil, field, back), g0 * ix.Var("plane") + point.var("column")), value)
     return k.If(conjunction(where), k.Block((stored,)))
 
 

@@ -6,13 +6,14 @@ is read and written once per `depth` steps instead of once per step, at the
 price of a recomputed halo. In 2D and 3D the tiles are streamed
 (msc/targets/gpu/cuda_stream.py, which also gives the stencil's default
 launch, a streamed tile of one step): any statements reading levels up to t,
-every written field keeping one past level where a tile has several steps
-(`cuda_stream.reason`). In 1D a tile is a box, for one statement whose field
-keeps one past level (`qualifies`): each block loads its tile plus a halo of
-depth x radius into shared memory once, runs up to `depth` steps there (each
-step on a region shrunk by the radius, `__syncthreads()` between steps), and
-writes the tile's interior; the block is the loaded region, at most 1024
-threads.
+a tile of several steps taking at least as many as a written field keeps
+past levels (`cuda_stream.reason`; such a field's launches alternate between
+two sets of its levels, `level_sets_loop`). In 1D a tile is a box, for one
+statement whose field keeps one past level (`qualifies`): each block loads
+its tile plus a halo of depth x radius into shared memory once, runs up to
+`depth` steps there (each step on a region shrunk by the radius,
+`__syncthreads()` between steps), and writes the tile's interior; the block
+is the loaded region, at most 1024 threads.
 
 Other time-tiled schedules (or a block over the limit) keep the general
 skewed tiles of the kernel IR, run in global memory (`passes/cuda.py`);
@@ -218,23 +219,96 @@ def _buffer(copy: ix.Expr, at: ix.Expr) -> k.Ref:
     return k.Ref(BUFFER, at, k.Space.SHARED, rows=(copy,))
 
 
-def device_function(plan: SharedTimeTile | StreamedTile, name: str) -> DeviceFunction:
-    """The `__global__` function of the plan's tiles, as kernel IR."""
-    if isinstance(plan, StreamedTile):
-        return stream.device_function(plan, name)
-    return _box_function(plan, name)
+def writes_level_sets(plan: SharedTimeTile | StreamedTile) -> bool:
+    """Whether a launch of the plan writes several levels of a field (a streamed tile of
+    several steps of a field keeping several past levels): its loop is `level_sets_loop`."""
+    return plan.depth > 1 and any(f.window > 1 for f in plan.stencil.written_fields)
 
 
-def host_loop(plan: SharedTimeTile | StreamedTile, function: DeviceFunction) -> k.Block:
-    """The time loop of the plan's launches (`ring_loop`)."""
-    shared = plan.dynamic_shared
+def device_functions(plan: SharedTimeTile | StreamedTile, name: str) -> list[DeviceFunction]:
+    """The `__global__` functions of the plan's tiles, as kernel IR: its tile's, and where a
+    launch writes several levels of a field, the default launch (a streamed tile of one
+    step) for the steps left over."""
+    if not isinstance(plan, StreamedTile):
+        return [_box_function(plan, name)]
+    out = [stream.device_function(plan, name)]
+    if writes_level_sets(plan):
+        step = default_stream(plan.stencil)
+        assert step is not None, "a stencil whose time tiles stream streams one step"
+        out.append(stream.device_function(step, f"{name}_step"))
+    return out
 
+
+def host_loop(plan: SharedTimeTile | StreamedTile, functions: Sequence[DeviceFunction]) -> k.Block:
+    """The time loop of the plan's launches (`ring_loop`, or `level_sets_loop` with the
+    default launch for the steps left over: `device_functions`' order)."""
+    plans = [plan, *([default_stream(plan.stencil)] if len(functions) > 1 else [])]
+    shared = [tiles.dynamic_shared if tiles is not None else 0 for tiles in plans]
+    setup = [k.SharedLimit(f.name, n) for f, n in zip(functions, shared) if n]
+    launches = [_launcher(f, n) for f, n in zip(functions, shared)]
+    if len(functions) > 1:
+        return level_sets_loop(plan.stencil, plan.depth, plan.describe(), launches[0], launches[1], setup)
+    return ring_loop(plan.stencil, plan.depth, plan.describe(), launches[0], setup)
+
+
+def _launcher(function: DeviceFunction, shared: int) -> Callable[[Sequence[ix.Expr]], k.Node]:
+    """A launch of `function` given the pointers it takes first (its other arguments by name)."""
     def launch(pointers: Sequence[ix.Expr]) -> k.Node:
         return k.Launch(function.name, function.grid, function.block,
                         (*pointers, *(ix.Var(name) for _, name in function.scope[len(pointers):])), shared)
 
-    setup = [k.SharedLimit(function.name, shared)] if shared else []
-    return ring_loop(plan.stencil, plan.depth, plan.describe(), launch, setup)
+    return launch
+
+
+def level_sets_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Callable[[Sequence[ix.Expr]], k.Node],
+                    step: Callable[[Sequence[ix.Expr]], k.Node], setup: Sequence[k.Node] = ()) -> k.Block:
+    """The time loop of launches that write several levels of a field: `launch(pointers)` of
+    `depth` steps while as many are left, between the two sets of each field's levels
+    (`msc_level` in the kernel template: its ring's slots, and w - 1 scratch levels that
+    start as copies of a level, dirichlet ring included); then each level copied to its
+    ring slot (`msc_place_levels`), and the steps left over one `step` each, in the
+    ring's slots. The pointers are `cuda_stream.tile_parameters`' levels."""
+    fields, t, volume, t0 = stencil.written_fields, ix.Var("t"), ix.Var("V"), ix.Var("t0")
+    full, level_set = ix.Var("msc_full"), ix.Var("set")
+    nodes: list[k.Node] = [k.Comment(comment), *setup]
+    scratch: dict[str, ix.Expr] = {}
+    for f in fields:
+        ring = ix.Var(ring_buffer(f.name))
+        if f.window > 1:
+            name = f"msc_scratch_{field_name(f.name)}"
+            first = ring + t0 % f.slots * volume
+            nodes += [k.Decl(name, "pointer", ix.Call("msc_scratch_levels", (first, ix.Lit(f.window), volume)),
+                             restrict=False),
+                      k.Call("msc_allocated", (ix.Var(name),))]
+        scratch[f.name] = ix.Var(name) if f.window > 1 else ix.Lit(0)
+
+    def level(field: str, in_set: ix.Expr, back: int) -> ix.Expr:
+        ring, window = ix.Var(ring_buffer(field)), stencil.field(field).window
+        return ix.Call("msc_level", (ring, scratch[field], ix.Lit(window), t0, in_set, ix.Lit(back), volume))
+
+    pointers = [level(field, 1 - level_set, back) for field, back in stream.destinations(stencil, depth)]
+    pointers += [level(lv.field, level_set, -lv.at) for lv in stream.sources(stencil)]
+    nodes += [k.Decl("msc_full", "index", ix.Op("/", ix.Var("T"), ix.Lit(depth)) * depth),
+              k.Loop("t", ix.Lit(0), t.lt(full), k.Block((
+                  k.Decl("steps", "index", ix.Lit(depth)),
+                  k.Decl("set", "index", ix.Op("/", t, ix.Lit(depth)) % 2),
+                  launch(pointers))), step=ix.Lit(depth)),
+              *(k.Call("msc_place_levels", (ix.Var(ring_buffer(f.name)), scratch[f.name], ix.Lit(f.window), t0, full,
+                                            ix.Op("/", full, ix.Lit(depth)) % 2, volume)) for f in fields),
+              *(k.Call("msc_device_free", (scratch[f.name],)) for f in fields if f.window > 1),
+              k.Loop("t", full, t.lt(ix.Var("T")), k.Block((k.Decl("steps", "index", ix.Lit(1)),
+                                                            step(slot_pointers(stencil, t)))))]
+    return k.Block(tuple(nodes))
+
+
+def slot_pointers(stencil: ir.StencilIR, t: ix.Expr) -> list[ix.Expr]:
+    """The pointers of a one-step launch at step t in the ring's slots: the level each
+    written field gets, then the levels it reads (`cuda_stream.tile_parameters`' order)."""
+    def at(field: str, dt: int) -> ix.Expr:
+        slots = stencil.field(field).slots
+        return ix.Var(ring_buffer(field)) + ring_slot(t, dt, slots) * ix.Var("V")
+
+    return [at(f.name, 1) for f in stencil.written_fields] + [at(lv.field, lv.at) for lv in stream.sources(stencil)]
 
 
 def ring_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Callable[[Sequence[ix.Expr]], k.Node],
@@ -253,12 +327,9 @@ def ring_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Callable[
 
     steps = k.Decl("steps", "index", ix.min_(depth, ix.Var("T") - t))
     if any(f.window != 1 for f in fields):
-        assert depth == 1, "a launch of several steps writes the levels it reads"
-        pointers = [at(f.name, ring_slot(t, 1, f.slots)) for f in fields]
-        pointers += [at(level.field, ring_slot(t, level.at, stencil.field(level.field).slots))
-                     for level in stream.sources(stencil)]
+        assert depth == 1, "a launch of several steps of several levels runs in level_sets_loop"
         return k.Block((k.Comment(comment), *setup,
-                        k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((steps, launch(pointers))))))
+                        k.Loop("t", ix.Lit(0), t.lt(ix.Var("T")), k.Block((steps, launch(slot_pointers(stencil, t)))))))
     slot = ix.Var("slot")
     pointers = [at(f.name, 1 - slot) for f in fields] + [at(f.name, slot) for f in fields]
     return k.Block((
