@@ -14,8 +14,10 @@ each (`unroll("y", 2)`): blocks of 8 x 32 threads, so the default's 16 x 32 poin
 of a plane and its tile.
 
 `--only` also takes stencils of several levels or fields (SEVERAL, not run by
-default): a wave equation in 2D and 3D (levels t and t-1) and two coupled
-fields in 2D, with the grid-mapped launch, the default and time_tile(4).
+default): a wave equation in 2D and 3D (levels t and t-1), two coupled
+fields in 2D and the acoustic wave of examples/wave_coupled.py (a statement
+reading the level t+1 the one before wrote, at the point), with the
+grid-mapped launch, the default and time_tile(4).
 
 Goals: with the default launch, global load bytes per update at most 1.5 x
 the itemsize per level read (the standard stencils read one); with
@@ -80,22 +82,26 @@ def several(name: str) -> tuple[msc.Stencil, int]:
         v[t + 1, x, y] = v[t, x, y] + c * (v[t, x - 1, y] + v[t, x + 1, y] + v[t, x, y - 1] + v[t, x, y + 1]
                                            - 4 * v[t, x, y]) + 0.1 * u[t, x, y] * v[t, x, y]
 
-    body = {"wave2d": wave2d, "wave3d": wave3d, "coupled2d": coupled2d}[name]
-    return msc.stencil(body), 2
+    def acoustic2d(p, q, c, dt2):  # type: ignore[no-untyped-def]  # examples/wave_coupled.py: q[t+1] read at the point
+        q[t + 1, x, y] = p[t, x - 1, y] + p[t, x + 1, y] + p[t, x, y - 1] + p[t, x, y + 1] - 4 * p[t, x, y]
+        p[t + 1, x, y] = 2 * p[t, x, y] - p[t - 1, x, y] + dt2 * c[x, y] ** 2 * q[t + 1, x, y]
+
+    body = {"wave2d": wave2d, "wave3d": wave3d, "coupled2d": coupled2d, "acoustic2d": acoustic2d}[name]
+    return msc.stencil(body), 3 if name == "acoustic2d" else 2
 
 
-SEVERAL = ("wave2d", "wave3d", "coupled2d")
+SEVERAL = ("wave2d", "wave3d", "coupled2d", "acoustic2d")
 SEVERAL_SCHEDULES = ("grid-mapped", "default (streamed)", f"time_tile({DEPTH})")
 
 
 def inputs_of(stencil: msc.Stencil, dtype: str) -> dict[str, Any]:
-    """Random fields (every level a field keeps) and c = 0.1."""
+    """Random fields (every level a field keeps, and inputs) and scalars of 0.1."""
     rng = np.random.default_rng(0)
     shape = SHAPES[stencil.ir.ndim]
     out: dict[str, Any] = {}
-    for f in stencil.ir.written_fields:
-        levels = [rng.random(shape).astype(dtype) for _ in range(f.window)]
-        out[f.name] = levels[0] if f.window == 1 else levels
+    for f in stencil.ir.fields:
+        levels = [rng.random(shape).astype(dtype) for _ in range(max(f.window, 1))]
+        out[f.name] = levels[0] if len(levels) == 1 else levels
     return {**out, **{p: 0.1 for p in stencil.ir.params}}
 
 

@@ -717,6 +717,11 @@ def _several_cases() -> list[Any]:
         v[t + 1, x, y] = 0.9 * v[t, x, y] - 0.05 * (u[t, x - 1, y] - u[t - 1, x, y])
 
     @msc.stencil
+    def acoustic(p, q, c, dt2):  # examples/wave_coupled.py: q[t+1] read at the point, from a register
+        q[t + 1, x, y] = p[t, x - 1, y] + p[t, x + 1, y] + p[t, x, y - 1] + p[t, x, y + 1] - 4 * p[t, x, y]
+        p[t + 1, x, y] = 2 * p[t, x, y] - p[t - 1, x, y] + dt2 * c[x, y] ** 2 * q[t + 1, x, y]
+
+    @msc.stencil
     def pair3(u, v, k):
         u[t + 1, x, y, z] = u[t, x, y, z] + 0.1 * (u[t, x - 1, y, z] + u[t, x, y + 1, z] + u[t, x, y, z - 1]
                                                    - 3 * u[t, x, y, z]) + 0.05 * k[x, y, z] * v[t, x + 1, y, z]
@@ -728,6 +733,7 @@ def _several_cases() -> list[Any]:
     three = {name: rng.random(box).astype(np.float32) for name in ("u", "v", "k")}
     waves = {"u": [rng.random(plane), rng.random(plane)], "c": 0.1}
     waves3 = {"u": [rng.random(box), rng.random(box)], "s": rng.random(box)}
+    acoustics = {"p": [rng.random(plane), rng.random(plane)], "q": np.zeros(plane), "c": rng.random(plane), "dt2": 0.05}
     return [
         (wave, msc.Schedule(), waves, "float64"),
         (wave3, msc.Schedule(), waves3, "float64"),
@@ -740,10 +746,12 @@ def _several_cases() -> list[Any]:
         (wave3, msc.Schedule().time_tile(3, x=5, y=4, z=8), waves3, "float64"),
         (levels3, msc.Schedule().time_tile(3, x=8, y=16),
          {"u": [rng.random(plane), rng.random(plane), rng.random(plane)], "v": rng.random(plane)}, "float64"),
+        (acoustic, msc.Schedule(), acoustics, "float64"),
+        (acoustic, msc.Schedule().time_tile(2, x=8, y=16), acoustics, "float64"),
     ]
 
 
-@pytest.mark.parametrize("index", range(10))
+@pytest.mark.parametrize("index", range(12))
 def test_several_statements_and_levels_stream(index, assert_matches, reverse_blocks):
     """Streamed tiles of stencils with several statements or past levels: every written
     field's rings, an older level from a ring or from global memory; time tiles of fields
@@ -798,7 +806,7 @@ def test_what_does_not_stream_says_why():
             "tile in shared memory writes them all: it takes at least 3 steps") in tiled
     assert "streamed tiles" in cuda.source(wave.poly(), msc.Schedule().time_tile(2, x=8, y=16))
     assert "msc_ring" not in cuda.source(chained.poly(), msc.Schedule())
-    assert "the statement of 'v' reads u[t+1], written in the same step" in cuda.source(
+    assert "the statement of 'v' reads u[t+1] at a neighbour, written in the same step" in cuda.source(
         chained.poly(), msc.Schedule().time_tile(2, x=8, y=16))
     # the tuner's streamed time tiles only where they stream
     for stencil in (pair, wave):

@@ -25,11 +25,13 @@ and writes all k, and its partial sums read each neighbour once for all k.
 Several statements and levels: each written field has its own rings, one per
 `Level` a step reads with neighbours (the loaded level t of every written
 field, an older level read with a nonzero offset, and each step's result but
-the last), and every statement of a step computes its field's plane. An older
-level read only at the point itself (u[t-1] of a wave equation) is read from
-global memory, as inputs are. A launch of several steps writes as many
-levels of each field as the field keeps, the last steps' results (the next
-launch reads them: `destinations`); `reason` says which stencils stream.
+the last), and every statement of a step computes its field's plane (a
+level t+1 an earlier statement wrote is read at the point, from its
+register). An older level read only at the point itself (u[t-1] of a wave
+equation) is read from global memory, as inputs are. A launch of several
+steps writes as many levels of each field as the field keeps, the last
+steps' results (the next launch reads them: `destinations`); `reason` says
+which stencils stream.
 
 The default launch of a qualifying stencil (2D or 3D, dirichlet, `reason`
 None) is a streamed tile of depth 1; `time_tile(depth, ...)` tiles are
@@ -62,9 +64,10 @@ Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weight
 def reason(stencil: ir.StencilIR, depth: int) -> str | None:
     """Why the stencil's tiles of `depth` steps cannot stream (None: they can): a
     field that changes in time but no statement computes, a read of a level t+1
-    (written by an earlier statement of the same step), or, with several steps,
-    fewer steps than a written field keeps past levels (a launch writes the levels
-    the next one reads)."""
+    (written by an earlier statement of the same step) at a neighbour (at the point
+    itself it is that statement's value, in the thread's registers), or, with
+    several steps, fewer steps than a written field keeps past levels (a launch
+    writes the levels the next one reads)."""
     written = {f.name for f in stencil.written_fields}
     for f in stencil.fields:
         if not f.written and not f.time_invariant:
@@ -74,9 +77,9 @@ def reason(stencil: ir.StencilIR, depth: int) -> str | None:
                     f"all: it takes at least {f.window} steps")
     for statement in stencil.statements:
         for read in statement.reads:
-            if read.dt is not None and read.dt > 0 and read.name in written:
-                return (f"the statement of '{statement.target}' reads {read.name}[t+1], written in the same step "
-                        f"(streamed tiles read levels up to t)")
+            if read.dt is not None and read.dt > 0 and read.name in written and any(read.offsets):
+                return (f"the statement of '{statement.target}' reads {read.name}[t+1] at a neighbour, written in "
+                        f"the same step (streamed tiles read a level t+1 at the point only)")
     return None
 
 
@@ -170,7 +173,8 @@ class StreamedTile:
         most = 0
         for stage in range(1, self.depth + 1):
             for statement in self.stencil.statements:
-                reads = [(read.name, read.dt, read.offsets[0]) for read in statement.reads if read.dt is not None]
+                reads = [(read.name, read.dt, read.offsets[0]) for read in statement.reads
+                         if read.dt is not None and read.dt <= 0]
                 for name, dt, along in [*reads, (statement.target, 0, 0)]:  # and the step's own value
                     level = Level(name, stage - 1 + dt)
                     if level not in self.rings:
@@ -440,7 +444,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
             out: list[k.Node] = []
             for point, finished in zip(points, done):
                 for statement in st.statements:
-                    at = {read: access(plan, read, stage, p, point.q, glob(point), extents)
+                    at = {read: access(plan, read, stage, p, point, glob(point), extents)
                           for read in ir.reads_of(statement.expr)}
                     value = k.Compute(statement.expr, tuple(at.items()), st.dtype)
                     v = "v" + tag(st, Level(statement.target, 1)) + point.suffix
@@ -485,17 +489,20 @@ def ring(index: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
     return k.Ref(RING, at, k.Space.SHARED, rows=(ix.Lit(index), slot))
 
 
-def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, q: ix.Expr, glob: list[ix.Var],
+def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, point: _Point, glob: list[ix.Var],
            extents: list[ix.Var]) -> ix.Expr:
     """A read of step `stage` at plane p: a level in a ring from there (the level the step
-    before computed or loaded), any other from global memory (an input, or an older level
-    read at the point only)."""
+    before computed or loaded), level t+1 at the point from the register of the statement
+    that wrote it, any other from global memory (an input, or an older level read at the
+    point only)."""
     if read.dt is None:
         return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
+    if read.dt > 0:
+        return ix.Var("v" + tag(plan.stencil, Level(read.name, 1)) + point.suffix)
     level = Level(read.name, stage - 1 + read.dt)
     if level in plan.rings:
         return k.Load(ring(plan.rings.index(level), (p + read.offsets[0]) % plan.slots,
-                           q + plan.shift(read.offsets[1:])))
+                           point.q + plan.shift(read.offsets[1:])))
     return k.Load(k.Ref(source(plan.stencil, level), ix.linear(glob, extents, read.offsets)))
 
 
