@@ -777,16 +777,19 @@ def test_the_last_step_reading_a_loaded_level_keeps_a_plane_more(assert_matches)
 
 def test_several_levels_stream_each_level_once():
     """The streamed default launch reads each level about once (at most 1.5 x the itemsize per
-    update and level read), against one value per read before (48 and 64 bytes per update)."""
+    update and level read), against one value per read before (48 and 64 bytes per update),
+    and no level of a field no statement reads at t or before."""
     if not EMULATE:
         pytest.skip("the counters are the emulator's")
-    for index, levels in ((0, 2), (2, 2)):
+    for index, levels in ((0, 2), (2, 2), (10, 3)):
         stencil, schedule, inputs, dtype = _several_cases()[index]
         kernel = stencil.compile(target="cuda", emulate=True, schedule=schedule)
         kernel.run(steps=4, **inputs)
         run = kernel.last_run
         assert run.gpu["load_bytes"] <= 1.5 * 8 * levels * run.updates, (stencil.name, run.gpu)
         assert run.gpu["shared_wavefronts_per_access"] <= 1.1
+    # the acoustic wave's q is read at t+1 only: its level t is not loaded
+    assert "src_f_q_t0[" not in kernel.source and "src_f_p_t0[" in kernel.source
 
 
 def test_what_does_not_stream_says_why():

@@ -131,14 +131,18 @@ class StreamedTile:
     @cached_property
     def rings(self) -> tuple[Level, ...]:
         """The levels kept in rings of planes in shared memory, in the order of the ring
-        buffer's rows: the loaded ones (level t of every written field, an older level
-        where a step reads it with a nonzero offset), then each step's result but the
-        last's. An older level read only at the point is read from global memory."""
+        buffer's rows: the loaded ones (level t of every written field a statement reads
+        at t or before, an older level where a step reads it with a nonzero offset), then
+        each step's result but the last's. An older level read only at the point is read
+        from global memory; a field no statement reads at t or before is not loaded (no
+        step's output depends on it)."""
         st, written = self.stencil, self.stencil.written_fields
-        older = {Level(read.name, stage - 1 + read.dt) for stage in range(1, self.depth + 1)
-                 for statement in st.statements for read in statement.reads
-                 if read.dt is not None and stage - 1 + read.dt < 0 and any(read.offsets)}
-        loaded = [Level(f.name, 0) for f in written] + sorted(older, key=lambda level: (-level.at, level.field))
+        reads = [read for statement in st.statements for read in statement.reads
+                 if read.dt is not None and read.dt <= 0]
+        older = {Level(read.name, stage - 1 + read.dt) for stage in range(1, self.depth + 1) for read in reads
+                 if stage - 1 + read.dt < 0 and any(read.offsets)}
+        loaded = [Level(f.name, 0) for f in written if any(read.name == f.name for read in reads)]
+        loaded += sorted(older, key=lambda level: (-level.at, level.field))
         return (*loaded, *(Level(f.name, at) for at in range(1, self.depth) for f in written))
 
     @property
@@ -448,9 +452,11 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                           for read in ir.reads_of(statement.expr)}
                     value = k.Compute(statement.expr, tuple(at.items()), st.dtype)
                     v = "v" + tag(st, Level(statement.target, 1)) + point.suffix
-                    own = ring(plan.rings.index(Level(statement.target, stage - 1)), p % slots, point.q)
+                    before = Level(statement.target, stage - 1)  # its value where the step computes none
+                    own = (k.Load(ring(plan.rings.index(before), p % slots, point.q)) if before in plan.rings
+                           else ix.Cast("real", ix.Lit(0)))  # a level no statement reads: never written out
                     back = depth - stage  # a level before the newest the launch writes too
-                    out += [k.Decl(v, "value", k.Load(own), const=False),
+                    out += [k.Decl(v, "value", own, const=False),
                             k.If(finished, k.Block((k.Set(v, value),))),
                             *([_output(plan, p, False, point, statement.target, back)]
                               if 0 < back < st.field(statement.target).window else []),
