@@ -802,7 +802,13 @@ def test_what_does_not_stream_says_why():
         u[t + 1, x, y] = 0.5 * (u[t, x - 1, y] + u[t, x + 1, y])
         v[t + 1, x, y] = v[t, x, y] + 0.1 * u[t + 1, x, y + 1]
 
+    @msc.stencil
+    def fill(u, c):  # reads no field at t: nothing to stream in a step (its time tiles stream their steps)
+        u[t + 1, x, y] = 0.5 * c[x, y]
+
     cuda = get_target("cuda")
+    assert "msc_ring" not in cuda.source(fill.poly(), msc.Schedule())
+    assert "streamed tiles of 2 steps" in cuda.source(fill.poly(), msc.Schedule().time_tile(2, x=4, y=8))
     levels3 = _several_cases()[9][0]
     tiled = cuda.source(levels3.poly(), msc.Schedule().time_tile(2, x=8, y=16))
     assert ("skewed time tiles in global memory, not in shared memory: field 'u' keeps 3 past levels, and a time "
@@ -813,7 +819,8 @@ def test_what_does_not_stream_says_why():
         chained.poly(), msc.Schedule().time_tile(2, x=8, y=16))
     # the tuner's streamed time tiles only where they stream
     for stencil in (pair, wave):
-        assert any(s.time_depth > 1 and "msc_ring" in cuda.source(stencil.poly(), s) for s in cuda_candidates(stencil.ir))
+        assert any(s.time_depth > 1 and "msc_ring" in cuda.source(stencil.poly(), s)
+                   for s in cuda_candidates(stencil.ir))
     assert all("msc_ring" not in cuda.source(levels3.poly(), s) for s in cuda_candidates(levels3.ir)
                if s.time_depth == 2)
 

@@ -65,9 +65,10 @@ def reason(stencil: ir.StencilIR, depth: int) -> str | None:
     """Why the stencil's tiles of `depth` steps cannot stream (None: they can): a
     field that changes in time but no statement computes, a read of a level t+1
     (written by an earlier statement of the same step) at a neighbour (at the point
-    itself it is that statement's value, in the thread's registers), or, with
-    several steps, fewer steps than a written field keeps past levels (a launch
-    writes the levels the next one reads)."""
+    itself it is that statement's value, in the thread's registers), a step that
+    reads no field at t or before (nothing to stream), or, with several steps,
+    fewer steps than a written field keeps past levels (a launch writes the
+    levels the next one reads)."""
     written = {f.name for f in stencil.written_fields}
     for f in stencil.fields:
         if not f.written and not f.time_invariant:
@@ -75,6 +76,8 @@ def reason(stencil: ir.StencilIR, depth: int) -> str | None:
         if 1 < depth < f.window:
             return (f"field '{f.name}' keeps {f.window} past levels, and a time tile in shared memory writes them "
                     f"all: it takes at least {f.window} steps")
+    if depth == 1 and not any(read.dt is not None and read.dt <= 0 for s in stencil.statements for read in s.reads):
+        return "no statement reads a field at t or before: a step has no planes to stream"
     for statement in stencil.statements:
         for read in statement.reads:
             if read.dt is not None and read.dt > 0 and read.name in written and any(read.offsets):
