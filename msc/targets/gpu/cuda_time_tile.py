@@ -242,11 +242,12 @@ def device_functions(plan: SharedTimeTile | StreamedTile, name: str) -> list[Dev
 def host_loop(plan: SharedTimeTile | StreamedTile, functions: Sequence[DeviceFunction]) -> k.Block:
     """The time loop of the plan's launches (`ring_loop`, or `level_sets_loop` with the
     default launch for the steps left over: `device_functions`' order)."""
-    plans = [plan, *([default_stream(plan.stencil)] if len(functions) > 1 else [])]
+    level_sets = writes_level_sets(plan)
+    plans = [plan, *([default_stream(plan.stencil)] if level_sets else [])]
     shared = [tiles.dynamic_shared if tiles is not None else 0 for tiles in plans]
     setup = [k.SharedLimit(f.name, n) for f, n in zip(functions, shared) if n]
     launches = [_launcher(f, n) for f, n in zip(functions, shared)]
-    if len(functions) > 1:
+    if level_sets:
         return level_sets_loop(plan.stencil, plan.depth, plan.describe(), launches[0], launches[1], setup)
     return ring_loop(plan.stencil, plan.depth, plan.describe(), launches[0], setup)
 
