@@ -154,7 +154,7 @@ class CudaTarget(ctarget.CTarget):
             schedule=f"{schedule.schedule} (loops: {describe_loops(schedule)})",
             int_helpers=int_helpers(DEVICE_FUNCTION),
             entries=entries,
-            level_sets=any("msc_level(" in line for entry in entries for line in entry["body"]),
+            level_sets=any(entry.get("level_sets", False) for entry in entries),
             fields=fields,
             volume=" * ".join(f"P{d}" for d in range(stencil.ndim)),
             radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
@@ -176,7 +176,8 @@ class CudaTarget(ctarget.CTarget):
         if tiled is not None:
             functions = time_tile.device_functions(tiled, f"{name}_tt")
             return dict(entry, launches=[_printed(f, f.scope, printer.lines(f.body), printer) for f in functions],
-                        body=printer.lines(time_tile.host_loop(tiled, functions)))
+                        body=printer.lines(time_tile.host_loop(tiled, functions)),
+                        level_sets=time_tile.writes_level_sets(tiled))
         kernel = lower_kernel(poly, schedule, name, box)
         why = time_tile.reason_not_shared(stencil, schedule) if schedule.schedule.time_depth else None
         try:

@@ -243,8 +243,8 @@ def host_loop(plan: SharedTimeTile | StreamedTile, functions: Sequence[DeviceFun
     """The time loop of the plan's launches (`ring_loop`, or `level_sets_loop` with the
     default launch for the steps left over: `device_functions`' order)."""
     level_sets = writes_level_sets(plan)
-    plans = [plan, *([default_stream(plan.stencil)] if level_sets else [])]
-    shared = [tiles.dynamic_shared if tiles is not None else 0 for tiles in plans]
+    step = default_stream(plan.stencil) if level_sets else None
+    shared = [tiles.dynamic_shared for tiles in (plan, step) if tiles is not None]
     setup = [k.SharedLimit(f.name, n) for f, n in zip(functions, shared) if n]
     launches = [_launcher(f, n) for f, n in zip(functions, shared)]
     if level_sets:
