@@ -4,7 +4,17 @@ with the default schedule (or the one given). Needs nvcc only (no GPU).
 Writes JSON (and prints a table).
 
     python3 benchmarks/cuda_resources.py [--json out.json] [--schedule "Schedule().tile(x=8, y=32)"]
-        [--dtypes float64,float32] [--only heat3d,box3d27p]
+        [--dtypes float64,float32] [--only heat3d,box3d27p] [--sass]
+
+A kernel templated on its index type (the streamed tiles) is reported per
+instantiation (`index`: int or long; MSC_LAUNCH_INDEXED launches the int one
+where a level has at most 2^30 points). With --sass (cuobjdump and nvdisasm,
+on PATH or from the wheels `pip install nvidia-cuda-cuobjdump
+nvidia-cuda-nvdisasm` of the `bench` extra), each kernel templated on its
+index type also gets `instructions_per_plane`: the
+SASS instructions of its loop over planes per plane a thread passes (the
+innermost loop holding a barrier, over its barriers per plane: one per step
+of the tile), the instruction-issue cost of its steady state.
 
 Occupancy is the share of an H100/H200 multiprocessor's 64 warps that the
 kernel's blocks can hold at once, limited by registers (65536 per
@@ -16,8 +26,11 @@ occupancy calculator's rules for compute capability 9.0.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,26 +61,63 @@ def occupancy(registers: int, threads: int, shared_bytes: int) -> float:
     return blocks * warps / WARPS_PER_SM
 
 
-def resources(source: str) -> dict[str, dict[str, int]]:
-    """Per __global__ function of msc's launches: registers, spill bytes, shared bytes, threads per block."""
+def resources(source: str, sass_barriers: int = 0) -> dict[tuple[str, str], dict[str, int]]:
+    """Per __global__ function of msc's launches and instantiation of its index type ("" where it has
+    none, else "int" or "long"): registers, spill bytes, shared bytes, threads per block; with
+    `sass_barriers` (the barriers per plane of its streamed loop) also `instructions_per_plane`."""
     bounds = {name: int(n) for n, name in re.findall(r"__launch_bounds__\((\d+)\) (\w+)\(", source)}
     with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "kernel.cu"
+        path, cubin = Path(directory) / "kernel.cu", Path(directory) / "kernel.cubin"
         path.write_text(source)
-        done = subprocess.run(["nvcc", "-c", "-arch=sm_90", "-Xptxas", "-v", f"-I{cuda_emu.EMULATOR_DIR}", str(path),
-                               "-o", str(Path(directory) / "kernel.o")], capture_output=True, text=True, check=True)
-    out = {}
-    for block in done.stderr.split("Compiling entry function")[1:]:
-        mangled = block.split("'")[1]
-        name = next((n for n in bounds if n in mangled), None)
-        if name is None:
-            continue  # the runtime's level copies
-        spills = re.search(r"(\d+) bytes spill stores", block)
-        shared = re.search(r"(\d+) bytes smem", block)
-        out[name] = {"registers": int(re.search(r"Used (\d+) registers", block).group(1)),
-                     "spill_bytes": int(spills.group(1)) if spills else 0,
-                     "shared_bytes": int(shared.group(1)) if shared else 0, "threads": bounds[name]}
+        done = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", f"-I{cuda_emu.EMULATOR_DIR}",
+                               str(path), "-o", str(cubin)], capture_output=True, text=True, check=True)
+        out = {}
+        for block in done.stderr.split("Compiling entry function")[1:]:
+            mangled = block.split("'")[1]
+            name = next((n for n in bounds if re.search(rf"\d{n}(I[il]E)?v", mangled)), None)
+            if name is None:
+                continue  # the runtime's level copies
+            index = {"": "", "IiE": "int", "IlE": "long"}[re.search(rf"{name}(I[il]E)?", mangled).group(1) or ""]
+            spills = re.search(r"(\d+) bytes spill stores", block)
+            shared = re.search(r"(\d+) bytes smem", block)
+            row = {"registers": int(re.search(r"Used (\d+) registers", block).group(1)),
+                   "spill_bytes": int(spills.group(1)) if spills else 0,
+                   "shared_bytes": int(shared.group(1)) if shared else 0, "threads": bounds[name]}
+            if sass_barriers and index:
+                row["instructions_per_plane"] = plane_instructions(cubin, mangled, sass_barriers)
+            out[(name, index)] = row
     return out
+
+
+def sass_path() -> str | None:
+    """A PATH with cuobjdump and nvdisasm: this one, or with the bin folder of their wheels (None: neither)."""
+    path = os.environ.get("PATH", "")
+    if shutil.which("cuobjdump", path=path) and shutil.which("nvdisasm", path=path):
+        return path
+    spec = importlib.util.find_spec("nvidia")
+    for folder in (Path(p) / "cu13" / "bin" for p in ((spec.submodule_search_locations if spec else None) or [])):
+        if (folder / "cuobjdump").exists() and (folder / "nvdisasm").exists():
+            return os.pathsep.join([str(folder), path])
+    return None
+
+
+def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> float:
+    """SASS instructions per plane of a streamed kernel's loop over planes: the innermost loop
+    (a backward branch) holding a barrier, its length over the planes it covers (ptxas may
+    unroll it: its barriers over `barriers_per_plane`)."""
+    done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PATH": sass_path() or ""})
+    code = [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
+    loops = []
+    for pc, text in code:
+        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) <= pc:
+            body = [t for at, t in code if int(branch.group(1), 16) <= at <= pc]
+            barriers = sum("BAR.SYNC" in t for t in body)
+            if barriers:
+                loops.append((len(body), barriers))
+    length, barriers = min(loops)
+    return length * barriers_per_plane / barriers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedule", default="Schedule()")
     ap.add_argument("--dtypes", default="float64,float32")
     ap.add_argument("--only", default=",".join(c.name for c in CASES[:4]), help="stencils, comma-separated")
+    ap.add_argument("--sass", action="store_true", help="SASS instructions per plane of the streamed kernels")
     a = ap.parse_args(argv)
     schedule = parse_schedule(a.schedule)
+    if a.sass and sass_path() is None:
+        ap.error("--sass needs cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     rows: list[dict[str, Any]] = []
     names = a.only.split(",")
     unknown = set(names) - {c.name for c in CASES}
@@ -87,12 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         stencil = msc_stencil(case)
         for dtype in a.dtypes.split(","):
             source = get_target("cuda").source(stencil.poly(dtype), schedule)
-            for kernel, r in resources(source).items():
-                row = {"stencil": case.name, "dtype": dtype, "kernel": kernel, **r,
+            for (kernel, index), r in resources(source, max(schedule.time_depth, 1) if a.sass else 0).items():
+                row = {"stencil": case.name, "dtype": dtype, "kernel": kernel, "index": index, **r,
                        "occupancy": occupancy(r["registers"], r["threads"], r["shared_bytes"])}
                 rows.append(row)
-                print(f"{case.name:9} {dtype:8} {kernel:12} {r['registers']:3} registers, {r['spill_bytes']} bytes "
-                      f"spilled, {r['threads']} threads, occupancy {row['occupancy']:.0%}")
+                sass = r.get("instructions_per_plane")
+                print(f"{case.name:9} {dtype:8} {kernel:12} {index or '-':4} {r['registers']:3} registers, "
+                      f"{r['spill_bytes']} bytes spilled, {r['threads']} threads, occupancy {row['occupancy']:.0%}"
+                      + ("" if sass is None else f", {sass:g} instructions a plane"))
     if a.json:
         Path(a.json).write_text(json.dumps({"schedule": a.schedule, "arch": "sm_90", "rows": rows}, indent=1) + "\n")
     return 0

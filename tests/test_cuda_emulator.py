@@ -373,3 +373,20 @@ def test_warps_run_apart_until_a_barrier(lib, monkeypatch, order, barrier):
     late, early = (slice(0, 32), slice(32, 64)) if order == "forward" else (slice(32, 64), slice(0, 32))
     assert np.isnan(out[late]).all()
     np.testing.assert_array_equal(out[early], expected[early])
+
+
+@pytest.mark.parametrize("width, points, size", [("", 1 << 30, 4), ("", (1 << 30) + 1, 8), ("32", 5, 4), ("64", 5, 8)])
+def test_indexed_launches_take_32_bit_indices_where_the_points_allow(lib, monkeypatch, width, points, size):
+    """MSC_LAUNCH_INDEXED: index_t is int up to 2^30 points, long above, and long under
+    MSC_CUDA_EMU_INDEX=64 (how the tests run kernels of either width on small grids)."""
+    monkeypatch.setenv(cuda_emu.INDEX_WIDTH, width)
+    out = np.zeros(1, np.int32)
+    assert lib("index_width").run_index_bytes(ptr(out), ctypes.c_long(points)) == 0
+    assert out[0] == size
+
+
+def test_an_unknown_index_width_is_an_error(lib, monkeypatch, capfd):
+    monkeypatch.setenv(cuda_emu.INDEX_WIDTH, "48")
+    out = np.zeros(1, np.int32)
+    assert lib("index_width").run_index_bytes(ptr(out), ctypes.c_long(5)) != 0
+    assert "MSC_CUDA_EMU_INDEX: '48' is not 32 or 64" in capfd.readouterr().err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -763,6 +764,42 @@ def test_several_statements_and_levels_stream(index, assert_matches, reverse_blo
     several_levels = schedule.time_depth > 1 and any(f.window > 1 for f in stencil.ir.written_fields)
     assert ("msc_place_levels(" in source) == several_levels
     _runs_match(stencil, schedule, source, inputs, dtype, 9 if several_levels else 5, assert_matches)
+
+
+def _indexed_cases() -> list[Any]:
+    from msc import t, x, y
+
+    @msc.stencil
+    def heat(u):  # one statement of one level: partial sums
+        u[t + 1, x, y] = 0.5 * u[t, x, y] + 0.125 * (u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1])
+
+    @msc.stencil
+    def line(u):  # 1D: box tiles
+        u[t + 1, x] = 0.5 * u[t, x] + 0.25 * (u[t, x - 1] + u[t, x + 1])
+
+    rng = np.random.default_rng(5)
+    several = _several_cases()
+    return [(heat, msc.Schedule(), {"u": rng.random((37, 45))}, "float64"),
+            (heat, msc.Schedule().time_tile(3, x=8, y=16), {"u": rng.random((37, 45)).astype(np.float32)}, "float32"),
+            (line, msc.Schedule().time_tile(2, x=16), {"u": rng.random(70)}, "float64"),
+            *(several[i] for i in (1, 6, 9, 11))]
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_shared_memory_tiles_run_with_either_index_width(index, assert_matches, monkeypatch):
+    """Streamed and box tiles are templates on their index type, launched with 32-bit
+    indices where a level's points allow (every other test's grids) and 64-bit ones above:
+    the emulator runs the 64-bit ones here (MSC_CUDA_EMU_INDEX=64). Their bodies
+    declare no index of a fixed type."""
+    from msc.runtime import cuda_emu
+
+    monkeypatch.setenv(cuda_emu.INDEX_WIDTH, "64")
+    stencil, schedule, inputs, dtype = _indexed_cases()[index]
+    source = get_target("cuda").source(stencil.poly(dtype), schedule)
+    functions = re.findall(r"template <typename index_t>\n__global__ .*?\n\}\n", source, re.S)
+    assert functions and all(" long " not in f and "(long)" not in f for f in functions), source
+    assert source.count("MSC_LAUNCH_INDEXED(") >= len(functions) and "MSC_LAUNCH(msc_run_tt" not in source
+    _runs_match(stencil, schedule, source, inputs, dtype, 5, assert_matches)
 
 
 def test_the_last_step_reading_a_loaded_level_keeps_a_plane_more(assert_matches):

@@ -160,7 +160,7 @@ def test_gpu_time_tiles_are_kernel_ir_the_gpu_printer_prints():
         with pytest.raises(TypeError, match="only a GPU printer prints launches"):
             CPrinter(st.ir.dtype).lines(host)
         text = "\n".join(CudaPrinter(st.ir.dtype).lines(host))
-        assert "MSC_LAUNCH(f, dim3(" in text and "cudaMemcpyDeviceToDevice" in text
+        assert "MSC_LAUNCH_INDEXED(f, " in text and "cudaMemcpyDeviceToDevice" in text  # int or long indices
 
 
 @pytest.mark.parametrize("precision", ["fp64", "tf32", "fp16"])

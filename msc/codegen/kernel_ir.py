@@ -211,22 +211,27 @@ class Call:
 class Launch:
     """Device code started from the host: the device function `name` on a grid of `grid`
     blocks of `block` threads each (x first), with `shared_bytes` of dynamic shared memory,
-    called with `args` (set once the target knows which variables its body uses)."""
+    called with `args` (set once the target knows which variables its body uses). With
+    `points` (a level's points), the function is a template on its index type, launched
+    with 32-bit indices where the points allow and 64-bit ones elsewhere."""
 
     name: str
     grid: tuple[ix.Expr, ...]
     block: tuple[int, ...]
     args: tuple[ix.Expr, ...] = ()
     shared_bytes: int = 0
+    points: ix.Expr | None = None
 
 
 @dataclass(frozen=True)
 class SharedLimit:
     """From here on, device function `name` may be launched with `shared_bytes` of
-    dynamic shared memory (beyond what a device allows without asking)."""
+    dynamic shared memory (beyond what a device allows without asking); `indexed`: both
+    instantiations of a function templated on its index type (see `Launch.points`)."""
 
     name: str
     shared_bytes: int
+    indexed: bool = False
 
 
 @dataclass(frozen=True)

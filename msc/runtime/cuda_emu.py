@@ -43,6 +43,9 @@ FILES = (*HEADERS, RUNTIME)
 BLOCK_ORDER = "MSC_CUDA_EMU_BLOCKS"
 #: The environment variable of the thread order in a block: unset or "forward", or "reverse" (last first).
 THREAD_ORDER = "MSC_CUDA_EMU_THREADS"
+#: The environment variable of the index width of kernels templated on their index type (MSC_LAUNCH_INDEXED):
+#: unset or "32" (32-bit indices where a level's points allow, as on a GPU), or "64" (64-bit whatever the size).
+INDEX_WIDTH = "MSC_CUDA_EMU_INDEX"
 CXX = "g++"
 #: every load and store calls the emulator's counters (cuda_emu.h: "Counters"): g++'s kernel
 #: address sanitizer, its checks replaced by the emulator's callbacks (no shadow memory, no runtime)

@@ -777,6 +777,15 @@ cudaError_t order_of(const char* name, bool* reverse) {
     return cudaErrorInvalidValue;
 }
 
+bool wide_indices() {
+    const char* width = getenv("MSC_CUDA_EMU_INDEX");
+    if (width == nullptr || *width == 0 || strcmp(width, "32") == 0) return false;
+    if (strcmp(width, "64") == 0) return true;
+    diagnose("MSC_CUDA_EMU_INDEX", std::string("'") + width + "' is not 32 or 64");
+    set_error(cudaErrorInvalidValue);
+    return false;
+}
+
 cudaError_t check_config(const void* kernel, dim3 grid, dim3 block, size_t shared) {
     const unsigned b[3] = {block.x, block.y, block.z}, g[3] = {grid.x, grid.y, grid.z};
     for (int d = 0; d < 3; ++d)

@@ -62,7 +62,7 @@
  * 1024 threads or a block dimension over its limit (InvalidConfiguration),
  * dynamic shared memory over the kernel's limit, 48 KiB unless raised by
  * cudaFuncSetAttribute up to 227 KiB (InvalidValue); an unknown
- * MSC_CUDA_EMU_BLOCKS (InvalidValue).
+ * MSC_CUDA_EMU_BLOCKS, MSC_CUDA_EMU_THREADS or MSC_CUDA_EMU_INDEX (InvalidValue).
  *
  * Counters. The kernel is built with g++'s -fsanitize=kernel-address and
  * a call per access (msc/runtime/cuda_emu.py), so every load and store the
@@ -240,6 +240,9 @@ uint64_t shuffle_bits(const char* name, unsigned mask, uint64_t value, int sourc
                       int line);
 unsigned vote(const char* name, unsigned mask, int predicate, const char* file, int line);
 void note_atomic(const void* p, size_t bytes);
+/* MSC_LAUNCH_INDEXED (msc_cuda.h): whether MSC_CUDA_EMU_INDEX asks for 64-bit indices whatever the
+   size ("64"; unset or "32": 32-bit where the size allows, as on a GPU), so that tests run both */
+bool wide_indices();
 /* Run body(arg) as each thread of grid x block, synchronously. */
 void launch_erased(const char* name, const void* kernel, dim3 grid, dim3 block, size_t shared,
                    void (*body)(void*), void* arg);

@@ -45,7 +45,7 @@ from msc.targets.gpu import cuda_tensor_core
 from msc.targets.gpu import cuda_tensor_core_tile as tensor_core_tile
 from msc.targets.gpu import cuda_time_tile as time_tile
 from msc.targets.gpu.cuda_pass import CustomLaunch
-from msc.targets.gpu.cuda_printer import CudaPrinter
+from msc.targets.gpu.cuda_printer import INDEX_TYPE, CudaPrinter
 from msc.targets.gpu.tensor_core import tensor_core_plan
 from msc.targets.templates_env import render
 from msc.tune.tuner import AutoKernel, Estimate
@@ -120,10 +120,17 @@ def _pointer(f: ir.FieldDecl) -> str:
 
 def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, str]], body: list[str],
              printer: CudaPrinter) -> dict[str, object]:
-    """A device function for the kernel template: its name, `body` (its lines), threads per block and
-    `parameters`."""
+    """A device function for the kernel template: its name, `body` (its lines), threads per block,
+    `parameters` and, where it is indexed, the template line of its index type."""
     return dict(name=function.name, source="", body=body, threads=math.prod(function.block),
-                parameters=[printer.parameter(t, v) for t, v in parameters])
+                parameters=[printer.parameter(t, v) for t, v in parameters],
+                template=f"template <typename {INDEX_TYPE}>" if function.indexed else "")
+
+
+def _printed_whole(function: mapping.DeviceFunction, printer: CudaPrinter) -> dict[str, object]:
+    """A device function whose parameters are its whole scope, printed with its index type."""
+    printer = replace(printer, index=INDEX_TYPE) if function.indexed else printer
+    return _printed(function, function.scope, printer.lines(function.body), printer)
 
 
 def cuda_parameters(stencil: ir.StencilIR, box: bool) -> list[str]:
@@ -175,7 +182,7 @@ class CudaTarget(ctarget.CTarget):
         tiled = None if box else time_tile.shared_time_tile(stencil, schedule)
         if tiled is not None:
             functions = time_tile.device_functions(tiled, f"{name}_tt")
-            return dict(entry, launches=[_printed(f, f.scope, printer.lines(f.body), printer) for f in functions],
+            return dict(entry, launches=[_printed_whole(f, printer) for f in functions],
                         body=printer.lines(time_tile.host_loop(tiled, functions)),
                         level_sets=time_tile.writes_level_sets(tiled))
         kernel = lower_kernel(poly, schedule, name, box)

@@ -48,13 +48,15 @@ class DeviceFunction:
     """One `__global__` function: `body` runs on the device; `grid` (blocks, computed
     on the host) and `block` (threads) are its launch geometry, x first; `scope` the
     variables in scope at its launch (a `k.Launch` in the host code; type, name), its
-    parameters when used."""
+    parameters when used. `indexed`: its index variables (declarations, and parameters,
+    of kind "index") are of the template parameter `index_t`, 32 or 64 bits (`k.Launch.points`)."""
 
     name: str
     body: k.Block
     grid: tuple[ix.Expr, ...]
     block: tuple[int, ...]
     scope: tuple[tuple[str, str], ...]
+    indexed: bool = False
 
 
 def _contains(node: k.Node, what: type) -> bool:

@@ -29,11 +29,21 @@ BLOCK_THREAD = "(long)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * th
 BLOCK_SIZE = "(long)(blockDim.x * blockDim.y * blockDim.z)"
 
 
+INDEX_TYPE = "index_t"  # the index type's template parameter of an indexed device function
+
+
 @dataclass(frozen=True)
 class CudaPrinter(CPrinter):
+    """`index`: the C type of index variables (declarations and parameters of kind "index"):
+    INDEX_TYPE in an indexed device function (cuda_pass.DeviceFunction.indexed)."""
+
+    index: str = "long"
     restrict = "__restrict__"
-    types = {**CPrinter.types, "flag": "bool"}
     elements = {**CPrinter.elements, "float16": "__half"}
+
+    @property
+    def types(self) -> dict[str, str]:  # type: ignore[override]
+        return {**CPrinter.types, "flag": "bool", "index": self.index}
 
     def lines(self, node: k.Node, depth: int = 0) -> list[str]:
         pad = INDENT * depth
@@ -48,10 +58,14 @@ class CudaPrinter(CPrinter):
         if isinstance(node, k.Launch):
             grid, block = ", ".join(map(c_int, node.grid)), ", ".join(map(str, node.block))
             args = "".join(f", {c_int(a)}" for a in node.args)
+            if node.points is not None:
+                return [f"{pad}MSC_LAUNCH_INDEXED({node.name}, {c_int(node.points)}, dim3({grid}), dim3({block}), "
+                        f"{node.shared_bytes}{args});"]
             return [f"{pad}MSC_LAUNCH({node.name}, dim3({grid}), dim3({block}), {node.shared_bytes}{args});"]
         if isinstance(node, k.SharedLimit):
-            return [f"{pad}MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){node.name}, "
-                    f"cudaFuncAttributeMaxDynamicSharedMemorySize, {node.shared_bytes}));"]
+            names = [f"{node.name}<{t}>" for t in ("int", "long")] if node.indexed else [node.name]
+            return [f"{pad}MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){name}, "
+                    f"cudaFuncAttributeMaxDynamicSharedMemorySize, {node.shared_bytes}));" for name in names]
         if isinstance(node, k.DeviceCopy):
             return [f"{pad}MSC_CUDA_CHECK(cudaMemcpy({c_int(node.dst)}, {c_int(node.src)}, sizeof(real) * "
                     f"{c_int(node.count, MULTIPLICATIVE + 1)}, cudaMemcpyDeviceToDevice));"]
@@ -77,10 +91,10 @@ class CudaPrinter(CPrinter):
 
     def parameter(self, ctype: str, name: str) -> str:
         """A device function's parameter: pointers to one level (or an input) are restrict;
-        a whole ring buffer is not."""
+        a whole ring buffer is not; `ctype` "index" is the printer's index type."""
         if ctype.endswith("*"):
             return f"{ctype}{'' if name.endswith('_buf') else '__restrict__ '}{name}"
-        return f"const {ctype} {name}"
+        return f"const {self.index if ctype == 'index' else ctype} {name}"
 
     def _matrix(self, node: k.Node, pad: str) -> list[str]:
         if isinstance(node, k.Fragment):

@@ -335,8 +335,8 @@ def tile_parameters(stencil: ir.StencilIR, depth: int = 1) -> tuple[tuple[str, s
     return (*(("real *", destination(stencil, field, back)) for field, back in destinations(stencil, depth)),
             *(("const real *", source(stencil, level)) for level in sources(stencil)),
             *(("const real *", field_name(f.name)) for f in stencil.fields if f.time_invariant),
-            *(("real", param_name(p)) for p in stencil.params), *(("long", f"P{d}") for d in range(stencil.ndim)),
-            ("long", "steps"))
+            *(("real", param_name(p)) for p in stencil.params), *(("index", f"P{d}") for d in range(stencil.ndim)),
+            ("index", "steps"))
 
 
 def tile_loops(stencil: ir.StencilIR, sizes: Sequence[int], axes: Sequence[str], body: list[k.Node]) -> k.Block:
@@ -489,7 +489,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                         k.Decl("q", "int", ix.linear(list(points[0].local.values()), sides)),
                         k.Decl("plane", "index", plane),
                         *tile_loops(st, [plan.chunk, *plan.tile], axes, lines).body))
-    return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st, depth))
+    return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st, depth), indexed=True)
 
 
 def ring(index: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:

@@ -22,6 +22,7 @@ skewed tiles of the kernel IR, run in global memory (`passes/cuda.py`);
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -211,7 +212,7 @@ def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:
                     *(k.Decl(f"l{d}", "index", ix.Var(f"threadIdx.{axes[d]}")) for d in range(ndim)),
                     k.Decl("q", "index", ix.linear(local, region)),
                     *tile_loops(st, plan.tile, axes, tile).body))
-    return DeviceFunction(name, body, plan.grid(), plan.block(), tile_parameters(st))
+    return DeviceFunction(name, body, plan.grid(), plan.block(), tile_parameters(st), indexed=True)
 
 
 def _buffer(copy: ix.Expr, at: ix.Expr) -> k.Ref:
@@ -245,18 +246,21 @@ def host_loop(plan: SharedTimeTile | StreamedTile, functions: Sequence[DeviceFun
     level_sets = writes_level_sets(plan)
     step = default_stream(plan.stencil) if level_sets else None
     shared = [tiles.dynamic_shared for tiles in (plan, step) if tiles is not None]
-    setup = [k.SharedLimit(f.name, n) for f, n in zip(functions, shared) if n]
-    launches = [_launcher(f, n) for f, n in zip(functions, shared)]
+    setup = [k.SharedLimit(f.name, n, f.indexed) for f, n in zip(functions, shared) if n]
+    points = functools.reduce(ix.mul, (ix.Var(f"P{d}") for d in range(plan.stencil.ndim)))
+    launches = [_launcher(f, n, points) for f, n in zip(functions, shared)]
     if level_sets:
         return level_sets_loop(plan.stencil, plan.depth, plan.describe(), launches[0], launches[1], setup)
     return ring_loop(plan.stencil, plan.depth, plan.describe(), launches[0], setup)
 
 
-def _launcher(function: DeviceFunction, shared: int) -> Callable[[Sequence[ix.Expr]], k.Node]:
-    """A launch of `function` given the pointers it takes first (its other arguments by name)."""
+def _launcher(function: DeviceFunction, shared: int, points: ix.Expr) -> Callable[[Sequence[ix.Expr]], k.Node]:
+    """A launch of `function` given the pointers it takes first (its other arguments by name);
+    an indexed function's by the `points` of a level."""
     def launch(pointers: Sequence[ix.Expr]) -> k.Node:
         return k.Launch(function.name, function.grid, function.block,
-                        (*pointers, *(ix.Var(name) for _, name in function.scope[len(pointers):])), shared)
+                        (*pointers, *(ix.Var(name) for _, name in function.scope[len(pointers):])), shared,
+                        points if function.indexed else None)
 
     return launch
 
