@@ -14,7 +14,10 @@ nvidia-cuda-nvdisasm` of the `bench` extra), each kernel templated on its
 index type also gets `instructions_per_plane`: the
 SASS instructions of its loop over planes per plane a thread passes (the
 innermost loop holding a barrier, over its barriers per plane: one per step
-of the tile), the instruction-issue cost of its steady state.
+of the tile), the instruction-issue cost of its steady state, and
+`instructions_per_update`: that times the thread-planes a streamed tile's
+blocks pass per update in a large grid (benchmarks/gpu_model.py's issue
+bound).
 
 Occupancy is the share of an H100/H200 multiprocessor's 64 warps that the
 kernel's blocks can hold at once, limited by registers (65536 per
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -41,8 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stencils_gpu import CASES, msc_stencil  # noqa: E402
 
 from msc.codegen import get_target  # noqa: E402
-from msc.poly.schedule import parse_schedule  # noqa: E402
+from msc.poly.schedule import Schedule, lower, parse_schedule  # noqa: E402
 from msc.runtime import cuda_emu  # noqa: E402
+from msc.targets.gpu import cuda_time_tile as time_tile  # noqa: E402
+from msc.targets.gpu.cuda_stream import StreamedTile  # noqa: E402
 
 REGISTERS_PER_SM = 65536
 WARPS_PER_SM = 64
@@ -120,13 +126,28 @@ def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> fl
     return length * barriers_per_plane / barriers
 
 
+def thread_planes_per_update(plan: StreamedTile) -> float:
+    """Planes a thread passes per update, summed over a streamed tile's threads, in a grid
+    large enough to ignore its edges: a block's threads pass chunk + 2 x depth x radius
+    planes for tile x chunk x depth updates (halo points are computed too)."""
+    planes = plan.chunk + 2 * plan.depth * plan.stencil.radius[0]
+    return math.prod(plan.threads) * planes / (math.prod(plan.tile) * plan.chunk * plan.depth)
+
+
+def streamed_plan(poly: Any, schedule: Schedule) -> StreamedTile | None:
+    """The streamed tile the CUDA target generates for the schedule (None: another form)."""
+    target = get_target("cuda")
+    plan = time_tile.shared_time_tile(poly.ir, lower(target.complete(poly, schedule), poly))
+    return plan if isinstance(plan, StreamedTile) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--schedule", default="Schedule()")
     ap.add_argument("--dtypes", default="float64,float32")
     ap.add_argument("--only", default=",".join(c.name for c in CASES[:4]), help="stencils, comma-separated")
-    ap.add_argument("--sass", action="store_true", help="SASS instructions per plane of the streamed kernels")
+    ap.add_argument("--sass", action="store_true", help="SASS instructions per plane and update of streamed kernels")
     a = ap.parse_args(argv)
     schedule = parse_schedule(a.schedule)
     if a.sass and sass_path() is None:
@@ -139,10 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     for case in (c for c in CASES if c.name in names):
         stencil = msc_stencil(case)
         for dtype in a.dtypes.split(","):
-            source = get_target("cuda").source(stencil.poly(dtype), schedule)
-            for (kernel, index), r in resources(source, max(schedule.time_depth, 1) if a.sass else 0).items():
+            poly = stencil.poly(dtype)
+            source = get_target("cuda").source(poly, schedule)
+            plan = streamed_plan(poly, schedule)
+            for (kernel, index), r in resources(source, plan.depth if a.sass and plan else 0).items():
                 row = {"stencil": case.name, "dtype": dtype, "kernel": kernel, "index": index, **r,
                        "occupancy": occupancy(r["registers"], r["threads"], r["shared_bytes"])}
+                if "instructions_per_plane" in r and plan is not None:
+                    row["instructions_per_update"] = r["instructions_per_plane"] * thread_planes_per_update(plan)
                 rows.append(row)
                 sass = r.get("instructions_per_plane")
                 print(f"{case.name:9} {dtype:8} {kernel:12} {index or '-':4} {r['registers']:3} registers, "

@@ -4,10 +4,11 @@ benchmarks/stencils_gpu.py measured on one, where that JSON is given.
 
     python3 benchmarks/gpu_model.py --counters benchmarks/results/cuda_counters.json
         [--measured benchmarks/results/stencils_gpu.json] [--json out.json]
+        [--resources benchmarks/results/cuda_resources.json ... [--index int|long]]
 
-The model: a kernel's time per update is the longer of two times, each a
+The model: a kernel's time per update is the longest of its times on each
 resource at its peak rate (a roofline; whatever is not counted, latency,
-barriers, instruction issue, L2, is taken as free):
+barriers, L2, is taken as free):
 - DRAM: `dram_bytes` per update (the ideal-L2 count: each 32-byte sector
   once per launch) at the HBM's 4.8 TB/s (datasheet);
 - shared memory: `shared_accesses` per update x their wavefronts (an access of
@@ -22,6 +23,12 @@ barriers, instruction issue, L2, is taken as free):
   TFLOP/s; tf32 989 with sparsity, so 494.5 dense), fp64 for float64 rows and
   tf32 for float32 rows, as benchmarks/cuda_counters.py runs them (counters
   from before mma_flops was counted have none: no tensor bound).
+- instruction issue, where --resources gives the kernel's SASS instructions
+  per update (benchmarks/cuda_resources.py --sass; streamed kernels of the
+  default schedule and of time_tile(4), in the `--index` instantiation, int
+  by default: what a grid of up to 2^30 points runs): one warp instruction
+  per clock on each of an SM's 4 schedulers, 32 threads each (FP64's half
+  rate and dependent issue are not modelled).
 So the prediction is an upper bound: the measured figure over it is how
 close the kernel comes to what its traffic allows. The counts come from
 small emulated grids, where halos weigh more than at the measured sizes.
@@ -40,6 +47,8 @@ SMS = 132
 CLOCK_HZ = 1.98e9
 SHARED_BYTES_PER_CLOCK = 128
 TENSOR_FLOPS = {"float64": 67e12, "float32": 494.5e12}  # dense fp64 and tf32 tensor rates of the H200
+ISSUE_PER_SECOND = SMS * 4 * 32 * CLOCK_HZ  # thread-instructions: a warp instruction per scheduler per clock
+SCHEDULES = {"Schedule()": "default (streamed)", "Schedule().time_tile(4)": "time_tile(4)"}  # resources -> counted
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
 PRECISION = {"float64": "fp64", "float32": "tf32"}  # the tensor cores' operands in each dtype
@@ -47,8 +56,9 @@ TENSOR_CORES = {"tensor cores": "msc tensor cores ({})",  # counted schedule -> 
                 "tensor cores, time_tile(4)": "msc tensor cores + time tiles ({})"}
 
 
-def bound(row: dict[str, Any]) -> tuple[float, str]:
-    """GStencil/s the counted traffic allows, and the resource that bounds it."""
+def bound(row: dict[str, Any], instructions: float | None = None) -> tuple[float, str]:
+    """GStencil/s the counted traffic (and `instructions` per update, where known) allows,
+    and the resource that bounds it."""
     itemsize = 4 if row["dtype"] == "float32" else 8
     dram_s = row["dram_bytes_per_update"] / (HBM_GB_S * 1e9)
     wavefronts = row["shared_accesses_per_update"] * (row["shared_wavefronts_per_access"] or 1.0) * (
@@ -56,7 +66,9 @@ def bound(row: dict[str, Any]) -> tuple[float, str]:
     shared_s = wavefronts / (SMS * CLOCK_HZ)
     l1_s = row["sectors_per_update"] * 32 / (SHARED_BYTES_PER_CLOCK * SMS * CLOCK_HZ)
     tensor_s = row.get("mma_flops_per_update", 0.0) / TENSOR_FLOPS[row["dtype"]]
-    seconds, what = max((dram_s, "DRAM"), (shared_s, "shared memory"), (l1_s, "L1"), (tensor_s, "tensor cores"))
+    issue_s = (instructions or 0.0) / ISSUE_PER_SECOND
+    seconds, what = max((dram_s, "DRAM"), (shared_s, "shared memory"), (l1_s, "L1"), (tensor_s, "tensor cores"),
+                        (issue_s, "instruction issue"))
     return 1e-9 / seconds, what
 
 
@@ -65,27 +77,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--counters", required=True)
     ap.add_argument("--measured")
     ap.add_argument("--json")
+    ap.add_argument("--resources", nargs="*", default=[], help="benchmarks/cuda_resources.py --sass JSON files")
+    ap.add_argument("--index", choices=("int", "long"), default="int")
     a = ap.parse_args(argv)
     counted = json.loads(Path(a.counters).read_text())["rows"]
+    instructions: dict[tuple[str, str, str], float] = {}
+    for path in a.resources:
+        sass = json.loads(Path(path).read_text())
+        for r in sass["rows"]:
+            if r.get("index") == a.index and "instructions_per_update" in r and sass["schedule"] in SCHEDULES:
+                instructions[(r["stencil"], r["dtype"], SCHEDULES[sass["schedule"]])] = r["instructions_per_update"]
     measured: dict[tuple[str, str], dict[str, Any]] = {}
     if a.measured:
         for r in json.loads(Path(a.measured).read_text())["results"]:
             measured[(r["stencil"], r["dtype"])] = r.get("tools", {})
     rows = []
-    print("| stencil | dtype | kernel | bound (GStencil/s) | bounded by | measured on the H200 | measured / bound |")
-    print("|---|---|---|---|---|---|---|")
+    print("| stencil | dtype | kernel | bound (GStencil/s) | bounded by | issue bound | measured on the H200 "
+          "| measured / bound |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in counted:
-        gst, what = bound(r)
+        issued = instructions.get((r["stencil"], r["dtype"], r["schedule"]))
+        gst, what = bound(r, issued)
+        issue = f"{ISSUE_PER_SECOND / issued / 1e9:.0f}" if issued else ""
         tensor_cores = TENSOR_CORES.get(r["schedule"])
         name = tensor_cores.format(PRECISION[r["dtype"]]) if tensor_cores else TOOLS.get(r["schedule"], "")
         tool = measured.get((r["stencil"], r["dtype"]), {}).get(name)
         got = tool["gstencil_per_s"] if tool else None
         rows.append({"stencil": r["stencil"], "dtype": r["dtype"], "schedule": r["schedule"], "bound_gstencil_per_s": gst,
-                     "bounded_by": what, "measured_gstencil_per_s": got})
-        print(f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {gst:.0f} | {what} | "
+                     "bounded_by": what, "instructions_per_update": issued, "measured_gstencil_per_s": got})
+        print(f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {gst:.0f} | {what} | {issue} | "
               f"{'' if got is None else f'{got:.0f}'} | {'' if got is None else f'{got / gst:.2f}'} |")
     if a.json:
-        Path(a.json).write_text(json.dumps({"hbm_gb_s": HBM_GB_S, "sms": SMS, "clock_hz": CLOCK_HZ, "rows": rows}, indent=1))
+        Path(a.json).write_text(json.dumps({"hbm_gb_s": HBM_GB_S, "sms": SMS, "clock_hz": CLOCK_HZ, "index": a.index,
+                                            "rows": rows}, indent=1))
     return 0
 
 

@@ -156,3 +156,26 @@ def test_gpu_model_bounds_every_kernel_measured_on_the_device(tmp_path):
         assert r["measured_gstencil_per_s"] <= 1.05 * r["bound_gstencil_per_s"], r
         line = f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {r['bound_gstencil_per_s']:.0f} |"
         assert line in docs, line
+
+
+def test_gpu_model_issue_bounds_in_docs_are_the_committed_run(tmp_path):
+    """benchmarks/gpu_model.py with the committed SASS counts (--resources): the streamed
+    kernels of the default schedule and of time_tile(4) get an issue bound, it is the
+    bound where it is the smallest, and docs/cuda.md shows this run's figures."""
+    out = tmp_path / "model.json"
+    results = ROOT / "benchmarks" / "results"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "--counters",
+                          str(results / "cuda_counters.json"), "--resources", str(results / "cuda_resources.json"),
+                          str(results / "cuda_resources-time_tile4.json"), "--json", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["instructions_per_update"] is not None]
+    assert {r["schedule"] for r in rows} == {"default (streamed)", "time_tile(4)"} and len(rows) == 16
+    docs = (ROOT / "docs" / "cuda.md").read_text(encoding="utf-8")
+    for r in rows:
+        issue = 4 * 32 * 132 * 1.98e9 / r["instructions_per_update"] / 1e9
+        assert r["bound_gstencil_per_s"] <= issue * (1 + 1e-9)
+        assert (r["bounded_by"] == "instruction issue") == (abs(issue - r["bound_gstencil_per_s"]) < 1e-6 * issue)
+        line = (f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {r['bound_gstencil_per_s']:.0f} | "
+                f"{r['bounded_by']} | {issue:.0f} |")
+        assert line in docs, line
