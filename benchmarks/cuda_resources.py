@@ -108,22 +108,25 @@ def sass_path() -> str | None:
 
 
 def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> float:
-    """SASS instructions per plane of a streamed kernel's loop over planes: the innermost loop
-    (a backward branch) holding a barrier, its length over the planes it covers (ptxas may
-    unroll it: its barriers over `barriers_per_plane`)."""
+    """SASS instructions per plane of a streamed kernel's loop over planes: of the innermost
+    loops (backward branches) holding a barrier, the one with the most barriers (ptxas may
+    unroll it, leaving a remainder loop beside it), its length over the planes it covers
+    (its barriers over `barriers_per_plane`)."""
     done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
                           check=True, env={**os.environ, "PATH": sass_path() or ""})
     code = [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
-    loops = []
+    loops = []  # (first pc, last pc, barriers)
     for pc, text in code:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if branch and int(branch.group(1), 16) <= pc:
-            body = [t for at, t in code if int(branch.group(1), 16) <= at <= pc]
-            barriers = sum("BAR.SYNC" in t for t in body)
+            start = int(branch.group(1), 16)
+            barriers = sum("BAR.SYNC" in t for at, t in code if start <= at <= pc)
             if barriers:
-                loops.append((len(body), barriers))
-    length, barriers = min(loops)
-    return length * barriers_per_plane / barriers
+                loops.append((start, pc, barriers))
+    innermost = [(b, -(end - start)) for start, end, b in loops
+                 if not any((s, e) != (start, end) and start <= s and e <= end for s, e, _ in loops)]
+    barriers, minus_length = max(innermost)
+    return (-minus_length // 16 + 1) * barriers_per_plane / barriers
 
 
 def thread_planes_per_update(plan: StreamedTile) -> float:
