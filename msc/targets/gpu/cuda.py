@@ -150,7 +150,7 @@ class CudaTarget(ctarget.CTarget):
     def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
         stencil = poly.ir
         check_schedule_options(self.name, schedule.schedule, self.schedule_options)
-        printer = CudaPrinter(stencil.dtype)
+        printer = self.printer(stencil.dtype)
         entries = []
         for name, is_box in [(ENTRY, False)] + ([(BOX_ENTRY, True)] if box else []):
             entries.append(self._entry(poly, schedule, name, is_box, printer))
@@ -166,6 +166,10 @@ class CudaTarget(ctarget.CTarget):
             volume=" * ".join(f"P{d}" for d in range(stencil.ndim)),
             radius3=[0] * (3 - stencil.ndim) + list(stencil.radius),
         )
+
+    def printer(self, dtype: str) -> CudaPrinter:
+        """The printer of the target's kernels."""
+        return CudaPrinter(dtype)
 
     def _entry(self, poly: PolyIR, schedule: LoweredSchedule, name: str, box: bool,
                printer: CudaPrinter) -> dict[str, object]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from msc.codegen import index as ix
 from msc.codegen import kernel_ir as k
@@ -35,9 +35,13 @@ INDEX_TYPE = "index_t"  # the index type's template parameter of an indexed devi
 @dataclass(frozen=True)
 class CudaPrinter(CPrinter):
     """`index`: the C type of index variables (declarations and parameters of kind "index"):
-    INDEX_TYPE in an indexed device function (cuda_pass.DeviceFunction.indexed)."""
+    INDEX_TYPE in an indexed device function (cuda_pass.DeviceFunction.indexed).
+    `barrier_unroll`: whether a loop holding a barrier keeps its unroll hint (clang, hipcc's
+    compiler, refuses to unroll one by a trip count known at run time only, an error with
+    -Werror, so the HIP target's printer drops it)."""
 
     index: str = "long"
+    barrier_unroll: bool = True
     restrict = "__restrict__"
     elements = {**CPrinter.elements, "float16": "__half"}
 
@@ -129,8 +133,8 @@ class CudaPrinter(CPrinter):
 
     def _loop(self, loop: k.Loop, depth: int) -> list[str]:
         if loop.mapping is None:
-            if not loop.unroll:
-                return super()._loop(loop, depth)
+            if not loop.unroll or (not self.barrier_unroll and any(isinstance(n, k.Barrier) for n in k.walk(loop))):
+                return super()._loop(replace(loop, unroll=0), depth)
             pad = INDENT * depth
             plain = super()._loop(loop, depth)  # its first line is GCC's spelling of the unroll
             return [f"{pad}#pragma unroll {loop.unroll}", *plain[1:]]

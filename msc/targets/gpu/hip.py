@@ -24,6 +24,7 @@ from msc.poly.schedule import LoweredSchedule
 from msc.runtime.build import write_tree
 from msc.targets import ctarget
 from msc.targets.gpu.cuda import CudaTarget, cuda_parameters
+from msc.targets.gpu.cuda_printer import CudaPrinter
 from msc.targets.templates_env import render
 
 NAME = "hip"
@@ -65,6 +66,10 @@ class HipTarget(CudaTarget):
 
     def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
         return hipify(super().generate(poly, schedule, box))
+
+    def printer(self, dtype: str) -> CudaPrinter:
+        """CUDA's printer without unroll hints on loops that hold a barrier (clang refuses them)."""
+        return CudaPrinter(dtype, barrier_unroll=False)
 
     def build_toolchain(self, emulate: bool) -> ctarget.Toolchain:
         """g++ and the CUDA emulator (`emulate`); there is no JIT path to an AMD GPU yet."""
