@@ -831,6 +831,22 @@ def test_shared_memory_tiles_run_with_either_index_width(index, assert_matches, 
     _runs_match(stencil, schedule, source, inputs, dtype, 5, assert_matches)
 
 
+@host_memory
+def test_a_failed_launch_frees_the_scratch_levels(monkeypatch):
+    """A time tile of a field of two past levels takes a scratch level on the device; a launch
+    that fails (here: an index width the emulator refuses) ends the run with an error and
+    leaves no device memory allocated (the scratch is freed however the time loop ends)."""
+    from msc.runtime import cuda_emu
+
+    stencil, _, inputs, dtype = _several_cases()[0]
+    kernel = stencil.compile(target="cuda", dtype=dtype, schedule=msc.Schedule().time_tile(4, x=8, y=16), emulate=True)
+    assert "msc_scratch " in kernel.source
+    monkeypatch.setenv(cuda_emu.INDEX_WIDTH, "48")
+    with pytest.raises(TargetError, match="CUDA runtime call failed"):
+        kernel.run(steps=5, **inputs)
+    assert kernel._lib.msc_emu_allocated_bytes() == 0
+
+
 def test_the_last_step_reading_a_loaded_level_keeps_a_plane_more(assert_matches):
     """The last step of wave3's time tile of 2 reads level t-1, a loaded ring, at in-plane
     neighbours with no barrier before the next plane is stored: its ring keeps one plane

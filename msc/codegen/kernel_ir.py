@@ -235,6 +235,18 @@ class SharedLimit:
 
 
 @dataclass(frozen=True)
+class DeviceScratch:
+    """Host code takes `window` - 1 levels of device memory, each a copy of `level`, as the
+    pointer `name` (0 when the device is out of memory), and frees them when the enclosing
+    block ends, however it ends."""
+
+    name: str
+    level: ix.Expr
+    window: int
+    volume: ix.Expr
+
+
+@dataclass(frozen=True)
 class DeviceCopy:
     """Host code copies `count` values from `src` to `dst`, both in the device's memory."""
 
@@ -358,7 +370,7 @@ class If:
 MATRIX_NODES = (Fragment, MatrixFill, MatrixLoad, MatrixMultiply, MatrixStore)  # the matrix unit's statements
 
 Node = Union[Block, Loop, If, Assign, Store, Set, Comment, Decl, Buffer, Copy, Call, Launch, SharedLimit, DeviceCopy,
-             Barrier, Fragment, MatrixFill, MatrixLoad, MatrixMultiply, MatrixStore]
+             DeviceScratch, Barrier, Fragment, MatrixFill, MatrixLoad, MatrixMultiply, MatrixStore]
 
 
 @dataclass(frozen=True)

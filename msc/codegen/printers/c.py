@@ -157,7 +157,7 @@ class CPrinter:
         if isinstance(node, k.MATRIX_NODES):
             raise TypeError(f"{type(node).__name__} is left in the kernel IR: "
                             "only a printer for a matrix unit prints it")
-        if isinstance(node, (k.Launch, k.SharedLimit, k.DeviceCopy)):
+        if isinstance(node, (k.Launch, k.SharedLimit, k.DeviceCopy, k.DeviceScratch)):
             raise TypeError(f"{type(node).__name__} is left in the kernel IR: only a GPU printer prints launches "
                             "and their host calls")
         raise TypeError(f"not a kernel IR node: {node!r}")

@@ -1048,6 +1048,13 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
     return set_error(cudaErrorInvalidValue);
 }
 
+/* Device memory allocated and not freed, in bytes (tests check that a failed run frees what it took). */
+extern "C" __attribute__((visibility("default"))) long long msc_emu_allocated_bytes(void) {
+    long long total = 0;
+    for (const auto& [start, bytes] : msc_emu::rt().allocations) total += (long long)bytes;
+    return total;
+}
+
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     msc_emu::Runtime& r = msc_emu::rt();
     if (r.sticky_error != cudaSuccess) return r.sticky_error;

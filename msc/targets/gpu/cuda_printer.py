@@ -70,6 +70,10 @@ class CudaPrinter(CPrinter):
             names = [f"{node.name}<{t}>" for t in ("int", "long")] if node.indexed else [node.name]
             return [f"{pad}MSC_CUDA_CHECK(cudaFuncSetAttribute((const void *){name}, "
                     f"cudaFuncAttributeMaxDynamicSharedMemorySize, {node.shared_bytes}));" for name in names]
+        if isinstance(node, k.DeviceScratch):  # the kernel template's msc_scratch frees them at the block's end
+            return [f"{pad}const msc_scratch {node.name}_levels({c_int(node.level)}, {node.window}, "
+                    f"{c_int(node.volume)});",
+                    f"{pad}real *const {node.name} = {node.name}_levels.levels;"]
         if isinstance(node, k.DeviceCopy):
             return [f"{pad}MSC_CUDA_CHECK(cudaMemcpy({c_int(node.dst)}, {c_int(node.src)}, sizeof(real) * "
                     f"{c_int(node.count, MULTIPLICATIVE + 1)}, cudaMemcpyDeviceToDevice));"]

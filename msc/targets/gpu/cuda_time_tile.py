@@ -272,7 +272,8 @@ def level_sets_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Cal
     (`msc_level` in the kernel template: its ring's slots, and w - 1 scratch levels that
     start as copies of a level, dirichlet ring included); then each level copied to its
     ring slot (`msc_place_levels`), and the steps left over one `step` each, in the
-    ring's slots. The pointers are `cuda_stream.tile_parameters`' levels."""
+    ring's slots. The pointers are `cuda_stream.tile_parameters`' levels. The scratch
+    levels are freed when the loop's block ends, however it ends."""
     fields, t, volume, t0 = stencil.written_fields, ix.Var("t"), ix.Var("V"), ix.Var("t0")
     full, level_set = ix.Var("msc_full"), ix.Var("set")
     nodes: list[k.Node] = [k.Comment(comment), *setup]
@@ -282,9 +283,7 @@ def level_sets_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Cal
         if f.window > 1:
             name = f"msc_scratch_{field_name(f.name)}"
             first = ring + t0 % f.slots * volume
-            nodes += [k.Decl(name, "pointer", ix.Call("msc_scratch_levels", (first, ix.Lit(f.window), volume)),
-                             restrict=False),
-                      k.Call("msc_allocated", (ix.Var(name),))]
+            nodes += [k.DeviceScratch(name, first, f.window, volume), k.Call("msc_allocated", (ix.Var(name),))]
         scratch[f.name] = ix.Var(name) if f.window > 1 else ix.Lit(0)
 
     def level(field: str, in_set: ix.Expr, back: int) -> ix.Expr:
@@ -300,7 +299,6 @@ def level_sets_loop(stencil: ir.StencilIR, depth: int, comment: str, launch: Cal
                   launch(pointers))), step=ix.Lit(depth)),
               *(k.Call("msc_place_levels", (ix.Var(ring_buffer(f.name)), scratch[f.name], ix.Lit(f.window), t0, full,
                                             ix.Op("/", full, ix.Lit(depth)) % 2, volume)) for f in fields),
-              *(k.Call("msc_device_free", (scratch[f.name],)) for f in fields if f.window > 1),
               k.Loop("t", full, t.lt(ix.Var("T")), k.Block((k.Decl("steps", "index", ix.Lit(1)),
                                                             step(slot_pointers(stencil, t)))))]
     return k.Block(tuple(nodes))
