@@ -67,10 +67,11 @@ def occupancy(registers: int, threads: int, shared_bytes: int) -> float:
     return blocks * warps / WARPS_PER_SM
 
 
-def resources(source: str, sass_barriers: int = 0) -> dict[tuple[str, str], dict[str, int]]:
+def resources(source: str, sass: bool = False, streamed: int = 0) -> dict[tuple[str, str], dict[str, Any]]:
     """Per __global__ function of msc's launches and instantiation of its index type ("" where it has
-    none, else "int" or "long"): registers, spill bytes, shared bytes, threads per block; with
-    `sass_barriers` (the barriers per plane of its streamed loop) also `instructions_per_plane`."""
+    none, else "int" or "long"): registers, spill bytes, shared bytes, threads per block; with `sass`
+    also `instructions_per_plane` of a streamed kernel (`streamed`: the barriers per plane of its loop)
+    or `instructions_per_point` of another."""
     bounds = {name: int(n) for n, name in re.findall(r"__launch_bounds__\((\d+)\) (\w+)\(", source)}
     with tempfile.TemporaryDirectory() as directory:
         path, cubin = Path(directory) / "kernel.cu", Path(directory) / "kernel.cubin"
@@ -89,8 +90,10 @@ def resources(source: str, sass_barriers: int = 0) -> dict[tuple[str, str], dict
             row = {"registers": int(re.search(r"Used (\d+) registers", block).group(1)),
                    "spill_bytes": int(spills.group(1)) if spills else 0,
                    "shared_bytes": int(shared.group(1)) if shared else 0, "threads": bounds[name]}
-            if sass_barriers and index:
-                row["instructions_per_plane"] = plane_instructions(cubin, mangled, sass_barriers)
+            if sass and index and streamed:
+                row["instructions_per_plane"] = plane_instructions(cubin, mangled, streamed)
+            elif sass and index:
+                row["instructions_per_point"] = point_instructions(cubin, mangled)
             out[(name, index)] = row
     return out
 
@@ -107,14 +110,35 @@ def sass_path() -> str | None:
     return None
 
 
+def _sass(cubin: Path, mangled: str) -> tuple[list[tuple[int, str]], list[tuple[int, int]]]:
+    """A kernel's SASS instructions (address, text) and its innermost loops (first and last address)."""
+    done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PATH": sass_path() or ""})
+    code = [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
+    loops = []
+    for pc, text in code:
+        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) <= pc:
+            loops.append((int(branch.group(1), 16), pc))
+    return code, [(a, b) for a, b in loops if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
+
+
+def point_instructions(cubin: Path, mangled: str) -> float | None:
+    """SASS instructions per point of a grid-mapped kernel: of its innermost loops that store to
+    global memory, the longest, over its stores (ptxas may unroll it; a point is one store of
+    each statement, so this is per point and statement). None where no loop stores."""
+    code, loops = _sass(cubin, mangled)
+    counted = [(sum("STG" in t for at, t in code if a <= at <= b), (b - a) // 16 + 1) for a, b in loops]
+    stores, length = max(((n, m) for n, m in counted if n), key=lambda c: c[1], default=(0, 0))
+    return length / stores if stores else None
+
+
 def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> float:
     """SASS instructions per plane of a streamed kernel's loop over planes: of the innermost
     loops (backward branches) holding a barrier, the one with the most barriers (ptxas may
     unroll it, leaving a remainder loop beside it), its length over the planes it covers
     (its barriers over `barriers_per_plane`)."""
-    done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
-                          check=True, env={**os.environ, "PATH": sass_path() or ""})
-    code = [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
+    code, _ = _sass(cubin, mangled)
     loops = []  # (first pc, last pc, barriers)
     for pc, text in code:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
@@ -166,16 +190,17 @@ def main(argv: list[str] | None = None) -> int:
             poly = stencil.poly(dtype)
             source = get_target("cuda").source(poly, schedule)
             plan = streamed_plan(poly, schedule)
-            for (kernel, index), r in resources(source, plan.depth if a.sass and plan else 0).items():
+            for (kernel, index), r in resources(source, a.sass, plan.depth if plan else 0).items():
                 row = {"stencil": case.name, "dtype": dtype, "kernel": kernel, "index": index, **r,
                        "occupancy": occupancy(r["registers"], r["threads"], r["shared_bytes"])}
                 if "instructions_per_plane" in r and plan is not None:
                     row["instructions_per_update"] = r["instructions_per_plane"] * thread_planes_per_update(plan)
                 rows.append(row)
-                sass = r.get("instructions_per_plane")
+                per = next(((n, what) for what in ("plane", "point") if (n := r.get(f"instructions_per_{what}"))),
+                           None)
                 print(f"{case.name:9} {dtype:8} {kernel:12} {index or '-':4} {r['registers']:3} registers, "
                       f"{r['spill_bytes']} bytes spilled, {r['threads']} threads, occupancy {row['occupancy']:.0%}"
-                      + ("" if sass is None else f", {sass:g} instructions a plane"))
+                      + ("" if per is None else f", {per[0]:g} instructions a {per[1]}"))
     if a.json:
         Path(a.json).write_text(json.dumps({"schedule": a.schedule, "arch": "sm_90", "rows": rows}, indent=1) + "\n")
     return 0

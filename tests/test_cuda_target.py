@@ -150,8 +150,9 @@ def test_default_kernels_fit_64_registers_without_spills(tmp_path):
 def test_32_bit_indices_take_fewer_instructions(tmp_path):
     """benchmarks/cuda_resources.py --sass (cuobjdump, of the test extra) on heat3d's and
     box2d9p's default kernels in float64: the int instantiation's loop takes at most 0.85
-    of the long one's SASS instructions per plane (0.49 and 0.79 when measured), and each
-    gets its instructions per update (the model's issue bound)."""
+    of the long one's SASS instructions per plane (0.47 and 0.71 when measured), and each
+    gets its instructions per update (the model's issue bound); heat3d's grid-mapped kernel
+    at most 0.85 of the long one's per point (0.67 when measured)."""
     import json
     import sys
 
@@ -173,6 +174,13 @@ def test_32_bit_indices_take_fewer_instructions(tmp_path):
         wide, narrow = rows[(name, "long")], rows[(name, "int")]
         assert narrow["instructions_per_plane"] <= 0.85 * wide["instructions_per_plane"], (wide, narrow)
         assert narrow["instructions_per_update"] > narrow["instructions_per_plane"] > 10
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cuda_resources.py"), "--sass", "--json", str(out),
+                           "--only", "heat3d", "--dtypes", "float64", "--schedule", "Schedule().parallel('x')"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(root), os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 0, done.stderr
+    wide, narrow = sorted(json.loads(out.read_text())["rows"], key=lambda r: r["index"] == "int")  # grid-mapped
+    assert narrow["instructions_per_point"] <= 0.85 * wide["instructions_per_point"], (wide, narrow)
 
 
 def test_occupancy_follows_the_calculators_rules():
@@ -482,7 +490,7 @@ def test_shared_memory_staging_is_synchronised(reverse_blocks):
     assert "MSC_SHARED(real, cr_f_u_t0, [612]);" in kernel  # (16 + 2) x (32 + 2)
     copy, compute = kernel.index("cr_f_u_t0[("), kernel.index("f_u_tp1[")
     assert copy < kernel.index("__syncthreads();", copy) < compute
-    assert "<<<" not in source and "MSC_LAUNCH(msc_run_k0, dim3(" in source
+    assert "<<<" not in source and "MSC_LAUNCH_INDEXED(msc_run_k0, P0 * P1, dim3(" in source
     u = np.random.default_rng(5).random((30, 50))  # 2 x 2 tiles, the last ones partial
     result = heat.compile(target="cuda", schedule=schedule, emulate=EMULATE).run(steps=3, u=u, alpha=0.1)
     np.testing.assert_allclose(result["u"], heat.reference(steps=3, u=u, alpha=0.1)["u"], rtol=1e-12, atol=0)
@@ -806,28 +814,38 @@ def _indexed_cases() -> list[Any]:
     def line(u):  # 1D: box tiles
         u[t + 1, x] = 0.5 * u[t, x] + 0.25 * (u[t, x - 1] + u[t, x + 1])
 
+    @msc.stencil(boundary="periodic")
+    def ring(u):  # periodic: grid-mapped
+        u[t + 1, x, y] = 0.5 * u[t, x, y] + 0.25 * (u[t, x - 1, y] + u[t, x, y + 1])
+
     rng = np.random.default_rng(5)
     several = _several_cases()
     return [(heat, msc.Schedule(), {"u": rng.random((37, 45))}, "float64"),
+            (ring, msc.Schedule(), {"u": rng.random((37, 45))}, "float64"),  # grid-mapped
+            (heat, msc.Schedule().tile(x=8, y=16).cache_read("u"), {"u": rng.random((37, 45))}, "float64"),  # staged
+            (heat, msc.Schedule().time_tile(3, x=8, y=16).unroll("x", 2), {"u": rng.random((37, 45))},
+             "float64"),  # skewed tiles in global memory: levels chosen in the kernel (V)
             (heat, msc.Schedule().time_tile(3, x=8, y=16), {"u": rng.random((37, 45)).astype(np.float32)}, "float32"),
             (line, msc.Schedule().time_tile(2, x=16), {"u": rng.random(70)}, "float64"),
             *(several[i] for i in (1, 6, 9, 11))]
 
 
-@pytest.mark.parametrize("index", range(7))
-def test_shared_memory_tiles_run_with_either_index_width(index, assert_matches, monkeypatch):
-    """Streamed and box tiles are templates on their index type, launched with 32-bit
-    indices where a level's points allow (every other test's grids) and 64-bit ones above:
-    the emulator runs the 64-bit ones here (MSC_CUDA_EMU_INDEX=64). Their bodies
-    declare no index of a fixed type."""
+@pytest.mark.parametrize("index", range(10))
+def test_kernels_run_with_either_index_width(index, assert_matches, monkeypatch):
+    """Streamed and box tiles, grid-mapped launches, staged tiles and skewed time tiles are
+    templates on their index type, launched with 32-bit indices where a level's points (a
+    ring's, where the kernel picks its levels) allow (every other test's grids) and 64-bit
+    ones above: the emulator runs the 64-bit ones here (MSC_CUDA_EMU_INDEX=64). Their
+    bodies declare no index of a fixed type."""
     from msc.runtime import cuda_emu
 
     monkeypatch.setenv(cuda_emu.INDEX_WIDTH, "64")
     stencil, schedule, inputs, dtype = _indexed_cases()[index]
     source = get_target("cuda").source(stencil.poly(dtype), schedule)
     functions = re.findall(r"template <typename index_t>\n__global__ .*?\n\}\n", source, re.S)
-    assert functions and all(" long " not in f and "(long)" not in f for f in functions), source
-    assert source.count("MSC_LAUNCH_INDEXED(") >= len(functions) and "MSC_LAUNCH(msc_run_tt" not in source
+    steps = r"const long (t0|T|c\d+)\b"  # the run's steps, and the host's loops over them (a wave of tiles)
+    assert functions and all(re.sub(steps, "", f).count("long") == 0 for f in functions), source
+    assert source.count("MSC_LAUNCH_INDEXED(") >= len(functions) and "MSC_LAUNCH(msc_run" not in source
     _runs_match(stencil, schedule, source, inputs, dtype, 5, assert_matches)
 
 

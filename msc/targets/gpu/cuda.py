@@ -20,6 +20,7 @@ A launch can be written by another generator instead (the tensor-core path):
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import re
 from dataclasses import replace
@@ -108,10 +109,18 @@ def _entry_scope(stencil: ir.StencilIR, box: bool) -> list[tuple[str, str]]:
     """The entry point's variables a launch may use: (C type, name)."""
     scope = [("real *" if f.written else "const real *", _pointer(f)) for f in stencil.fields]
     scope += [("real", param_name(p)) for p in stencil.params]
-    scope += [("long", f"P{d}") for d in range(stencil.ndim)]
+    scope += [("index", f"P{d}") for d in range(stencil.ndim)]
     if box:
-        scope += [("long", f"{b}{d}") for d in range(stencil.ndim) for b in ("L", "H")]
-    return scope + [("long", "V"), ("long", "t0"), ("long", "T")]
+        scope += [("index", f"{b}{d}") for d in range(stencil.ndim) for b in ("L", "H")]
+    return scope + [("index", "V"), ("long", "t0"), ("long", "T")]  # steps stay 64-bit: a run may take 2^31
+
+
+def _launch_points(stencil: ir.StencilIR, used: Sequence[tuple[str, str]]) -> ix.Expr:
+    """The most points a grid-mapped launch indexes from one pointer: a level's, or where it
+    takes the ring buffers' slot volume V (levels chosen inside the kernel), all slots'."""
+    if any(name == "V" for _, name in used):
+        return ix.Var("V") * max(f.slots for f in stencil.fields)
+    return functools.reduce(ix.mul, (ix.Var(f"P{d}") for d in range(stencil.ndim)))
 
 
 def _pointer(f: ir.FieldDecl) -> str:
@@ -207,11 +216,13 @@ class CudaTarget(ctarget.CTarget):
                 calls[launch.name] = custom.call
                 printed.append(dict(source=custom.source))
                 continue
-            body = printer.lines(launch.body)
+            indexed = replace(printer, index=INDEX_TYPE)
+            body = indexed.lines(launch.body)
             text = "\n".join(body)
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
-            printed.append(_printed(launch, used, body, printer))
-            calls[launch.name] = k.Launch(launch.name, launch.grid, launch.block, tuple(ix.Var(v) for _, v in used))
+            printed.append(_printed(launch, used, body, indexed))
+            calls[launch.name] = k.Launch(launch.name, launch.grid, launch.block, tuple(ix.Var(v) for _, v in used),
+                                          points=_launch_points(stencil, used))
 
         def fill(node: k.Node) -> k.Node:
             return calls[node.name] if isinstance(node, k.Launch) else node

@@ -196,7 +196,8 @@ class _Split:
         arrays = _arrays(body)
         shared = tuple(replace(b, space=k.Space.SHARED) for name, b in self.buffers.items() if name in arrays)
         name = f"{self.entry}_k{len(self.launches)}"
-        self.launches.append(DeviceFunction(name, k.Block((*shared, *body.body)), grid, block, tuple(scope)))
+        self.launches.append(DeviceFunction(name, k.Block((*shared, *body.body)), grid, block, tuple(scope),
+                                            indexed=True))
         return k.Launch(name, grid, block)
 
     def _check_device(self, node: k.Node) -> None:

@@ -19,14 +19,15 @@ from msc.codegen.printers.c import ADDITIVE, INDENT, MULTIPLICATIVE, CPrinter, c
 WMMA = "nvcuda::wmma"  # the matrix unit's API
 DYNAMIC_SHARED = "msc_shared"  # the block's dynamic shared memory, as bytes
 
-# a mapped loop starts at its share of the grid and strides by the grid's size
-_START = {"block": "(long)blockIdx.{a}", "thread": "(long)threadIdx.{a}",
-          "global": "((long)blockIdx.{a} * blockDim.{a} + threadIdx.{a})"}
-_STRIDE = {"block": "(long)gridDim.{a}", "thread": "(long)blockDim.{a}", "global": "((long)gridDim.{a} * blockDim.{a})"}
+# a mapped loop starts at its share of the grid and strides by the grid's size (in the index type {i})
+_START = {"block": "({i})blockIdx.{a}", "thread": "({i})threadIdx.{a}",
+          "global": "(({i})blockIdx.{a} * ({i})blockDim.{a} + ({i})threadIdx.{a})"}
+_STRIDE = {"block": "({i})gridDim.{a}", "thread": "({i})blockDim.{a}",
+           "global": "(({i})gridDim.{a} * ({i})blockDim.{a})"}
 WARP = 32  # threads of a warp: a grid-mapped innermost loop starts its warps on multiples of it, so that a
 # warp's row of points is as few memory sectors as the row's own alignment allows (docs/cuda.md "Counters")
-BLOCK_THREAD = "(long)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
-BLOCK_SIZE = "(long)(blockDim.x * blockDim.y * blockDim.z)"
+BLOCK_THREAD = "({i})(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
+BLOCK_SIZE = "({i})(blockDim.x * blockDim.y * blockDim.z)"
 
 
 INDEX_TYPE = "index_t"  # the index type's template parameter of an indexed device function
@@ -147,14 +148,15 @@ class CudaPrinter(CPrinter):
         assert loop.init is not None and loop.cond is not None
         it, cond, unit = loop.iterator, c_int(loop.cond), loop.step == ix.Lit(1)
         scale = "" if unit else f" * {c_int(loop.step, MULTIPLICATIVE + 1)}"
-        stride = f"{_STRIDE[kind].format(a=axis)}{scale}"
+        index = self.index
+        stride = f"{_STRIDE[kind].format(a=axis, i=index)}{scale}"
         if (kind, axis, unit) == ("global", "x", True):  # warps start on a multiple of 32 points
-            start = f"{c_int(ix.floordiv(loop.init, WARP) * WARP)} + {_START[kind].format(a=axis)}"
-            return [f"{pad}for (long {it} = {start}; {cond}; {it} += {stride}) {{",
+            start = f"{c_int(ix.floordiv(loop.init, WARP) * WARP)} + {_START[kind].format(a=axis, i=index)}"
+            return [f"{pad}for ({index} {it} = {start}; {cond}; {it} += {stride}) {{",
                     f"{pad}{INDENT}if ({c_int(ix.Var(it).lt(loop.init))}) continue;",
                     *self.lines(loop.body, depth + 1), f"{pad}}}"]
-        start = f"{c_int(loop.init, ADDITIVE)} + {_START[kind].format(a=axis)}{scale}"
-        return [f"{pad}for (long {it} = {start}; {cond}; {it} += {stride}) {{",
+        start = f"{c_int(loop.init, ADDITIVE)} + {_START[kind].format(a=axis, i=index)}{scale}"
+        return [f"{pad}for ({index} {it} = {start}; {cond}; {it} += {stride}) {{",
                 *self.lines(loop.body, depth + 1), f"{pad}}}"]
 
     def _shared_copy(self, copy: k.Copy, depth: int) -> list[str]:
@@ -163,14 +165,16 @@ class CudaPrinter(CPrinter):
         n = len(copy.iterators)
         extents = [c_int(ix.max_(0, hi - lo)) for lo, hi in copy.region]
         out = [f"{pad}{{"]
-        out += [f"{inner}const long msc_n{d} = {e};" for d, e in enumerate(extents)]
+        index = self.index
+        out += [f"{inner}const {index} msc_n{d} = {e};" for d, e in enumerate(extents)]
         total = " * ".join(f"msc_n{d}" for d in range(n))
-        out.append(f"{inner}for (long msc_q = {BLOCK_THREAD}; msc_q < {total}; msc_q += {BLOCK_SIZE}) {{")
+        out.append(f"{inner}for ({index} msc_q = {BLOCK_THREAD.format(i=index)}; msc_q < {total}; "
+                   f"msc_q += {BLOCK_SIZE.format(i=index)}) {{")
         rest = "msc_q"
         for d in reversed(range(n)):
             it, (lo, _) = copy.iterators[d], copy.region[d]
             value = f"{rest} % msc_n{d}" if d else rest
-            out.append(f"{inner}{INDENT}const long {it} = {c_int(lo, ADDITIVE)} + {value};")
+            out.append(f"{inner}{INDENT}const {index} {it} = {c_int(lo, ADDITIVE)} + {value};")
             rest = f"{rest} / msc_n{d}" if d else rest
         out.append(f"{inner}{INDENT}{c_ref(copy.dst)} = {c_ref(copy.src)};")
         return out + [f"{inner}}}", f"{pad}}}"]
