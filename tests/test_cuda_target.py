@@ -83,7 +83,7 @@ def nvcc_check(source: str, directory: Path) -> None:
     checked before (same text, header and nvcc) is not compiled again."""
     from msc.runtime import cuda_emu
 
-    header = (Path(cuda_emu.EMULATOR_DIR) / "msc_cuda.h").read_bytes()
+    header = b"".join(path.read_bytes() for path in sorted(Path(cuda_emu.EMULATOR_DIR).glob("msc_*.h")))
     digest = hashlib.sha256(source.encode() + header + str(Path(NVCC or "").resolve()).encode()).hexdigest()[:32]
     stamp = cache_dir() / "nvcc-checked" / digest
     if stamp.exists():

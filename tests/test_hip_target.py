@@ -51,7 +51,7 @@ def hipcc_check(source: str, directory: Path) -> None:
     if HIPCC is None:
         return
 
-    header = (Path(cuda_emu.EMULATOR_DIR) / "msc_hip.h").read_bytes()
+    header = b"".join(path.read_bytes() for path in sorted(Path(cuda_emu.EMULATOR_DIR).glob("msc_*.h")))
     digest = hashlib.sha256(source.encode() + header + str(Path(HIPCC).resolve()).encode()).hexdigest()[:32]
     stamp = cache_dir() / "hipcc-checked" / digest
     if stamp.exists():

@@ -144,7 +144,7 @@ MUTANTS = [
     Mutant("CUDA time tile's scratch levels are never freed", "msc/targets/templates/cuda_kernel.cu.j2",
            "if (levels) cudaFree(levels);", "(void)levels;",
            ("tests/test_cuda_target.py::test_a_failed_launch_frees_the_scratch_levels",)),
-    Mutant("CUDA indexed launches take 64-bit indices at every size", "msc/runtime/cuda/msc_cuda.h",
+    Mutant("CUDA indexed launches take 64-bit indices at every size", "msc/runtime/cuda/msc_index.h",
            "return points <= MSC_INDEX32_POINTS;", "return false;",
            ("tests/test_cuda_emulator.py::test_indexed_launches_take_32_bit_indices_where_the_points_allow",)),
     Mutant("CUDA indexed device functions keep 64-bit indices in their bodies", "msc/targets/gpu/cuda.py",

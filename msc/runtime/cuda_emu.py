@@ -34,7 +34,7 @@ from msc.errors import CompileError
 from msc.runtime import build
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "cuda"
-HEADERS = ("msc_cuda.h", "cuda_emu.h")
+HEADERS = ("msc_cuda.h", "msc_index.h", "cuda_emu.h")
 #: the emulator's runtime: compiled once (runtime_object), not with every kernel
 RUNTIME = "cuda_emu.cpp"
 #: the files an emitted tree needs for `make emulate`

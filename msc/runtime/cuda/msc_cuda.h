@@ -11,10 +11,8 @@
  *       launch with MSC_CUDA_CHECK(cudaGetLastError()).
  *   MSC_LAUNCH_INDEXED(kernel, points, grid, block, shared_bytes, args...)
  *       launches a kernel templated on its index type (`template <typename
- *       index_t>`) for a level of `points` points: kernel<int> up to
- *       MSC_INDEX32_POINTS (half of int's range, leaving room for the halo's
- *       arithmetic), kernel<long> above; under the emulator kernel<long>
- *       wherever MSC_CUDA_EMU_INDEX is "64".
+ *       index_t>`) for `points` points: kernel<int> where they allow,
+ *       kernel<long> above (msc_index.h).
  *   MSC_CUDA_CHECK(call)
  *       on an error prints the call, file, line and cudaGetErrorString to
  *       stderr and RETURNS the error code (as int) from the enclosing
@@ -61,23 +59,7 @@
 #error "msc_cuda.h: compile with nvcc, or as C++17 with -DMSC_CUDA_EMULATE for the CPU emulator"
 #endif
 
-#define MSC_INDEX32_POINTS (1L << 30)
-
-static inline bool msc_index32(long points)
-{
-#ifdef MSC_CUDA_EMULATE
-    if (::msc_emu::wide_indices()) return false;
-#endif
-    return points <= MSC_INDEX32_POINTS;
-}
-
-#define MSC_LAUNCH_INDEXED(kernel, points, grid, block, shared_bytes, ...)                  \
-    do {                                                                                    \
-        if (msc_index32(points))                                                            \
-            MSC_LAUNCH(kernel<int>, grid, block, shared_bytes, __VA_ARGS__);                \
-        else                                                                                \
-            MSC_LAUNCH(kernel<long>, grid, block, shared_bytes, __VA_ARGS__);               \
-    } while (0)
+#include "msc_index.h"
 
 /* Where a failed call is reported: file, line and the call's text (tools/same_machine_code.py
  * defines it away, so that code moved to other lines compiles to the same machine code). */

@@ -35,15 +35,7 @@
     } while (0)
 #define MSC_DYNAMIC_SHARED(type, name) extern __shared__ __attribute__((aligned(128))) type name[]
 #define MSC_SHARED(type, name, dims) __shared__ type name dims
-#define MSC_INDEX32_POINTS (1L << 30)
-static inline bool msc_index32(long points) { return points <= MSC_INDEX32_POINTS; }
-#define MSC_LAUNCH_INDEXED(kernel, points, grid, block, shared_bytes, ...)                  \
-    do {                                                                                    \
-        if (msc_index32(points))                                                            \
-            MSC_LAUNCH(kernel<int>, grid, block, shared_bytes, __VA_ARGS__);                \
-        else                                                                                \
-            MSC_LAUNCH(kernel<long>, grid, block, shared_bytes, __VA_ARGS__);               \
-    } while (0)
+#include "msc_index.h"
 #else
 #error "msc_hip.h: compile with hipcc, or as C++17 with -DMSC_CUDA_EMULATE for the CPU emulator"
 #endif
