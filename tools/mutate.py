@@ -148,7 +148,7 @@ MUTANTS = [
            "return points <= MSC_INDEX32_POINTS;", "return false;",
            ("tests/test_cuda_emulator.py::test_indexed_launches_take_32_bit_indices_where_the_points_allow",)),
     Mutant("CUDA indexed device functions keep 64-bit indices in their bodies", "msc/targets/gpu/cuda.py",
-           "printer = replace(printer, index=INDEX_TYPE) if function.indexed else printer", "printer = printer",
+           "return replace(printer, index=INDEX_TYPE) if function.indexed else printer", "return printer",
            ("tests/test_cuda_target.py::test_kernels_run_with_either_index_width",)),
     Mutant("CUDA streamed thread's next point one column short of a row below", "msc/targets/gpu/cuda_stream.py",
            "q + i * plan.points[1], f\"_{i}\")", "q + i * (plan.points[1] - 1), f\"_{i}\")", (*CUDA_ROWS,)),

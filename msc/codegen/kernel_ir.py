@@ -212,8 +212,9 @@ class Launch:
     """Device code started from the host: the device function `name` on a grid of `grid`
     blocks of `block` threads each (x first), with `shared_bytes` of dynamic shared memory,
     called with `args` (set once the target knows which variables its body uses). With
-    `points` (a level's points), the function is a template on its index type, launched
-    with 32-bit indices where the points allow and 64-bit ones elsewhere."""
+    `points` (the most it indexes from one pointer: a level's, or a ring's), the function
+    is a template on its index type, launched with 32-bit indices where the points allow
+    and 64-bit ones elsewhere."""
 
     name: str
     grid: tuple[ix.Expr, ...]

@@ -136,9 +136,14 @@ def _printed(function: mapping.DeviceFunction, parameters: Sequence[tuple[str, s
                 template=f"template <typename {INDEX_TYPE}>" if function.indexed else "")
 
 
+def _printer_of(function: mapping.DeviceFunction, printer: CudaPrinter) -> CudaPrinter:
+    """The printer of a device function's body and parameters: an indexed one's index is its template's."""
+    return replace(printer, index=INDEX_TYPE) if function.indexed else printer
+
+
 def _printed_whole(function: mapping.DeviceFunction, printer: CudaPrinter) -> dict[str, object]:
-    """A device function whose parameters are its whole scope, printed with its index type."""
-    printer = replace(printer, index=INDEX_TYPE) if function.indexed else printer
+    """A device function whose parameters are its whole scope."""
+    printer = _printer_of(function, printer)
     return _printed(function, function.scope, printer.lines(function.body), printer)
 
 
@@ -216,13 +221,13 @@ class CudaTarget(ctarget.CTarget):
                 calls[launch.name] = custom.call
                 printed.append(dict(source=custom.source))
                 continue
-            indexed = replace(printer, index=INDEX_TYPE)
-            body = indexed.lines(launch.body)
+            own = _printer_of(launch, printer)
+            body = own.lines(launch.body)
             text = "\n".join(body)
             used = [(t, v) for t, v in launch.scope if re.search(rf"\b{re.escape(v)}\b", text)]
-            printed.append(_printed(launch, used, body, indexed))
+            printed.append(_printed(launch, used, body, own))
             calls[launch.name] = k.Launch(launch.name, launch.grid, launch.block, tuple(ix.Var(v) for _, v in used),
-                                          points=_launch_points(stencil, used))
+                                          points=_launch_points(stencil, used) if launch.indexed else None)
 
         def fill(node: k.Node) -> k.Node:
             return calls[node.name] if isinstance(node, k.Launch) else node
