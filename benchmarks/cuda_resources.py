@@ -110,47 +110,39 @@ def sass_path() -> str | None:
     return None
 
 
-def _sass(cubin: Path, mangled: str) -> tuple[list[tuple[int, str]], list[tuple[int, int]]]:
-    """A kernel's SASS instructions (address, text) and its innermost loops (first and last address)."""
+def _loops(cubin: Path, mangled: str, opcode: str) -> list[tuple[int, int]]:
+    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS: (how many
+    times, instructions) each; innermost among those that hold it."""
     done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
                           check=True, env={**os.environ, "PATH": sass_path() or ""})
     code = [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
-    loops = []
+    loops = {}  # (first address, last address) -> times it holds the opcode
     for pc, text in code:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if branch and int(branch.group(1), 16) <= pc:
-            loops.append((int(branch.group(1), 16), pc))
-    return code, [(a, b) for a, b in loops if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
+            start = int(branch.group(1), 16)
+            held = sum(opcode in t for at, t in code if start <= at <= pc)
+            if held:
+                loops[(start, pc)] = held
+    return [(held, (end - start) // 16 + 1) for (start, end), held in loops.items()
+            if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)]
 
 
 def point_instructions(cubin: Path, mangled: str) -> float | None:
     """SASS instructions per point of a grid-mapped kernel: of its innermost loops that store to
     global memory, the longest, over its stores (ptxas may unroll it; a point is one store of
     each statement, so this is per point and statement). None where no loop stores."""
-    code, loops = _sass(cubin, mangled)
-    counted = [(sum("STG" in t for at, t in code if a <= at <= b), (b - a) // 16 + 1) for a, b in loops]
-    stores, length = max(((n, m) for n, m in counted if n), key=lambda c: c[1], default=(0, 0))
+    stores, length = max(_loops(cubin, mangled, "STG"), key=lambda loop: loop[1], default=(0, 0))
     return length / stores if stores else None
 
 
 def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> float:
     """SASS instructions per plane of a streamed kernel's loop over planes: of the innermost
-    loops (backward branches) holding a barrier, the one with the most barriers (ptxas may
-    unroll it, leaving a remainder loop beside it), its length over the planes it covers
-    (its barriers over `barriers_per_plane`)."""
-    code, _ = _sass(cubin, mangled)
-    loops = []  # (first pc, last pc, barriers)
-    for pc, text in code:
-        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        if branch and int(branch.group(1), 16) <= pc:
-            start = int(branch.group(1), 16)
-            barriers = sum("BAR.SYNC" in t for at, t in code if start <= at <= pc)
-            if barriers:
-                loops.append((start, pc, barriers))
-    innermost = [(b, -(end - start)) for start, end, b in loops
-                 if not any((s, e) != (start, end) and start <= s and e <= end for s, e, _ in loops)]
-    barriers, minus_length = max(innermost)
-    return (-minus_length // 16 + 1) * barriers_per_plane / barriers
+    loops holding a barrier, the one with the most barriers (ptxas may unroll it, leaving a
+    remainder loop beside it), its length over the planes it covers (its barriers over
+    `barriers_per_plane`)."""
+    barriers, length = max(_loops(cubin, mangled, "BAR.SYNC"), key=lambda loop: (loop[0], -loop[1]))
+    return length * barriers_per_plane / barriers
 
 
 def thread_planes_per_update(plan: StreamedTile) -> float:

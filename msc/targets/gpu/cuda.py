@@ -20,7 +20,6 @@ A launch can be written by another generator instead (the tensor-core path):
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import re
 from dataclasses import replace
@@ -120,7 +119,7 @@ def _launch_points(stencil: ir.StencilIR, used: Sequence[tuple[str, str]]) -> ix
     takes the ring buffers' slot volume V (levels chosen inside the kernel), all slots'."""
     if any(name == "V" for _, name in used):
         return ix.Var("V") * max(f.slots for f in stencil.fields)
-    return functools.reduce(ix.mul, (ix.Var(f"P{d}") for d in range(stencil.ndim)))
+    return mapping.level_points(stencil.ndim)
 
 
 def _pointer(f: ir.FieldDecl) -> str:

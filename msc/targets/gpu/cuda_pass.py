@@ -23,6 +23,7 @@ become the block's shared memory, filled and drained by all its threads.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 from msc.codegen import index as ix
@@ -57,6 +58,12 @@ class DeviceFunction:
     block: tuple[int, ...]
     scope: tuple[tuple[str, str], ...]
     indexed: bool = False
+
+
+def level_points(ndim: int) -> ix.Expr:
+    """The points of a level, P0 x P1 ...: the `points` of an indexed launch (`k.Launch`)
+    that reads and writes levels through the pointers it is given."""
+    return functools.reduce(ix.mul, (ix.Var(f"P{d}") for d in range(ndim)))
 
 
 def _contains(node: k.Node, what: type) -> bool:

@@ -289,7 +289,7 @@ def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
     terms: Terms = {}
     for (_, _, offsets), weight in form.terms.items():
         terms.setdefault(offsets[0], []).append((offsets[1:], weight))
-    # the form's constant of a sum of weighted reads is a zero, which a GPU would add per point and step
+    # a zero constant (a sum written from 0.0) is left out: the GPU would add it per point and step
     return terms, None if form.constant == ir.Const(0.0) else form.constant
 
 

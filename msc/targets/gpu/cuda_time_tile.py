@@ -22,7 +22,6 @@ skewed tiles of the kernel IR, run in global memory (`passes/cuda.py`);
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from msc.codegen import kernel_ir as k
 from msc.codegen.lower import field_name, ring_buffer, ring_slot
 from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
 from msc.targets.gpu import cuda_stream as stream
-from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, DeviceFunction
+from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, DeviceFunction, level_points
 from msc.targets.gpu.cuda_stream import StreamedTile, blocks, conjunction, tile_loops, tile_parameters
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
@@ -247,8 +246,7 @@ def host_loop(plan: SharedTimeTile | StreamedTile, functions: Sequence[DeviceFun
     step = default_stream(plan.stencil) if level_sets else None
     shared = [tiles.dynamic_shared for tiles in (plan, step) if tiles is not None]
     setup = [k.SharedLimit(f.name, n, f.indexed) for f, n in zip(functions, shared) if n]
-    points = functools.reduce(ix.mul, (ix.Var(f"P{d}") for d in range(plan.stencil.ndim)))
-    launches = [_launcher(f, n, points) for f, n in zip(functions, shared)]
+    launches = [_launcher(f, n, level_points(plan.stencil.ndim)) for f, n in zip(functions, shared)]
     if level_sets:
         return level_sets_loop(plan.stencil, plan.depth, plan.describe(), launches[0], launches[1], setup)
     return ring_loop(plan.stencil, plan.depth, plan.describe(), launches[0], setup)
