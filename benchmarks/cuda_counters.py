@@ -15,9 +15,10 @@ of a plane and its tile.
 
 `--only` also takes stencils of several levels or fields (SEVERAL, not run by
 default): a wave equation in 2D and 3D (levels t and t-1), two coupled
-fields in 2D and the acoustic wave of examples/wave_coupled.py (a statement
-reading the level t+1 the one before wrote, at the point), with the
-grid-mapped launch, the default and time_tile(4).
+fields in 2D, the acoustic wave of examples/wave_coupled.py (a statement
+reading the level t+1 the one before wrote, at the point) and a staggered
+Yee scheme (yee2d: the electric fields read the magnetic field's level t+1 at
+neighbours), with the grid-mapped launch, the default and time_tile(4).
 
 Goals: with the default launch, global load bytes per update at most 1.5 x
 the itemsize per level read (the standard stencils read one); with
@@ -86,11 +87,16 @@ def several(name: str) -> tuple[msc.Stencil, int]:
         q[t + 1, x, y] = p[t, x - 1, y] + p[t, x + 1, y] + p[t, x, y - 1] + p[t, x, y + 1] - 4 * p[t, x, y]
         p[t + 1, x, y] = 2 * p[t, x, y] - p[t - 1, x, y] + dt2 * c[x, y] ** 2 * q[t + 1, x, y]
 
-    body = {"wave2d": wave2d, "wave3d": wave3d, "coupled2d": coupled2d, "acoustic2d": acoustic2d}[name]
-    return msc.stencil(body), 3 if name == "acoustic2d" else 2
+    def yee2d(ex, ey, hz, c):  # type: ignore[no-untyped-def]  # staggered (FDTD, TE mode): h[t+1] read at neighbours
+        hz[t + 1, x, y] = hz[t, x, y] - c * (ey[t, x + 1, y] - ey[t, x, y] - ex[t, x, y + 1] + ex[t, x, y])
+        ex[t + 1, x, y] = ex[t, x, y] + c * (hz[t + 1, x, y] - hz[t + 1, x, y - 1])
+        ey[t + 1, x, y] = ey[t, x, y] - c * (hz[t + 1, x, y] - hz[t + 1, x - 1, y])
+
+    body = {"wave2d": wave2d, "wave3d": wave3d, "coupled2d": coupled2d, "acoustic2d": acoustic2d, "yee2d": yee2d}[name]
+    return msc.stencil(body), 3 if name in ("acoustic2d", "yee2d") else 2
 
 
-SEVERAL = ("wave2d", "wave3d", "coupled2d", "acoustic2d")
+SEVERAL = ("wave2d", "wave3d", "coupled2d", "acoustic2d", "yee2d")
 SEVERAL_SCHEDULES = ("grid-mapped", "default (streamed)", f"time_tile({DEPTH})")
 
 

@@ -37,6 +37,7 @@ SCHEDULES = ["tests/test_schedules.py", "-m", "not slow"]
 MPI = ["tests/mpi/test_mpi.py", "-k", "cases_and_errors or generated or halo_library"]
 CUDA_TIME_TILES = ["tests/test_cuda_target.py::test_time_tiles_in_shared_memory_match_reference"]
 CUDA_ROWS = ["tests/test_cuda_target.py::test_streamed_threads_take_several_points_of_the_middle_dimension"]
+CUDA_CHAINS = ["tests/test_cuda_target.py::test_a_level_t_plus_1_read_at_neighbours_streams"]
 CUDA_DEFAULT = ["tests/test_cuda_target.py", "-k", "test_emulated_cuda_matches_reference and not True"]  # default launches
 IMPLICIT = ["tests/test_pde.py", "-k", "implicit"]
 FUSED_TC = "msc/targets/gpu/cuda_tensor_core_tile.py"
@@ -136,8 +137,20 @@ MUTANTS = [
            "level = Level(read.name, stage - 1 + read.dt)", "level = Level(read.name, stage - 1)",
            ("tests/test_cuda_target.py::test_several_statements_and_levels_stream",)),
     Mutant("CUDA streamed ring read by the last step keeps no plane more", "msc/targets/gpu/cuda_stream.py",
-           "most = max(most, span + (level.at <= 0 and stage == self.depth))", "most = max(most, span)",
+           "most = max(most, span + 1 + (level.at <= 0 and stage == self.depth))", "most = max(most, span + 1)",
            ("tests/test_cuda_target.py::test_the_last_step_reading_a_loaded_level_keeps_a_plane_more",)),
+    Mutant("CUDA streamed statement reads a level t+1 other threads wrote without a barrier",
+           "msc/targets/gpu/cuda_stream.py", "body.append(k.Barrier())  # its first statement reads",
+           "pass  # its first statement reads", (*CUDA_CHAINS,)),
+    Mutant("CUDA streamed statement computes the plane of its step, not its chain's lag",
+           "msc/targets/gpu/cuda_stream.py", "[0] + chains(self.stencil)[statement][0]", "[0]", (*CUDA_CHAINS,)),
+    Mutant("CUDA streamed tile's halo leaves out the chain of level t+1 reads", "msc/targets/gpu/cuda_stream.py",
+           "depth * r + max(c[d] for c in chain)", "depth * r", (*CUDA_CHAINS,)),
+    Mutant("CUDA streamed ring keeps no planes for a level t+1 read behind", "msc/targets/gpu/cuda_stream.py",
+           "read.dt is not None and (read.dt <= 0 or self.from_ring(i, read))]", "read.dt is not None and read.dt <= 0]",
+           (*CUDA_CHAINS,)),
+    Mutant("CUDA streamed step's reach leaves out a lagging writer's chain", "msc/targets/gpu/cuda_stream.py",
+           "out = [max(r, abs(o) + c - own)", "out = [max(r, abs(o) + 0 * (c - own))", (*CUDA_CHAINS,)),
     Mutant("CUDA time tile of several levels copies no level to its slot", "msc/targets/templates/cuda_kernel.cu.j2",
            "MSC_CUDA_CHECK(cudaMemcpy(to[next], from[next]", "if (0) MSC_CUDA_CHECK(cudaMemcpy(to[next], from[next]",
            ("tests/test_cuda_target.py::test_several_statements_and_levels_stream",)),

@@ -26,8 +26,10 @@ Several statements and levels: each written field has its own rings, one per
 `Level` a step reads with neighbours (the loaded level t of every written
 field, an older level read with a nonzero offset, and each step's result but
 the last), and every statement of a step computes its field's plane (a
-level t+1 an earlier statement wrote is read at the point, from its
-register). An older level read only at the point itself (u[t-1] of a wave
+level t+1 an earlier statement wrote is read at the point from its
+register; at a neighbour from its ring, the reader lagging behind the
+writer along the chain of such reads, `chains`, the halo wider by the
+chain's length, ADR 0069). An older level read only at the point itself (u[t-1] of a wave
 equation) is read from global memory, as inputs are. A launch of several
 steps writes as many levels of each field as the field keeps, the last
 steps' results (the next launch reads them: `destinations`); `reason` says
@@ -44,7 +46,7 @@ import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 from msc import ir
 from msc.codegen import index as ix
@@ -63,13 +65,10 @@ Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weight
 
 def reason(stencil: ir.StencilIR, depth: int) -> str | None:
     """Why the stencil's tiles of `depth` steps cannot stream (None: they can): a
-    field that changes in time but no statement computes, a read of a level t+1
-    (written by an earlier statement of the same step) at a neighbour (at the point
-    itself it is that statement's value, in the thread's registers), a step that
-    reads no field at t or before (nothing to stream), or, with several steps,
-    fewer steps than a written field keeps past levels (a launch writes the
-    levels the next one reads)."""
-    written = {f.name for f in stencil.written_fields}
+    field that changes in time but no statement computes, a step that reads no
+    field at t or before (nothing to stream), or, with several steps, fewer steps
+    than a written field keeps past levels (a launch writes the levels the next
+    one reads)."""
     for f in stencil.fields:
         if not f.written and not f.time_invariant:
             return f"field '{f.name}' changes in time but is not computed by a statement"
@@ -78,12 +77,45 @@ def reason(stencil: ir.StencilIR, depth: int) -> str | None:
                     f"all: it takes at least {f.window} steps")
     if depth == 1 and not any(read.dt is not None and read.dt <= 0 for s in stencil.statements for read in s.reads):
         return "no statement reads a field at t or before: a step has no planes to stream"
-    for statement in stencil.statements:
-        for read in statement.reads:
-            if read.dt is not None and read.dt > 0 and read.name in written and any(read.offsets):
-                return (f"the statement of '{statement.target}' reads {read.name}[t+1] at a neighbour, written in "
-                        f"the same step (streamed tiles read a level t+1 at the point only)")
     return None
+
+
+def chains(stencil: ir.StencilIR) -> tuple[tuple[int, ...], ...]:
+    """Per statement and dimension, how far its valid points of a step lie inside those of
+    the statements it reads a level t+1 of: the sum of the offsets' sizes along its chain
+    of such reads (0 where it reads none at a neighbour). Along the streamed dimension it
+    is also how many planes the statement lags behind its step's first statements."""
+    out: list[tuple[int, ...]] = []
+    writer: dict[str, int] = {}
+    for statement in stencil.statements:
+        chain = [0] * stencil.ndim
+        for read in statement.reads:
+            if read.dt is not None and read.dt > 0 and read.name in writer:
+                chain = [max(c, before + abs(o)) for c, before, o in zip(chain, out[writer[read.name]], read.offsets)]
+        writer[statement.target] = len(out)
+        out.append(tuple(chain))
+    return tuple(out)
+
+
+def reach(stencil: ir.StencilIR) -> tuple[int, ...]:
+    """Per dimension, how far a step's valid points shrink from the step before's: the
+    radius, more where a statement reads a past level of a field whose statement lags
+    behind its own (`chains`)."""
+    chain, out = chains(stencil), list(stencil.radius)
+    writer = {s.target: i for i, s in enumerate(stencil.statements)}
+    for i, statement in enumerate(stencil.statements):
+        for read in statement.reads:
+            if read.dt is not None and read.dt <= 0 and read.name in writer:
+                out = [max(r, abs(o) + c - own)
+                       for r, o, c, own in zip(out, read.offsets, chain[writer[read.name]], chain[i])]
+    return tuple(out)
+
+
+def halo(stencil: ir.StencilIR, depth: int) -> tuple[int, ...]:
+    """Per dimension, the points a tile of `depth` steps loads on each side of its outputs:
+    depth x radius, and along a chain of level t+1 reads at neighbours its length more."""
+    chain = chains(stencil)
+    return tuple(depth * r + max(c[d] for c in chain) for d, r in enumerate(reach(stencil)))
 
 
 @dataclass(frozen=True)
@@ -115,9 +147,14 @@ class StreamedTile:
     def points(self) -> tuple[int, ...]:
         """Points of a plane per inner dimension, outer first: the tile and its halo
         (in 3D the middle dimension rounded up to whole rows of threads)."""
-        points = [t + 2 * self.depth * r for t, r in zip(self.tile, self.stencil.radius[1:])]
+        points = [t + 2 * h for t, h in zip(self.tile, self.halo[1:])]
         points[0] = -(-points[0] // self.rows) * self.rows
         return tuple(points)
+
+    @cached_property
+    def halo(self) -> tuple[int, ...]:
+        """Points loaded on each side of the outputs, per dimension (`halo`)."""
+        return halo(self.stencil, self.depth)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -136,7 +173,8 @@ class StreamedTile:
         """The levels kept in rings of planes in shared memory, in the order of the ring
         buffer's rows: the loaded ones (level t of every written field a statement reads
         at t or before, an older level where a step reads it with a nonzero offset), then
-        each step's result but the last's. An older level read only at the point is read
+        each step's result but the last's, and the last's of a field a statement reads at
+        t+1 from a ring (`from_ring`). An older level read only at the point is read
         from global memory; a field no statement reads at t or before is not loaded (no
         step's output depends on it)."""
         st, written = self.stencil, self.stencil.written_fields
@@ -146,7 +184,42 @@ class StreamedTile:
                  if stage - 1 + read.dt < 0 and any(read.offsets)}
         loaded = [Level(f.name, 0) for f in written if any(read.name == f.name for read in reads)]
         loaded += sorted(older, key=lambda level: (-level.at, level.field))
-        return (*loaded, *(Level(f.name, at) for at in range(1, self.depth) for f in written))
+        ringed = dict.fromkeys(read.name for i, statement in enumerate(st.statements) for read in statement.reads
+                               if self.from_ring(i, read))
+        return (*loaded, *(Level(f.name, at) for at in range(1, self.depth) for f in written),
+                *(Level(name, self.depth) for name in ringed))
+
+    @cached_property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """The statements of a step in runs computing the same plane (`chains`), a run
+        also ending before a statement that reads a level t+1 another thread wrote in
+        the same iteration (`waits`): a barrier comes before it."""
+        chain, out = chains(self.stencil), []
+        for i in range(len(self.stencil.statements)):
+            if out and chain[out[-1][-1]][0] == chain[i][0] and not self.waits(i):
+                out[-1].append(i)
+            else:
+                out.append([i])
+        return tuple(tuple(group) for group in out)
+
+    def waits(self, statement: int) -> bool:
+        """Whether the statement reads a level t+1 at an in-plane neighbour in the plane
+        its writer computes in the same iteration (an older plane was written before the
+        iteration's first barrier, a point's own column by the thread itself)."""
+        st, chain = self.stencil, chains(self.stencil)
+        writer = {s.target: i for i, s in enumerate(st.statements)}
+        return any(read.dt is not None and read.dt > 0 and any(read.offsets[1:])
+                   and chain[statement][0] - read.offsets[0] == chain[writer[read.name]][0]
+                   for read in st.statements[statement].reads)
+
+    def from_ring(self, statement: int, read: ir.FieldRead) -> bool:
+        """Whether the statement's read of a level t+1 comes from the level's ring (a
+        neighbour, or a point of a statement of another run, `groups`) rather than from
+        the register of the statement that wrote it."""
+        if read.dt is None or read.dt <= 0:
+            return False
+        writer = next(i for i, s in enumerate(self.stencil.statements) if s.target == read.name)
+        return any(read.offsets) or not any({statement, writer} <= set(group) for group in self.groups)
 
     @property
     def loaded(self) -> tuple[Level, ...]:
@@ -171,24 +244,31 @@ class StreamedTile:
         + 1 a step reads, and with one step one more, for the loaded plane is stored before
         the iteration's only barrier. With several fields or levels, the most any read
         reaches back from its ring's newest plane (a step reading a level older than the
-        step before's reaches further), one more where the last step reads a loaded ring."""
+        step before's reaches further, a statement lagging behind the one it reads too),
+        one more where the last step reads a loaded ring."""
         r0 = self.stencil.radius[0]
         if self.sums is not None:
             return 2
         if self.single:
             return 2 * r0 + (2 if self.depth == 1 else 1)
-        most = 0
+        st, most = self.stencil, 0
+        writer = {s.target: i for i, s in enumerate(st.statements)}
         for stage in range(1, self.depth + 1):
-            for statement in self.stencil.statements:
+            for i, statement in enumerate(st.statements):
                 reads = [(read.name, read.dt, read.offsets[0]) for read in statement.reads
-                         if read.dt is not None and read.dt <= 0]
+                         if read.dt is not None and (read.dt <= 0 or self.from_ring(i, read))]
                 for name, dt, along in [*reads, (statement.target, 0, 0)]:  # and the step's own value
                     level = Level(name, stage - 1 + dt)
                     if level not in self.rings:
                         continue
-                    span = (stage - max(level.at, 0)) * r0 - along + 1  # planes from the one read to the newest
-                    most = max(most, span + (level.at <= 0 and stage == self.depth))
+                    # planes from the one read to the newest
+                    span = self.behind(stage, i) - along - (self.behind(level.at, writer[name]) if level.at > 0 else 0)
+                    most = max(most, span + 1 + (level.at <= 0 and stage == self.depth))
         return most
+
+    def behind(self, stage: int, statement: int) -> int:
+        """How many planes behind the loaded one the statement computes in step `stage`."""
+        return stage * reach(self.stencil)[0] + chains(self.stencil)[statement][0]
 
     @property
     def shared_bytes(self) -> int:
@@ -217,8 +297,7 @@ class StreamedTile:
 
     def useful(self) -> float:
         """The share of the loaded points the block writes out (the rest is halo)."""
-        halo = self.chunk + 2 * self.depth * self.stencil.radius[0]
-        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * halo)
+        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * (self.chunk + 2 * self.halo[0]))
 
     def grid(self) -> tuple[ix.Expr, ...]:
         """Blocks of a launch, x first: the innermost dimension, ..., the streamed one."""
@@ -247,7 +326,7 @@ def blocks(points: ix.Expr, size: int, cap: int) -> ix.Expr:
 def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
     """The tile of a default streamed launch (depth 1) or of `time_tile(depth)`: a
     default block less its halo, widened where the halo would leave fewer than 4 points."""
-    threads = [max(n, 4 + 2 * depth * r) for n, r in zip(INNER_THREADS[stencil.ndim], stencil.radius[1:])]
+    threads = [max(n, 4 + 2 * h) for n, h in zip(INNER_THREADS[stencil.ndim], halo(stencil, depth)[1:])]
     tile = block_tile(stencil, depth, tuple(threads))
     assert tile is not None
     return tile
@@ -259,11 +338,11 @@ def block_tile(stencil: ir.StencilIR, depth: int, threads: tuple[int, ...], rows
     the block's points less their halo, through a chunk of at least CHUNK and 8 x depth
     x radius planes (a halo of at most a quarter); None where the halo would leave
     fewer than 4 points along a dimension."""
-    points = (threads[0] * rows, *threads[1:])
-    tile = [n - 2 * depth * r for n, r in zip(points, stencil.radius[1:])]
+    points, around = (threads[0] * rows, *threads[1:]), halo(stencil, depth)
+    tile = [n - 2 * h for n, h in zip(points, around[1:])]
     if min(tile) < 4:
         return None
-    return dict(zip(stencil.dims, (max(CHUNK, 8 * depth * stencil.radius[0]), *tile)))
+    return dict(zip(stencil.dims, (max(CHUNK, 8 * around[0]), *tile)))
 
 
 def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1) -> StreamedTile:
@@ -390,17 +469,18 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     """The `__global__` function of the plan's streamed tiles, as kernel IR."""
     st, ndim, depth = plan.stencil, plan.stencil.ndim, plan.depth
     r, r0, slots, sides = st.radius, st.radius[0], plan.slots, plan.points
+    h, reached = plan.halo, reach(st)
     inner = range(1, ndim)
     axes = (AXES[ndim - 1], *(AXES[ndim - 1 - d] for d in inner))  # the streamed dimension's blocks, the last on .x
     extents = [ix.Var(f"P{d}") for d in range(ndim)]
     local = {d: ix.Var(f"l{d}") for d in inner}
-    q, p, j, steps = ix.Var("q"), ix.Var("p"), ix.Var("j"), ix.Var("steps")
+    q, p, j = ix.Var("q"), ix.Var("p"), ix.Var("j")
     first, planes, g0 = ix.Var("first"), ix.Var("planes"), ix.Var("g0")
     summed = plan.sums
     points = _points(plan, local, q)
 
-    def glob(point: _Point) -> list[ix.Var]:
-        return [g0, *(ix.Var(point.glob(d)) for d in inner)]
+    def glob(point: _Point, plane: ix.Var = g0) -> list[ix.Var]:
+        return [plane, *(ix.Var(point.glob(d)) for d in inner)]
 
     def load(level: Level, point: _Point, ahead: int, loaded: ix.Expr | None = None) -> ix.Expr:
         """The level's plane `loaded` + `ahead` of the block at the point's column; 0 outside
@@ -417,7 +497,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     indices: dict[str, k.Node] = {}  # each global index once: the points share all but the middle one
     for point in points:
         for d in inner:
-            start = ix.Var(f"b{d}") * plan.tile[d - 1] - depth * r[d]  # the block's first point along d
+            start = ix.Var(f"b{d}") * plan.tile[d - 1] - h[d]  # the block's first point along d
             indices.setdefault(point.glob(d), k.Decl(point.glob(d), "index", start + point.local[d]))
     lines: list[k.Node] = list(indices.values())
     for point in points:
@@ -427,12 +507,11 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                   k.Decl("interior" + point.suffix, "flag",
                          conjunction([c for d in inner for c in (g[d].ge(r[d]), g[d].lt(extents[d] - r[d]))])),
                   k.Decl("in_tile" + point.suffix, "flag", conjunction([c for d in inner for c in (
-                      point.local[d].ge(depth * r[d]), point.local[d].lt(depth * r[d] + plan.tile[d - 1]))])),
+                      point.local[d].ge(h[d]), point.local[d].lt(h[d] + plan.tile[d - 1]))])),
                   k.Decl("column" + point.suffix, "index", ix.linear(g[1:], extents[1:]))]
     lines += [k.Comment("the block's first plane"),
-              k.Decl("first", "index", ix.Var("b0") * plan.chunk - depth * r0),
-              k.Decl("planes", "int",
-                     ix.Cast("int", ix.min_(plan.chunk + 2 * depth * r0, extents[0] + depth * r0 - first))),
+              k.Decl("first", "index", ix.Var("b0") * plan.chunk - h[0]),
+              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.chunk + 2 * h[0], extents[0] + h[0] - first))),
               *(k.Decl(next_(a, level, point), "value", load(level, point, a), const=False)
                 for level in plan.loaded for a in range(plan.ahead) for point in points)]
     if summed is not None:
@@ -451,42 +530,20 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                    for a in range(plan.ahead - 1) for point in points),
                  *(k.Set(next_(plan.ahead - 1, level, point), load(level, point, plan.ahead, j)) for point in points)]
     step.append(k.Barrier())
-    window = [g0.ge(r0), g0.lt(extents[0] - r0)]
     for stage in range(1, depth + 1):
-        valid = [[c for d in inner for c in (point.local[d].ge(stage * r[d]),
-                                             point.local[d].lt(sides[d - 1] - stage * r[d]))] for point in points]
-        done = [conjunction([ix.Lit(stage).le(steps), point.var("interior"), *window, *ok])
-                for point, ok in zip(points, valid)]
         last = stage == depth
         if summed is None:
-            out: list[k.Node] = []
-            for point, finished in zip(points, done):
-                for statement in st.statements:
-                    at = {read: access(plan, read, stage, p, point, glob(point), extents)
-                          for read in ir.reads_of(statement.expr)}
-                    value = k.Compute(statement.expr, tuple(at.items()), st.dtype)
-                    v = "v" + tag(st, Level(statement.target, 1)) + point.suffix
-                    before = Level(statement.target, stage - 1)  # its value where the step computes none
-                    own = (k.Load(ring(plan.rings.index(before), p % slots, point.q)) if before in plan.rings
-                           else ix.Cast("real", ix.Lit(0)))  # a level no statement reads: never written out
-                    back = depth - stage  # a level before the newest the launch writes too
-                    out += [k.Decl(v, "value", own, const=False),
-                            k.If(finished, k.Block((k.Set(v, value),))),
-                            *([_output(plan, p, False, point, statement.target, back)]
-                              if 0 < back < st.field(statement.target).window else []),
-                            _output(plan, p, False, point, statement.target) if last
-                            else k.Store(ring(plan.rings.index(Level(statement.target, stage)), p % slots, point.q),
-                                         ix.Var(v))]
-            body: list[k.Node] = [k.Decl("p", "int", j - stage * r0), k.Decl("g0", "index", first + p),
-                                  k.If(p.ge(stage * r0), k.Block(tuple(out)))]
+            body = _ring_stage(plan, stage, points, glob)
         else:
+            valid = [_valid(plan, stage, point) for point in points]
+            done = [_done(plan, stage, point, g0, ok) for point, ok in zip(points, valid)]
             body = _summed_stage(plan, stage, summed, points, [conjunction(ok) for ok in valid], done)
             target = st.statements[0].target
-            body += [_output(plan, p, True, point, target) if last
+            body += [_output(plan, p, point, target) if last
                      else k.Store(ring(stage, p & 1, point.q), point.var("v")) for point in points]
             if not last:
                 body += [node for point in points for node in _hand_on(plan, stage + 1, point, point.var("v"))]
-        step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {r0} behind the loaded one"
+        step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {reached[0]} behind the loaded one"
                                     + ("" if summed is None else ", done; partial sums of plane n")), *body),
                          scoped=True),
                  *([] if last else [k.Barrier()])]
@@ -504,21 +561,86 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     return DeviceFunction(name, function, plan.grid(), plan.block(), tile_parameters(st, depth), indexed=True)
 
 
+def _valid(plan: StreamedTile, stage: int, point: _Point, statement: int = 0) -> list[ix.Expr]:
+    """Where the point's value of the statement in step `stage` depends on loaded points
+    only (not on the plane buffers' edges): `stage` x reach and the statement's chain
+    from the edges, along each inner dimension."""
+    reached, chain, sides = reach(plan.stencil), chains(plan.stencil)[statement], plan.points
+    edge = {d: stage * reached[d] + chain[d] for d in range(1, plan.stencil.ndim)}
+    return [c for d, e in edge.items() for c in (point.local[d].ge(e), point.local[d].lt(sides[d - 1] - e))]
+
+
+def _done(plan: StreamedTile, stage: int, point: _Point, plane: ix.Var, valid: list[ix.Expr]) -> ix.Expr:
+    """Whether step `stage` computes the point (at global plane `plane`): a step the launch
+    takes, an interior point, valid (`_valid`)."""
+    r0, extent = plan.stencil.radius[0], ix.Var("P0")
+    return conjunction([ix.Lit(stage).le(ix.Var("steps")), point.var("interior"), plane.ge(r0), plane.lt(extent - r0),
+                        *valid])
+
+
+def _ring_stage(plan: StreamedTile, stage: int, points: list[_Point],
+                glob: Callable[[_Point, ix.Var], list[ix.Var]]) -> list[k.Node]:
+    """Step `stage` of the iteration reading rings of planes: each run of statements
+    (`StreamedTile.groups`) computes its plane, `behind` the loaded one (p, or p_<lag>
+    for a run lagging behind the first), a barrier before a run that reads a level t+1
+    another thread wrote (`StreamedTile.waits`); each statement's value goes to the ring
+    of its level, or out."""
+    st, depth, slots = plan.stencil, plan.depth, plan.slots
+    extents = [ix.Var(f"P{d}") for d in range(st.ndim)]
+    last = stage == depth
+    body: list[k.Node] = []
+    planes: dict[int, tuple[ix.Var, ix.Var]] = {}  # lag -> the run's plane in the buffer and in the array
+    for group in plan.groups:
+        lag = chains(st)[group[0]][0]
+        if lag not in planes:
+            p, g0 = (ix.Var("p"), ix.Var("g0")) if not planes else (ix.Var(f"p_{lag}"), ix.Var(f"g0_{lag}"))
+            planes[lag] = p, g0
+            body += [k.Decl(p.name, "int", ix.Var("j") - plan.behind(stage, group[0])),
+                     k.Decl(g0.name, "index", ix.Var("first") + p)]
+        p, g0 = planes[lag]
+        if plan.waits(group[0]):
+            body.append(k.Barrier())  # its first statement reads a level t+1 other threads wrote
+        out: list[k.Node] = []
+        for point in points:
+            for i in group:
+                statement = st.statements[i]
+                at = {read: access(plan, read, stage, i, p, point, glob(point, g0), extents)
+                      for read in ir.reads_of(statement.expr)}
+                value = k.Compute(statement.expr, tuple(at.items()), st.dtype)
+                v = "v" + tag(st, Level(statement.target, 1)) + point.suffix
+                before = Level(statement.target, stage - 1)  # its value where the step computes none
+                own = (k.Load(ring(plan.rings.index(before), p % slots, point.q)) if before in plan.rings
+                       else ix.Cast("real", ix.Lit(0)))  # a level no statement reads: never written out
+                back = depth - stage  # a level before the newest the launch writes too
+                newest = Level(statement.target, stage)
+                finished = _done(plan, stage, point, g0, _valid(plan, stage, point, i))
+                out += [k.Decl(v, "value", own, const=False),
+                        k.If(finished, k.Block((k.Set(v, value),))),
+                        *([_output(plan, p, point, statement.target, back, g0)]
+                          if 0 < back < st.field(statement.target).window else []),
+                        *([_output(plan, p, point, statement.target, plane=g0,
+                                   guarded=plan.behind(stage, i) >= plan.halo[0])] if last else []),
+                        *([k.Store(ring(plan.rings.index(newest), p % slots, point.q), ix.Var(v))]
+                          if newest in plan.rings else [])]
+        body.append(k.If(p.ge(plan.behind(stage, group[0])), k.Block(tuple(out))))
+    return body
+
+
 def ring(index: int, slot: ix.Expr, at: ix.Expr) -> k.Ref:
     """Point `at` of plane `slot` of ring `index` (of `StreamedTile.rings`; with one
     written field of one past level, the ring of step `index`'s results, 0: the loaded planes)."""
     return k.Ref(RING, at, k.Space.SHARED, rows=(ix.Lit(index), slot))
 
 
-def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, point: _Point, glob: list[ix.Var],
-           extents: list[ix.Var]) -> ix.Expr:
-    """A read of step `stage` at plane p: a level in a ring from there (the level the step
-    before computed or loaded), level t+1 at the point from the register of the statement
-    that wrote it, any other from global memory (an input, or an older level read at the
-    point only)."""
+def access(plan: StreamedTile, read: ir.FieldRead, stage: int, statement: int, p: ix.Expr, point: _Point,
+           glob: list[ix.Var], extents: list[ix.Var]) -> ix.Expr:
+    """A read of the statement in step `stage` at plane p: a level in a ring from there
+    (the level the step before computed or loaded, a level t+1 `from_ring`), level t+1 at
+    the point from the register of the statement that wrote it, any other from global
+    memory (an input, or an older level read at the point only)."""
     if read.dt is None:
         return k.Load(k.Ref(field_name(read.name), ix.linear(glob, extents, read.offsets)))
-    if read.dt > 0:
+    if read.dt > 0 and not plan.from_ring(statement, read):
         return ix.Var("v" + tag(plan.stencil, Level(read.name, 1)) + point.suffix)
     level = Level(read.name, stage - 1 + read.dt)
     if level in plan.rings:
@@ -527,12 +649,15 @@ def access(plan: StreamedTile, read: ir.FieldRead, stage: int, p: ix.Expr, point
     return k.Load(k.Ref(source(plan.stencil, level), ix.linear(glob, extents, read.offsets)))
 
 
-def _output(plan: StreamedTile, p: ix.Expr, summed: bool, point: _Point, field: str, back: int = 0) -> k.If:
-    """A step's value of a point of `field` written out where it is an output of the block's
-    tile: the last step's, or the one `back` steps before it (a level the next launch reads)."""
-    reach = plan.depth * plan.stencil.radius[0]
-    g0, r0, extent = ix.Var("g0"), plan.stencil.radius[0], ix.Var("P0")
-    where = [*([p.ge(reach)] if summed or back else []), point.var("in_tile"), point.var("interior"),
+def _output(plan: StreamedTile, p: ix.Expr, point: _Point, field: str, back: int = 0, plane: ix.Var = ix.Var("g0"),
+            guarded: bool = False) -> k.If:
+    """A step's value of a point of `field` (at plane p of the block, `plane` of the array)
+    written out where it is an output of the block's tile: the last step's, or the one
+    `back` steps before it (a level the next launch reads); `guarded`: p is known to lie
+    past the halo behind."""
+    reach = plan.halo[0]
+    g0, r0, extent = plane, plan.stencil.radius[0], ix.Var("P0")
+    where = [*([] if guarded else [p.ge(reach)]), point.var("in_tile"), point.var("interior"),
              p.lt(reach + plan.chunk), g0.ge(r0), g0.lt(extent - r0)]
     value = ix.Var("v" + tag(plan.stencil, Level(field, 1)) + point.suffix)
     stored = k.Store(k.Ref(destination(plan.stencil, field, back), g0 * ix.Var("plane") + point.var("column")), value)
