@@ -876,6 +876,23 @@ def test_a_level_t_plus_1_read_at_neighbours_streams(index, assert_matches, monk
     _runs_match(stencil, schedule, source, inputs, dtype, steps, assert_matches)
 
 
+def test_streamed_tuning_candidates_of_a_chain_match_the_reference(assert_matches, monkeypatch):
+    """The tuner's streamed candidates for yee (a level t+1 read at neighbours): blocks of other
+    shapes and time tiles of every depth whose halo, a chain wider, still pays; each matches
+    the reference."""
+    from msc.runtime import cuda_emu
+
+    monkeypatch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
+    stencil, _, inputs, dtype = _chained_cases()[2]
+    target = get_target("cuda")
+    streamed = [s for s in cuda_candidates(stencil.ir) if "msc_ring" in target.source(stencil.poly(dtype), s)]
+    assert {s.time_depth for s in streamed} == {0, 1, 2, 3, 4}, streamed  # depth 8: its rings do not fit
+    expected = stencil.reference(steps=5, dtype=dtype, **inputs)
+    for schedule in streamed:
+        kernel = stencil.compile(target="cuda", dtype=dtype, schedule=schedule, emulate=EMULATE)
+        assert_matches(kernel.run(steps=5, **inputs), expected, dtype, schedule)
+
+
 def _indexed_cases() -> list[Any]:
     from msc import t, x, y
 
