@@ -149,7 +149,7 @@ def thread_planes_per_update(plan: StreamedTile) -> float:
     """Planes a thread passes per update, summed over a streamed tile's threads, in a grid
     large enough to ignore its edges: a block's threads pass chunk + 2 x depth x radius
     planes for tile x chunk x depth updates (halo points are computed too)."""
-    planes = plan.chunk + 2 * plan.halo[0]
+    planes = plan.chunk + plan.below[0] + plan.above[0]
     return math.prod(plan.threads) * planes / (math.prod(plan.tile) * plan.chunk * plan.depth)
 
 

@@ -28,9 +28,10 @@ field, an older level read with a nonzero offset, and each step's result but
 the last), and every statement of a step computes its field's plane (a
 level t+1 an earlier statement wrote is read at the point from its
 register; at a neighbour from its ring, the reader lagging behind the
-writer along the chain of such reads, `chains`, the halo wider by the
-chain's length, ADR 0069). An older level read only at the point itself (u[t-1] of a wave
-equation) is read from global memory, as inputs are. A launch of several
+writer as far as the chain of such reads reaches ahead, `chains`, the halo
+wider on each side by the chain's length towards it, ADR 0069). An older
+level read only at the point itself (u[t-1] of a wave equation) is read
+from global memory, as inputs are. A launch of several
 steps writes as many levels of each field as the field keeps, the last
 steps' results (the next launch reads them: `destinations`); `reason` says
 which stencils stream.
@@ -80,42 +81,46 @@ def reason(stencil: ir.StencilIR, depth: int) -> str | None:
     return None
 
 
-def chains(stencil: ir.StencilIR) -> tuple[tuple[int, ...], ...]:
-    """Per statement and dimension, how far its valid points of a step lie inside those of
-    the statements it reads a level t+1 of: the sum of the offsets' sizes along its chain
-    of such reads (0 where it reads none at a neighbour). Along the streamed dimension it
-    is also how many planes the statement lags behind its step's first statements."""
+ABOVE, BELOW = 1, -1  # the sides of a dimension: towards higher indices (along the streamed one, ahead), lower
+
+
+def chains(stencil: ir.StencilIR, side: int) -> tuple[tuple[int, ...], ...]:
+    """Per statement and dimension, how far inside those of the statements it reads a level
+    t+1 of its valid points of a step end on `side` (ABOVE or BELOW): the sum of the
+    offsets towards that side along its chain of such reads (0 where it reads none there).
+    ABOVE along the streamed dimension, it is also how many planes the statement lags
+    behind its step's first statements: it reads that far ahead of them."""
     out: list[tuple[int, ...]] = []
     writer: dict[str, int] = {}
     for statement in stencil.statements:
         chain = [0] * stencil.ndim
         for read in statement.reads:
             if read.dt is not None and read.dt > 0 and read.name in writer:
-                chain = [max(c, before + abs(o)) for c, before, o in zip(chain, out[writer[read.name]], read.offsets)]
+                chain = [max(c, before + side * o) for c, before, o in zip(chain, out[writer[read.name]], read.offsets)]
         writer[statement.target] = len(out)
         out.append(tuple(chain))
     return tuple(out)
 
 
-def reach(stencil: ir.StencilIR) -> tuple[int, ...]:
-    """Per dimension, how far a step's valid points shrink from the step before's: the
-    radius, more where a statement reads a past level of a field whose statement lags
-    behind its own (`chains`)."""
-    chain, out = chains(stencil), list(stencil.radius)
+def reach(stencil: ir.StencilIR, side: int) -> tuple[int, ...]:
+    """Per dimension, how far a step's valid points shrink on `side` from the step before's:
+    the radius, more where a statement reads a past level of a field whose statement's
+    chain on that side is longer than its own (`chains`)."""
+    chain, out = chains(stencil, side), list(stencil.radius)
     writer = {s.target: i for i, s in enumerate(stencil.statements)}
     for i, statement in enumerate(stencil.statements):
         for read in statement.reads:
             if read.dt is not None and read.dt <= 0 and read.name in writer:
-                out = [max(r, abs(o) + c - own)
+                out = [max(r, side * o + c - own)
                        for r, o, c, own in zip(out, read.offsets, chain[writer[read.name]], chain[i])]
     return tuple(out)
 
 
-def halo(stencil: ir.StencilIR, depth: int) -> tuple[int, ...]:
-    """Per dimension, the points a tile of `depth` steps loads on each side of its outputs:
-    depth x radius, and along a chain of level t+1 reads at neighbours its length more."""
-    chain = chains(stencil)
-    return tuple(depth * r + max(c[d] for c in chain) for d, r in enumerate(reach(stencil)))
+def halo(stencil: ir.StencilIR, depth: int, side: int) -> tuple[int, ...]:
+    """Per dimension, the points a tile of `depth` steps loads on `side` of its outputs:
+    depth x radius, more along chains of level t+1 reads at neighbours (`reach`, `chains`)."""
+    chain = chains(stencil, side)
+    return tuple(depth * r + max(c[d] for c in chain) for d, r in enumerate(reach(stencil, side)))
 
 
 @dataclass(frozen=True)
@@ -147,14 +152,19 @@ class StreamedTile:
     def points(self) -> tuple[int, ...]:
         """Points of a plane per inner dimension, outer first: the tile and its halo
         (in 3D the middle dimension rounded up to whole rows of threads)."""
-        points = [t + 2 * h for t, h in zip(self.tile, self.halo[1:])]
+        points = [t + lo + hi for t, lo, hi in zip(self.tile, self.below[1:], self.above[1:])]
         points[0] = -(-points[0] // self.rows) * self.rows
         return tuple(points)
 
     @cached_property
-    def halo(self) -> tuple[int, ...]:
-        """Points loaded on each side of the outputs, per dimension (`halo`)."""
-        return halo(self.stencil, self.depth)
+    def below(self) -> tuple[int, ...]:
+        """Points loaded below the outputs, per dimension (`halo`; along the streamed one, behind)."""
+        return halo(self.stencil, self.depth, BELOW)
+
+    @cached_property
+    def above(self) -> tuple[int, ...]:
+        """Points loaded above the outputs, per dimension (`halo`; along the streamed one, ahead)."""
+        return halo(self.stencil, self.depth, ABOVE)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -191,12 +201,14 @@ class StreamedTile:
 
     @cached_property
     def groups(self) -> tuple[tuple[int, ...], ...]:
-        """The statements of a step in runs computing the same plane (`chains`), a run
-        also ending before a statement that reads a level t+1 another thread wrote in
-        the same iteration (`waits`): a barrier comes before it."""
-        chain, out = chains(self.stencil), []
-        for i in range(len(self.stencil.statements)):
-            if out and chain[out[-1][-1]][0] == chain[i][0] and not self.waits(i):
+        """The statements of a step in runs computing the same plane from the same first
+        one on (`behind`, `settled`), a run also ending before a statement that reads a
+        level t+1 another thread wrote in the same iteration (`waits`): a barrier comes
+        before it."""
+        planes = [(self.behind(1, i), self.settled(1, i)) for i in range(len(self.stencil.statements))]
+        out: list[list[int]] = []
+        for i, plane in enumerate(planes):
+            if out and planes[out[-1][-1]] == plane and not self.waits(i):
                 out[-1].append(i)
             else:
                 out.append([i])
@@ -206,7 +218,7 @@ class StreamedTile:
         """Whether the statement reads a level t+1 at an in-plane neighbour in the plane
         its writer computes in the same iteration (an older plane was written before the
         iteration's first barrier, a point's own column by the thread itself)."""
-        st, chain = self.stencil, chains(self.stencil)
+        st, chain = self.stencil, chains(self.stencil, ABOVE)
         writer = {s.target: i for i, s in enumerate(st.statements)}
         return any(read.dt is not None and read.dt > 0 and any(read.offsets[1:])
                    and chain[statement][0] - read.offsets[0] == chain[writer[read.name]][0]
@@ -268,7 +280,12 @@ class StreamedTile:
 
     def behind(self, stage: int, statement: int) -> int:
         """How many planes behind the loaded one the statement computes in step `stage`."""
-        return stage * reach(self.stencil)[0] + chains(self.stencil)[statement][0]
+        return stage * reach(self.stencil, ABOVE)[0] + chains(self.stencil, ABOVE)[statement][0]
+
+    def settled(self, stage: int, statement: int) -> int:
+        """The first plane of the block where the statement's value of step `stage` depends
+        on loaded planes only (not on the planes before the block's first)."""
+        return stage * reach(self.stencil, BELOW)[0] + chains(self.stencil, BELOW)[statement][0]
 
     @property
     def shared_bytes(self) -> int:
@@ -297,7 +314,8 @@ class StreamedTile:
 
     def useful(self) -> float:
         """The share of the loaded points the block writes out (the rest is halo)."""
-        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * (self.chunk + 2 * self.halo[0]))
+        planes = self.chunk + self.below[0] + self.above[0]
+        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * planes)
 
     def grid(self) -> tuple[ix.Expr, ...]:
         """Blocks of a launch, x first: the innermost dimension, ..., the streamed one."""
@@ -326,7 +344,7 @@ def blocks(points: ix.Expr, size: int, cap: int) -> ix.Expr:
 def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
     """The tile of a default streamed launch (depth 1) or of `time_tile(depth)`: a
     default block less its halo, widened where the halo would leave fewer than 4 points."""
-    threads = [max(n, 4 + 2 * h) for n, h in zip(INNER_THREADS[stencil.ndim], halo(stencil, depth)[1:])]
+    threads = [max(n, 4 + h) for n, h in zip(INNER_THREADS[stencil.ndim], _both_sides(stencil, depth)[1:])]
     tile = block_tile(stencil, depth, tuple(threads))
     assert tile is not None
     return tile
@@ -335,14 +353,20 @@ def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
 def block_tile(stencil: ir.StencilIR, depth: int, threads: tuple[int, ...], rows: int = 1) -> dict[str, int] | None:
     """The tile of a block of `threads` per inner dimension (outer first) streaming
     `depth` steps, with `rows` points per thread along a 3D stencil's middle dimension:
-    the block's points less their halo, through a chunk of at least CHUNK and 8 x depth
-    x radius planes (a halo of at most a quarter); None where the halo would leave
-    fewer than 4 points along a dimension."""
-    points, around = (threads[0] * rows, *threads[1:]), halo(stencil, depth)
-    tile = [n - 2 * h for n, h in zip(points, around[1:])]
+    the block's points less their halo, through a chunk of at least CHUNK and 4 x the
+    halo's planes (8 x depth x radius where no chain widens it: a halo of at most a
+    quarter); None where the halo would leave fewer than 4 points along a dimension."""
+    points = (threads[0] * rows, *threads[1:])
+    around = _both_sides(stencil, depth)
+    tile = [n - h for n, h in zip(points, around[1:])]
     if min(tile) < 4:
         return None
-    return dict(zip(stencil.dims, (max(CHUNK, 8 * around[0]), *tile)))
+    return dict(zip(stencil.dims, (max(CHUNK, 4 * around[0]), *tile)))
+
+
+def _both_sides(stencil: ir.StencilIR, depth: int) -> list[int]:
+    """Per dimension, the halo of a tile of `depth` steps below and above together."""
+    return [lo + hi for lo, hi in zip(halo(stencil, depth, BELOW), halo(stencil, depth, ABOVE))]
 
 
 def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1) -> StreamedTile:
@@ -469,7 +493,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     """The `__global__` function of the plan's streamed tiles, as kernel IR."""
     st, ndim, depth = plan.stencil, plan.stencil.ndim, plan.depth
     r, r0, slots, sides = st.radius, st.radius[0], plan.slots, plan.points
-    h, reached = plan.halo, reach(st)
+    below, reached = plan.below, reach(st, ABOVE)
     inner = range(1, ndim)
     axes = (AXES[ndim - 1], *(AXES[ndim - 1 - d] for d in inner))  # the streamed dimension's blocks, the last on .x
     extents = [ix.Var(f"P{d}") for d in range(ndim)]
@@ -497,7 +521,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
     indices: dict[str, k.Node] = {}  # each global index once: the points share all but the middle one
     for point in points:
         for d in inner:
-            start = ix.Var(f"b{d}") * plan.tile[d - 1] - h[d]  # the block's first point along d
+            start = ix.Var(f"b{d}") * plan.tile[d - 1] - below[d]  # the block's first point along d
             indices.setdefault(point.glob(d), k.Decl(point.glob(d), "index", start + point.local[d]))
     lines: list[k.Node] = list(indices.values())
     for point in points:
@@ -507,11 +531,12 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                   k.Decl("interior" + point.suffix, "flag",
                          conjunction([c for d in inner for c in (g[d].ge(r[d]), g[d].lt(extents[d] - r[d]))])),
                   k.Decl("in_tile" + point.suffix, "flag", conjunction([c for d in inner for c in (
-                      point.local[d].ge(h[d]), point.local[d].lt(h[d] + plan.tile[d - 1]))])),
+                      point.local[d].ge(below[d]), point.local[d].lt(below[d] + plan.tile[d - 1]))])),
                   k.Decl("column" + point.suffix, "index", ix.linear(g[1:], extents[1:]))]
     lines += [k.Comment("the block's first plane"),
-              k.Decl("first", "index", ix.Var("b0") * plan.chunk - h[0]),
-              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.chunk + 2 * h[0], extents[0] + h[0] - first))),
+              k.Decl("first", "index", ix.Var("b0") * plan.chunk - below[0]),
+              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.chunk + below[0] + plan.above[0],
+                                                             extents[0] + plan.above[0] - first))),
               *(k.Decl(next_(a, level, point), "value", load(level, point, a), const=False)
                 for level in plan.loaded for a in range(plan.ahead) for point in points)]
     if summed is not None:
@@ -563,11 +588,13 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
 
 def _valid(plan: StreamedTile, stage: int, point: _Point, statement: int = 0) -> list[ix.Expr]:
     """Where the point's value of the statement in step `stage` depends on loaded points
-    only (not on the plane buffers' edges): `stage` x reach and the statement's chain
-    from the edges, along each inner dimension."""
-    reached, chain, sides = reach(plan.stencil), chains(plan.stencil)[statement], plan.points
-    edge = {d: stage * reached[d] + chain[d] for d in range(1, plan.stencil.ndim)}
-    return [c for d, e in edge.items() for c in (point.local[d].ge(e), point.local[d].lt(sides[d - 1] - e))]
+    only (not on the plane buffers' edges): on each side `stage` x reach and the
+    statement's chain from the edge, along each inner dimension."""
+    st, sides = plan.stencil, plan.points
+    low, high = ([stage * r + c for r, c in zip(reach(st, side), chains(st, side)[statement])]
+                 for side in (BELOW, ABOVE))
+    return [c for d in range(1, st.ndim)
+            for c in (point.local[d].ge(low[d]), point.local[d].lt(sides[d - 1] - high[d]))]
 
 
 def _done(plan: StreamedTile, stage: int, point: _Point, plane: ix.Var, valid: list[ix.Expr]) -> ix.Expr:
@@ -591,7 +618,7 @@ def _ring_stage(plan: StreamedTile, stage: int, points: list[_Point],
     body: list[k.Node] = []
     planes: dict[int, tuple[ix.Var, ix.Var]] = {}  # lag -> the run's plane in the buffer and in the array
     for group in plan.groups:
-        lag = chains(st)[group[0]][0]
+        lag = chains(st, ABOVE)[group[0]][0]
         if lag not in planes:
             p, g0 = (ix.Var("p"), ix.Var("g0")) if not planes else (ix.Var(f"p_{lag}"), ix.Var(f"g0_{lag}"))
             planes[lag] = p, g0
@@ -619,10 +646,10 @@ def _ring_stage(plan: StreamedTile, stage: int, points: list[_Point],
                         *([_output(plan, p, point, statement.target, back, g0)]
                           if 0 < back < st.field(statement.target).window else []),
                         *([_output(plan, p, point, statement.target, plane=g0,
-                                   guarded=plan.behind(stage, i) >= plan.halo[0])] if last else []),
+                                   guarded=plan.settled(stage, i) >= plan.below[0])] if last else []),
                         *([k.Store(ring(plan.rings.index(newest), p % slots, point.q), ix.Var(v))]
                           if newest in plan.rings else [])]
-        body.append(k.If(p.ge(plan.behind(stage, group[0])), k.Block(tuple(out))))
+        body.append(k.If(p.ge(plan.settled(stage, group[0])), k.Block(tuple(out))))
     return body
 
 
@@ -655,7 +682,7 @@ def _output(plan: StreamedTile, p: ix.Expr, point: _Point, field: str, back: int
     written out where it is an output of the block's tile: the last step's, or the one
     `back` steps before it (a level the next launch reads); `guarded`: p is known to lie
     past the halo behind."""
-    reach = plan.halo[0]
+    reach = plan.below[0]
     g0, r0, extent = plane, plan.stencil.radius[0], ix.Var("P0")
     where = [*([] if guarded else [p.ge(reach)]), point.var("in_tile"), point.var("interior"),
              p.lt(reach + plan.chunk), g0.ge(r0), g0.lt(extent - r0)]
