@@ -73,6 +73,28 @@ def test_wave_coupled(tmp_path):
     assert difference <= 1e-12
 
 
+def test_yee2d(tmp_path):
+    """The staggered scheme against hand-written numpy steps: ex and ey read hz's new level."""
+    n, steps, c = 40, 30, 0.5
+    out = run_example("yee2d.py", str(n), str(steps), cwd=tmp_path)
+    grid = np.linspace(-1, 1, n)
+    X, Y = np.meshgrid(grid, grid, indexing="ij")
+    ex, ey, hz = np.zeros((n, n)), np.zeros((n, n)), np.exp(-100 * (X**2 + Y**2))
+    start = np.sum(hz**2)
+    inner = (slice(1, -1), slice(1, -1))
+    for _ in range(steps):
+        hz[inner] -= c * (ey[2:, 1:-1] - ey[1:-1, 1:-1] - ex[1:-1, 2:] + ex[1:-1, 1:-1])
+        ex[inner] += c * (hz[1:-1, 1:-1] - hz[1:-1, :-2])
+        ey[inner] -= c * (hz[1:-1, 1:-1] - hz[:-2, 1:-1])
+    (max_hz,) = numbers_after("max |hz|", out)
+    assert max_hz == pytest.approx(np.max(np.abs(hz)), abs=1e-6)
+    energies = re.search(r"energy ([-+0-9.e]+) at the start, ([-+0-9.e]+) at the end", out)
+    assert energies is not None, out
+    assert [float(e) for e in energies.groups()] == pytest.approx([start, np.sum(ex**2 + ey**2 + hz**2)], abs=1e-5)
+    (difference,) = numbers_after("difference to the reference", out)
+    assert difference <= 1e-12
+
+
 def test_schedules(tmp_path):
     out = run_example("schedules.py", "96", "8", cwd=tmp_path)
     lines = out.strip().splitlines()
