@@ -122,7 +122,8 @@ def test_cholesky_poisson(tmp_path):
 
 
 def test_every_python_example_is_exercised():
-    tested = {"heat2d.py", "wave_coupled.py", "schedules.py", "cholesky_poisson.py", "distributed_heat.py"}
+    tested = {"heat2d.py", "wave_coupled.py", "yee2d.py", "schedules.py", "cholesky_poisson.py",
+              "distributed_heat.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} <= tested
 
 
