@@ -6,7 +6,7 @@ Writes JSON (and prints a table).
     python3 benchmarks/cuda_resources.py [--json out.json] [--schedule "Schedule().tile(x=8, y=32)"]
         [--dtypes float64,float32] [--only heat3d,box3d27p] [--sass]
 
-A kernel templated on its index type (the streamed tiles) is reported per
+A kernel templated on its index type (every one but the runtime's copies) is reported per
 instantiation (`index`: int or long; MSC_LAUNCH_INDEXED launches the int one
 where a level has at most 2^30 points). With --sass (cuobjdump and nvdisasm,
 on PATH or from the wheels `pip install nvidia-cuda-cuobjdump
@@ -17,7 +17,10 @@ innermost loop holding a barrier, over its barriers per plane: one per step
 of the tile), the instruction-issue cost of its steady state, and
 `instructions_per_update`: that times the thread-planes a streamed tile's
 blocks pass per update in a large grid (benchmarks/gpu_model.py's issue
-bound).
+bound). Any other such kernel gets `instructions_per_point` (its longest
+loop that stores to global memory, per store) and `instructions_per_load`
+(its longest loop that loads from global memory, per load: a tensor-core
+kernel's staging of its sources' tiles and halos).
 
 Occupancy is the share of an H100/H200 multiprocessor's 64 warps that the
 kernel's blocks can hold at once, limited by registers (65536 per
@@ -94,6 +97,7 @@ def resources(source: str, sass: bool = False, streamed: int = 0) -> dict[tuple[
                 row["instructions_per_plane"] = plane_instructions(cubin, mangled, streamed)
             elif sass and index:
                 row["instructions_per_point"] = point_instructions(cubin, mangled)
+                row["instructions_per_load"] = load_instructions(cubin, mangled)
             out[(name, index)] = row
     return out
 
@@ -134,6 +138,14 @@ def point_instructions(cubin: Path, mangled: str) -> float | None:
     each statement, so this is per point and statement). None where no loop stores."""
     stores, length = max(_loops(cubin, mangled, "STG"), key=lambda loop: loop[1], default=(0, 0))
     return length / stores if stores else None
+
+
+def load_instructions(cubin: Path, mangled: str) -> float | None:
+    """SASS instructions per global load of a kernel's loop that loads most (the staging loop of
+    a tensor-core kernel: a point of a source's tile and halo per load). None where no loop
+    loads from global memory."""
+    loads, length = max(_loops(cubin, mangled, "LDG"), key=lambda loop: loop[1], default=(0, 0))
+    return length / loads if loads else None
 
 
 def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> float:
@@ -188,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                 if "instructions_per_plane" in r and plan is not None:
                     row["instructions_per_update"] = r["instructions_per_plane"] * thread_planes_per_update(plan)
                 rows.append(row)
-                per = next(((n, what) for what in ("plane", "point") if (n := r.get(f"instructions_per_{what}"))),
-                           None)
+                per = "".join(f", {n:g} instructions a {what}" for what in ("plane", "point", "load")
+                              if (n := r.get(f"instructions_per_{what}")))
                 print(f"{case.name:9} {dtype:8} {kernel:12} {index or '-':4} {r['registers']:3} registers, "
                       f"{r['spill_bytes']} bytes spilled, {r['threads']} threads, occupancy {row['occupancy']:.0%}"
-                      + ("" if per is None else f", {per[0]:g} instructions a {per[1]}"))
+                      + per)
     if a.json:
         Path(a.json).write_text(json.dumps({"schedule": a.schedule, "arch": "sm_90", "rows": rows}, indent=1) + "\n")
     return 0

@@ -919,16 +919,20 @@ def _indexed_cases() -> list[Any]:
              "float64"),  # skewed tiles in global memory: levels chosen in the kernel (V)
             (heat, msc.Schedule().time_tile(3, x=8, y=16), {"u": rng.random((37, 45)).astype(np.float32)}, "float32"),
             (line, msc.Schedule().time_tile(2, x=16), {"u": rng.random(70)}, "float64"),
-            *(several[i] for i in (1, 6, 9, 11))]
+            *(several[i] for i in (1, 6, 9, 11)),
+            (heat, msc.Schedule().tensor_cores("fp64"), {"u": rng.random((37, 45))}, "float64"),  # wmma
+            (heat, msc.Schedule().tensor_cores("fp64").time_tile(3, x=16, y=24), {"u": rng.random((37, 45))},
+             "float64")]  # tensor cores fused with a time tile
 
 
-@pytest.mark.parametrize("index", range(10))
+@pytest.mark.parametrize("index", range(12))
 def test_kernels_run_with_either_index_width(index, assert_matches, monkeypatch):
-    """Streamed and box tiles, grid-mapped launches, staged tiles and skewed time tiles are
-    templates on their index type, launched with 32-bit indices where a level's points (a
-    ring's, where the kernel picks its levels) allow (every other test's grids) and 64-bit
-    ones above: the emulator runs the 64-bit ones here (MSC_CUDA_EMU_INDEX=64). Their
-    bodies declare no index of a fixed type."""
+    """Streamed and box tiles, grid-mapped launches, staged tiles, skewed time tiles and the
+    tensor-core kernels (fused with time tiles too) are templates on their index type,
+    launched with 32-bit indices where a level's points (a ring's, where the kernel picks
+    its levels) allow (every other test's grids) and 64-bit ones above: the emulator runs
+    the 64-bit ones here (MSC_CUDA_EMU_INDEX=64). Their bodies declare no index of a fixed
+    type."""
     from msc.runtime import cuda_emu
 
     monkeypatch.setenv(cuda_emu.INDEX_WIDTH, "64")

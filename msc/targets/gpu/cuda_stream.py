@@ -85,11 +85,11 @@ ABOVE, BELOW = 1, -1  # the sides of a dimension: towards higher indices (along 
 
 
 def chains(stencil: ir.StencilIR, side: int) -> tuple[tuple[int, ...], ...]:
-    """Per statement and dimension, how far inside those of the statements it reads a level
-    t+1 of its valid points of a step end on `side` (ABOVE or BELOW): the sum of the
-    offsets towards that side along its chain of such reads (0 where it reads none there).
-    ABOVE along the streamed dimension, it is also how many planes the statement lags
-    behind its step's first statements: it reads that far ahead of them."""
+    """Per statement and dimension, how far inside the valid points of the step's first
+    statements its own end on `side` (ABOVE or BELOW): the sum of the offsets towards that
+    side along its chain of level t+1 reads (0 where none reaches that way). ABOVE along
+    the streamed dimension, it is also how many planes the statement lags behind them: it
+    reads that far ahead."""
     out: list[tuple[int, ...]] = []
     writer: dict[str, int] = {}
     for statement in stencil.statements:

@@ -56,7 +56,7 @@ from msc.poly import PolyIR
 from msc.poly.schedule import LoweredSchedule, Schedule
 from msc.runtime import build, cuda_emu
 from msc.targets.gpu.cuda_pass import CustomLaunch, DeviceFunction
-from msc.targets.gpu.cuda_printer import CudaPrinter
+from msc.targets.gpu.cuda_printer import INDEX_TYPE, CudaPrinter
 from msc.targets.gpu.cuda_stream import conjunction
 from msc.targets.gpu.tensor_core import MmaShape, Source, TensorCorePlan, tensor_core_plan
 from msc.targets.templates_env import render
@@ -287,7 +287,8 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     rows = kern.warps * m
     grid = (ix.Op("/", dims[-1] + (width - 1), ix.Lit(width)), ix.Op("/", dims[-2] + (rows - 1), ix.Lit(rows)),
             ix.Op("/", dims[0] + (PLANES - 1), ix.Lit(PLANES)) if nd == 3 else ix.Lit(1))
-    return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,), scope(kern))
+    return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,), scope(kern),
+                          indexed=True)
 
 
 # ---------------------------------------------------------------- pieces of a kernel (fused time tiles share them)
@@ -320,7 +321,7 @@ def element(kern: TensorCoreKernel, coords: list[ix.Expr]) -> ix.Expr:
     """The array element of interior coordinates (already wrapped or in the array)."""
     ring = [0 if kern.wrap else r for r in kern.radius]
     dims = extents(kern.plan.ndim)
-    at: ix.Expr = ix.Cast("size_t", coords[0] + ring[0])
+    at: ix.Expr = ix.Cast(INDEX_TYPE, coords[0] + ring[0])  # the kernel's index type: int where a level allows
     for d in range(1, kern.plan.ndim):
         at = ix.Op("+", at * (dims[d] + 2 * ring[d]), coords[d] + ring[d])
     return at
@@ -484,12 +485,20 @@ def printed(kern: TensorCoreKernel, function: DeviceFunction) -> str:
                   useful=f"{100 * plan.useful_fraction:.1f}", operand=shape.operand, wrap=kern.wrap,
                   op_t=_OPERAND[shape.operand][0], band_elements=kern.band_elements, threads=32 * kern.warps,
                   parameters=[printer.parameter(t, v) for t, v in function.scope], body=printer.lines(function.body),
+                  index_type=INDEX_TYPE, points=level_points(kern),
                   params=kern.params, lines=lines, t=_C_TYPE[kern.dtype], acc_t=shape.accumulator,
                   sources=[f"src_{_source_name(s.source)}" for s in kern.staging],
                   dims=[f"n{d}" for d in range(plan.ndim)], grid=[c_int(g) for g in function.grid],
                   opt_in=kern.shared_bytes > DEFAULT_SHARED, shared_bytes=kern.shared_bytes,
                   steps=kern.fused,
                   constant=coefficient(plan.constant) if plan.constant is not None else "0.0")
+
+
+def level_points(kern: TensorCoreKernel) -> str:
+    """The C expression of a level's elements (the interior and its ring, or none where reads
+    wrap): what decides the kernel's index type (MSC_LAUNCH_INDEXED)."""
+    ring = [0 if kern.wrap else r for r in kern.radius]
+    return " * ".join(f"(long)(n{d} + {2 * r})" for d, r in enumerate(ring))
 
 
 def standalone_entry(kern: TensorCoreKernel) -> str:
