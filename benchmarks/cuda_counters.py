@@ -17,8 +17,9 @@ of a plane and its tile.
 default): a wave equation in 2D and 3D (levels t and t-1), two coupled
 fields in 2D, the acoustic wave of examples/wave_coupled.py (a statement
 reading the level t+1 the one before wrote, at the point) and a staggered
-Yee scheme (yee2d: the electric fields read the magnetic field's level t+1 at
-neighbours), with the grid-mapped launch, the default and time_tile(4).
+Yee scheme in 2D and 3D (yee2d, yee3d: the electric fields read the magnetic
+field's level t+1 at neighbours), with the grid-mapped launch, the default
+and time_tile(4).
 
 Goals: with the default launch, global load bytes per update at most 1.5 x
 the itemsize per level read (the standard stencils read one); with
@@ -92,11 +93,26 @@ def several(name: str) -> tuple[msc.Stencil, int]:
         ex[t + 1, x, y] = ex[t, x, y] + c * (hz[t + 1, x, y] - hz[t + 1, x, y - 1])
         ey[t + 1, x, y] = ey[t, x, y] - c * (hz[t + 1, x, y] - hz[t + 1, x - 1, y])
 
-    body = {"wave2d": wave2d, "wave3d": wave3d, "coupled2d": coupled2d, "acoustic2d": acoustic2d, "yee2d": yee2d}[name]
-    return msc.stencil(body), 3 if name in ("acoustic2d", "yee2d") else 2
+    def yee3d(ex, ey, ez, hx, hy, hz, c):  # type: ignore[no-untyped-def]  # Maxwell in 3D: six fields
+        hx[t + 1, x, y, z] = hx[t, x, y, z] - c * (ez[t, x, y + 1, z] - ez[t, x, y, z]
+                                                   - ey[t, x, y, z + 1] + ey[t, x, y, z])
+        hy[t + 1, x, y, z] = hy[t, x, y, z] - c * (ex[t, x, y, z + 1] - ex[t, x, y, z]
+                                                   - ez[t, x + 1, y, z] + ez[t, x, y, z])
+        hz[t + 1, x, y, z] = hz[t, x, y, z] - c * (ey[t, x + 1, y, z] - ey[t, x, y, z]
+                                                   - ex[t, x, y + 1, z] + ex[t, x, y, z])
+        ex[t + 1, x, y, z] = ex[t, x, y, z] + c * (hz[t + 1, x, y, z] - hz[t + 1, x, y - 1, z]
+                                                   - hy[t + 1, x, y, z] + hy[t + 1, x, y, z - 1])
+        ey[t + 1, x, y, z] = ey[t, x, y, z] + c * (hx[t + 1, x, y, z] - hx[t + 1, x, y, z - 1]
+                                                   - hz[t + 1, x, y, z] + hz[t + 1, x - 1, y, z])
+        ez[t + 1, x, y, z] = ez[t, x, y, z] + c * (hy[t + 1, x, y, z] - hy[t + 1, x - 1, y, z]
+                                                   - hx[t + 1, x, y, z] + hx[t + 1, x, y - 1, z])
+
+    body = {"wave2d": wave2d, "wave3d": wave3d, "coupled2d": coupled2d, "acoustic2d": acoustic2d, "yee2d": yee2d,
+            "yee3d": yee3d}[name]
+    return msc.stencil(body), {"acoustic2d": 3, "yee2d": 3, "yee3d": 6}.get(name, 2)
 
 
-SEVERAL = ("wave2d", "wave3d", "coupled2d", "acoustic2d", "yee2d")
+SEVERAL = ("wave2d", "wave3d", "coupled2d", "acoustic2d", "yee2d", "yee3d")
 SEVERAL_SCHEDULES = ("grid-mapped", "default (streamed)", f"time_tile({DEPTH})")
 
 

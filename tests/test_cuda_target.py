@@ -829,6 +829,21 @@ def _chained_cases() -> list[Any]:
         c[t + 1, x, y] = 0.5 * a[t + 1, x + 3, y] + 0.25 * b[t + 1, x - 3, y] + 0.1 * a[t + 1, x, y + 1]
 
     @msc.stencil
+    def maxwell(ex, ey, ez, hx, hy, hz):  # Yee in 3D: nine rings, too many for the default block in float64
+        hx[t + 1, x, y, z] = hx[t, x, y, z] - 0.3 * (ez[t, x, y + 1, z] - ez[t, x, y, z] - ey[t, x, y, z + 1]
+                                                     + ey[t, x, y, z])
+        hy[t + 1, x, y, z] = hy[t, x, y, z] - 0.3 * (ex[t, x, y, z + 1] - ex[t, x, y, z] - ez[t, x + 1, y, z]
+                                                     + ez[t, x, y, z])
+        hz[t + 1, x, y, z] = hz[t, x, y, z] - 0.3 * (ey[t, x + 1, y, z] - ey[t, x, y, z] - ex[t, x, y + 1, z]
+                                                     + ex[t, x, y, z])
+        ex[t + 1, x, y, z] = ex[t, x, y, z] + 0.3 * (hz[t + 1, x, y, z] - hz[t + 1, x, y - 1, z] - hy[t + 1, x, y, z]
+                                                     + hy[t + 1, x, y, z - 1])
+        ey[t + 1, x, y, z] = ey[t, x, y, z] + 0.3 * (hx[t + 1, x, y, z] - hx[t + 1, x, y, z - 1] - hz[t + 1, x, y, z]
+                                                     + hz[t + 1, x - 1, y, z])
+        ez[t + 1, x, y, z] = ez[t, x, y, z] + 0.3 * (hy[t + 1, x, y, z] - hy[t + 1, x - 1, y, z] - hx[t + 1, x, y, z]
+                                                     + hx[t + 1, x, y - 1, z])
+
+    @msc.stencil
     def wave_flux(p, f, k):  # a field of two past levels feeding a flux read at neighbours
         p[t + 1, x, y] = 2 * p[t, x, y] - p[t - 1, x, y] + k * (
             p[t, x - 1, y] + p[t, x + 1, y] + p[t, x, y - 1] + p[t, x, y + 1] - 4 * p[t, x, y])
@@ -841,6 +856,7 @@ def _chained_cases() -> list[Any]:
     three = {name: rng.random(box).astype(np.float32) for name in ("a", "b", "c")}
     flux = {"p": [rng.random(plane), rng.random(plane)], "f": rng.random(plane), "k": 0.1}
     abc = {name: rng.random(plane) for name in ("a", "b", "c")}
+    em = {name: rng.random(box) for name in ("ex", "ey", "ez", "hx", "hy", "hz")}
     return [
         (chained, msc.Schedule(), two, "float64"),
         (chained, msc.Schedule().time_tile(3, x=8, y=16), two, "float64"),
@@ -854,10 +870,12 @@ def _chained_cases() -> list[Any]:
         (wave_flux, msc.Schedule().time_tile(2, x=8, y=16), flux, "float64"),
         (spread, msc.Schedule(), abc, "float64"),
         (spread, msc.Schedule().time_tile(2, x=8, y=16), abc, "float64"),
+        (maxwell, msc.Schedule(), em, "float64"),
+        (maxwell, msc.Schedule().time_tile(2), {name: a.astype(np.float32) for name, a in em.items()}, "float32"),
     ]
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(14))
 def test_a_level_t_plus_1_read_at_neighbours_streams(index, assert_matches, monkeypatch):
     """A statement reading a level t+1 that an earlier statement writes, at in-plane neighbours
     (after a barrier), a plane ahead or behind (lagging behind its writer: the ring keeps the
@@ -876,6 +894,19 @@ def test_a_level_t_plus_1_read_at_neighbours_streams(index, assert_matches, monk
                    (stencil.name, schedule, "threads last first"))
     monkeypatch.delenv(cuda_emu.THREAD_ORDER)
     _runs_match(stencil, schedule, source, inputs, dtype, steps, assert_matches)
+
+
+def test_a_default_block_whose_rings_do_not_fit_halves():
+    """Maxwell's equations in 3D keep nine rings of planes: in float64 the default block of
+    16 x 32 threads would need 110592 bytes of shared memory, so the default launch takes
+    8 x 32 (before, it was grid-mapped); in float32 the rings fit the default block. Where
+    no block leaves a tile (float64 time_tile(2): fifteen rings), the skewed tiles say why."""
+    stencil = _chained_cases()[12][0]
+    cuda = get_target("cuda")
+    assert "blocks of 8 x 32 threads" in cuda.source(stencil.poly("float64"), msc.Schedule())
+    assert "blocks of 16 x 32 threads" in cuda.source(stencil.poly("float32"), msc.Schedule())
+    skewed = cuda.source(stencil.poly("float64"), msc.Schedule().time_tile(2))
+    assert "skewed time tiles" in skewed and "bytes of shared memory, more than 65536" in skewed
 
 
 def test_streamed_tuning_candidates_of_a_chain_match_the_reference(assert_matches, monkeypatch):

@@ -61,6 +61,7 @@ SHARED_BYTES = 64 << 10  # dynamic shared memory a block may have on every devic
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
 AHEAD = 2  # loads in flight per thread: planes its loads run ahead of the one computed, times its points per plane
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first
+MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
 Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weighted reads by streamed offset
 
 
@@ -343,10 +344,19 @@ def blocks(points: ix.Expr, size: int, cap: int) -> ix.Expr:
 
 def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
     """The tile of a default streamed launch (depth 1) or of `time_tile(depth)`: a
-    default block less its halo, widened where the halo would leave fewer than 4 points."""
+    default block less its halo, widened where the halo would leave fewer than 4 points;
+    where its rings would not fit in shared memory (many fields, a Maxwell system in 3D),
+    its outer inner dimension halved until they fit, while the tile keeps 4 points and
+    MIN_USEFUL of what a block loads (else the target falls back to another form)."""
     threads = [max(n, 4 + h) for n, h in zip(INNER_THREADS[stencil.ndim], _both_sides(stencil, depth)[1:])]
     tile = block_tile(stencil, depth, tuple(threads))
     assert tile is not None
+    while streamed_tile(stencil, depth, tile).too_large() is not None:
+        threads[0] //= 2
+        smaller = block_tile(stencil, depth, tuple(threads))
+        if smaller is None or streamed_tile(stencil, depth, smaller).useful() < MIN_USEFUL:
+            break
+        tile = smaller
     return tile
 
 

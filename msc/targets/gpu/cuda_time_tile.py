@@ -33,7 +33,7 @@ from msc.codegen.lower import field_name, ring_buffer, ring_slot
 from msc.poly.schedule import LoweredSchedule, Schedule, shrink_tile
 from msc.targets.gpu import cuda_stream as stream
 from msc.targets.gpu.cuda_pass import AXES, MAX_THREADS, DeviceFunction, level_points
-from msc.targets.gpu.cuda_stream import StreamedTile, blocks, conjunction, tile_loops, tile_parameters
+from msc.targets.gpu.cuda_stream import MIN_USEFUL, StreamedTile, blocks, conjunction, tile_loops, tile_parameters
 
 BUFFER = "msc_tt"  # the block's two shared-memory copies of its region
 
@@ -120,9 +120,6 @@ def tile_plan(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: in
     if stencil.ndim > 1:
         return stream.streamed_tile(stencil, depth, tiles, rows)
     return SharedTimeTile(stencil, depth, tuple(tiles[d] for d in stencil.dims))
-
-
-MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
 
 
 def default_tile(stencil: ir.StencilIR, depth: int, block: tuple[int, ...]) -> dict[str, int]:
