@@ -159,8 +159,9 @@ def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> fl
 
 def thread_planes_per_update(plan: StreamedTile) -> float:
     """Planes a thread passes per update, summed over a streamed tile's threads, in a grid
-    large enough to ignore its edges: a block's threads pass chunk + 2 x depth x radius
-    planes for tile x chunk x depth updates (halo points are computed too)."""
+    large enough to ignore its edges: a block's threads pass chunk + its halo's planes
+    (2 x depth x radius where no chain widens it) for tile x chunk x depth updates (halo
+    points are computed too)."""
     planes = plan.chunk + plan.below[0] + plan.above[0]
     return math.prod(plan.threads) * planes / (math.prod(plan.tile) * plan.chunk * plan.depth)
 

@@ -125,6 +125,11 @@ class TensorCoreKernel:
     def sources(self) -> tuple[Source, ...]:
         return tuple(s.source for s in self.staging)
 
+    @property
+    def ring(self) -> tuple[int, ...]:
+        """A level's ring per dimension: the radius, or none where reads wrap."""
+        return tuple(0 if self.wrap else r for r in self.radius)
+
 
 def generate(stencil_ir: ir.StencilIR, statement: int, precision: str, dtype: str, name: str, *,
              wrap: bool = False) -> TensorCoreKernel:
@@ -319,7 +324,7 @@ def buffers(kern: TensorCoreKernel) -> list[kir.Node]:
 
 def element(kern: TensorCoreKernel, coords: list[ix.Expr]) -> ix.Expr:
     """The array element of interior coordinates (already wrapped or in the array)."""
-    ring = [0 if kern.wrap else r for r in kern.radius]
+    ring = kern.ring
     dims = extents(kern.plan.ndim)
     at: ix.Expr = ix.Cast(INDEX_TYPE, coords[0] + ring[0])  # the kernel's index type: int where a level allows
     for d in range(1, kern.plan.ndim):
@@ -497,7 +502,7 @@ def printed(kern: TensorCoreKernel, function: DeviceFunction) -> str:
 def level_points(kern: TensorCoreKernel) -> str:
     """The C expression of a level's elements (the interior and its ring, or none where reads
     wrap): what decides the kernel's index type (MSC_LAUNCH_INDEXED)."""
-    ring = [0 if kern.wrap else r for r in kern.radius]
+    ring = kern.ring
     return " * ".join(f"(long)(n{d} + {2 * r})" for d, r in enumerate(ring))
 
 
@@ -505,7 +510,7 @@ def standalone_entry(kern: TensorCoreKernel) -> str:
     """`extern "C" int <name>_step(out, sources..., params..., extents...[, steps])`: one step (a fused
     kernel: `steps`) on host arrays (copied to the device and back; out's ring is kept)."""
     dims = [f"n{d}" for d in range(kern.plan.ndim)]
-    ring = [0 if kern.wrap else r for r in kern.radius]
+    ring = kern.ring
     return render("cuda_tensor_core_step.cu.j2", name=kern.name, t=_C_TYPE[kern.dtype], params=kern.params, dims=dims,
                   steps=kern.fused,
                   sources=[f"src_{_source_name(s)}" for s in kern.sources],
