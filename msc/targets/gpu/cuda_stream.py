@@ -85,6 +85,11 @@ def reason(stencil: ir.StencilIR, depth: int) -> str | None:
 ABOVE, BELOW = 1, -1  # the sides of a dimension: towards higher indices (along the streamed one, ahead), lower
 
 
+def writers(stencil: ir.StencilIR) -> dict[str, int]:
+    """The statement (its index) that writes each written field."""
+    return {s.target: i for i, s in enumerate(stencil.statements)}
+
+
 def chains(stencil: ir.StencilIR, side: int) -> tuple[tuple[int, ...], ...]:
     """Per statement and dimension, how far inside the valid points of the step's first
     statements its own end on `side` (ABOVE or BELOW): the sum of the offsets towards that
@@ -92,13 +97,12 @@ def chains(stencil: ir.StencilIR, side: int) -> tuple[tuple[int, ...], ...]:
     the streamed dimension, it is also how many planes the statement lags behind them: it
     reads that far ahead."""
     out: list[tuple[int, ...]] = []
-    writer: dict[str, int] = {}
-    for statement in stencil.statements:
+    writer = writers(stencil)
+    for statement in stencil.statements:  # a level t+1 is read only where an earlier statement wrote it
         chain = [0] * stencil.ndim
         for read in statement.reads:
-            if read.dt is not None and read.dt > 0 and read.name in writer:
+            if read.dt is not None and read.dt > 0:
                 chain = [max(c, before + side * o) for c, before, o in zip(chain, out[writer[read.name]], read.offsets)]
-        writer[statement.target] = len(out)
         out.append(tuple(chain))
     return tuple(out)
 
@@ -107,8 +111,7 @@ def reach(stencil: ir.StencilIR, side: int) -> tuple[int, ...]:
     """Per dimension, how far a step's valid points shrink on `side` from the step before's:
     the radius, more where a statement reads a past level of a field whose statement's
     chain on that side is longer than its own (`chains`)."""
-    chain, out = chains(stencil, side), list(stencil.radius)
-    writer = {s.target: i for i, s in enumerate(stencil.statements)}
+    chain, out, writer = chains(stencil, side), list(stencil.radius), writers(stencil)
     for i, statement in enumerate(stencil.statements):
         for read in statement.reads:
             if read.dt is not None and read.dt <= 0 and read.name in writer:
@@ -167,6 +170,21 @@ class StreamedTile:
         """Points loaded above the outputs, per dimension (`halo`; along the streamed one, ahead)."""
         return halo(self.stencil, self.depth, ABOVE)
 
+    @cached_property
+    def _chains(self) -> dict[int, tuple[tuple[int, ...], ...]]:
+        return {side: chains(self.stencil, side) for side in (ABOVE, BELOW)}
+
+    @cached_property
+    def _reach(self) -> dict[int, tuple[int, ...]]:
+        return {side: reach(self.stencil, side) for side in (ABOVE, BELOW)}
+
+    def inset(self, stage: int, statement: int, side: int) -> tuple[int, ...]:
+        """Per dimension, how far in from the block's loaded points on `side` the statement's
+        values of step `stage` depend on loaded points only: `stage` x reach and its chain.
+        Along the streamed dimension, ABOVE: how many planes behind the loaded one it
+        computes (`behind`); BELOW: the block's first plane it computes (`settled`)."""
+        return tuple(stage * r + c for r, c in zip(self._reach[side], self._chains[side][statement]))
+
     @property
     def threads(self) -> tuple[int, ...]:
         """Threads per inner dimension, outer first: a thread per point, but one per
@@ -219,8 +237,7 @@ class StreamedTile:
         """Whether the statement reads a level t+1 at an in-plane neighbour in the plane
         its writer computes in the same iteration (an older plane was written before the
         iteration's first barrier, a point's own column by the thread itself)."""
-        st, chain = self.stencil, chains(self.stencil, ABOVE)
-        writer = {s.target: i for i, s in enumerate(st.statements)}
+        st, chain, writer = self.stencil, self._chains[ABOVE], writers(self.stencil)
         return any(read.dt is not None and read.dt > 0 and any(read.offsets[1:])
                    and chain[statement][0] - read.offsets[0] == chain[writer[read.name]][0]
                    for read in st.statements[statement].reads)
@@ -231,7 +248,7 @@ class StreamedTile:
         the register of the statement that wrote it."""
         if read.dt is None or read.dt <= 0:
             return False
-        writer = next(i for i, s in enumerate(self.stencil.statements) if s.target == read.name)
+        writer = writers(self.stencil)[read.name]
         return any(read.offsets) or not any({statement, writer} <= set(group) for group in self.groups)
 
     @property
@@ -264,8 +281,7 @@ class StreamedTile:
             return 2
         if self.single:
             return 2 * r0 + (2 if self.depth == 1 else 1)
-        st, most = self.stencil, 0
-        writer = {s.target: i for i, s in enumerate(st.statements)}
+        st, most, writer = self.stencil, 0, writers(self.stencil)
         for stage in range(1, self.depth + 1):
             for i, statement in enumerate(st.statements):
                 reads = [(read.name, read.dt, read.offsets[0]) for read in statement.reads
@@ -281,12 +297,12 @@ class StreamedTile:
 
     def behind(self, stage: int, statement: int) -> int:
         """How many planes behind the loaded one the statement computes in step `stage`."""
-        return stage * reach(self.stencil, ABOVE)[0] + chains(self.stencil, ABOVE)[statement][0]
+        return self.inset(stage, statement, ABOVE)[0]
 
     def settled(self, stage: int, statement: int) -> int:
         """The first plane of the block where the statement's value of step `stage` depends
         on loaded planes only (not on the planes before the block's first)."""
-        return stage * reach(self.stencil, BELOW)[0] + chains(self.stencil, BELOW)[statement][0]
+        return self.inset(stage, statement, BELOW)[0]
 
     @property
     def shared_bytes(self) -> int:
@@ -598,12 +614,10 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
 
 def _valid(plan: StreamedTile, stage: int, point: _Point, statement: int = 0) -> list[ix.Expr]:
     """Where the point's value of the statement in step `stage` depends on loaded points
-    only (not on the plane buffers' edges): on each side `stage` x reach and the
-    statement's chain from the edge, along each inner dimension."""
-    st, sides = plan.stencil, plan.points
-    low, high = ([stage * r + c for r, c in zip(reach(st, side), chains(st, side)[statement])]
-                 for side in (BELOW, ABOVE))
-    return [c for d in range(1, st.ndim)
+    only (not on the plane buffers' edges): `StreamedTile.inset` from each edge, along
+    each inner dimension."""
+    sides, low, high = plan.points, plan.inset(stage, statement, BELOW), plan.inset(stage, statement, ABOVE)
+    return [c for d in range(1, plan.stencil.ndim)
             for c in (point.local[d].ge(low[d]), point.local[d].lt(sides[d - 1] - high[d]))]
 
 
@@ -628,7 +642,7 @@ def _ring_stage(plan: StreamedTile, stage: int, points: list[_Point],
     body: list[k.Node] = []
     planes: dict[int, tuple[ix.Var, ix.Var]] = {}  # lag -> the run's plane in the buffer and in the array
     for group in plan.groups:
-        lag = chains(st, ABOVE)[group[0]][0]
+        lag = plan.behind(stage, group[0]) - plan.behind(stage, 0)  # the first statement reads no level t+1
         if lag not in planes:
             p, g0 = (ix.Var("p"), ix.Var("g0")) if not planes else (ix.Var(f"p_{lag}"), ix.Var(f"g0_{lag}"))
             planes[lag] = p, g0
