@@ -147,7 +147,8 @@ def measure(name: str, dtype: str, steps: int) -> list[dict[str, Any]]:
         error = max(float(np.max(np.abs(out[f] - expected[f]))) for f in expected)
         run = kernel.last_run
         per = {key: run.gpu[key] / run.updates
-               for key in ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_accesses", "mma_flops")}
+               for key in ("load_bytes", "store_bytes", "sectors", "dram_bytes", "shared_accesses", "shared_wavefronts",
+                           "mma_flops")}
         row = {"stencil": name, "dtype": dtype, "schedule": label, "shape": list(shape), "steps": steps,
                "updates": run.updates, "launches": run.gpu["launches"], "max_abs_error": error,
                "emulated_seconds": seconds, **{f"{k}_per_update": v for k, v in per.items()},

@@ -11,10 +11,12 @@ resource at its peak rate (a roofline; whatever is not counted, latency,
 barriers, L2, is taken as free):
 - DRAM: `dram_bytes` per update (the ideal-L2 count: each 32-byte sector
   once per launch) at the HBM's 4.8 TB/s (datasheet);
-- shared memory: `shared_accesses` per update x their wavefronts (an access of
-  a whole warp is 32 x itemsize / 128 ideal wavefronts, times the counted
-  `shared_wavefronts_per_access`) at one wavefront per clock per SM, 132 SMs
-  at 1.98 GHz (the SXM part's SM count and the clock nvidia-smi reported);
+- shared memory: the counted `shared_wavefronts` per update (each warp-level
+  access's, an access of fewer lanes taking fewer; counters from before they
+  were counted: `shared_accesses` x 32 x itemsize / 128 ideal wavefronts, as
+  if every access were a whole warp's, x `shared_wavefronts_per_access`) at
+  one wavefront per clock per SM, 132 SMs at 1.98 GHz (the SXM part's SM
+  count and the clock nvidia-smi reported);
 - L1: the 32-byte `sectors` of the global accesses per update, which pass
   through each SM's L1 at 128 bytes per clock (the same path as shared memory,
   counted apart);
@@ -61,8 +63,8 @@ def bound(row: dict[str, Any], instructions: float | None = None) -> tuple[float
     and the resource that bounds it."""
     itemsize = 4 if row["dtype"] == "float32" else 8
     dram_s = row["dram_bytes_per_update"] / (HBM_GB_S * 1e9)
-    wavefronts = row["shared_accesses_per_update"] * (row["shared_wavefronts_per_access"] or 1.0) * (
-        32 * itemsize / SHARED_BYTES_PER_CLOCK)
+    wavefronts = row.get("shared_wavefronts_per_update") or row["shared_accesses_per_update"] * (
+        row["shared_wavefronts_per_access"] or 1.0) * (32 * itemsize / SHARED_BYTES_PER_CLOCK)
     shared_s = wavefronts / (SMS * CLOCK_HZ)
     l1_s = row["sectors_per_update"] * 32 / (SHARED_BYTES_PER_CLOCK * SMS * CLOCK_HZ)
     tensor_s = row.get("mma_flops_per_update", 0.0) / TENSOR_FLOPS[row["dtype"]]

@@ -143,10 +143,10 @@ def read_counters(fn: Callable[[Any], None]) -> tuple[int, ...]:
 
 def counted(before: tuple[int, ...], after: tuple[int, ...] | None) -> dict[str, float]:
     """What was counted between two readings: load_bytes, store_bytes, sectors,
-    dram_bytes, launches, mma_flops, shared_accesses and shared_wavefronts_per_access (the
-    wavefronts over the conflict-free ideal: 1.0 = no bank conflicts; 1.0 with
-    no shared accesses)."""
+    dram_bytes, launches, mma_flops, shared_accesses, shared_wavefronts (each
+    access's, summed) and shared_wavefronts_per_access (the wavefronts over the
+    conflict-free ideal: 1.0 = no bank conflicts; 1.0 with no shared accesses)."""
     assert after is not None
     d = {name: a - b for name, a, b in zip(COUNTERS, after, before)}
-    wavefronts, ideal = d.pop("shared_wavefronts"), d.pop("shared_ideal")
-    return {**d, "shared_wavefronts_per_access": wavefronts / ideal if ideal else 1.0}
+    ideal = d.pop("shared_ideal")
+    return {**d, "shared_wavefronts_per_access": d["shared_wavefronts"] / ideal if ideal else 1.0}

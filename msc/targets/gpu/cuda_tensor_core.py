@@ -250,22 +250,15 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
         *([kir.Decl("z0", "int", ix.Var("blockIdx.z") * PLANES)] if nd == 3 else [])]
     staging: list[kir.Node] = []  # in 3D, for plane z of the block's PLANES
     for s in kern.staging:
-        coords: list[ix.Expr] = [ix.Var("r"), ix.Var("c")]
-        stage = [kir.Comment(f"{s.source[0]} (dt {s.source[1]})"),
-                 kir.Decl("c", "int", ix.Var("c0") + e % s.pitch - s.column_offset),
-                 kir.Decl("r", "int", ix.Var("r0") + ix.Op("/", e, ix.Lit(s.pitch)) % s.rows - s.row_below)]
-        at, count = e, ix.Lit(s.size)
-        if nd == 3:  # the block's first plane stages every plane of the ring, each next one only its newest
-            plane, above = s.rows * s.pitch, s.planes - 1 - s.plane_below
-            opening = z.eq(ix.Var("z0"))
-            stage.append(kir.Decl("p", "int", ix.Select(opening, z + ix.Op("/", e, ix.Lit(plane)) - s.plane_below,
-                                                        z + above)))
-            coords = [ix.Var("p"), *coords]
-            at = _slot(ix.Var("p"), s.planes) * plane + e % plane
-            count = ix.Select(opening, ix.Lit(s.size), ix.Lit(plane))
-        stage += stage_stores(kern, s, coords, at)
-        staging.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(count), kir.Block(tuple(stage)),
-                                step=ix.Var("blockDim.x"), kind="int"))
+        if nd == 2:
+            staging.append(staged_rows(kern, s, [], ix.Lit(0)))
+            continue
+        # the block's first plane stages every plane of the ring, each next one only its newest
+        pl, p = ix.Var("pl"), ix.Var("p")
+        staging.append(kir.Loop("pl", ix.Select(z.eq(ix.Var("z0")), ix.Lit(0), ix.Lit(s.planes - 1)),
+                                pl.lt(s.planes), kir.Block((
+                                    kir.Decl("p", "int", z + pl - s.plane_below),
+                                    staged_rows(kern, s, [p], _slot(p, s.planes) * (s.rows * s.pitch)))), kind="int"))
     warp = warp_fragments(kern, kir.Decl("tr", "int", ix.Var("warp") * m))
 
     def operand(s: Staging, o: tuple[int, ...], i: int) -> ix.Expr:  # a pointer to the input fragment
@@ -283,9 +276,9 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
                     kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
     staged = [*staging, kir.Barrier()]
     if nd == 2:
-        body += [*staged, *warp, *products]
+        body += [*lane_ids(), *staged, *warp, *products]
     else:  # the block's planes in order: the rings keep what the next plane reads again
-        body += [*warp, kir.Loop("z", ix.Var("z0"), z.lt(ix.Var("z0") + PLANES).and_(z.lt(dims[0])),
+        body += [*lane_ids(), *warp, kir.Loop("z", ix.Var("z0"), z.lt(ix.Var("z0") + PLANES).and_(z.lt(dims[0])),
                                  kir.Block((*staged, *products,
                                             kir.Comment("before the next plane overwrites a ring's oldest"),
                                             kir.Barrier())), kind="int")]
@@ -332,14 +325,33 @@ def element(kern: TensorCoreKernel, coords: list[ix.Expr]) -> ix.Expr:
     return at
 
 
+def staged_rows(kern: TensorCoreKernel, s: Staging, coords: list[ix.Expr], first: ix.Expr) -> kir.Loop:
+    """One plane of `s`'s staging (`coords`: the plane's, before its rows'; `first`: its first element
+    in the staging), the block's warps over its rows (`q`), each warp's lanes over a row's columns: no
+    division per element, the pitch's padding columns left alone."""
+    q, e = ix.Var("q"), ix.Var("e")
+    columns = lanes(s.columns, [kir.Decl("c", "int", ix.Var("c0") + e - s.column_offset),
+                                *stage_stores(kern, s, [*coords, ix.Var("r"), ix.Var("c")], first + q * s.pitch + e)])
+    return kir.Loop("q", ix.Var("warp"), q.lt(s.rows), kir.Block((
+        kir.Comment(f"{s.source[0]} (dt {s.source[1]}){', in both copies' if s.copies == 2 else ''}"),
+        kir.Decl("r", "int", ix.Var("r0") + q - s.row_below), columns)), step=ix.Lit(kern.warps), kind="int")
+
+
+def lanes(count: int, body: list[kir.Node]) -> kir.Loop:
+    """`body` for each `e` below `count`, the warp's lanes side by side: a loop of a trip count
+    known to the compiler (it unrolls it, and divides `e` by constants without signs)."""
+    j, e = ix.Var("j"), ix.Var("e")
+    return kir.Loop("j", ix.Lit(0), j.lt(-(-count // 32)), kir.Block((
+        kir.Decl("e", "int", ix.Var("lane") + j * 32),
+        *(body if count % 32 == 0 else [kir.If(e.lt(count), kir.Block(tuple(body)))]))), kind="int")
+
+
 def stage_stores(kern: TensorCoreKernel, s: Staging, coords: list[ix.Expr], at: ix.Expr) -> list[kir.Node]:
     """Element `at` of each copy of `s` = the source at interior `coords`, in the operand type:
-    wrapped (periodic), or zero past the array (dirichlet: the tail tiles and zero-weight columns);
-    the pitch's padding columns are left alone."""
+    wrapped (periodic), or zero past the array (dirichlet: the tail tiles and zero-weight columns)."""
     value = staged_value(kern, s.source, coords)
-    stores = [kir.Store(kir.Ref("stage", s.offset + copy * s.size + at, kir.Space.SHARED), value)
-              for copy in range(s.copies)]
-    return stores if s.columns == s.pitch else [kir.If((ix.Var("e") % s.pitch).lt(s.columns), kir.Block(tuple(stores)))]
+    return [kir.Store(kir.Ref("stage", s.offset + copy * s.size + at, kir.Space.SHARED), value)
+            for copy in range(s.copies)]
 
 
 def staged_value(kern: TensorCoreKernel, source: Source, coords: list[ix.Expr]) -> ix.Expr:
@@ -355,16 +367,21 @@ def staged_value(kern: TensorCoreKernel, source: Source, coords: list[ix.Expr]) 
     return to_operand(kern.plan.shape.operand, value)
 
 
+def lane_ids() -> list[kir.Node]:
+    """A thread's warp of the block and lane of the warp."""
+    return [kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
+            kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32)]
+
+
 def warp_fragments(kern: TensorCoreKernel, *first: kir.Node) -> list[kir.Node]:
-    """The warp's number and lane, `first`, its operand fragments and one accumulator per tile, then,
-    where the kernel holds its weights, the weight blocks (`weight_fragments`), the operand fragments
-    only those inputs take."""
+    """`first`, the warp's operand fragments and one accumulator per tile, then, where the kernel holds
+    its weights, the weight blocks (`weight_fragments`), the operand fragments only those inputs take
+    (after `lane_ids`)."""
     held = kern.holds_weights
     shape, acc = kern.plan.shape, _ELEMENT[kern.plan.shape.accumulator]
     mnk = (shape.m, shape.n, shape.k)
     roles = {"a" if line.axis == "cols" else "b" for line in kern.plan.lines} if held else {"a", "b"}
-    return [kir.Decl("warp", "int", ix.Op("/", ix.Var("threadIdx.x"), ix.Lit(32))),
-            kir.Decl("lane", "int", ix.Var("threadIdx.x") % 32), *first,
+    return [*first,
             *(kir.Fragment(role, role, mnk, _FRAGMENT[shape.operand]) for role in ("a", "b") if role in roles),
             *(kir.Fragment(f"acc{i}", "accumulator", mnk, acc) for i in range(kern.tiles)),
             *(weight_fragments(kern) if held else [])]

@@ -225,25 +225,21 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
     body: list[kir.Node] = [*tc.buffers(kern),
                             kir.Decl("r0", "int", ix.Var("blockIdx.y") * tile.rows),
                             kir.Decl("c0", "int", ix.Var("blockIdx.x") * tile.cols)]
-    for s in kern.staging:
-        body.append(kir.Loop("e", ix.Var("threadIdx.x"), e.lt(s.size), kir.Block((
-            kir.Comment(f"{s.source[0]} (dt {s.source[1]}){', in both copies' if s.copies == 2 else ''}"),
-            kir.Decl("c", "int", ix.Var("c0") + e % s.pitch - s.column_offset),
-            kir.Decl("r", "int", ix.Var("r0") + ix.Op("/", e, ix.Lit(s.pitch)) - s.row_below),
-            *tc.stage_stores(kern, s, [r, c], e))), step=ix.Var("blockDim.x"), kind="int"))
-    body += [kir.Barrier(), *tc.warp_fragments(kern)]
+    body += [*tc.lane_ids(),
+             *(tc.staged_rows(kern, s, [], ix.Lit(0)) for s in kern.staging),
+             kir.Barrier(), *tc.warp_fragments(kern)]
     value = ix.Op("+", tc.tile_value(kern), ix.Var("constant"))
     inside = conjunction([r.ge(0), r.lt(n0), c.ge(0), c.lt(n1)])
+    unit_point = [kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))), kir.Decl("fc", "int", uc + e % width),
+                  kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc)]
 
     def through_tiles(write: kir.Node, where: list[ix.Expr]) -> list[kir.Node]:
         """The unit's tiles stored to the warp's output tiles, its points (in `where` and the interior)
         written by `write`."""
         return [*tc.stored_tiles(kern),
                 kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                    kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))),
-                    kir.Decl("fc", "int", uc + e % width),
-                    kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc),
-                    kir.If(conjunction([*where, inside]), kir.Block((write,))))), step=ix.Lit(32), kind="int"),
+                    *unit_point, kir.If(conjunction([*where, inside]), kir.Block((write,))))), step=ix.Lit(32),
+                    kind="int"),
                 kir.Comment("before the warp's next unit overwrites its tiles"),
                 kir.Barrier("warp")]
 
@@ -268,10 +264,8 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
             kir.If(edge, kir.Block((
                 kir.Barrier("warp"),
                 kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                    kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))),
-                    kir.Decl("fc", "int", uc + e % width),
-                    kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc),
-                    kir.If(inside.not_(), kir.Block((restore,))))), step=ix.Lit(32), kind="int"))))],
+                    *unit_point, kir.If(inside.not_(), kir.Block((restore,))))), step=ix.Lit(32),
+                    kind="int"))))],
             ix.Var("constant"))
     else:
         step = units(tile.frame, tile.halo, through_tiles(kir.Store(
