@@ -18,7 +18,9 @@ of the tile), the instruction-issue cost of its steady state, and
 `instructions_per_update`: that times the thread-planes a streamed tile's
 blocks pass per update in a large grid (benchmarks/gpu_model.py's issue
 bound). Any other such kernel gets `instructions_per_point` (its longest
-loop that stores to global memory, per store) and `instructions_per_load`
+loop without a barrier that stores to global memory, per store; where ptxas
+unrolled the stores out of every loop, the run from the first store to the
+last, per store) and `instructions_per_load`
 (its longest loop that loads from global memory, per load: a tensor-core
 kernel's staging of its sources' tiles and halos).
 
@@ -114,30 +116,43 @@ def sass_path() -> str | None:
     return None
 
 
-def _loops(cubin: Path, mangled: str, opcode: str) -> list[tuple[int, int]]:
-    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS: (how many
-    times, instructions) each; innermost among those that hold it."""
+def _sass(cubin: Path, mangled: str) -> list[tuple[int, str]]:
+    """A kernel's SASS instructions: (address, text) each."""
     done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
                           check=True, env={**os.environ, "PATH": sass_path() or ""})
-    code = [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
+    return [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
+
+
+def _loops(cubin: Path, mangled: str, opcode: str, without: str | None = None) -> list[tuple[int, int]]:
+    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS (and not
+    `without`): (how many times, instructions) each; innermost among those that hold it."""
+    code = _sass(cubin, mangled)
     loops = {}  # (first address, last address) -> times it holds the opcode
     for pc, text in code:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if branch and int(branch.group(1), 16) <= pc:
             start = int(branch.group(1), 16)
-            held = sum(opcode in t for at, t in code if start <= at <= pc)
-            if held:
+            body = [t for at, t in code if start <= at <= pc]
+            held = sum(opcode in t for t in body)
+            if held and not (without and any(without in t for t in body)):
                 loops[(start, pc)] = held
     return [(held, (end - start) // 16 + 1) for (start, end), held in loops.items()
             if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)]
 
 
 def point_instructions(cubin: Path, mangled: str) -> float | None:
-    """SASS instructions per point of a grid-mapped kernel: of its innermost loops that store to
-    global memory, the longest, over its stores (ptxas may unroll it; a point is one store of
-    each statement, so this is per point and statement). None where no loop stores."""
-    stores, length = max(_loops(cubin, mangled, "STG"), key=lambda loop: loop[1], default=(0, 0))
-    return length / stores if stores else None
+    """SASS instructions per point of a kernel: of its innermost loops that store to global
+    memory and hold no barrier, the longest, over its stores (ptxas may unroll it; a point is
+    one store of each statement, so this is per point and statement). Where ptxas unrolled the
+    stores out of every such loop (a tensor-core kernel's lanes each down a column of the
+    warp's tiles), the run from the kernel's first store to its last over the stores after
+    the first. None where nothing stores."""
+    stores, length = max(_loops(cubin, mangled, "STG", without="BAR.SYNC"), key=lambda loop: loop[1],
+                         default=(0, 0))
+    if stores:
+        return length / stores
+    at = [pc for pc, text in _sass(cubin, mangled) if "STG" in text]
+    return (at[-1] - at[0]) / 16 / (len(at) - 1) if len(at) > 1 else None
 
 
 def load_instructions(cubin: Path, mangled: str) -> float | None:

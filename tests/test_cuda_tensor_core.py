@@ -7,6 +7,7 @@ sm_80 and sm_90."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -105,6 +106,20 @@ def test_staging_is_aligned_for_wmma(kernels):
                 assert s.pitch % elements == 0 and s.offset % elements == 0
                 assert (s.column_offset + kernel.plan.column_alignment(s.source)) % elements == 0
             assert kernel.shared_bytes <= ctc.MAX_SHARED
+
+
+def test_staging_divides_no_element_by_its_pitch(kernels):
+    """The warps stage a plane by rows, their lanes over a row's columns (`staged_rows`): no
+    staged element is divided by the pitch or the plane (what took most of the instructions of
+    staging element by element over the block's threads)."""
+    for precision in PRECISIONS:
+        _, ks, _ = kernels[precision]
+        for kernel in ks:
+            start = kernel.code.index("for (int q = warp;")
+            staging = kernel.code[start:kernel.code.index("__syncthreads();", start)]
+            for s in kernel.staging:
+                divided = re.findall(rf"[/%] ({s.pitch}|{s.rows * s.pitch})\b", staging)
+                assert not divided, (kernel.name, s.source, divided)
 
 
 def test_held_weights_are_loaded_once_and_shared_inputs_once(kernels):

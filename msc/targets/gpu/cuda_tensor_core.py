@@ -266,14 +266,19 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
         row = first + (o[-2] + s.row_below)
         return ix.Var("stage") + s.offset + row * s.pitch + (o[-1] + s.column_offset + i * n)
 
-    r, c = ix.Var("r"), ix.Var("c")
+    r, c, i = ix.Var("r"), ix.Var("c"), ix.Var("i")
     written = kir.Store(kir.Ref("out", element(kern, [*([z] if nd == 3 else []), r, c])),
-                        ix.Cast(t, ix.Op("+", tile_value(kern), ix.Var("constant"))))
+                        ix.Cast(t, ix.Op("+", tile_value(kern, i, e), ix.Var("constant"))))
+    # each lane a column of the warp's tiles (a row's columns side by side, `per` rows at once where
+    # they are narrower than a warp), down its rows: the column checked once, no division per point
+    per = max(1, 32 // width)
+    rows = kir.Loop("i", ix.Lit(0) if per == 1 else ix.Op("/", ix.Var("lane"), ix.Lit(width)), i.lt(m), kir.Block((
+        kir.Decl("r", "int", ix.Var("r0") + tr + i), kir.If(r.lt(dims[-2]), kir.Block((written,))))),
+        step=ix.Lit(per), kind="int")
+    column = [kir.Decl("c", "int", ix.Var("c0") + e), kir.If(c.lt(dims[-1]), kir.Block((rows,)))]
     products = [*products_of(kern, operand), *stored_tiles(kern),
-                kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                    kir.Decl("r", "int", ix.Var("r0") + tr + ix.Op("/", e, ix.Lit(width))),
-                    kir.Decl("c", "int", ix.Var("c0") + e % width),
-                    kir.If(r.lt(dims[-2]).and_(c.lt(dims[-1])), kir.Block((written,))))), step=ix.Lit(32), kind="int")]
+                lanes(width, column) if per == 1 else kir.Block((kir.Decl("e", "int", ix.Var("lane") % width),
+                                                                 *column), scoped=True)]
     staged = [*staging, kir.Barrier()]
     if nd == 2:
         body += [*lane_ids(), *staged, *warp, *products]
@@ -469,11 +474,9 @@ def stored_tiles(kern: TensorCoreKernel) -> list[kir.Node]:
             kir.Barrier("warp")]
 
 
-def tile_value(kern: TensorCoreKernel) -> ix.Expr:
-    """Element `e` (row-major over m x tiles * n) of the warp's stored tiles."""
-    width, pitch = kern.tiles * kern.plan.shape.n, tile_pitch(kern.plan.shape, kern.tiles)
-    e = ix.Var("e")
-    return kir.Load(kir.Ref("tile", ix.Op("/", e, ix.Lit(width)) * pitch + e % width, kir.Space.SHARED))
+def tile_value(kern: TensorCoreKernel, row: ix.Expr, column: ix.Expr) -> ix.Expr:
+    """The element at `row`, `column` of the warp's stored tiles (m x tiles * n, side by side)."""
+    return kir.Load(kir.Ref("tile", row * tile_pitch(kern.plan.shape, kern.tiles) + column, kir.Space.SHARED))
 
 
 def _slot(plane: ix.Expr, planes: int) -> ix.Expr:

@@ -228,7 +228,7 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
     body += [*tc.lane_ids(),
              *(tc.staged_rows(kern, s, [], ix.Lit(0)) for s in kern.staging),
              kir.Barrier(), *tc.warp_fragments(kern)]
-    value = ix.Op("+", tc.tile_value(kern), ix.Var("constant"))
+    value = ix.Op("+", tc.tile_value(kern, ix.Op("/", e, ix.Lit(width)), e % width), ix.Var("constant"))
     inside = conjunction([r.ge(0), r.lt(n0), c.ge(0), c.lt(n1)])
     unit_point = [kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))), kir.Decl("fc", "int", uc + e % width),
                   kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc)]
