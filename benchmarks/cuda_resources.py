@@ -116,6 +116,9 @@ def sass_path() -> str | None:
     return None
 
 
+WITHOUT = ("BAR.SYNC", "MMA")  # a loop holding either is no loop over points (the products, a time tile's steps)
+
+
 def _sass(cubin: Path, mangled: str) -> list[tuple[int, str]]:
     """A kernel's SASS instructions: (address, text) each."""
     done = subprocess.run(["cuobjdump", "-sass", "-fun", mangled, str(cubin)], capture_output=True, text=True,
@@ -123,8 +126,8 @@ def _sass(cubin: Path, mangled: str) -> list[tuple[int, str]]:
     return [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
 
 
-def _loops(cubin: Path, mangled: str, opcode: str, without: str | None = None) -> list[tuple[int, int]]:
-    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS (and not
+def _loops(cubin: Path, mangled: str, opcode: str, without: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS (and none of
     `without`): (how many times, instructions) each; innermost among those that hold it."""
     code = _sass(cubin, mangled)
     loops = {}  # (first address, last address) -> times it holds the opcode
@@ -134,7 +137,7 @@ def _loops(cubin: Path, mangled: str, opcode: str, without: str | None = None) -
             start = int(branch.group(1), 16)
             body = [t for at, t in code if start <= at <= pc]
             held = sum(opcode in t for t in body)
-            if held and not (without and any(without in t for t in body)):
+            if held and not any(other in t for other in without for t in body):
                 loops[(start, pc)] = held
     return [(held, (end - start) // 16 + 1) for (start, end), held in loops.items()
             if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)]
@@ -142,13 +145,12 @@ def _loops(cubin: Path, mangled: str, opcode: str, without: str | None = None) -
 
 def point_instructions(cubin: Path, mangled: str) -> float | None:
     """SASS instructions per point of a kernel: of its innermost loops that store to global
-    memory and hold no barrier, the longest, over its stores (ptxas may unroll it; a point is
-    one store of each statement, so this is per point and statement). Where ptxas unrolled the
-    stores out of every such loop (a tensor-core kernel's lanes each down a column of the
-    warp's tiles), the run from the kernel's first store to its last over the stores after
-    the first. None where nothing stores."""
-    stores, length = max(_loops(cubin, mangled, "STG", without="BAR.SYNC"), key=lambda loop: loop[1],
-                         default=(0, 0))
+    memory and hold no barrier and no MMA, the longest, over its stores (ptxas may unroll it; a
+    point is one store of each statement, so this is per point and statement). Where ptxas
+    unrolled the stores out of every such loop (a tensor-core kernel's lanes each down a column
+    of the warp's tiles), the run from the kernel's first store to its last over the stores
+    after the first. None where nothing stores."""
+    stores, length = max(_loops(cubin, mangled, "STG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
     if stores:
         return length / stores
     at = [pc for pc, text in _sass(cubin, mangled) if "STG" in text]
@@ -156,10 +158,11 @@ def point_instructions(cubin: Path, mangled: str) -> float | None:
 
 
 def load_instructions(cubin: Path, mangled: str) -> float | None:
-    """SASS instructions per global load of a kernel's loop that loads most (the staging loop of
-    a tensor-core kernel: a point of a source's tile and halo per load). None where no loop
-    loads from global memory."""
-    loads, length = max(_loops(cubin, mangled, "LDG"), key=lambda loop: loop[1], default=(0, 0))
+    """SASS instructions per global load of a kernel's longest loop that loads and holds no
+    barrier and no MMA (the staging loop of a tensor-core kernel: a warp's load of up to 32
+    points of a row of a source's tile and halo). None where no such loop loads from global
+    memory."""
+    loads, length = max(_loops(cubin, mangled, "LDG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
     return length / loads if loads else None
 
 
@@ -182,7 +185,10 @@ def thread_planes_per_update(plan: StreamedTile) -> float:
 
 
 def streamed_plan(poly: Any, schedule: Schedule) -> StreamedTile | None:
-    """The streamed tile the CUDA target generates for the schedule (None: another form)."""
+    """The streamed tile the CUDA target generates for the schedule (None: another form, such as
+    the tensor-core kernels, fused with time tiles or not)."""
+    if schedule.tensor_core_precision:
+        return None
     target = get_target("cuda")
     plan = time_tile.shared_time_tile(poly.ir, lower(target.complete(poly, schedule), poly))
     return plan if isinstance(plan, StreamedTile) else None

@@ -269,16 +269,9 @@ def device_function(kern: TensorCoreKernel) -> DeviceFunction:
     r, c, i = ix.Var("r"), ix.Var("c"), ix.Var("i")
     written = kir.Store(kir.Ref("out", element(kern, [*([z] if nd == 3 else []), r, c])),
                         ix.Cast(t, ix.Op("+", tile_value(kern, i, e), ix.Var("constant"))))
-    # each lane a column of the warp's tiles (a row's columns side by side, `per` rows at once where
-    # they are narrower than a warp), down its rows: the column checked once, no division per point
-    per = max(1, 32 // width)
-    rows = kir.Loop("i", ix.Lit(0) if per == 1 else ix.Op("/", ix.Var("lane"), ix.Lit(width)), i.lt(m), kir.Block((
-        kir.Decl("r", "int", ix.Var("r0") + tr + i), kir.If(r.lt(dims[-2]), kir.Block((written,))))),
-        step=ix.Lit(per), kind="int")
-    column = [kir.Decl("c", "int", ix.Var("c0") + e), kir.If(c.lt(dims[-1]), kir.Block((rows,)))]
     products = [*products_of(kern, operand), *stored_tiles(kern),
-                lanes(width, column) if per == 1 else kir.Block((kir.Decl("e", "int", ix.Var("lane") % width),
-                                                                 *column), scoped=True)]
+                down_columns(kern, [kir.Decl("c", "int", ix.Var("c0") + e)], c.lt(dims[-1]),
+                             [kir.Decl("r", "int", ix.Var("r0") + tr + i)], r.lt(dims[-2]), written)]
     staged = [*staging, kir.Barrier()]
     if nd == 2:
         body += [*lane_ids(), *staged, *warp, *products]
@@ -349,6 +342,22 @@ def lanes(count: int, body: list[kir.Node]) -> kir.Loop:
     return kir.Loop("j", ix.Lit(0), j.lt(-(-count // 32)), kir.Block((
         kir.Decl("e", "int", ix.Var("lane") + j * 32),
         *(body if count % 32 == 0 else [kir.If(e.lt(count), kir.Block(tuple(body)))]))), kind="int")
+
+
+def down_columns(kern: TensorCoreKernel, column: list[kir.Node], column_ok: ix.Expr | None, row: list[kir.Node],
+                 row_ok: ix.Expr | None, body: kir.Node) -> kir.Node:
+    """`body` at each element (row `i`, column `e`) of the warp's stored tiles, each lane down a
+    column (a row's columns side by side; where the tiles are narrower than a warp, 32 / width rows
+    at once): `column` declares what a column needs, `column_ok` is checked once per column, `row`
+    and `row_ok` per element. No division per element."""
+    width, m, i = kern.tiles * kern.plan.shape.n, kern.plan.shape.m, ix.Var("i")
+    per = max(1, 32 // width)
+    rows = kir.Loop("i", ix.Lit(0) if per == 1 else ix.Op("/", ix.Var("lane"), ix.Lit(width)), i.lt(m), kir.Block((
+        *row, body if row_ok is None else kir.If(row_ok, kir.Block((body,))))), step=ix.Lit(per), kind="int")
+    lane = [*column, rows if column_ok is None else kir.If(column_ok, kir.Block((rows,)))]
+    if per == 1:
+        return lanes(width, lane)
+    return kir.Block((kir.Decl("e", "int", ix.Var("lane") % width), *lane), scoped=True)
 
 
 def stage_stores(kern: TensorCoreKernel, s: Staging, coords: list[ix.Expr], at: ix.Expr) -> list[kir.Node]:

@@ -228,18 +228,17 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
     body += [*tc.lane_ids(),
              *(tc.staged_rows(kern, s, [], ix.Lit(0)) for s in kern.staging),
              kir.Barrier(), *tc.warp_fragments(kern)]
-    value = ix.Op("+", tc.tile_value(kern, ix.Op("/", e, ix.Lit(width)), e % width), ix.Var("constant"))
+    value = ix.Op("+", tc.tile_value(kern, ix.Var("i"), e), ix.Var("constant"))
     inside = conjunction([r.ge(0), r.lt(n0), c.ge(0), c.lt(n1)])
-    unit_point = [kir.Decl("fr", "int", ur + ix.Op("/", e, ix.Lit(width))), kir.Decl("fc", "int", uc + e % width),
-                  kir.Decl("r", "int", ix.Var("r0") + fr), kir.Decl("c", "int", ix.Var("c0") + fc)]
+    column = [kir.Decl("fc", "int", uc + e), kir.Decl("c", "int", ix.Var("c0") + fc)]
+    row = [kir.Decl("fr", "int", ur + ix.Var("i")), kir.Decl("r", "int", ix.Var("r0") + fr)]
 
-    def through_tiles(write: kir.Node, where: list[ix.Expr]) -> list[kir.Node]:
-        """The unit's tiles stored to the warp's output tiles, its points (in `where` and the interior)
-        written by `write`."""
-        return [*tc.stored_tiles(kern),
-                kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                    *unit_point, kir.If(conjunction([*where, inside]), kir.Block((write,))))), step=ix.Lit(32),
-                    kind="int"),
+    def through_tiles(write: kir.Node, rows: int | None = None, cols: int | None = None) -> list[kir.Node]:
+        """The unit's tiles stored to the warp's output tiles, its points in the interior (and, where
+        given, in the tile's first `rows` and `cols`) written by `write`."""
+        column_ok = conjunction([*([fc.lt(cols)] if cols is not None else []), c.ge(0), c.lt(n1)])
+        row_ok = conjunction([*([fr.lt(rows)] if rows is not None else []), r.ge(0), r.lt(n0)])
+        return [*tc.stored_tiles(kern), tc.down_columns(kern, column, column_ok, row, row_ok, write),
                 kir.Comment("before the warp's next unit overwrites its tiles"),
                 kir.Barrier("warp")]
 
@@ -263,14 +262,12 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
                               stepped.pitch) for i in range(kern.tiles)),
             kir.If(edge, kir.Block((
                 kir.Barrier("warp"),
-                kir.Loop("e", ix.Var("lane"), e.lt(m * width), kir.Block((
-                    *unit_point, kir.If(inside.not_(), kir.Block((restore,))))), step=ix.Lit(32),
-                    kind="int"))))],
+                tc.down_columns(kern, column, None, row, None, kir.If(inside.not_(), kir.Block((restore,)))))))],
             ix.Var("constant"))
     else:
         step = units(tile.frame, tile.halo, through_tiles(kir.Store(
             kir.Ref("stage", following + at(stepped, fr, fc), kir.Space.SHARED),
-            tc.to_operand(tile.shape.operand, value)), []))
+            tc.to_operand(tile.shape.operand, value))))
     result = kir.Store(kir.Ref("out", tc.element(kern, [r, c])), ix.Cast(t, value))
     s_ = ix.Var("s")
     body += [kir.Comment(f"steps before the last: the frame, {tile.frame[0]} fragment rows x {tile.frame[1]} units "
@@ -281,7 +278,7 @@ def device_function(kern: tc.TensorCoreKernel, tile: FusedTile) -> DeviceFunctio
                  kir.Barrier())), kind="int"),
              kir.Comment("the last step: the tile, into global memory"),
              kir.Decl("cur", "int", (ix.Var("steps") - 1) % 2),
-             units(tile.last, (0, 0), through_tiles(result, [fr.lt(tile.rows), fc.lt(tile.cols)]))]
+             units(tile.last, (0, 0), through_tiles(result, tile.rows, tile.cols))]
     grid = (ix.Op("/", n1 + (tile.cols - 1), ix.Lit(tile.cols)), ix.Op("/", n0 + (tile.rows - 1), ix.Lit(tile.rows)),
             ix.Lit(1))
     return DeviceFunction(f"{kern.name}_kernel", kir.Block(tuple(body)), grid, (32 * kern.warps,),
