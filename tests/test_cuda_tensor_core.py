@@ -58,6 +58,7 @@ def sources(inputs: dict) -> dict:
 def test_emulated_kernel_equals_replay_and_reference(kernels, precision, index, monkeypatch):
     if index % 2:  # half the cases with each block's threads last first: a staging barrier that is missing shows
         monkeypatch.setenv(cuda_emu.THREAD_ORDER, "reverse")
+        monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")  # and blocks last first: a point two write is diagnosed
     seed, boundary = CASES[index][0], CASES[index][4]
     stencils, ks, library = kernels[precision]
     st, kernel = stencils[index], ks[index]

@@ -92,6 +92,7 @@ def kernels():
 def test_fused_steps_equal_reference_and_replay(kernels, precision, case, variant, monkeypatch):
     if (case + (variant == "odd tile")) % 2:  # a missing barrier between steps shows in one order or the other
         monkeypatch.setenv(cuda_emu.THREAD_ORDER, "reverse")
+        monkeypatch.setenv(cuda_emu.BLOCK_ORDER, "reverse")  # and a point two blocks write is diagnosed
     cases, library = kernels[precision]
     st, depth, ks = cases[case]
     kernel = ks[variant == "odd tile"].kernel
