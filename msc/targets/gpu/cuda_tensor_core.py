@@ -337,7 +337,7 @@ def staged_rows(kern: TensorCoreKernel, s: Staging, coords: list[ix.Expr], first
 
 def lanes(count: int, body: list[kir.Node]) -> kir.Loop:
     """`body` for each `e` below `count`, the warp's lanes side by side: a loop of a trip count
-    known to the compiler (it unrolls it, and divides `e` by constants without signs)."""
+    known to the compiler, which unrolls it."""
     j, e = ix.Var("j"), ix.Var("e")
     return kir.Loop("j", ix.Lit(0), j.lt(-(-count // 32)), kir.Block((
         kir.Decl("e", "int", ix.Var("lane") + j * 32),
