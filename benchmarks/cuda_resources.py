@@ -95,11 +95,12 @@ def resources(source: str, sass: bool = False, streamed: int = 0) -> dict[tuple[
             row = {"registers": int(re.search(r"Used (\d+) registers", block).group(1)),
                    "spill_bytes": int(spills.group(1)) if spills else 0,
                    "shared_bytes": int(shared.group(1)) if shared else 0, "threads": bounds[name]}
-            if sass and index and streamed:
-                row["instructions_per_plane"] = plane_instructions(cubin, mangled, streamed)
-            elif sass and index:
-                row["instructions_per_point"] = point_instructions(cubin, mangled)
-                row["instructions_per_load"] = load_instructions(cubin, mangled)
+            code = _sass(cubin, mangled) if sass and index else []
+            if code and streamed:
+                row["instructions_per_plane"] = plane_instructions(code, streamed)
+            elif code:
+                row["instructions_per_point"] = point_instructions(code)
+                row["instructions_per_load"] = load_instructions(code)
             out[(name, index)] = row
     return out
 
@@ -126,10 +127,9 @@ def _sass(cubin: Path, mangled: str) -> list[tuple[int, str]]:
     return [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
 
 
-def _loops(cubin: Path, mangled: str, opcode: str, without: tuple[str, ...] = ()) -> list[tuple[int, int]]:
-    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS (and none of
-    `without`): (how many times, instructions) each; innermost among those that hold it."""
-    code = _sass(cubin, mangled)
+def _loops(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+    """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS `code` (and
+    none of `without`): (how many times, instructions) each; innermost among those that hold it."""
     loops = {}  # (first address, last address) -> times it holds the opcode
     for pc, text in code:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
@@ -143,35 +143,35 @@ def _loops(cubin: Path, mangled: str, opcode: str, without: tuple[str, ...] = ()
             if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)]
 
 
-def point_instructions(cubin: Path, mangled: str) -> float | None:
+def point_instructions(code: list[tuple[int, str]]) -> float | None:
     """SASS instructions per point of a kernel: of its innermost loops that store to global
     memory and hold no barrier and no MMA, the longest, over its stores (ptxas may unroll it; a
     point is one store of each statement, so this is per point and statement). Where ptxas
     unrolled the stores out of every such loop (a tensor-core kernel's lanes each down a column
     of the warp's tiles), the run from the kernel's first store to its last over the stores
     after the first. None where nothing stores."""
-    stores, length = max(_loops(cubin, mangled, "STG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
+    stores, length = max(_loops(code, "STG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
     if stores:
         return length / stores
-    at = [pc for pc, text in _sass(cubin, mangled) if "STG" in text]
+    at = [pc for pc, text in code if "STG" in text]
     return (at[-1] - at[0]) / 16 / (len(at) - 1) if len(at) > 1 else None
 
 
-def load_instructions(cubin: Path, mangled: str) -> float | None:
+def load_instructions(code: list[tuple[int, str]]) -> float | None:
     """SASS instructions per global load of a kernel's longest loop that loads and holds no
     barrier and no MMA (the staging loop of a tensor-core kernel: a warp's load of up to 32
     points of a row of a source's tile and halo). None where no such loop loads from global
     memory."""
-    loads, length = max(_loops(cubin, mangled, "LDG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
+    loads, length = max(_loops(code, "LDG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
     return length / loads if loads else None
 
 
-def plane_instructions(cubin: Path, mangled: str, barriers_per_plane: int) -> float:
+def plane_instructions(code: list[tuple[int, str]], barriers_per_plane: int) -> float:
     """SASS instructions per plane of a streamed kernel's loop over planes: of the innermost
     loops holding a barrier, the one with the most barriers (ptxas may unroll it, leaving a
     remainder loop beside it), its length over the planes it covers (its barriers over
     `barriers_per_plane`)."""
-    barriers, length = max(_loops(cubin, mangled, "BAR.SYNC"), key=lambda loop: (loop[0], -loop[1]))
+    barriers, length = max(_loops(code, "BAR.SYNC"), key=lambda loop: (loop[0], -loop[1]))
     return length * barriers_per_plane / barriers
 
 
