@@ -8,10 +8,13 @@ Writes JSON and prints a table; the goals of docs/cuda.md are checked and
 reported ("meets").
 
     python3 benchmarks/cuda_counters.py [--json out.json] [--only heat2d,heat3d] [--steps 8]
+        [--shape 66x258x258] [--no-tensor-cores]
 
 In 3D also streamed tiles (one step and depth 4) whose threads take 2 points of y
-each (`unroll("y", 2)`): blocks of 8 x 32 threads, so the default's 16 x 32 points
-of a plane and its tile.
+each (`unroll("y", 2)`) on the default's points of a plane and its tile: blocks of
+8 x 32 threads for the default's 16 x 32 points, 16 x 32 for time_tile(4)'s 32 x 32;
+and time_tile(4) in the default launch's blocks of 16 x 32 threads (the default time
+tile's block before it took 32 x 32, docs/cuda.md "Larger 3D time tiles").
 
 `--only` also takes stencils of several levels or fields (SEVERAL, not run by
 default): a wave equation in 2D and 3D (levels t and t-1), two coupled
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stencils_gpu import CASES, msc_stencil, points_per_thread, write_atomically  # noqa: E402
 
 import msc  # noqa: E402
+from msc.targets.gpu.cuda_stream import INNER_THREADS, block_tile  # noqa: E402
 
 SHAPES = {2: (130, 258), 3: (34, 34, 66)}  # several blocks along every dimension, small enough to emulate
 STANDARD = ("heat2d", "box2d9p", "heat3d", "box3d27p")
@@ -52,7 +56,8 @@ DEPTH = 4
 def schedules(stencil: msc.Stencil, dtype: str) -> dict[str, msc.Schedule]:
     """The grid-mapped launch, the default, time_tile(DEPTH), tensor cores (fp64, or tf32 in
     float32); in 2D also tensor cores with time_tile(DEPTH) (fused); in 3D also streamed tiles
-    (one step and DEPTH) whose threads take 2 points of y each."""
+    (one step and DEPTH) whose threads take 2 points of y each, and time_tile(DEPTH) in the
+    default launch's block."""
     out = {"grid-mapped": msc.Schedule().parallel("x"), "default (streamed)": msc.Schedule(),
            f"time_tile({DEPTH})": msc.Schedule().time_tile(DEPTH),
            "tensor cores": msc.Schedule().tensor_cores("fp64" if dtype == "float64" else "tf32")}
@@ -62,6 +67,9 @@ def schedules(stencil: msc.Stencil, dtype: str) -> dict[str, msc.Schedule]:
         for depth in (1, DEPTH):
             label = "streamed" if depth == 1 else f"time_tile({depth})"
             out[f"{label}, 2 points of y per thread"] = points_per_thread(stencil, depth)
+        smaller = block_tile(stencil.ir, DEPTH, INNER_THREADS[3])  # the default launch's block
+        assert smaller is not None
+        out[f"time_tile({DEPTH}), 16 x 32 threads"] = msc.Schedule().time_tile(DEPTH, **smaller)
     return out
 
 
@@ -127,13 +135,14 @@ def inputs_of(stencil: msc.Stencil, dtype: str) -> dict[str, Any]:
     return {**out, **{p: 0.1 for p in stencil.ir.params}}
 
 
-def measure(name: str, dtype: str, steps: int) -> list[dict[str, Any]]:
+def measure(name: str, dtype: str, steps: int, tensor_cores: bool = True) -> list[dict[str, Any]]:
     if name in SEVERAL:  # no tensor-core plan (several statements or levels); the default's blocks
         stencil, levels = several(name)
         plans = {label: s for label, s in schedules(stencil, dtype).items() if label in SEVERAL_SCHEDULES}
     else:
         stencil, levels = msc_stencil(next(c for c in CASES if c.name == name)), 1
-        plans = schedules(stencil, dtype)
+        plans = {label: s for label, s in schedules(stencil, dtype).items()
+                 if tensor_cores or not label.startswith("tensor cores")}
     inputs = inputs_of(stencil, dtype)
     shape = SHAPES[stencil.ir.ndim]
     itemsize = np.dtype(dtype).itemsize
@@ -179,12 +188,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(STANDARD))
     ap.add_argument("--dtypes", default="float64,float32")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--no-tensor-cores", action="store_true",
+                    help="leave the tensor-core kernels out (the slowest to emulate on a large --shape)")
+    ap.add_argument("--shape", help="the grid of the stencils of its dimensionality, outermost first (default: "
+                    + ", ".join("x".join(map(str, shape)) for shape in SHAPES.values()) + ")")
     a = ap.parse_args(argv)
+    if a.shape:
+        try:
+            shape = tuple(int(n) for n in a.shape.split("x"))
+        except ValueError:
+            ap.error(f"--shape {a.shape}: give the points per dimension, outermost first, as 66x258x258")
+        if len(shape) not in SHAPES or min(shape) < 8:
+            ap.error(f"--shape {a.shape}: a 2D or 3D grid of at least 8 points per dimension")
+        SHAPES[len(shape)] = shape
     names = a.only.split(",")
     unknown = set(names) - {c.name for c in CASES} - set(SEVERAL)
     if unknown:
         ap.error(f"unknown stencil(s) {', '.join(sorted(unknown))}")
-    rows = [row for dtype in a.dtypes.split(",") for name in names for row in measure(name, dtype, a.steps)]
+    rows = [row for dtype in a.dtypes.split(",") for name in names
+            for row in measure(name, dtype, a.steps, not a.no_tensor_cores)]
     met = all(all(r["goals"].values()) for r in rows)
     if a.json:
         write_atomically(Path(a.json), json.dumps({"rows": rows, "all_goals_met": met}, indent=1))

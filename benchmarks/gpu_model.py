@@ -50,7 +50,10 @@ CLOCK_HZ = 1.98e9
 SHARED_BYTES_PER_CLOCK = 128
 TENSOR_FLOPS = {"float64": 67e12, "float32": 494.5e12}  # dense fp64 and tf32 tensor rates of the H200
 ISSUE_PER_SECOND = SMS * 4 * 32 * CLOCK_HZ  # thread-instructions: a warp instruction per scheduler per clock
-SCHEDULES = {"Schedule()": "default (streamed)", "Schedule().time_tile(4)": "time_tile(4)"}  # resources -> counted
+SCHEDULES = {"Schedule()": "default (streamed)", "Schedule().time_tile(4)": "time_tile(4)",  # resources -> counted
+             # the other 3D time tiles of benchmarks/cuda_counters.py (of radius-1 stencils: heat3d, box3d27p)
+             "Schedule().time_tile(4, x=32, y=8, z=24)": "time_tile(4), 16 x 32 threads",
+             "Schedule().time_tile(4, x=32, y=24, z=24).unroll('y', 2)": "time_tile(4), 2 points of y per thread"}
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
 PRECISION = {"float64": "fp64", "float32": "tf32"}  # the tensor cores' operands in each dtype

@@ -82,13 +82,15 @@ def msc_stencil(case: Case) -> Any:
 
 
 def points_per_thread(stencil: Any, depth: int) -> Any:
-    """A 3D stencil's streamed tile of `depth` steps on the default's plane of points,
-    each thread taking ROWS points of y (half the default's threads): `unroll("y", 2)`."""
+    """A 3D stencil's streamed tile of `depth` steps on the default's plane of points (of
+    INNER_THREADS, or TIME_TILE_THREADS for depth > 1), each thread taking ROWS points of y
+    (half the default's threads): `unroll("y", 2)`."""
     import msc
-    from msc.targets.gpu.cuda import ROW_BLOCKS, ROWS
-    from msc.targets.gpu.cuda_stream import block_tile
+    from msc.targets.gpu.cuda import ROWS
+    from msc.targets.gpu.cuda_stream import INNER_THREADS, TIME_TILE_THREADS, block_tile
 
-    tile = block_tile(stencil.ir, depth, ROW_BLOCKS[0], ROWS)
+    outer, inner = (INNER_THREADS if depth == 1 else TIME_TILE_THREADS)[3]
+    tile = block_tile(stencil.ir, depth, (outer // ROWS, inner), ROWS)
     assert tile is not None
     return msc.Schedule().time_tile(depth, **tile).unroll(stencil.ir.dims[1], ROWS)
 

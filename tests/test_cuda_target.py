@@ -349,6 +349,30 @@ def test_time_tile_steps_hand_their_own_values_on_in_registers():
     assert heat.compile(target="cuda", emulate=True).source.count("plane_n[q]") == 1
 
 
+def test_3d_time_tiles_take_larger_blocks_where_their_rings_fit():
+    """`time_tile(d)` with no sizes on a 3D stencil takes blocks of 32 x 32 threads where their
+    rings fit in shared memory (`cuda_stream.TIME_TILE_THREADS`), else the default launch's 16 x
+    32 (halved while its rings do not fit): the halo takes a smaller share of the block, so it
+    counts fewer shared accesses per update. box27's time_tile(4) on 34 x 66 x 66: 0.85 against
+    1.07 in blocks of 16 x 32 (docs/cuda.md "Larger 3D time tiles")."""
+    if not EMULATE:
+        pytest.skip("the counters are the emulator's")
+    box27 = _row_cases()[0][0]
+    cuda = get_target("cuda")
+    assert "blocks of 32 x 32 threads" in cuda.source(box27.poly("float64"), msc.Schedule().time_tile(4))
+    assert "blocks of 16 x 32 threads" in cuda.source(box27.poly("float64"), msc.Schedule())
+    maxwell = _chained_cases()[12][0]  # nine rings: float32's depth 2 fits 16 x 32 threads only
+    assert "blocks of 16 x 32 threads" in cuda.source(maxwell.poly("float32"), msc.Schedule().time_tile(2))
+    u = np.random.default_rng(5).random((34, 66, 66))
+    expected = box27.reference(steps=8, u=u, a=0.9)["u"]
+    shared = []
+    for schedule in (msc.Schedule().time_tile(4), msc.Schedule().time_tile(4, x=32, y=8, z=24)):
+        kernel = box27.compile(target="cuda", emulate=True, schedule=schedule)
+        np.testing.assert_allclose(kernel.run(steps=8, u=u, a=0.9)["u"], expected, rtol=1e-13)
+        shared.append(kernel.last_run.gpu["shared_accesses"] / kernel.last_run.updates)
+    assert shared[0] < 0.85 * shared[1], shared
+
+
 @pytest.mark.parametrize(("precision", "dtype"), [("fp64", "float64"), ("tf32", "float32"), ("fp16", "float32")])
 def test_tensor_core_kernels_meet_no_bank_conflicts(precision, dtype):
     """The tensor-core staging's pitch and the warps' output tiles are padded (columns never

@@ -314,7 +314,7 @@ TIME_DEPTHS = (2, 3, 4, 8)
 # threads per inner dimension (outer first) of the streamed blocks the tuner tries besides the
 # default: of one step, and of time tiles
 STREAM_BLOCKS = {2: ((64,), (256,)), 3: ((8, 32), (8, 64), (32, 32))}
-TIME_TILE_BLOCKS = {2: ((256,),), 3: ((32, 32),)}
+TIME_TILE_BLOCKS = {2: ((256,),), 3: ((32, 32), (16, 32))}
 # 3D streamed blocks (threads, outer first) whose threads take ROWS points of the middle
 # dimension each (`unroll(y, ROWS)`), of one step and of time tiles
 ROWS = 2
@@ -325,7 +325,7 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     """The default launch (and, where that streams, the grid-mapped one, a point per
     thread, and streamed blocks of other shapes), then tiles of several block shapes
     (a tile is a block), then time tiles of four depths (dirichlet stencils only), of
-    the default block and, in 2D and 3D, of a larger one, that fit a block and whose
+    the default block and, in 2D and 3D, of TIME_TILE_BLOCKS' shapes, that fit a block and whose
     halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step). In 3D the
     streamed candidates include blocks whose threads take ROWS points of y each. Then

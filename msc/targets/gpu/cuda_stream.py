@@ -61,6 +61,13 @@ SHARED_BYTES = 64 << 10  # dynamic shared memory a block may have on every devic
 CHUNK = 32  # planes a block streams through by default, at least: and 8 x depth x radius (a halo of at most 25%)
 AHEAD = 2  # loads in flight per thread: planes its loads run ahead of the one computed, times its points per plane
 INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner dimension, outer first
+#: threads of a default time tile's block (depth > 1) per inner dimension, outer first. In 3D a time
+#: tile's halo takes a larger share of a smaller block (depth 4, radius 1: 8 x 24 outputs of 16 x 32
+#: threads, 24 x 24 of 32 x 32), and what a block computes for its halo costs shared-memory accesses and
+#: instructions: at 66 x 258 x 258, float64, the 32 x 32 block counts 22% fewer shared wavefronts per
+#: update on heat3d (20% on box3d27p) and, by its SASS, 33% fewer instructions per update (docs/cuda.md
+#: "Larger 3D time tiles"). Its rings fit 64 KiB up to depth 4 in float64 (else the INNER_THREADS block).
+TIME_TILE_THREADS = {2: (128,), 3: (32, 32)}
 MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
 Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weighted reads by streamed offset
 
@@ -359,12 +366,23 @@ def blocks(points: ix.Expr, size: int, cap: int) -> ix.Expr:
 
 
 def default_tile(stencil: ir.StencilIR, depth: int) -> dict[str, int]:
-    """The tile of a default streamed launch (depth 1) or of `time_tile(depth)`: a
-    default block less its halo, widened where the halo would leave fewer than 4 points;
-    where its rings would not fit in shared memory (many fields, a Maxwell system in 3D),
-    its outer inner dimension halved until they fit, while the tile keeps 4 points and
-    MIN_USEFUL of what a block loads (else the target falls back to another form)."""
-    threads = [max(n, 4 + h) for n, h in zip(INNER_THREADS[stencil.ndim], _both_sides(stencil, depth)[1:])]
+    """The tile of a default streamed launch (depth 1) or of `time_tile(depth)`: that of
+    a block of TIME_TILE_THREADS where depth > 1 and its rings fit in shared memory, else
+    of INNER_THREADS (`fitting_tile`)."""
+    if depth > 1:
+        tile = fitting_tile(stencil, depth, TIME_TILE_THREADS[stencil.ndim])
+        if streamed_tile(stencil, depth, tile).too_large() is None:
+            return tile
+    return fitting_tile(stencil, depth, INNER_THREADS[stencil.ndim])
+
+
+def fitting_tile(stencil: ir.StencilIR, depth: int, block: tuple[int, ...]) -> dict[str, int]:
+    """The tile of a block of these threads per inner dimension (outer first) less its
+    halo, widened where the halo would leave fewer than 4 points; where its rings would
+    not fit in shared memory (many fields, a Maxwell system in 3D), its outer inner
+    dimension halved until they fit, while the tile keeps 4 points and MIN_USEFUL of
+    what a block loads (else the target falls back to another form)."""
+    threads = [max(n, 4 + h) for n, h in zip(block, _both_sides(stencil, depth)[1:])]
     tile = block_tile(stencil, depth, tuple(threads))
     assert tile is not None
     while streamed_tile(stencil, depth, tile).too_large() is not None:
