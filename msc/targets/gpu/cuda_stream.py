@@ -527,9 +527,14 @@ def _points(plan: StreamedTile, local: dict[int, ix.Var], q: ix.Var) -> list[_Po
 #: unrolled by 2: each copy's plane slot (j & 1) is a constant and the own values' registers move no more.
 #: ptxas (sm_90, 32-bit indices, the eight benchmark stencils in both dtypes): 3-10% fewer SASS
 #: instructions per plane on 15 of 16 (star2d4r fp64: 2% more), occupancy the same or higher on all (four
-#: rise: box2d9p and box3d27p fp64 to 100%). Time tiles and several points per thread keep their loop: there
-#: it saves 14-22% of the instructions but costs up to 28 registers (occupancy 44% to 25% on box2d25p's
-#: tile of 4 steps). HIP's printer drops the hint (clang will not unroll a barrier loop of a run-time count).
+#: rise: box2d9p and box3d27p fp64 to 100%). So is a time tile's in blocks of MAX_THREADS (3D's default,
+#: TIME_TILE_THREADS): `__launch_bounds__` holds it at 64 registers, and one such block per multiprocessor
+#: is 50% occupancy from 33 registers to 64, so the unroll is free where the loop took more than 32 (heat3d
+#: and box3d27p, depths 2-4, both dtypes: 16-24% fewer instructions per plane, no spills; occupancy the
+#: same but box3d27p float32 at depth 3, 100% to 50%). Smaller blocks of time tiles and several points per
+#: thread keep their loop: there it saves 14-22% of the instructions but costs up to 28 registers
+#: (occupancy 44% to 25% on box2d25p's tile of 4 steps). HIP's printer drops the hint (clang will not
+#: unroll a barrier loop of a run-time count).
 PLANE_UNROLL = 2
 
 
@@ -616,7 +621,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                                     + ("" if summed is None else ", done; partial sums of plane n")), *body),
                          scoped=True),
                  *([] if last else [k.Barrier()])]
-    unroll = PLANE_UNROLL if summed is not None and depth == 1 and plan.rows == 1 else 0
+    whole = depth == 1 or math.prod(plan.threads) == MAX_THREADS  # a block of MAX_THREADS: registers are free
+    unroll = PLANE_UNROLL if summed is not None and plan.rows == 1 and whole else 0
     lines += [k.Loop("j", ix.Lit(0), j.lt(planes), k.Block(tuple(step)), kind="int", unroll=unroll),
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
