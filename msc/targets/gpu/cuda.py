@@ -70,8 +70,8 @@ class GPUPlatform(ctarget.Platform):
         return cuda_candidates(poly.ir)
 
     def default_time_tile(self, stencil: ir.StencilIR, depth: int) -> dict[str, int]:
-        """Streamed tiles of the default block in 2D and 3D; in 1D a block's shape
-        (the tuner's middle one), halved until the tile and its halo fit a block."""
+        """Streamed tiles of the default time tile's block in 2D and 3D (`cuda_stream.default_tile`);
+        in 1D a block's shape (the tuner's middle one), halved until the tile and its halo fit a block."""
         return time_tile.default_tile(stencil, depth, BLOCKS[stencil.ndim][1])
 
     def trial_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     """The default launch (and, where that streams, the grid-mapped one, a point per
     thread, and streamed blocks of other shapes), then tiles of several block shapes
     (a tile is a block), then time tiles of four depths (dirichlet stencils only), of
-    the default block and, in 2D and 3D, of TIME_TILE_BLOCKS' shapes, that fit a block and whose
+    the default time tile's block and, in 2D and 3D, of TIME_TILE_BLOCKS' shapes, that fit a block and whose
     halo leaves most of what a block loads computed into outputs
     (`cuda_time_tile.pays`: a degenerate tile would take seconds per step). In 3D the
     streamed candidates include blocks whose threads take ROWS points of y each. Then

@@ -39,6 +39,9 @@ which stencils stream.
 The default launch of a qualifying stencil (2D or 3D, dirichlet, `reason`
 None) is a streamed tile of depth 1; `time_tile(depth, ...)` tiles are
 streamed tiles of that depth, the outermost dimension's size being the chunk.
+With no sizes the target chooses the tile (`default_tile`): of a block of
+INNER_THREADS for the default launch, of TIME_TILE_THREADS for a time tile
+where its rings fit (ADR 0070).
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ INNER_THREADS = {2: (128,), 3: (16, 32)}  # threads of a default block per inner
 #: tile's halo takes a larger share of a smaller block (depth 4, radius 1: 8 x 24 outputs of 16 x 32
 #: threads, 24 x 24 of 32 x 32), and what a block computes for its halo costs shared-memory accesses and
 #: instructions: at 66 x 258 x 258, float64, the 32 x 32 block counts 22% fewer shared wavefronts per
-#: update on heat3d (20% on box3d27p) and, by its SASS, 33% fewer instructions per update (docs/cuda.md
-#: "Larger 3D time tiles"). Its rings fit 64 KiB up to depth 4 in float64 (else the INNER_THREADS block).
+#: update on heat3d (20% on box3d27p) and, by its SASS, 33% fewer instructions per update, 48% with its
+#: plane loop unrolled (PLANE_UNROLL; docs/cuda.md "Larger 3D time tiles"). Its rings fit 64 KiB up to
+#: depth 4 in float64 (else the INNER_THREADS block).
 TIME_TILE_THREADS = {2: (128,), 3: (32, 32)}
 MIN_USEFUL = 0.25  # the share of a time tile's threads that must compute outputs for it to be tried
 Terms = dict[int, list[tuple[tuple[int, ...], ir.Expr]]]  # a statement's weighted reads by streamed offset
@@ -531,7 +535,8 @@ def _points(plan: StreamedTile, local: dict[int, ix.Var], q: ix.Var) -> list[_Po
 #: TIME_TILE_THREADS): `__launch_bounds__` holds it at 64 registers, and one such block per multiprocessor
 #: is 50% occupancy from 33 registers to 64, so the unroll is free where the loop took more than 32 (heat3d
 #: and box3d27p, depths 2-4, both dtypes: 16-24% fewer instructions per plane, no spills; occupancy the
-#: same but box3d27p float32 at depth 3, 100% to 50%). Smaller blocks of time tiles and several points per
+#: same but box3d27p float32 at depth 3, 100% to 50%; a 13-point star of radius 2 at depths 2-4 and
+#: heat2d's tiles of 1024 threads: 11-26% fewer, no spills). Smaller blocks of time tiles and several points per
 #: thread keep their loop: there it saves 14-22% of the instructions but costs up to 28 registers
 #: (occupancy 44% to 25% on box2d25p's tile of 4 steps). HIP's printer drops the hint (clang will not
 #: unroll a barrier loop of a run-time count).
@@ -621,8 +626,8 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                                     + ("" if summed is None else ", done; partial sums of plane n")), *body),
                          scoped=True),
                  *([] if last else [k.Barrier()])]
-    whole = depth == 1 or math.prod(plan.threads) == MAX_THREADS  # a block of MAX_THREADS: registers are free
-    unroll = PLANE_UNROLL if summed is not None and plan.rows == 1 and whole else 0
+    registers_free = depth == 1 or math.prod(plan.threads) == MAX_THREADS  # see PLANE_UNROLL
+    unroll = PLANE_UNROLL if summed is not None and plan.rows == 1 and registers_free else 0
     lines += [k.Loop("j", ix.Lit(0), j.lt(planes), k.Block(tuple(step)), kind="int", unroll=unroll),
               k.Comment("before the block's next tile refills the rings"), k.Barrier()]
     plane = functools.reduce(ix.mul, extents[1:])
