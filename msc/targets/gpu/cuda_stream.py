@@ -31,7 +31,10 @@ register; at a neighbour from its ring, the reader lagging behind the
 writer as far as the chain of such reads reaches ahead, `chains`, the halo
 wider on each side by the chain's length towards it, ADR 0069). An older
 level read only at the point itself (u[t-1] of a wave equation) is read
-from global memory, as inputs are. A launch of several
+from global memory, as inputs are; a statement of such a field that is
+otherwise a weighted sum of its level t is partial sums too, each step but
+the first taking level t-1 from the registers of the step before
+(`Sums.older`). A launch of several
 steps writes as many levels of each field as the field keeps, the last
 steps' results (the next launch reads them: `destinations`); `reason` says
 which stencils stream.
@@ -145,6 +148,17 @@ class Level:
 
     field: str
     at: int
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A statement as partial sums (`partial_sums`): its field's reads at level t with
+    constant weights by streamed offset, a constant (None: none), and the weight of its
+    read of level t-1 at the point (None: none; a wave equation's)."""
+
+    terms: Terms
+    constant: ir.Expr | None
+    older: ir.Expr | None
 
 
 @dataclass(frozen=True)
@@ -268,9 +282,12 @@ class StreamedTile:
         return tuple(level for level in self.rings if level.at <= 0)
 
     @cached_property
-    def sums(self) -> tuple[Terms, ir.Expr | None] | None:
-        """The statement as partial sums (`partial_sums`; None: the steps read rings of planes)."""
-        return partial_sums(self.stencil) if self.single else None
+    def sums(self) -> Sums | None:
+        """The statement as partial sums (`partial_sums`; None: the steps read rings of planes):
+        one statement whose field keeps one past level, or two where it reads level t-1 at the
+        point only (a wave equation)."""
+        st = self.stencil
+        return partial_sums(st) if len(st.statements) == 1 else None
 
     @property
     def loaded_in_registers(self) -> bool:
@@ -422,14 +439,17 @@ def streamed_tile(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows
     return StreamedTile(stencil, depth, tiles[dims[0]], tuple(tiles[d] for d in dims[1:]), rows)
 
 
-def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
-    """The statement as a weighted sum of its field's reads with constant weights (and
-    a constant), the reads grouped by their offset along the streamed dimension: then
-    each plane is read once per step, its neighbourhood weighted into the 2 x radius + 1
+def partial_sums(stencil: ir.StencilIR) -> Sums | None:
+    """The statement as a weighted sum of its field's reads at level t with constant
+    weights (and a constant, and level t-1 at the point where the field keeps two past
+    levels), the reads grouped by their offset along the streamed dimension: then each
+    plane is read once per step, its neighbourhood weighted into the 2 x radius + 1
     outputs it contributes to (partial sums in registers) instead of each output reading
-    2 x radius + 1 planes. None for any other statement (weights that read a field, or a
-    term not linear in the field)."""
+    2 x radius + 1 planes. None for any other statement (weights that read a field, a
+    term not linear in the field, an older level or one read at a neighbour)."""
     statement = stencil.statements[0]
+    if stencil.field(statement.target).window > 2:
+        return None
     try:
         form = linear_form(statement.expr, {statement.target})
     except NonLinearError:
@@ -438,10 +458,16 @@ def partial_sums(stencil: ir.StencilIR) -> tuple[Terms, ir.Expr | None] | None:
     if any(ir.reads_of(w) for w in weights):
         return None
     terms: Terms = {}
-    for (_, _, offsets), weight in form.terms.items():
-        terms.setdefault(offsets[0], []).append((offsets[1:], weight))
+    older = None
+    for (_, dt, offsets), weight in form.terms.items():
+        if dt == -1 and not any(offsets):
+            older = weight
+        elif dt == 0:
+            terms.setdefault(offsets[0], []).append((offsets[1:], weight))
+        else:
+            return None
     # a zero constant (a sum written from 0.0) is left out: the GPU would add it per point and step
-    return terms, None if form.constant == ir.Const(0.0) else form.constant
+    return Sums(terms, None if form.constant == ir.Const(0.0) else form.constant, older)
 
 
 def conjunction(conditions: Sequence[ix.Expr]) -> ix.Expr:
@@ -598,6 +624,9 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
         lines += [k.Decl(f"{v}{s}_{m}{point.suffix}", "value", ix.Lit(0), const=False)
                   for v, n in (("a", 2 * r0 + 1), ("w", r0 + 1)) for s in range(1, depth + 1) for m in range(n)
                   for point in points]
+        if summed.older is not None:  # step s >= 2's level t-1 at the point: the own values of step s - 1
+            lines += [k.Decl(f"o{s}_{m}{point.suffix}", "value", ix.Lit(0), const=False)
+                      for s in range(2, depth + 1) for m in range(r0 + 1) for point in points]
     slot = j & 1 if summed is not None else j % slots
     step: list[k.Node] = []
     for level in plan.loaded:
@@ -618,10 +647,15 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
             done = [_done(plan, stage, point, g0, ok) for point, ok in zip(points, valid)]
             body = _summed_stage(plan, stage, summed, points, [conjunction(ok) for ok in valid], done)
             target = st.statements[0].target
-            body += [_output(plan, p, point, target) if last
-                     else k.Store(ring(stage, p & 1, point.q), point.var("v")) for point in points]
+            back = depth - stage  # a level before the newest the launch writes too
+            body += [*(_output(plan, p, point, target, back) for point in points
+                       if last or back < st.field(target).window),
+                     *(k.Store(ring(stage, p & 1, point.q), point.var("v")) for point in points if not last)]
             if not last:
                 body += [node for point in points for node in _hand_on(plan, stage + 1, point, point.var("v"))]
+            if summed.older is not None and not last:  # its own values: level t-1 of the next step
+                body += [node for point in points
+                         for node in _hand_on(plan, stage + 1, point, point.var(f"w{stage}_0"), "o")]
         step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {reached[0]} behind the loaded one"
                                     + ("" if summed is None else ", done; partial sums of plane n")), *body),
                          scoped=True),
@@ -744,7 +778,7 @@ def _output(plan: StreamedTile, p: ix.Expr, point: _Point, field: str, back: int
     return k.If(conjunction(where), k.Block((stored,)))
 
 
-def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr | None], points: list[_Point],
+def _summed_stage(plan: StreamedTile, stage: int, summed: Sums, points: list[_Point],
                   valid: list[ix.Expr], done: list[ix.Expr]) -> list[k.Node]:
     """Step `stage` of the iteration as partial sums: the newest plane n of the stage
     before is weighted into the partial sums of the outputs n - r0 .. n + r0 (a{stage}_m
@@ -752,7 +786,7 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
     kept where the step does not compute it), and the sums move down one plane. A
     thread's points share the neighbours they read: each is read once."""
     st, r0, s = plan.stencil, plan.stencil.radius[0], stage
-    terms, constant = summed
+    terms, constant = summed.terms, summed.constant
     j, n = ix.Var("j"), ix.Var("n")
 
     def weight(e: ir.Expr) -> ix.Expr:
@@ -788,23 +822,30 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: tuple[Terms, ir.Expr |
         complete = point.var(f"a{s}_0")
         if constant is not None:
             complete = ix.Op("+", complete, weight(constant))
+        if summed.older is not None:  # level t-1 at the point: from global memory in step 1, else from registers
+            older = (k.Load(k.Ref(source(st, Level(st.statements[0].target, -1)),
+                                  ix.Var("g0") * ix.Var("plane") + point.var("column")))
+                     if s == 1 else point.var(f"o{s}_0"))
+            complete = ix.Op("+", complete, ix.Op("*", weight(summed.older), older))
         out.append(k.Decl("v" + point.suffix, "value", ix.Select(finished, complete, point.var(f"w{s}_0"))))
         out += [k.Set(f"a{s}_{m}{point.suffix}", point.var(f"a{s}_{m + 1}")) for m in range(2 * r0)]
         out.append(k.Set(f"a{s}_{2 * r0}{point.suffix}", ix.Lit(0)))
     return out
 
 
-def _hand_on(plan: StreamedTile, stage: int, point: _Point, value: ix.Expr) -> list[k.Node]:
+def _hand_on(plan: StreamedTile, stage: int, point: _Point, value: ix.Expr, queue: str = "w") -> list[k.Node]:
     """The point's newest plane for step `stage`: its planes w{stage}_0 .. w{stage}_{r0}
     move down one and `value` is the newest. In a time tile the loaded value and each
     step's own value are handed on in registers, right after they are stored for the
     neighbours, so no step reads a point's own value back from shared memory. A tile of
     one step (the default launch) reads the loaded value back: handed on in registers,
     it let ptxas pipeline that launch's loads at 60 registers a thread instead of 31
-    (heat3d, float64, sm_90: occupancy 50% instead of 100%)."""
+    (heat3d, float64, sm_90: occupancy 50% instead of 100%). `queue` "o": the planes of
+    level t-1 at the point a wave equation's step reads (the step before's own values),
+    r0 planes behind its w."""
     r0, suffix = plan.stencil.radius[0], point.suffix
-    return [*(k.Set(f"w{stage}_{m}{suffix}", point.var(f"w{stage}_{m + 1}")) for m in range(r0)),
-            k.Set(f"w{stage}_{r0}{suffix}", value)]
+    return [*(k.Set(f"{queue}{stage}_{m}{suffix}", point.var(f"{queue}{stage}_{m + 1}")) for m in range(r0)),
+            k.Set(f"{queue}{stage}_{r0}{suffix}", value)]
 
 
 def _neighbour(plan: StreamedTile, shift: int, row: int) -> ix.Expr:
