@@ -218,7 +218,8 @@ class StreamedTile:
 
     @property
     def single(self) -> bool:
-        """One statement whose field keeps one past level (the only form with partial sums)."""
+        """One statement whose field keeps one past level (without partial sums, its rings keep
+        the 2 x radius + 1 planes a step reads, `slots`)."""
         st = self.stencil
         return len(st.statements) == 1 and st.field(st.statements[0].target).window == 1
 
