@@ -761,7 +761,7 @@ def _several_cases() -> list[Any]:
     from msc import t, x, y, z
 
     @msc.stencil
-    def wave(u, c):  # level t-1 read at the point only: from global memory
+    def wave(u, c):  # level t-1 read at the point only: partial sums, u[t-1] from global memory in step 1
         u[t + 1, x, y] = 2 * u[t, x, y] - u[t - 1, x, y] + c * (
             u[t, x - 1, y] + u[t, x + 1, y] + u[t, x, y - 1] + u[t, x, y + 1] - 4 * u[t, x, y])
 
@@ -770,6 +770,11 @@ def _several_cases() -> list[Any]:
         u[t + 1, x, y, z] = 2 * u[t, x, y, z] - u[t - 1, x, y, z] + 0.1 * (
             u[t, x - 1, y, z] + u[t, x + 1, y, z] + u[t, x, y - 1, z] + u[t, x, y + 1, z] + u[t, x, y, z - 1]
             + u[t, x, y, z + 1] - 6 * u[t, x, y, z])
+
+    @msc.stencil
+    def wave2r(u, a):  # radius 2, level t-1 weighed by a parameter, a constant term: partial sums
+        u[t + 1, x, y] = 1.6 * u[t, x, y] - a * u[t - 1, x, y] + 0.01 + 0.05 * sum(
+            u[t, x + i, y] + u[t, x, y + i] for i in (-2, -1, 1, 2))
 
     @msc.stencil
     def wave3(u, s):  # level t-1 read with neighbours: a ring of its own; an input
@@ -823,13 +828,16 @@ def _several_cases() -> list[Any]:
         (wave3d, msc.Schedule().time_tile(3), {"u": [rng.random(box), rng.random(box)]}, "float64"),
         (wave3d, msc.Schedule().time_tile(2, x=6, y=6, z=12).unroll("y", 2),
          {"u": [rng.random(box).astype(np.float32), rng.random(box).astype(np.float32)]}, "float32"),
+        (wave2r, msc.Schedule().time_tile(3, x=8, y=16), {"u": [rng.random(plane), rng.random(plane)], "a": 0.6},
+         "float64"),
     ]
 
 
-@pytest.mark.parametrize("index", range(14))
+@pytest.mark.parametrize("index", range(15))
 def test_several_statements_and_levels_stream(index, assert_matches, reverse_blocks):
     """Streamed tiles of stencils with several statements or past levels: every written
-    field's rings, an older level from a ring or from global memory; time tiles of fields
+    field's rings, an older level from a ring, from global memory or (partial sums) from the
+    registers of the step before; time tiles of fields
     keeping several levels over 9 and 10 steps and continued from step 3 (launches ending
     in either set of levels, steps left over)."""
     stencil, schedule, inputs, dtype = _several_cases()[index]

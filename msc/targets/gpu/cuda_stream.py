@@ -824,8 +824,10 @@ def _summed_stage(plan: StreamedTile, stage: int, summed: Sums, points: list[_Po
         if constant is not None:
             complete = ix.Op("+", complete, weight(constant))
         if summed.older is not None:  # level t-1 at the point: from global memory in step 1, else from registers
-            older = (k.Load(k.Ref(source(st, Level(st.statements[0].target, -1)),
+            loaded = k.Load(k.Ref(source(st, Level(st.statements[0].target, -1)),
                                   ix.Var("g0") * ix.Var("plane") + point.var("column")))
+            # the planes before step 1's settled one (its sums lack the planes before the block's) are never used
+            older = (ix.Select(ix.Var("p").ge(plan.settled(1, 0)), loaded, ix.Cast("real", ix.Lit(0)))
                      if s == 1 else point.var(f"o{s}_0"))
             complete = ix.Op("+", complete, ix.Op("*", weight(summed.older), older))
         out.append(k.Decl("v" + point.suffix, "value", ix.Select(finished, complete, point.var(f"w{s}_0"))))
@@ -841,9 +843,9 @@ def _hand_on(plan: StreamedTile, stage: int, point: _Point, value: ix.Expr, queu
     neighbours, so no step reads a point's own value back from shared memory. A tile of
     one step (the default launch) reads the loaded value back: handed on in registers,
     it let ptxas pipeline that launch's loads at 60 registers a thread instead of 31
-    (heat3d, float64, sm_90: occupancy 50% instead of 100%). `queue` "o": the planes of
-    level t-1 at the point a wave equation's step reads (the step before's own values),
-    r0 planes behind its w."""
+    (heat3d, float64, sm_90: occupancy 50% instead of 100%). `queue` "o": the level t-1
+    at the point a wave equation's step `stage` reads, planes p .. p + r0 as its w holds
+    level t's: the own values of step `stage` - 1, r0 planes behind that step's w."""
     r0, suffix = plan.stencil.radius[0], point.suffix
     return [*(k.Set(f"{queue}{stage}_{m}{suffix}", point.var(f"{queue}{stage}_{m + 1}")) for m in range(r0)),
             k.Set(f"{queue}{stage}_{r0}{suffix}", value)]
