@@ -175,7 +175,7 @@ MUTANTS = [
            'if s == 1 else point.var(f"o{s}_0"))', 'if s == 1 else point.var(f"o{s}_1"))',
            ("tests/test_cuda_target.py::test_several_statements_and_levels_stream",)),
     Mutant("CUDA summed time tile writes no level before its newest", "msc/targets/gpu/cuda_stream.py",
-           "if last or back < st.field(target).window),", "if last),",
+           "for point in points if back < st.field(target).window]", "for point in points if back == 0]",
            ("tests/test_cuda_target.py::test_several_statements_and_levels_stream",)),
     Mutant("tensor-core staging keeps its least pitch (bank conflicts)", "msc/targets/gpu/cuda_tensor_core.py",
            "for i in range(BANK_BYTES // ALIGN_BYTES)", "for i in range(1)",

@@ -648,15 +648,14 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
             done = [_done(plan, stage, point, g0, ok) for point, ok in zip(points, valid)]
             body = _summed_stage(plan, stage, summed, points, [conjunction(ok) for ok in valid], done)
             target = st.statements[0].target
-            back = depth - stage  # a level before the newest the launch writes too
-            body += [*(_output(plan, p, point, target, back) for point in points
-                       if last or back < st.field(target).window),
-                     *(k.Store(ring(stage, p & 1, point.q), point.var("v")) for point in points if not last)]
+            back = depth - stage  # the last step's level, or one before it that the launch writes too
+            body += [_output(plan, p, point, target, back) for point in points if back < st.field(target).window]
             if not last:
+                body += [k.Store(ring(stage, p & 1, point.q), point.var("v")) for point in points]
                 body += [node for point in points for node in _hand_on(plan, stage + 1, point, point.var("v"))]
-            if summed.older is not None and not last:  # its own values: level t-1 of the next step
-                body += [node for point in points
-                         for node in _hand_on(plan, stage + 1, point, point.var(f"w{stage}_0"), "o")]
+                if summed.older is not None:  # its own values: level t-1 of the next step
+                    body += [node for point in points
+                             for node in _hand_on(plan, stage + 1, point, point.var(f"w{stage}_0"), "o")]
         step += [k.Block((k.Comment(f"step {stage}: plane p, {stage} x {reached[0]} behind the loaded one"
                                     + ("" if summed is None else ", done; partial sums of plane n")), *body),
                          scoped=True),
