@@ -101,6 +101,8 @@ def resources(source: str, sass: bool = False, streamed: int = 0) -> dict[tuple[
             elif code:
                 row["instructions_per_point"] = point_instructions(code)
                 row["instructions_per_load"] = load_instructions(code)
+                if any("MMA" in text for _, text in code):
+                    row["instructions_per_mma"], row["flops_per_mma"] = mma_instructions(code)
             out[(name, index)] = row
     return out
 
@@ -127,10 +129,11 @@ def _sass(cubin: Path, mangled: str) -> list[tuple[int, str]]:
     return [(int(pc, 16), text) for pc, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", done.stdout)]
 
 
-def _loops(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+def _innermost(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...] = ()) -> dict[tuple[int, int], int]:
     """A kernel's innermost loops (backward branches) that hold `opcode` in its SASS `code` (and
-    none of `without`): (how many times, instructions) each; innermost among those that hold it."""
-    loops = {}  # (first address, last address) -> times it holds the opcode
+    none of `without`): (first address, last address) -> how many times it holds the opcode;
+    innermost among those that hold it."""
+    loops = {}
     for pc, text in code:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if branch and int(branch.group(1), 16) <= pc:
@@ -139,8 +142,13 @@ def _loops(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...] = 
             held = sum(opcode in t for t in body)
             if held and not any(other in t for other in without for t in body):
                 loops[(start, pc)] = held
-    return [(held, (end - start) // 16 + 1) for (start, end), held in loops.items()
-            if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)]
+    return {(start, end): held for (start, end), held in loops.items()
+            if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)}
+
+
+def _loops(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+    """The loops of `_innermost`: (how many times each holds the opcode, its instructions)."""
+    return [(held, (end - start) // 16 + 1) for (start, end), held in _innermost(code, opcode, without).items()]
 
 
 def point_instructions(code: list[tuple[int, str]]) -> float | None:
@@ -164,6 +172,45 @@ def load_instructions(code: list[tuple[int, str]]) -> float | None:
     memory."""
     loads, length = max(_loops(code, "LDG", without=WITHOUT), key=lambda loop: loop[1], default=(0, 0))
     return length / loads if loads else None
+
+
+def shortest_path(code: list[tuple[int, str]], start: int, end: int) -> int:
+    """The fewest SASS instructions a warp issues from address `start` to `end` (both
+    included) of `code`: through each forward branch or past it, whichever is shorter (the
+    code a condition skips is not counted; predicated instructions issue all the same);
+    backward branches (a loop nested inside) are not taken."""
+    at = {pc: i for i, (pc, _) in enumerate(code)}
+    fewest = {pc: math.inf for pc, _ in code if start <= pc <= end}
+    fewest[start] = 1
+    for pc, text in code:
+        if pc not in fewest or fewest[pc] == math.inf:
+            continue
+        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        ends = (branch is not None and not text.startswith("@")) or text.startswith("EXIT")
+        after = [] if ends or at[pc] + 1 == len(code) else [code[at[pc] + 1][0]]
+        if branch and pc < int(branch.group(1), 16):
+            after.append(int(branch.group(1), 16))
+        for target in after:
+            if target in fewest:
+                fewest[target] = min(fewest[target], fewest[pc] + 1)
+    return int(fewest[end])
+
+
+def mma_instructions(code: list[tuple[int, str]]) -> tuple[float, int]:
+    """SASS instructions per MMA instruction of a tensor-core kernel, and the flops of one
+    (2 m n k of its shape: DMMA.8x8x4 512, HMMA.1684 with tf32 operands 1024): the fewest
+    instructions from the first MMA to the last (their fragment loads and the address
+    arithmetic between, not the stores after) of each innermost loop holding MMAs (a fused
+    kernel's unit of a step), or of the kernel where no loop holds one (the one-step
+    kernels, one unit per warp), over the MMAs they hold."""
+    mmas = [(pc, text) for pc, text in code if "MMA" in text]
+    shape = re.search(r"MMA\.(\d+)x(\d+)x(\d+)|MMA\.(16|8)(8)(\d+)", mmas[0][1])  # DMMA.8x8x4, HMMA.1684
+    assert shape is not None, mmas[0][1]
+    m, n, k = (int(size) for size in shape.groups() if size)
+    spans = [(start, end) for start, end in _innermost(code, "MMA")] or [(code[0][0], code[-1][0])]
+    covered = [[pc for pc, _ in mmas if start <= pc <= end] for start, end in spans]
+    path = sum(shortest_path(code, held[0], held[-1]) for held in covered)
+    return path / sum(map(len, covered)), 2 * m * n * k
 
 
 def plane_instructions(code: list[tuple[int, str]], barriers_per_plane: int) -> float:
@@ -222,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "instructions_per_plane" in r and plan is not None:
                     row["instructions_per_update"] = r["instructions_per_plane"] * thread_planes_per_update(plan)
                 rows.append(row)
-                per = "".join(f", {n:g} instructions a {what}" for what in ("plane", "point", "load")
+                per = "".join(f", {n:g} instructions a {what}" for what in ("plane", "point", "load", "mma")
                               if (n := r.get(f"instructions_per_{what}")))
                 print(f"{case.name:9} {dtype:8} {kernel:12} {index or '-':4} {r['registers']:3} registers, "
                       f"{r['spill_bytes']} bytes spilled, {r['threads']} threads, occupancy {row['occupancy']:.0%}"

@@ -30,7 +30,15 @@ barriers, L2, is taken as free):
   default schedule and of time_tile(4), in the `--index` instantiation, int
   by default: what a grid of up to 2^30 points runs): one warp instruction
   per clock on each of an SM's 4 schedulers, 32 threads each (FP64's half
-  rate and dependent issue are not modelled).
+  rate and dependent issue are not modelled). A tensor-core kernel's
+  instructions per update are summed from its parts (`tensor_core_issue`):
+  its staging (the counted loads per update, each at its loop's SASS
+  instructions per load), its products (the counted MMA flops per update
+  over one SASS MMA's flops, a warp's, at the fewest instructions per MMA
+  from its first MMA to its last) and its writes (the counted stores, each
+  at the instructions per point of its writing code). Lanes a staging
+  iteration leaves idle, the stores of accumulators and barriers are not
+  counted, so this too is a lower bound on what the kernel issues.
 So the prediction is an upper bound: the measured figure over it is how
 close the kernel comes to what its traffic allows. The counts come from
 small emulated grids, where halos weigh more than at the measured sizes.
@@ -53,7 +61,10 @@ ISSUE_PER_SECOND = SMS * 4 * 32 * CLOCK_HZ  # thread-instructions: a warp instru
 SCHEDULES = {"Schedule()": "default (streamed)", "Schedule().time_tile(4)": "time_tile(4)",  # resources -> counted
              # the other 3D time tiles of benchmarks/cuda_counters.py (of radius-1 stencils: heat3d, box3d27p)
              "Schedule().time_tile(4, x=32, y=8, z=24)": "time_tile(4), 16 x 32 threads",
-             "Schedule().time_tile(4, x=32, y=24, z=24).unroll('y', 2)": "time_tile(4), 2 points of y per thread"}
+             "Schedule().time_tile(4, x=32, y=24, z=24).unroll('y', 2)": "time_tile(4), 2 points of y per thread",
+             # the tensor-core kernels of benchmarks/cuda_counters.py: fp64 on float64, tf32 on float32
+             **{f"Schedule().tensor_cores('{p}')": "tensor cores" for p in ("fp64", "tf32")},
+             **{f"Schedule().tensor_cores('{p}').time_tile(4)": "tensor cores, time_tile(4)" for p in ("fp64", "tf32")}}
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
 PRECISION = {"float64": "fp64", "float32": "tf32"}  # the tensor cores' operands in each dtype
@@ -77,6 +88,17 @@ def bound(row: dict[str, Any], instructions: float | None = None) -> tuple[float
     return 1e-9 / seconds, what
 
 
+def tensor_core_issue(row: dict[str, Any], sass: dict[str, Any]) -> float:
+    """Thread-instructions per update of a tensor-core kernel from its counted traffic
+    (`row`, benchmarks/cuda_counters.py) and its SASS (`sass`, benchmarks/cuda_resources.py
+    --sass): staging loads, MMAs (warp instructions, 32 threads each) and written points."""
+    itemsize = 4 if row["dtype"] == "float32" else 8
+    staging = row["load_bytes_per_update"] / itemsize * sass["instructions_per_load"]
+    products = row["mma_flops_per_update"] / sass["flops_per_mma"] * sass["instructions_per_mma"] * 32
+    writes = row["store_bytes_per_update"] / itemsize * sass["instructions_per_point"]
+    return staging + products + writes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--counters", required=True)
@@ -86,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", choices=("int", "long"), default="int")
     a = ap.parse_args(argv)
     counted = json.loads(Path(a.counters).read_text())["rows"]
-    instructions: dict[tuple[str, str, str], float] = {}
+    sass_rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for path in a.resources:
         sass = json.loads(Path(path).read_text())
         for r in sass["rows"]:
-            if r.get("index") == a.index and "instructions_per_update" in r and sass["schedule"] in SCHEDULES:
-                instructions[(r["stencil"], r["dtype"], SCHEDULES[sass["schedule"]])] = r["instructions_per_update"]
+            if r.get("index") == a.index and sass["schedule"] in SCHEDULES:
+                sass_rows[(r["stencil"], r["dtype"], SCHEDULES[sass["schedule"]])] = r
     measured: dict[tuple[str, str], dict[str, Any]] = {}
     if a.measured:
         for r in json.loads(Path(a.measured).read_text())["results"]:
@@ -101,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
           "| measured / bound |")
     print("|---|---|---|---|---|---|---|---|")
     for r in counted:
-        issued = instructions.get((r["stencil"], r["dtype"], r["schedule"]))
+        sass_row = sass_rows.get((r["stencil"], r["dtype"], r["schedule"]), {})
+        issued = sass_row.get("instructions_per_update")
+        if "instructions_per_mma" in sass_row:
+            issued = tensor_core_issue(r, sass_row)
         gst, what = bound(r, issued)
         issue = f"{ISSUE_PER_SECOND / issued / 1e9:.0f}" if issued else ""
         tensor_cores = TENSOR_CORES.get(r["schedule"])

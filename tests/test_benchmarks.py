@@ -158,6 +158,45 @@ def test_gpu_model_bounds_every_kernel_measured_on_the_device(tmp_path):
         assert line in docs, line
 
 
+def test_gpu_model_tensor_core_issue_bounds_in_docs_are_the_committed_run(tmp_path):
+    """benchmarks/gpu_model.py with the tensor-core kernels' committed SASS counts: each
+    tensor-core kernel gets the instructions of its staging loads, MMAs (a warp's each) and
+    written points, the issue bound is never below the bound, and docs/cuda.md shows this
+    run's figures."""
+    out = tmp_path / "model.json"
+    results = ROOT / "benchmarks" / "results"
+    sass_files = sorted(results.glob("cuda_resources-tensor_cores*.json"))
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "--counters",
+                          str(results / "cuda_counters.json"), "--resources", *map(str, sass_files),
+                          "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["instructions_per_update"] is not None]
+    assert {r["schedule"] for r in rows} == {"tensor cores", "tensor cores, time_tile(4)"} and len(rows) == 12
+    counted = {(r["stencil"], r["dtype"], r["schedule"]): r
+               for r in json.loads((results / "cuda_counters.json").read_text())["rows"]}
+    kernels = {}
+    for path in sass_files:
+        sass = json.loads(path.read_text())
+        fused = "time_tile" in sass["schedule"]
+        for r in sass["rows"]:
+            if r["index"] == "int":
+                kernels[(r["stencil"], r["dtype"], "tensor cores, time_tile(4)" if fused else "tensor cores")] = r
+    docs = (ROOT / "docs" / "cuda.md").read_text(encoding="utf-8")
+    for r in rows:
+        key = (r["stencil"], r["dtype"], r["schedule"])
+        c, k, itemsize = counted[key], kernels[key], 8 if r["dtype"] == "float64" else 4
+        assert k["flops_per_mma"] == (512 if r["dtype"] == "float64" else 1024)
+        expected = (c["load_bytes_per_update"] / itemsize * k["instructions_per_load"]
+                    + c["mma_flops_per_update"] / k["flops_per_mma"] * 32 * k["instructions_per_mma"]
+                    + c["store_bytes_per_update"] / itemsize * k["instructions_per_point"])
+        assert r["instructions_per_update"] == pytest.approx(expected)
+        issue = 4 * 32 * 132 * 1.98e9 / r["instructions_per_update"] / 1e9
+        assert r["bound_gstencil_per_s"] <= issue * (1 + 1e-9)
+        line = (f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {r['bound_gstencil_per_s']:.0f} | "
+                f"{r['bounded_by']} | {issue:.0f} |")
+        assert line in docs, line
+
+
 def test_gpu_model_issue_bounds_in_docs_are_the_committed_run(tmp_path):
     """benchmarks/gpu_model.py with the committed SASS counts (--resources): the streamed
     kernels of the default schedule and of time_tile(4) get an issue bound, it is the

@@ -183,6 +183,30 @@ def test_32_bit_indices_take_fewer_instructions(tmp_path):
     assert narrow["instructions_per_point"] <= 0.85 * wide["instructions_per_point"], (wide, narrow)
 
 
+def test_sass_counts_take_the_fewest_instructions_between_a_units_mmas():
+    """cuda_resources.shortest_path passes a forward branch where that is shorter and never
+    takes a backward one, and mma_instructions counts per MMA from a unit's first MMA to its
+    last (in the innermost loop holding them, else in the kernel), with each MMA's flops."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from cuda_resources import mma_instructions, shortest_path
+
+    def sass(lines: list[str]) -> list[tuple[int, str]]:
+        return [(16 * i, text) for i, text in enumerate(lines)]
+
+    straight = sass(["IMAD R1, R2, R3, RZ", "DMMA.8x8x4 R4, R2, R4, RZ", "@P0 BRA 0x50", "LDS R6, [R1]",
+                     "LDS R7, [R1+0x8]", "DMMA.8x8x4 R8, R6, R8, RZ", "EXIT"])
+    assert shortest_path(straight, 0x10, 0x50) == 3  # the branch skips both loads
+    assert mma_instructions(straight) == (1.5, 512)
+    unconditional = sass(["DMMA.8x8x4 R4, R2, R4, RZ", "BRA 0x30", "LDS R6, [R1]", "DMMA.8x8x4 R8, R6, R8, RZ"])
+    assert shortest_path(unconditional, 0x0, 0x30) == 3
+    looped = sass(["MOV R1, RZ", "HMMA.1684.F32.TF32 R4, R2, R4, R4", "LDS R6, [R1]", "@P1 BRA 0x20",
+                   "HMMA.1684.F32.TF32 R8, R6, R8, R8", "IADD3 R1, R1, 0x1, RZ", "@P2 BRA 0x10", "EXIT"])
+    assert shortest_path(looped, 0x10, 0x40) == 4  # the inner backward branch is not taken
+    assert mma_instructions(looped) == (2.0, 1024)  # the loop's span from 0x10 to 0x40
+
+
 def test_occupancy_follows_the_calculators_rules():
     import sys
 
