@@ -197,6 +197,35 @@ def test_gpu_model_tensor_core_issue_bounds_in_docs_are_the_committed_run(tmp_pa
         assert line in docs, line
 
 
+def test_gpu_model_at_the_larger_2d_grid_is_the_committed_run(tmp_path):
+    """benchmarks/gpu_model.py on the counters of the 292 x 1284 grid with the committed SASS
+    counts gives the committed gpu_model-2d-1284.json, and docs/cuda.md shows its figures
+    for every kernel but the grid-mapped ones, box2d25p's tensor cores among them."""
+    out = tmp_path / "model.json"
+    results = ROOT / "benchmarks" / "results"
+    counters = results / "cuda_counters-2d-1284.json"
+    sass_files = [results / "cuda_resources.json", results / "cuda_resources-time_tile4.json",
+                  *sorted(results.glob("cuda_resources-tensor_cores*.json"))]
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "--counters", str(counters),
+                          "--resources", *map(str, sass_files), "--json", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert rows == json.loads((results / "gpu_model-2d-1284.json").read_text())["rows"]
+    assert {(r["stencil"], r["schedule"]) for r in rows if r["instructions_per_update"] is not None} >= {
+        ("box2d25p", "tensor cores"), ("box2d25p", "tensor cores, time_tile(4)")}
+    counted = {(r["stencil"], r["dtype"], r["schedule"]): r for r in json.loads(counters.read_text())["rows"]}
+    docs = (ROOT / "docs" / "cuda.md").read_text(encoding="utf-8")
+    for r in rows:
+        if r["schedule"] == "grid-mapped":
+            continue
+        c = counted[(r["stencil"], r["dtype"], r["schedule"])]
+        line = (f"| {r['stencil']} | {r['dtype']} | {r['schedule']} | {c['dram_bytes_per_update']:.2f} | "
+                f"{c['shared_accesses_per_update']:.3f} | {c['mma_flops_per_update']:.0f} | "
+                f"{r['bound_gstencil_per_s']:.0f} | {r['bounded_by']} |")
+        assert line in docs, line
+
+
 def test_gpu_model_issue_bounds_in_docs_are_the_committed_run(tmp_path):
     """benchmarks/gpu_model.py with the committed SASS counts (--resources): the streamed
     kernels of the default schedule and of time_tile(4) get an issue bound, it is the
