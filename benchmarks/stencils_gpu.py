@@ -8,9 +8,11 @@ the driver's CUDA); pystencils is optional (its rows say why they are missing).
     python3 benchmarks/stencils_gpu.py --json results.json [--quick] [--only heat2d,star2d2r]
         [--dtypes float64,float32] [--repeat 5]
 
-msc runs six ways: the default launch ("plain": streamed tiles, docs/cuda.md),
-the grid-mapped launch (a point per thread, `parallel` on the outermost
-dimension: the default before streaming), the tuner's choice
+msc runs these ways: the default launch ("plain": streamed tiles, docs/cuda.md),
+the default with its loads PREFETCH planes ahead instead of two ("plain,
+prefetch(4)": more loads in flight per thread), the grid-mapped launch (a
+point per thread, `parallel` on the outermost dimension: the default before
+streaming), in 3D two points of y per thread, the tuner's choice
 ("tuned", schedule="auto", timed on the device by msc's tuner on a
 device-resident simulation), the fastest time tile the tuner timed
 ("time-tiled") and tensor cores (fp64 for float64, tf32 for float32), in 2D
@@ -204,6 +206,7 @@ def copy_bandwidth(cp: Any, nbytes: int) -> Callable[[], float]:
 
 def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[str, Any]:
     import msc
+    from msc.targets.gpu.cuda import PREFETCH
 
     st = msc_stencil(case)
     rng = np.random.default_rng(0)
@@ -216,6 +219,9 @@ def run_case(cp: Any, case: Case, dtype: str, repeat: int, steps: int) -> dict[s
         missing["pystencils (CUDA)"] = f"{type(e).__name__}: {e}"
     plain = st.compile(target="cuda", dtype=dtype)
     tools.append(msc_tool(cp, "msc plain", plain, "default"))
+    ahead = msc.Schedule().prefetch(PREFETCH)  # the streamed default, its loads further ahead
+    tools.append(msc_tool(cp, f"msc plain, prefetch({PREFETCH})", st.compile(target="cuda", dtype=dtype,
+                                                                             schedule=ahead), str(ahead)))
     mapped = msc.Schedule().parallel(st.ir.dims[0])
     tools.append(msc_tool(cp, "msc grid-mapped", st.compile(target="cuda", dtype=dtype, schedule=mapped), str(mapped)))
     if case.ndim == 3:

@@ -356,6 +356,48 @@ def test_streamed_launches_read_each_point_about_once():
             assert run.gpu["dram_bytes"] <= 1.3 * 2 * 8 / 4 * run.updates and run.gpu["launches"] == 2
 
 
+def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run():
+    """prefetch(d) on a streamed tile: each thread's loads run d planes ahead (d registers of
+    loaded planes per point it owns, instead of AHEAD // rows), the same loads and results as
+    the default; on a launch that does not stream, one ScheduleError saying why, on cuda and
+    hip alike. The tuner tries prefetch(PREFETCH) beside the default."""
+    from msc import t, x, y, z
+
+    @msc.stencil
+    def heat3(u):
+        u[t + 1, x, y, z] = 0.4 * u[t, x, y, z] + 0.1 * (u[t, x - 1, y, z] + u[t, x + 1, y, z] + u[t, x, y - 1, z]
+                                                         + u[t, x, y + 1, z] + u[t, x, y, z - 1] + u[t, x, y, z + 1])
+
+    u2 = np.random.default_rng(3).random((40, 140))
+    u3 = np.random.default_rng(4).random((14, 20, 36))
+    cases = [(heat, msc.Schedule(), msc.Schedule().prefetch(4), 4, dict(u=u2, alpha=0.1)),
+             (heat3, msc.Schedule().time_tile(2), msc.Schedule().time_tile(2).prefetch(3), 3, dict(u=u3)),
+             (heat3, msc.Schedule().time_tile(1, x=32, y=6, z=30).unroll("y", 2),
+              msc.Schedule().time_tile(1, x=32, y=6, z=30).unroll("y", 2).prefetch(3), 3, dict(u=u3))]
+    for stencil, plain, ahead, planes, args in cases:
+        kernel = stencil.compile(target="cuda", emulate=True, schedule=ahead)
+        assert "streamed tiles" in kernel.source
+        assert f"next{planes - 1}" in kernel.source and f"next{planes}" not in kernel.source, ahead
+        assert f"next{planes - 1}" not in stencil.compile(target="cuda", emulate=True, schedule=plain).source
+        if EMULATE:
+            np.testing.assert_allclose(kernel.run(steps=5, **args)["u"], stencil.reference(steps=5, **args)["u"],
+                                       rtol=1e-13)
+            loads = kernel.last_run.gpu["load_bytes"]
+            other = stencil.compile(target="cuda", emulate=True, schedule=plain)
+            other.run(steps=5, **args)
+            assert loads == other.last_run.gpu["load_bytes"], ahead
+    for target in ("cuda", "hip"):
+        for schedule, why in ((msc.Schedule().parallel("x").prefetch(4), "the launch is not a streamed tile"),
+                              (msc.Schedule().tile(x=8, y=32).prefetch(2), "the launch is not a streamed tile"),
+                              (msc.Schedule().tensor_cores("fp64").prefetch(2), "tensor-core kernels")):
+            if target == "hip" and schedule.tensor_core_precision:
+                continue  # hip takes no tensor cores at all
+            with pytest.raises(ScheduleError, match=re.escape(f"on {target} sets how many planes ahead")) as refused:
+                get_target(target).source(heat.poly("float64"), schedule)
+            assert why in str(refused.value)
+    assert msc.Schedule().prefetch(4) in cuda_candidates(heat.typed("float64"))
+
+
 def test_time_tile_steps_hand_their_own_values_on_in_registers():
     """A streamed time tile stores each loaded plane and each step's plane in shared memory
     for the neighbours and hands each point's own value on to the next step in registers:

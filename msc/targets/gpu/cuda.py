@@ -156,7 +156,7 @@ class CudaTarget(ctarget.CTarget):
 
     def __init__(self) -> None:
         super().__init__(NAME, GPUPlatform(), ctarget.Toolchain(cc=NVCC, flags=NVCC_FLAGS), compile_options=("emulate",),
-                         schedule_options=("tensor_cores",))
+                         schedule_options=("tensor_cores", "prefetch"))
 
     # -- generation ------------------------------------------------------------
 
@@ -193,6 +193,10 @@ class CudaTarget(ctarget.CTarget):
         entry = dict(name=name, parameters=parameters, arguments=arguments, device_arguments=device,
                      **ctarget.entry_values(stencil, box))
         sched = schedule.schedule
+        why_not = time_tile.prefetch_reason(stencil, schedule) if sched.prefetch_distance and not box else None
+        if why_not is not None:
+            raise ScheduleError(f"prefetch({sched.prefetch_distance}) on {self.name} sets how many planes ahead a "
+                                f"streamed tile's loads run, and this schedule has none: {why_not}")
         if sched.tensor_core_precision and sched.time_depth and not box:
             source, loop = tensor_core_tile.entry_loop(stencil, sched, name)
             return dict(entry, launches=[dict(source=source)], body=printer.lines(loop))
@@ -315,6 +319,8 @@ TIME_DEPTHS = (2, 3, 4, 8)
 # default: of one step, and of time tiles
 STREAM_BLOCKS = {2: ((64,), (256,)), 3: ((8, 32), (8, 64), (32, 32))}
 TIME_TILE_BLOCKS = {2: ((256,),), 3: ((32, 32), (16, 32))}
+# planes ahead of the streamed default the tuner tries besides its AHEAD loads in flight per thread
+PREFETCH = 4
 # 3D streamed blocks (threads, outer first) whose threads take ROWS points of the middle
 # dimension each (`unroll(y, ROWS)`), of one step and of time tiles
 ROWS = 2
@@ -323,7 +329,8 @@ ROW_BLOCKS = ((8, 32), (16, 32))
 
 def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     """The default launch (and, where that streams, the grid-mapped one, a point per
-    thread, and streamed blocks of other shapes), then tiles of several block shapes
+    thread, the default with its loads PREFETCH planes ahead, and streamed blocks of
+    other shapes), then tiles of several block shapes
     (a tile is a block), then time tiles of four depths (dirichlet stencils only), of
     the default time tile's block and, in 2D and 3D, of TIME_TILE_BLOCKS' shapes, that fit a block and whose
     halo leaves most of what a block loads computed into outputs
@@ -333,7 +340,7 @@ def cuda_candidates(stencil: ir.StencilIR) -> list[Schedule]:
     out = [Schedule()]
     streams = time_tile.default_stream(stencil) is not None
     if streams:
-        out.append(Schedule().parallel(stencil.dims[0]))
+        out += [Schedule().parallel(stencil.dims[0]), Schedule().prefetch(PREFETCH)]
         out += _streamed(stencil, 1, [(threads, 1) for threads in STREAM_BLOCKS[stencil.ndim]] + _row_blocks(stencil))
     tiles = [dict(zip(stencil.dims, block)) for block in BLOCKS[stencil.ndim]]
     out += [Schedule().tile(**t) for t in tiles]

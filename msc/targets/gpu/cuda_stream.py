@@ -171,11 +171,13 @@ class StreamedTile:
     chunk: int
     tile: tuple[int, ...]
     rows: int = 1  # 3D: consecutive points per thread along the middle dimension (`unroll(y, rows)`)
+    prefetch: int = 0  # planes the loads run ahead (`prefetch(d)`); 0: AHEAD loads in flight per thread
 
     @property
     def ahead(self) -> int:
-        """Planes a thread's loads run ahead of the one computed: AHEAD loads in flight per thread."""
-        return max(1, AHEAD // self.rows)
+        """Planes a thread's loads run ahead of the one computed: `prefetch`, else AHEAD loads
+        in flight per thread."""
+        return self.prefetch or max(1, AHEAD // self.rows)
 
     @property
     def points(self) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from msc import ir
 from msc.codegen import index as ix
@@ -153,13 +153,26 @@ def default_stream(stencil: ir.StencilIR) -> StreamedTile | None:
 
 
 def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | StreamedTile | None:
-    """The shared-memory form of the schedule's launches (None: the kernel IR's mapping)."""
-    if schedule.schedule == Schedule():
-        return default_stream(stencil)
-    if not schedule.schedule.time_depth or reason_not_shared(stencil, schedule) is not None:
+    """The shared-memory form of the schedule's launches (None: the kernel IR's mapping);
+    `prefetch(d)` sets how many planes ahead a streamed tile's loads run."""
+    s = schedule.schedule
+    if replace(s, prefetch_distance=0) == Schedule():
+        plan = default_stream(stencil)
+    elif not s.time_depth or reason_not_shared(stencil, schedule) is not None:
         return None
-    return tile_plan(stencil, schedule.schedule.time_depth, dict(schedule.schedule.tiles),
-                     points_per_thread(schedule.schedule))
+    else:
+        plan = tile_plan(stencil, s.time_depth, dict(s.tiles), points_per_thread(s))
+    return replace(plan, prefetch=s.prefetch_distance) if isinstance(plan, StreamedTile) else plan
+
+
+def prefetch_reason(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | None:
+    """Why `prefetch(d)` has nothing to set in this schedule's launch (None: it streams)."""
+    if schedule.schedule.tensor_core_precision:
+        return "tensor-core kernels stage their tiles themselves"
+    if not isinstance(shared_time_tile(stencil, schedule), StreamedTile):
+        return ("the launch is not a streamed tile (those are the default launch and time_tile(d) in shared memory, "
+                "of a 2D or 3D dirichlet stencil)")
+    return None
 
 
 def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:

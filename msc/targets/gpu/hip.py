@@ -62,7 +62,7 @@ class HipTarget(CudaTarget):
     def __init__(self) -> None:
         super().__init__()
         self.name = NAME
-        self.schedule_options = ()  # tensor cores are CUDA's wmma path (no rocWMMA path yet)
+        self.schedule_options = ("prefetch",)  # tensor cores are CUDA's wmma path (no rocWMMA path yet)
 
     def generate(self, poly: PolyIR, schedule: LoweredSchedule, box: bool = False) -> str:
         return hipify(super().generate(poly, schedule, box))
