@@ -356,7 +356,7 @@ def test_streamed_launches_read_each_point_about_once():
             assert run.gpu["dram_bytes"] <= 1.3 * 2 * 8 / 4 * run.updates and run.gpu["launches"] == 2
 
 
-def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run():
+def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run(tmp_path):
     """prefetch(d) on a streamed tile: each thread's loads run d planes ahead (d registers of
     loaded planes per point it owns, instead of AHEAD // rows), the same loads and results as
     the default; on a launch that does not stream, one ScheduleError saying why, on cuda and
@@ -377,6 +377,8 @@ def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run():
     for stencil, plain, ahead, planes, args in cases:
         kernel = stencil.compile(target="cuda", emulate=True, schedule=ahead)
         assert "streamed tiles" in kernel.source
+        if NVCC:
+            nvcc_check(kernel.source, tmp_path)
         assert f"next{planes - 1}" in kernel.source and f"next{planes}" not in kernel.source, ahead
         assert f"next{planes - 1}" not in stencil.compile(target="cuda", emulate=True, schedule=plain).source
         if EMULATE:

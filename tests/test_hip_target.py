@@ -136,8 +136,9 @@ def _inputs(stencil: msc.Stencil, shape: tuple[int, ...]) -> dict:
     (box3d27p, (10, 12, 34), "float32", None),
     (wave, (26, 40), "float64", Schedule().time_tile(3, x=8, y=16)),
     (box3d27p, (10, 30, 34), "float64", Schedule().time_tile(4, x=32, y=24, z=24)),  # 64 KiB of dynamic shared memory
+    (heat3d, (12, 14, 36), "float32", Schedule().prefetch(4)),  # loads 4 planes ahead
 ], ids=["heat2d", "heat2d-f32-time-tile", "box2d9p-tiled", "heat3d", "box3d27p-f32", "wave-time-tile",
-        "box3d27p-dynamic-shared"])
+        "box3d27p-dynamic-shared", "heat3d-f32-prefetch"])
 def test_holdout_style_cases_match_the_reference(stencil, shape, dtype, schedule, tmp_path, assert_matches):
     check_against_reference(stencil, _inputs(stencil, shape), 7, dtype, schedule, tmp_path, assert_matches)
 
