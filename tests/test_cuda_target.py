@@ -400,6 +400,24 @@ def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run(tmp_path):
     assert msc.Schedule().prefetch(4) in cuda_candidates(heat.typed("float64"))
 
 
+@pytest.mark.parametrize("seed", [6, 11, 16, 33, 40, 42])
+def test_generated_stencils_stream_with_their_loads_further_ahead(seed, assert_matches, monkeypatch):
+    """Generated stencils whose default launch streams (2D and 3D, several statements, fields
+    keeping up to 3 past levels, float32 and float64) match the reference with their loads
+    1 and 5 planes ahead (prefetch(d)), the default's 2 either side."""
+    from msc.runtime import cuda_emu
+
+    monkeypatch.setenv(cuda_emu.COUNTERS_SWITCH, "0")
+    case = generate(seed)
+    assert time_tile.default_stream(case.stencil.typed(case.dtype)) is not None
+    expected = case.stencil.reference(steps=case.steps, dtype=case.dtype, **case.inputs)
+    for planes in (1, 5):
+        kernel = case.stencil.compile(target="cuda", dtype=case.dtype, schedule=msc.Schedule().prefetch(planes),
+                                      emulate=EMULATE)
+        assert f"next{planes - 1}" in kernel.source and f"next{planes} " not in kernel.source
+        assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, planes))
+
+
 def test_time_tile_steps_hand_their_own_values_on_in_registers():
     """A streamed time tile stores each loaded plane and each step's plane in shared memory
     for the neighbours and hands each point's own value on to the next step in registers:
