@@ -22,7 +22,10 @@ loop without a barrier that stores to global memory, per store; where ptxas
 unrolled the stores out of every loop, the run from the first store to the
 last, per store) and `instructions_per_load`
 (its longest loop that loads from global memory, per load: a tensor-core
-kernel's staging of its sources' tiles and halos).
+kernel's staging of its sources' tiles and halos); a tensor-core kernel also
+gets `instructions_per_mma` (the fewest instructions from a unit's first MMA
+to its last, per MMA on that path) and `flops_per_mma` (of one SASS MMA), for
+benchmarks/gpu_model.py's issue bound.
 
 Occupancy is the share of an H100/H200 multiprocessor's 64 warps that the
 kernel's blocks can hold at once, limited by registers (65536 per
@@ -76,7 +79,8 @@ def resources(source: str, sass: bool = False, streamed: int = 0) -> dict[tuple[
     """Per __global__ function of msc's launches and instantiation of its index type ("" where it has
     none, else "int" or "long"): registers, spill bytes, shared bytes, threads per block; with `sass`
     also `instructions_per_plane` of a streamed kernel (`streamed`: the barriers per plane of its loop)
-    or `instructions_per_point` of another."""
+    or `instructions_per_point` and `instructions_per_load` of another (and a tensor-core kernel's
+    `instructions_per_mma` and `flops_per_mma`)."""
     bounds = {name: int(n) for n, name in re.findall(r"__launch_bounds__\((\d+)\) (\w+)\(", source)}
     with tempfile.TemporaryDirectory() as directory:
         path, cubin = Path(directory) / "kernel.cu", Path(directory) / "kernel.cubin"
@@ -174,16 +178,18 @@ def load_instructions(code: list[tuple[int, str]]) -> float | None:
     return length / loads if loads else None
 
 
-def shortest_path(code: list[tuple[int, str]], start: int, end: int) -> int:
+def shortest_path(code: list[tuple[int, str]], start: int, end: int, opcode: str = "MMA") -> tuple[int, int] | None:
     """The fewest SASS instructions a warp issues from address `start` to `end` (both
-    included) of `code`: through each forward branch or past it, whichever is shorter (the
-    code a condition skips is not counted; predicated instructions issue all the same);
-    backward branches (a loop nested inside) are not taken."""
+    included) of `code`, and how many of them hold `opcode`: through each forward branch or
+    past it, whichever is shorter (the code a condition skips is not counted; predicated
+    instructions issue all the same); backward branches (a loop nested inside) are not
+    taken. None where no forward path leads from `start` to `end`."""
     at = {pc: i for i, (pc, _) in enumerate(code)}
-    fewest = {pc: math.inf for pc, _ in code if start <= pc <= end}
-    fewest[start] = 1
+    fewest: dict[int, tuple[int, int] | None] = {pc: None for pc, _ in code if start <= pc <= end}
+    fewest[start] = (1, int(opcode in code[at[start]][1]))
     for pc, text in code:
-        if pc not in fewest or fewest[pc] == math.inf:
+        here = fewest.get(pc)
+        if here is None:
             continue
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         ends = (branch is not None and not text.startswith("@")) or text.startswith("EXIT")
@@ -192,8 +198,10 @@ def shortest_path(code: list[tuple[int, str]], start: int, end: int) -> int:
             after.append(int(branch.group(1), 16))
         for target in after:
             if target in fewest:
-                fewest[target] = min(fewest[target], fewest[pc] + 1)
-    return int(fewest[end])
+                step = (here[0] + 1, here[1] + int(opcode in code[at[target]][1]))
+                known = fewest[target]
+                fewest[target] = step if known is None or step[0] < known[0] else known
+    return fewest[end]
 
 
 def mma_instructions(code: list[tuple[int, str]]) -> tuple[float, int]:
@@ -202,15 +210,20 @@ def mma_instructions(code: list[tuple[int, str]]) -> tuple[float, int]:
     instructions from the first MMA to the last (their fragment loads and the address
     arithmetic between, not the stores after) of each innermost loop holding MMAs (a fused
     kernel's unit of a step), or of the kernel where no loop holds one (the one-step
-    kernels, one unit per warp), over the MMAs they hold."""
+    kernels, one unit per warp), over the MMAs on that path. Where no forward path joins a
+    span's first MMA to its last (MMAs in both arms of a branch), each MMA counts as one
+    instruction: the fewest it can take."""
     mmas = [(pc, text) for pc, text in code if "MMA" in text]
     shape = re.search(r"MMA\.(\d+)x(\d+)x(\d+)|MMA\.(16|8)(8)(\d+)", mmas[0][1])  # DMMA.8x8x4, HMMA.1684
     assert shape is not None, mmas[0][1]
     m, n, k = (int(size) for size in shape.groups() if size)
     spans = [(start, end) for start, end in _innermost(code, "MMA")] or [(code[0][0], code[-1][0])]
-    covered = [[pc for pc, _ in mmas if start <= pc <= end] for start, end in spans]
-    path = sum(shortest_path(code, held[0], held[-1]) for held in covered)
-    return path / sum(map(len, covered)), 2 * m * n * k
+    instructions = held = 0
+    for start, end in spans:
+        inside = [pc for pc, _ in mmas if start <= pc <= end]
+        path = shortest_path(code, inside[0], inside[-1]) or (len(inside), len(inside))
+        instructions, held = instructions + path[0], held + path[1]
+    return instructions / held, 2 * m * n * k
 
 
 def plane_instructions(code: list[tuple[int, str]], barriers_per_plane: int) -> float:
@@ -247,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedule", default="Schedule()")
     ap.add_argument("--dtypes", default="float64,float32")
     ap.add_argument("--only", default=",".join(c.name for c in CASES[:4]), help="stencils, comma-separated")
-    ap.add_argument("--sass", action="store_true", help="SASS instructions per plane and update of streamed kernels")
+    ap.add_argument("--sass", action="store_true",
+                    help="SASS instructions per plane and update of streamed kernels, per point, load and MMA of others")
     a = ap.parse_args(argv)
     schedule = parse_schedule(a.schedule)
     if a.sass and sass_path() is None:

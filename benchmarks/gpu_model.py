@@ -88,10 +88,14 @@ def bound(row: dict[str, Any], instructions: float | None = None) -> tuple[float
     return 1e-9 / seconds, what
 
 
-def tensor_core_issue(row: dict[str, Any], sass: dict[str, Any]) -> float:
+def tensor_core_issue(row: dict[str, Any], sass: dict[str, Any]) -> float | None:
     """Thread-instructions per update of a tensor-core kernel from its counted traffic
     (`row`, benchmarks/cuda_counters.py) and its SASS (`sass`, benchmarks/cuda_resources.py
-    --sass): staging loads, MMAs (warp instructions, 32 threads each) and written points."""
+    --sass): staging loads, MMAs (warp instructions, 32 threads each) and written points.
+    None where a count is missing (counters from before mma_flops, a loop not found)."""
+    needed = (row.get("mma_flops_per_update"), sass.get("instructions_per_load"), sass.get("instructions_per_point"))
+    if any(n is None for n in needed):
+        return None
     itemsize = 4 if row["dtype"] == "float32" else 8
     staging = row["load_bytes_per_update"] / itemsize * sass["instructions_per_load"]
     products = row["mma_flops_per_update"] / sass["flops_per_mma"] * sass["instructions_per_mma"] * 32
@@ -112,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     for path in a.resources:
         sass = json.loads(Path(path).read_text())
         for r in sass["rows"]:
-            if r.get("index") == a.index and sass["schedule"] in SCHEDULES:
+            if (r.get("index") == a.index and sass["schedule"] in SCHEDULES
+                    and ("instructions_per_update" in r or "instructions_per_mma" in r)
+                    and ("tensor_cores" not in sass["schedule"] or f"'{PRECISION[r['dtype']]}'" in sass["schedule"])):
+                # a tensor-core kernel of the precision the counters ran in its dtype (fp64 in float64, tf32 in float32)
                 sass_rows[(r["stencil"], r["dtype"], SCHEDULES[sass["schedule"]])] = r
     measured: dict[tuple[str, str], dict[str, Any]] = {}
     if a.measured:

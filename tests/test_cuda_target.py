@@ -185,8 +185,10 @@ def test_32_bit_indices_take_fewer_instructions(tmp_path):
 
 def test_sass_counts_take_the_fewest_instructions_between_a_units_mmas():
     """cuda_resources.shortest_path passes a forward branch where that is shorter and never
-    takes a backward one, and mma_instructions counts per MMA from a unit's first MMA to its
-    last (in the innermost loop holding them, else in the kernel), with each MMA's flops."""
+    takes a backward one, counting the MMAs on its way; mma_instructions counts per MMA on
+    the path from a unit's first MMA to its last (in the innermost loop holding them, else in
+    the kernel), with each MMA's flops, and one instruction per MMA where no forward path
+    joins them."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -197,13 +199,21 @@ def test_sass_counts_take_the_fewest_instructions_between_a_units_mmas():
 
     straight = sass(["IMAD R1, R2, R3, RZ", "DMMA.8x8x4 R4, R2, R4, RZ", "@P0 BRA 0x50", "LDS R6, [R1]",
                      "LDS R7, [R1+0x8]", "DMMA.8x8x4 R8, R6, R8, RZ", "EXIT"])
-    assert shortest_path(straight, 0x10, 0x50) == 3  # the branch skips both loads
+    assert shortest_path(straight, 0x10, 0x50) == (3, 2)  # the branch skips both loads
     assert mma_instructions(straight) == (1.5, 512)
+    skipped = sass(["DMMA.8x8x4 R4, R2, R4, RZ", "@P0 BRA 0x40", "DMMA.8x8x4 R8, R6, R8, RZ", "LDS R6, [R1]",
+                    "DMMA.8x8x4 R8, R6, R8, RZ"])
+    assert shortest_path(skipped, 0x0, 0x40) == (3, 2)  # the MMA the branch skips is not on the path
+    assert mma_instructions(skipped) == (1.5, 512)
     unconditional = sass(["DMMA.8x8x4 R4, R2, R4, RZ", "BRA 0x30", "LDS R6, [R1]", "DMMA.8x8x4 R8, R6, R8, RZ"])
-    assert shortest_path(unconditional, 0x0, 0x30) == 3
+    assert shortest_path(unconditional, 0x0, 0x30) == (3, 2)
+    arms = sass(["@P0 BRA 0x30", "DMMA.8x8x4 R4, R2, R4, RZ", "BRA 0x50", "LDS R6, [R1]",
+                 "DMMA.8x8x4 R8, R6, R8, RZ", "EXIT"])  # an MMA in each arm: no path joins them
+    assert shortest_path(arms, 0x10, 0x40) is None
+    assert mma_instructions(arms) == (1.0, 512)
     looped = sass(["MOV R1, RZ", "HMMA.1684.F32.TF32 R4, R2, R4, R4", "LDS R6, [R1]", "@P1 BRA 0x20",
                    "HMMA.1684.F32.TF32 R8, R6, R8, R8", "IADD3 R1, R1, 0x1, RZ", "@P2 BRA 0x10", "EXIT"])
-    assert shortest_path(looped, 0x10, 0x40) == 4  # the inner backward branch is not taken
+    assert shortest_path(looped, 0x10, 0x40) == (4, 2)  # the inner backward branch is not taken
     assert mma_instructions(looped) == (2.0, 1024)  # the loop's span from 0x10 to 0x40
 
 
@@ -356,7 +366,13 @@ def test_streamed_launches_read_each_point_about_once():
             assert run.gpu["dram_bytes"] <= 1.3 * 2 * 8 / 4 * run.updates and run.gpu["launches"] == 2
 
 
-def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run(tmp_path):
+def planes_ahead(source: str) -> int:
+    """How many planes ahead a streamed kernel's loads run: its registers next0, next1, ...
+    (a suffix per field and point where it loads several)."""
+    return 1 + max(int(n) for n in re.findall(r"\bnext(\d+)(?:_\w+)? = ", source))
+
+
+def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run(tmp_path, assert_matches):
     """prefetch(d) on a streamed tile: each thread's loads run d planes ahead (d registers of
     loaded planes per point it owns, instead of AHEAD // rows), the same loads and results as
     the default; on a launch that does not stream, one ScheduleError saying why, on cuda and
@@ -379,8 +395,8 @@ def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run(tmp_path):
         assert "streamed tiles" in kernel.source
         if NVCC:
             nvcc_check(kernel.source, tmp_path)
-        assert f"next{planes - 1}" in kernel.source and f"next{planes}" not in kernel.source, ahead
-        assert f"next{planes - 1}" not in stencil.compile(target="cuda", emulate=True, schedule=plain).source
+        assert planes_ahead(kernel.source) == planes, ahead
+        assert planes_ahead(stencil.compile(target="cuda", emulate=True, schedule=plain).source) < planes
         if EMULATE:
             np.testing.assert_allclose(kernel.run(steps=5, **args)["u"], stencil.reference(steps=5, **args)["u"],
                                        rtol=1e-13)
@@ -388,15 +404,24 @@ def test_prefetch_sets_how_many_planes_ahead_streamed_loads_run(tmp_path):
             other = stencil.compile(target="cuda", emulate=True, schedule=plain)
             other.run(steps=5, **args)
             assert loads == other.last_run.gpu["load_bytes"], ahead
+    # a time tile writing two levels of a field runs its steps left over in a one-step launch: as far ahead
+    wave, _, waves, _ = _several_cases()[0]
+    kernel = wave.compile(target="cuda", emulate=True, schedule=msc.Schedule().time_tile(2, x=8, y=16).prefetch(4))
+    launches = kernel.source.split("__global__")[1:]
+    assert "_step" in kernel.source and [planes_ahead(f) for f in launches if "msc_ring" in f] == [4, 4]
+    assert_matches(kernel.run(steps=5, **waves), wave.reference(steps=5, **waves), "float64", "wave, prefetch(4)")
     for target in ("cuda", "hip"):
-        for schedule, why in ((msc.Schedule().parallel("x").prefetch(4), "the launch is not a streamed tile"),
-                              (msc.Schedule().tile(x=8, y=32).prefetch(2), "the launch is not a streamed tile"),
+        for schedule, why in ((msc.Schedule().parallel("x").prefetch(4), "tile(), parallel() and the other loop"),
+                              (msc.Schedule().tile(x=8, y=32).prefetch(2), "tile(), parallel() and the other loop"),
+                              (msc.Schedule().time_tile(2, x=8).prefetch(2), "not every dimension is tiled"),
+                              (msc.Schedule().prefetch(35), "a block streams 34 planes"),
                               (msc.Schedule().tensor_cores("fp64").prefetch(2), "tensor-core kernels")):
             if target == "hip" and schedule.tensor_core_precision:
                 continue  # hip takes no tensor cores at all
             with pytest.raises(ScheduleError, match=re.escape(f"on {target} sets how many planes ahead")) as refused:
                 get_target(target).source(heat.poly("float64"), schedule)
             assert why in str(refused.value)
+    assert planes_ahead(get_target("cuda").source(heat.poly("float64"), msc.Schedule().prefetch(34))) == 34
     assert msc.Schedule().prefetch(4) in cuda_candidates(heat.typed("float64"))
 
 
@@ -414,7 +439,7 @@ def test_generated_stencils_stream_with_their_loads_further_ahead(seed, assert_m
     for planes in (1, 5):
         kernel = case.stencil.compile(target="cuda", dtype=case.dtype, schedule=msc.Schedule().prefetch(planes),
                                       emulate=EMULATE)
-        assert f"next{planes - 1}" in kernel.source and f"next{planes} " not in kernel.source
+        assert planes_ahead(kernel.source) == planes
         assert_matches(kernel.run(steps=case.steps, **case.inputs), expected, case.dtype, (case, planes))
 
 

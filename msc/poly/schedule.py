@@ -130,7 +130,9 @@ class Schedule:
         """Prefetch each field's leading row (the read furthest ahead in
         memory) `distance` points ahead of the innermost loop, once per cache
         line: the loads that miss the cache are asked for before the hardware
-        prefetcher would."""
+        prefetcher would. On 'cuda' and 'hip', where the launch is a streamed
+        tile, each thread's loads run `distance` planes ahead of the plane it
+        computes (at most the planes a block streams; ADR 0071)."""
         distance = _count(distance, "prefetch distance must be a positive integer")
         return replace(self, prefetch_distance=distance)
 

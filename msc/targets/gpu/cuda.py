@@ -196,7 +196,7 @@ class CudaTarget(ctarget.CTarget):
         why_not = time_tile.prefetch_reason(stencil, schedule) if sched.prefetch_distance and not box else None
         if why_not is not None:
             raise ScheduleError(f"prefetch({sched.prefetch_distance}) on {self.name} sets how many planes ahead a "
-                                f"streamed tile's loads run, and this schedule has none: {why_not}")
+                                f"streamed tile's loads run, and cannot here: {why_not}")
         if sched.tensor_core_precision and sched.time_depth and not box:
             source, loop = tensor_core_tile.entry_loop(stencil, sched, name)
             return dict(entry, launches=[dict(source=source)], body=printer.lines(loop))

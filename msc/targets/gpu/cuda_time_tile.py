@@ -146,10 +146,18 @@ def pays(stencil: ir.StencilIR, depth: int, tiles: dict[str, int], rows: int = 1
 
 def default_stream(stencil: ir.StencilIR) -> StreamedTile | None:
     """The stencil's default launch as a streamed tile of one step (None: the kernel IR's mapping)."""
-    if stencil.ndim < 2 or stencil.boundary != "dirichlet" or stream.reason(stencil, 1) is not None:
+    if default_stream_reason(stencil) is not None:
         return None
-    plan = stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1))
-    return plan if plan.too_large() is None else None
+    return stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1))
+
+
+def default_stream_reason(stencil: ir.StencilIR) -> str | None:
+    """Why the stencil's default launch maps its points onto threads instead of streaming (None: it streams)."""
+    if stencil.ndim < 2:
+        return f"stencil '{stencil.name}' is {stencil.ndim}D; streamed tiles are 2D or 3D"
+    if stencil.boundary != "dirichlet":
+        return f"stencil '{stencil.name}' is {stencil.boundary}; streamed tiles are dirichlet"
+    return stream.reason(stencil, 1) or stream.streamed_tile(stencil, 1, stream.default_tile(stencil, 1)).too_large()
 
 
 def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> SharedTimeTile | StreamedTile | None:
@@ -166,13 +174,36 @@ def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> Shared
 
 
 def prefetch_reason(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | None:
-    """Why `prefetch(d)` has nothing to set in this schedule's launch (None: it streams)."""
-    if schedule.schedule.tensor_core_precision:
+    """Why `prefetch(d)` cannot set how far this schedule's loads run ahead (None: it can):
+    the launch does not stream, or its blocks stream fewer than d planes."""
+    s = schedule.schedule
+    if s.tensor_core_precision:
         return "tensor-core kernels stage their tiles themselves"
-    if not isinstance(shared_time_tile(stencil, schedule), StreamedTile):
-        return ("the launch is not a streamed tile (those are the default launch and time_tile(d) in shared memory, "
-                "of a 2D or 3D dirichlet stencil)")
+    if replace(s, prefetch_distance=0) == Schedule():
+        why = default_stream_reason(stencil)
+        if why is not None:
+            return f"the default launch maps points onto threads: {why}"
+    elif not s.time_depth:
+        return "tile(), parallel() and the other loop primitives map points onto threads; only the default launch " \
+               "and time_tile(d) in shared memory stream"
+    elif stencil.ndim == 1:
+        return "a 1D time tile in shared memory loads its region once; it does not stream"
+    elif (why := reason_not_shared(stencil, schedule)) is not None:
+        return f"its time tiles run in global memory: {why}"
+    plan = shared_time_tile(stencil, schedule)
+    assert isinstance(plan, StreamedTile)
+    planes = plan.chunk + plan.below[0] + plan.above[0]
+    if s.prefetch_distance > planes:
+        return f"a block streams {planes} planes, so its loads run at most {planes} ahead"
     return None
+
+
+def leftover_step(plan: StreamedTile) -> StreamedTile:
+    """The default launch (a streamed tile of one step) that runs a time tile's steps left
+    over where a launch writes several levels of a field, its loads as far ahead as the tile's."""
+    step = default_stream(plan.stencil)
+    assert step is not None, "a stencil whose time tiles stream streams one step"
+    return replace(step, prefetch=plan.prefetch)
 
 
 def _box_function(plan: SharedTimeTile, name: str) -> DeviceFunction:
@@ -243,9 +274,7 @@ def device_functions(plan: SharedTimeTile | StreamedTile, name: str) -> list[Dev
         return [_box_function(plan, name)]
     out = [stream.device_function(plan, name)]
     if writes_level_sets(plan):
-        step = default_stream(plan.stencil)
-        assert step is not None, "a stencil whose time tiles stream streams one step"
-        out.append(stream.device_function(step, f"{name}_step"))
+        out.append(stream.device_function(leftover_step(plan), f"{name}_step"))
     return out
 
 
@@ -253,7 +282,7 @@ def host_loop(plan: SharedTimeTile | StreamedTile, functions: Sequence[DeviceFun
     """The time loop of the plan's launches (`ring_loop`, or `level_sets_loop` with the
     default launch for the steps left over: `device_functions`' order)."""
     level_sets = writes_level_sets(plan)
-    step = default_stream(plan.stencil) if level_sets else None
+    step = leftover_step(plan) if level_sets and isinstance(plan, StreamedTile) else None
     shared = [tiles.dynamic_shared for tiles in (plan, step) if tiles is not None]
     setup = [k.SharedLimit(f.name, n, f.indexed) for f, n in zip(functions, shared) if n]
     launches = [_launcher(f, n, level_points(plan.stencil.ndim)) for f, n in zip(functions, shared)]
