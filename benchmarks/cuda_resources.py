@@ -139,15 +139,20 @@ def _innermost(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...
     innermost among those that hold it."""
     loops = {}
     for pc, text in code:
-        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        if branch and int(branch.group(1), 16) <= pc:
-            start = int(branch.group(1), 16)
+        start = _branch_target(text)
+        if start is not None and start <= pc:
             body = [t for at, t in code if start <= at <= pc]
             held = sum(opcode in t for t in body)
             if held and not any(other in t for other in without for t in body):
                 loops[(start, pc)] = held
     return {(start, end): held for (start, end), held in loops.items()
             if not any((a, b) != (start, end) and start <= a and b <= end for a, b in loops)}
+
+
+def _branch_target(text: str) -> int | None:
+    """The address a SASS branch instruction jumps to (None: not a branch)."""
+    branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+    return int(branch.group(1), 16) if branch else None
 
 
 def _loops(code: list[tuple[int, str]], opcode: str, without: tuple[str, ...] = ()) -> list[tuple[int, int]]:
@@ -191,11 +196,11 @@ def shortest_path(code: list[tuple[int, str]], start: int, end: int, opcode: str
         here = fewest.get(pc)
         if here is None:
             continue
-        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        ends = (branch is not None and not text.startswith("@")) or text.startswith("EXIT")
+        jump = _branch_target(text)
+        ends = (jump is not None and not text.startswith("@")) or text.startswith("EXIT")
         after = [] if ends or at[pc] + 1 == len(code) else [code[at[pc] + 1][0]]
-        if branch and pc < int(branch.group(1), 16):
-            after.append(int(branch.group(1), 16))
+        if jump is not None and pc < jump:
+            after.append(jump)
         for target in after:
             if target in fewest:
                 step = (here[0] + 1, here[1] + int(opcode in code[at[target]][1]))
@@ -217,7 +222,7 @@ def mma_instructions(code: list[tuple[int, str]]) -> tuple[float, int]:
     shape = re.search(r"MMA\.(\d+)x(\d+)x(\d+)|MMA\.(16|8)(8)(\d+)", mmas[0][1])  # DMMA.8x8x4, HMMA.1684
     assert shape is not None, mmas[0][1]
     m, n, k = (int(size) for size in shape.groups() if size)
-    spans = [(start, end) for start, end in _innermost(code, "MMA")] or [(code[0][0], code[-1][0])]
+    spans = list(_innermost(code, "MMA")) or [(code[0][0], code[-1][0])]
     instructions = held = 0
     for start, end in spans:
         inside = [pc for pc, _ in mmas if start <= pc <= end]
@@ -240,8 +245,7 @@ def thread_planes_per_update(plan: StreamedTile) -> float:
     large enough to ignore its edges: a block's threads pass chunk + its halo's planes
     (2 x depth x radius where no chain widens it) for tile x chunk x depth updates (halo
     points are computed too)."""
-    planes = plan.chunk + plan.below[0] + plan.above[0]
-    return math.prod(plan.threads) * planes / (math.prod(plan.tile) * plan.chunk * plan.depth)
+    return math.prod(plan.threads) * plan.planes / (math.prod(plan.tile) * plan.chunk * plan.depth)
 
 
 def streamed_plan(poly: Any, schedule: Schedule) -> StreamedTile | None:
@@ -261,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="float64,float32")
     ap.add_argument("--only", default=",".join(c.name for c in CASES[:4]), help="stencils, comma-separated")
     ap.add_argument("--sass", action="store_true",
-                    help="SASS instructions per plane and update of streamed kernels, per point, load and MMA of others")
+                    help="SASS instructions per plane and update of streamed kernels; per point, load, MMA of others")
     a = ap.parse_args(argv)
     schedule = parse_schedule(a.schedule)
     if a.sass and sass_path() is None:

@@ -67,6 +67,7 @@ SCHEDULES = {"Schedule()": "default (streamed)", "Schedule().time_tile(4)": "tim
              **{f"Schedule().tensor_cores('{p}').time_tile(4)": "tensor cores, time_tile(4)" for p in ("fp64", "tf32")}}
 TOOLS = {"grid-mapped": "msc grid-mapped", "default (streamed)": "msc plain",  # counted schedule -> measured row
          "streamed, 2 points of y per thread": "msc 2 points per thread"}
+ITEMSIZE = {"float64": 8, "float32": 4}
 PRECISION = {"float64": "fp64", "float32": "tf32"}  # the tensor cores' operands in each dtype
 TENSOR_CORES = {"tensor cores": "msc tensor cores ({})",  # counted schedule -> measured row, of the precision
                 "tensor cores, time_tile(4)": "msc tensor cores + time tiles ({})"}
@@ -75,7 +76,7 @@ TENSOR_CORES = {"tensor cores": "msc tensor cores ({})",  # counted schedule -> 
 def bound(row: dict[str, Any], instructions: float | None = None) -> tuple[float, str]:
     """GStencil/s the counted traffic (and `instructions` per update, where known) allows,
     and the resource that bounds it."""
-    itemsize = 4 if row["dtype"] == "float32" else 8
+    itemsize = ITEMSIZE[row["dtype"]]
     dram_s = row["dram_bytes_per_update"] / (HBM_GB_S * 1e9)
     wavefronts = row.get("shared_wavefronts_per_update") or row["shared_accesses_per_update"] * (
         row["shared_wavefronts_per_access"] or 1.0) * (32 * itemsize / SHARED_BYTES_PER_CLOCK)
@@ -96,7 +97,7 @@ def tensor_core_issue(row: dict[str, Any], sass: dict[str, Any]) -> float | None
     needed = (row.get("mma_flops_per_update"), sass.get("instructions_per_load"), sass.get("instructions_per_point"))
     if any(n is None for n in needed):
         return None
-    itemsize = 4 if row["dtype"] == "float32" else 8
+    itemsize = ITEMSIZE[row["dtype"]]
     staging = row["load_bytes_per_update"] / itemsize * sass["instructions_per_load"]
     products = row["mma_flops_per_update"] / sass["flops_per_mma"] * sass["instructions_per_mma"] * 32
     writes = row["store_bytes_per_update"] / itemsize * sass["instructions_per_point"]

@@ -360,10 +360,14 @@ class StreamedTile:
         """Where a neighbour at these inner offsets (outer first) lies in a plane buffer, from the thread's point."""
         return sum(o * math.prod(self.points[d:]) for d, o in enumerate(offsets, 1))
 
+    @property
+    def planes(self) -> int:
+        """Planes a block streams through: its chunk and the halo's planes behind and ahead."""
+        return self.chunk + self.below[0] + self.above[0]
+
     def useful(self) -> float:
         """The share of the loaded points the block writes out (the rest is halo)."""
-        planes = self.chunk + self.below[0] + self.above[0]
-        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * planes)
+        return math.prod(self.tile) * self.chunk / (math.prod(self.points) * self.planes)
 
     def grid(self) -> tuple[ix.Expr, ...]:
         """Blocks of a launch, x first: the innermost dimension, ..., the streamed one."""
@@ -618,7 +622,7 @@ def device_function(plan: StreamedTile, name: str) -> DeviceFunction:
                   k.Decl("column" + point.suffix, "index", ix.linear(g[1:], extents[1:]))]
     lines += [k.Comment("the block's first plane"),
               k.Decl("first", "index", ix.Var("b0") * plan.chunk - below[0]),
-              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.chunk + below[0] + plan.above[0],
+              k.Decl("planes", "int", ix.Cast("int", ix.min_(plan.planes,
                                                              extents[0] + plan.above[0] - first))),
               *(k.Decl(next_(a, level, point), "value", load(level, point, a), const=False)
                 for level in plan.loaded for a in range(plan.ahead) for point in points)]

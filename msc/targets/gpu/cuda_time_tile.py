@@ -164,7 +164,7 @@ def shared_time_tile(stencil: ir.StencilIR, schedule: LoweredSchedule) -> Shared
     """The shared-memory form of the schedule's launches (None: the kernel IR's mapping);
     `prefetch(d)` sets how many planes ahead a streamed tile's loads run."""
     s = schedule.schedule
-    if replace(s, prefetch_distance=0) == Schedule():
+    if _default_launch(s):
         plan = default_stream(stencil)
     elif not s.time_depth or reason_not_shared(stencil, schedule) is not None:
         return None
@@ -179,7 +179,7 @@ def prefetch_reason(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | N
     s = schedule.schedule
     if s.tensor_core_precision:
         return "tensor-core kernels stage their tiles themselves"
-    if replace(s, prefetch_distance=0) == Schedule():
+    if _default_launch(s):
         why = default_stream_reason(stencil)
         if why is not None:
             return f"the default launch maps points onto threads: {why}"
@@ -192,10 +192,14 @@ def prefetch_reason(stencil: ir.StencilIR, schedule: LoweredSchedule) -> str | N
         return f"its time tiles run in global memory: {why}"
     plan = shared_time_tile(stencil, schedule)
     assert isinstance(plan, StreamedTile)
-    planes = plan.chunk + plan.below[0] + plan.above[0]
-    if s.prefetch_distance > planes:
-        return f"a block streams {planes} planes, so its loads run at most {planes} ahead"
+    if s.prefetch_distance > plan.planes:
+        return f"a block streams {plan.planes} planes, so its loads run at most {plan.planes} ahead"
     return None
+
+
+def _default_launch(schedule: Schedule) -> bool:
+    """Whether the schedule asks for the default launch, whatever its loads' prefetch distance."""
+    return replace(schedule, prefetch_distance=0) == Schedule()
 
 
 def leftover_step(plan: StreamedTile) -> StreamedTile:
